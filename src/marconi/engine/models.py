@@ -1,0 +1,166 @@
+"""Hybrid models the reference engine runs: a typed registry over transformers' own classes.
+
+`tiny_model(arch, seed)` builds a small random-weight model in code (tests, benchmarks);
+`load_model(path)` loads a local checkpoint folder (config.json + safetensors). Nothing is
+ever downloaded. Every model comes with its exact `ModelSpec` (`spec.from_hf_config`) and
+the layer layout the state snapshots need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, PretrainedConfig
+from transformers.cache_utils import CacheLayerMixin, LinearAttentionCacheLayerMixin
+
+from marconi.spec import ModelSpec, from_hf_config
+
+_TINY = {"vocab_size": 256, "hidden_size": 64, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "intermediate_size": 128, "max_position_embeddings": 4096}
+
+
+def _tiny_bamba() -> dict[str, Any]:
+    return {**_TINY, "num_hidden_layers": 4, "attn_layer_indices": [1, 3], "mamba_n_heads": 8,
+            "mamba_n_groups": 2, "mamba_d_state": 16, "mamba_chunk_size": 16}
+
+
+def _tiny_nemotron_h() -> dict[str, Any]:
+    return {**_TINY, "layers_block_type": ["mamba", "attention", "mamba", "mlp"], "head_dim": 16,
+            "ssm_state_size": 16, "mamba_num_heads": 8, "mamba_head_dim": 16, "n_groups": 2,
+            "chunk_size": 16}
+
+
+def _tiny_granite() -> dict[str, Any]:
+    return {**_TINY, "num_hidden_layers": 4, "mamba_n_heads": 8, "mamba_n_groups": 2,
+            "layer_types": ["mamba", "attention", "mamba", "attention"], "mamba_d_state": 16,
+            "mamba_chunk_size": 16, "num_local_experts": 4, "shared_intermediate_size": 64}
+
+
+def _tiny_falcon_h1() -> dict[str, Any]:
+    return {**_TINY, "num_hidden_layers": 3, "mamba_d_ssm": 128, "mamba_n_heads": 8,
+            "mamba_n_groups": 2, "mamba_d_state": 16, "mamba_chunk_size": 16}
+
+
+def _tiny_zamba2() -> dict[str, Any]:
+    return {**_TINY, "num_hidden_layers": 4, "mamba_d_state": 16, "n_mamba_heads": 8,
+            "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid"], "mamba_ngroups": 2,
+            "chunk_size": 16}
+
+
+def _tiny_qwen3_next() -> dict[str, Any]:
+    return {**_TINY, "num_hidden_layers": 4, "head_dim": 16, "linear_key_head_dim": 16,
+            "linear_value_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+            "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 32}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Architecture:
+    """One supported model family (its transformers `model_type`)."""
+
+    name: str  # transformers model_type, the registry key
+    tiny: Callable[[], dict[str, Any]]  # config fields of a small random-weight model
+    chunk_key: str | None  # config field with the SSD scan's chunk size; None: no chunked scan
+
+
+ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
+    Architecture(name="bamba", tiny=_tiny_bamba, chunk_key="mamba_chunk_size"),
+    Architecture(name="nemotron_h", tiny=_tiny_nemotron_h, chunk_key="chunk_size"),
+    Architecture(name="granitemoehybrid", tiny=_tiny_granite, chunk_key="mamba_chunk_size"),
+    Architecture(name="falcon_h1", tiny=_tiny_falcon_h1, chunk_key="mamba_chunk_size"),
+    Architecture(name="zamba2", tiny=_tiny_zamba2, chunk_key="chunk_size"),
+    Architecture(name="qwen3_next", tiny=_tiny_qwen3_next, chunk_key=None),
+)}
+# Jamba (Mamba1) is left out on purpose: its multi-token scan ignores a cached state, so a
+# restored checkpoint would not be exact. `spec.from_hf_config` still sizes it.
+
+
+def architecture(name: str) -> Architecture:
+    """The registry entry for `name` (a transformers model_type); ValueError if unsupported."""
+    if name not in ARCHITECTURES:
+        raise ValueError(f"unsupported architecture {name!r}; supported: "
+                         f"{', '.join(sorted(ARCHITECTURES))}")
+    return ARCHITECTURES[name]
+
+
+@dataclass(frozen=True, slots=True)
+class HybridModel:
+    """A loaded model, its exact spec, and which cache layers hold KV and SSM state."""
+
+    arch: Architecture
+    module: torch.nn.Module  # the transformers *ForCausalLM, in eval mode
+    config: PretrainedConfig
+    spec: ModelSpec  # exact bytes, checked against the tensors by tests
+    attention_layers: tuple[int, ...]  # cache layers with per-token K/V
+    ssm_layers: tuple[int, ...]  # cache layers with a conv + recurrent state
+    max_context: int  # longest sequence (prompt + output) accepted
+    chunk_size: int | None  # SSD scan chunk, for chunk-boundary checkpoints
+    vocab_size: int
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.config)
+
+
+def _layout(config: PretrainedConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    layers = DynamicCache(config=config).layers
+    attention = tuple(i for i, layer in enumerate(layers) if isinstance(layer, CacheLayerMixin))
+    if any(getattr(layers[i], "is_sliding", False) for i in attention):
+        raise ValueError("sliding-window attention layers are not supported by the engine")
+    ssm = tuple(i for i, l in enumerate(layers) if isinstance(l, LinearAttentionCacheLayerMixin))
+    return attention, ssm
+
+
+def _wrap(module: torch.nn.Module, config: PretrainedConfig, arch: Architecture) -> HybridModel:
+    dtype = str(next(module.parameters()).dtype).removeprefix("torch.")
+    spec = from_hf_config(config, dtype=dtype)
+    attention, ssm = _layout(config)
+    chunk = getattr(config, arch.chunk_key) if arch.chunk_key else None
+    return HybridModel(arch=arch, module=module.eval(), config=config, spec=spec,
+                       attention_layers=attention, ssm_layers=ssm,
+                       max_context=int(config.max_position_embeddings), chunk_size=chunk,
+                       vocab_size=int(config.vocab_size))
+
+
+def tiny_model(arch: str = "bamba", seed: int = 0, **overrides: Any) -> HybridModel:
+    """A small random-weight float32 model of family `arch` (default a tiny Bamba).
+
+    `overrides` replace tiny config fields (e.g. `max_position_embeddings=64`).
+    """
+    family = architecture(arch)
+    config = AutoConfig.for_model(arch, **{**family.tiny(), **overrides})
+    torch.manual_seed(seed)
+    module = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    return _wrap(module, config, family)
+
+
+def _check_checkpoint(folder: Path) -> None:
+    if not folder.is_dir():
+        raise ValueError(f"checkpoint folder {folder} does not exist")
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"checkpoint {folder} has no config.json")
+    if not list(folder.glob("*.safetensors")):
+        raise ValueError(f"checkpoint {folder} has no *.safetensors weights")
+
+
+def load_model(path: str | Path, dtype: torch.dtype = torch.float32) -> HybridModel:
+    """Load a local checkpoint folder (config.json + safetensors); never downloads.
+
+    Raises:
+        ValueError: missing folder/files, unsupported architecture, or unreadable weights.
+    """
+    folder = Path(path)
+    _check_checkpoint(folder)
+    try:
+        config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError) as err:
+        raise ValueError(f"cannot read {folder / 'config.json'}: {err}") from None
+    family = architecture(str(config.model_type))
+    try:
+        module = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=dtype)
+    except Exception as err:  # safetensors raises its own error types for corrupt files
+        raise ValueError(f"cannot load weights from {folder}: {err}") from None
+    return _wrap(module, config, family)
