@@ -65,7 +65,7 @@ class Trace(Sequence[Request]):
     def __len__(self) -> int:
         return len(self.requests)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         return self.requests[i]
 
     def __iter__(self) -> Iterator[Request]:

@@ -1,0 +1,1 @@
+"""One module per trace format; each exposes `read(source, options) -> Built`."""

@@ -1,0 +1,63 @@
+"""Shared pipeline of text formats: conversations -> selection -> tokens -> requests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from marconi.workload.conversation import (
+    OBSERVATION_NOTE,
+    Arrivals,
+    Conversation,
+    add_collapsed,
+    add_conversation,
+    call_arrivals,
+    select_sessions,
+)
+from marconi.workload.options import TraceOptions
+from marconi.workload.store import Built, TraceBuilder
+from marconi.workload.tokenizers import encode_unique, get_tokenizer
+
+CHAT_MIN_TURNS = 10  # paper: sessions with >= 10 rounds
+
+
+def build_trace(
+    source: str | Path,
+    convs: Iterable[Conversation],
+    options: TraceOptions,
+    *,
+    kind: Arrivals,
+    min_turns: int,
+    rounds: Callable[[Conversation], int],
+    fmt: str,
+) -> Built:
+    """Select sessions, tokenize every message once, and lay requests out per session."""
+    chosen = select_sessions(convs, options, min_turns=min_turns, rounds=rounds)
+    tokenizer = get_tokenizer(options.tokenizer)
+    texts = [t for c in chosen for t in c.texts] + [OBSERVATION_NOTE]
+    flat = encode_unique(tokenizer, texts)
+    builder, start, truncated = TraceBuilder(), 0, 0
+    for index, conv in enumerate(chosen):
+        tokens = flat[start : start + len(conv.texts)]
+        start += len(conv.texts)
+        arrivals = call_arrivals(conv, index, options, kind)
+        if options.collapse_observations is None:
+            added = add_conversation(builder, conv, tokens, arrivals, options.max_input_tokens)
+        else:
+            added = add_collapsed(
+                builder,
+                conv,
+                tokens,
+                arrivals,
+                options.max_input_tokens,
+                options.collapse_observations,
+                flat[-1],
+            )
+        truncated += added < len(conv.calls)
+    meta = {
+        "format": fmt,
+        "source": str(source),
+        "tokenizer": tokenizer.name,
+        "sessions_truncated": truncated,
+    }
+    return builder.build(Path(source).name, meta)

@@ -1,0 +1,117 @@
+"""Mooncake hash-id traces (`{"timestamp" ms, "input_length", "output_length", "hash_ids"}`).
+
+Each hash id names one `block_size`-token block (512 in Mooncake): it becomes a fixed
+pseudo-random block, a pure function of (id, seed), so equal ids give equal tokens and
+prefix sharing survives. The last block is cut to `input_length`. Outputs are
+pseudo-random per request. There is no session id: each request is its own session
+(`mc<line>`); reuse shows through shared hash-id prefixes only.
+
+Memory: a request whose id list is a prefix of another's is a view into that one's
+buffer (in lexicographic order, a prefix sits right before a list that extends it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from marconi.workload.errors import TraceError
+from marconi.workload.io import iter_jsonl, number, require
+from marconi.workload.options import TraceOptions
+from marconi.workload.pseudo import block_tokens, pseudo_tokens
+from marconi.workload.store import Built, TraceBuilder
+from marconi.workload.types import Tokens
+
+_OUTPUT_SALT = 0x6F7574  # keeps output ids apart from block ids
+
+
+class _Row:
+    __slots__ = ("arrival", "ids", "line", "n_in", "n_out")
+
+    def __init__(self, line: int, arrival: float, n_in: int, n_out: int, ids: tuple[int, ...]):
+        self.line, self.arrival, self.n_in, self.n_out, self.ids = line, arrival, n_in, n_out, ids
+
+
+def _parse(source: str | Path) -> list[_Row]:
+    rows = []
+    for line, obj in iter_jsonl(source):
+
+        def get(key: str, obj: dict[str, object] = obj, line: int = line) -> object:
+            return require(obj, key, path=source, line=line)
+
+        ts = number(get("timestamp"), "timestamp", path=source, line=line) / 1000.0
+        n_in, n_out = (_count(get(k), k, source, line) for k in ("input_length", "output_length"))
+        ids = get("hash_ids")
+        if not isinstance(ids, list) or not all(_is_int(h) for h in ids):
+            raise TraceError(
+                "expected a list of integer ids", path=source, line=line, field="hash_ids"
+            )
+        rows.append(_Row(line, ts, n_in, n_out, tuple(ids)))
+    return rows
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _count(value: object, key: str, source: str | Path, line: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TraceError(
+            f"expected a non-negative integer, got {value!r:.40}", path=source, line=line, field=key
+        )
+    return value
+
+
+def _blocks(ids: tuple[int, ...], opts: TraceOptions) -> Tokens:
+    return block_tokens(ids, opts.block_size, vocab=opts.vocab_size, salt=opts.seed)
+
+
+def read(source: str | Path, options: TraceOptions) -> Built:
+    rows = _parse(source)
+    for row in rows:
+        if row.n_in > len(row.ids) * options.block_size:
+            raise TraceError(
+                f"input_length {row.n_in} exceeds {len(row.ids)} blocks of {options.block_size}",
+                path=source,
+                line=row.line,
+                field="hash_ids",
+            )
+    limit = options.max_input_tokens
+    kept = [r for r in rows if limit is None or r.n_in <= limit]
+    builder, bases = TraceBuilder(), _input_buffers(kept, options)
+    for row in kept:
+        out = builder.add_buffer(
+            pseudo_tokens(
+                row.line, row.n_out, vocab=options.vocab_size, salt=options.seed ^ _OUTPUT_SALT
+            )
+        )
+        base = bases(builder, row.ids)
+        builder.add_request(
+            f"mc{row.line}", 0, row.arrival, (base, base + row.n_in), (out, out + row.n_out)
+        )
+    meta = {"format": "mooncake", "source": str(source), "dropped_long": len(rows) - len(kept)}
+    return builder.build(Path(source).name, meta)
+
+
+def _input_buffers(
+    rows: list[_Row], opts: TraceOptions
+) -> Callable[[TraceBuilder, tuple[int, ...]], int]:
+    """`base(builder, ids)`: offset of a buffer starting with the blocks of `ids`.
+
+    Each id list is served by the longest list it is a prefix of, materialized once.
+    """
+    unique = sorted({r.ids for r in rows})
+    owner: dict[tuple[int, ...], tuple[int, ...]] = {}
+    for i in range(len(unique) - 1, -1, -1):
+        nxt = unique[i + 1] if i + 1 < len(unique) else None
+        extends = nxt is not None and nxt[: len(unique[i])] == unique[i]
+        owner[unique[i]] = owner[nxt] if extends and nxt is not None else unique[i]
+    made: dict[tuple[int, ...], int] = {}
+
+    def base(builder: TraceBuilder, ids: tuple[int, ...]) -> int:
+        longest = owner[ids]
+        if longest not in made:
+            made[longest] = builder.add_buffer(_blocks(longest, opts))
+        return made[longest]
+
+    return base

@@ -1,0 +1,127 @@
+"""Compact trace storage: every request's tokens are views into one shared buffer.
+
+A reader appends *buffers* (one per session where history is a prefix, e.g. a whole
+conversation) and then requests as spans into them:
+
+```
+# session buffer: | sys | user0 | asst0 | user1 | asst1 | ...
+# request 1 input: [0 ................... user1 end)
+# request 1 output:                             [asst1)
+```
+
+`TraceArrays` is that layout flattened (one int32 array + offsets); it is also what the
+disk cache stores, so a cached trace loads as one array and a few small ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from marconi.workload.types import Request, Tokens, Trace, as_tokens
+
+Span = tuple[int, int]  # [start, stop) offsets into the flat token array
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceArrays:
+    """A trace as flat arrays; `to_trace()` hands out views, never copies."""
+
+    tokens: Tokens  # every buffer, concatenated
+    spans: npt.NDArray[np.int64]  # (R, 4): input start, stop, output start, stop
+    session_index: npt.NDArray[np.int64]  # (R,): index into session_names
+    session_names: tuple[str, ...]
+    turns: npt.NDArray[np.int64]  # (R,)
+    arrivals: npt.NDArray[np.float64]  # (R,), seconds, ascending
+
+    def __post_init__(self) -> None:
+        r = self.turns.shape[0]
+        if self.spans.shape != (r, 4) or self.session_index.shape != (r,):
+            raise ValueError(f"TraceArrays: inconsistent shapes for {r} requests")
+        if r and (self.spans.min() < 0 or self.spans.max() > self.tokens.shape[0]):
+            raise ValueError("TraceArrays: a span points outside the token array")
+
+    def to_trace(self, name: str, meta: dict[str, object] | None = None) -> Trace:
+        """Requests as read-only views into `tokens`."""
+        tokens = self.tokens.view()
+        tokens.flags.writeable = False
+        rows = zip(
+            self.spans.tolist(),
+            self.session_index.tolist(),
+            self.turns.tolist(),
+            self.arrivals.tolist(),
+            strict=True,
+        )
+        requests = tuple(
+            Request(
+                session_id=self.session_names[s],
+                turn=t,
+                arrival=a,
+                input_tokens=tokens[i0:i1],
+                output_tokens=tokens[o0:o1],
+            )
+            for (i0, i1, o0, o1), s, t, a in rows
+        )
+        return Trace(name, requests, dict(meta or {}))
+
+
+class TraceBuilder:
+    """Collects buffers and request spans; `arrays()` sorts requests by arrival (stable)."""
+
+    def __init__(self) -> None:
+        self._buffers: list[Tokens] = []
+        self._size = 0
+        self._rows: list[tuple[int, int, int, int, int, int, float]] = []
+        self._sessions: dict[str, int] = {}
+
+    def add_buffer(self, tokens: object) -> int:
+        """Append a token buffer; returns its base offset for `add_request` spans."""
+        arr = (
+            tokens
+            if isinstance(tokens, np.ndarray) and tokens.dtype == np.int32
+            else (as_tokens(tokens))
+        )
+        base = self._size
+        self._buffers.append(arr)
+        self._size += int(arr.shape[0])
+        return base
+
+    def add_request(
+        self, session_id: str, turn: int, arrival: float, input_span: Span, output_span: Span
+    ) -> None:
+        """Record one request whose input/output are `[start, stop)` of the flat array."""
+        sid = self._sessions.setdefault(session_id, len(self._sessions))
+        self._rows.append((*input_span, *output_span, sid, turn, float(arrival)))
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def arrays(self) -> TraceArrays:
+        rows = sorted(self._rows, key=lambda row: row[6])  # stable: ties keep insertion order
+        table = np.array([row[:6] for row in rows], dtype=np.int64).reshape(len(rows), 6)
+        flat = np.concatenate(self._buffers) if self._buffers else np.zeros(0, np.int32)
+        return TraceArrays(
+            tokens=flat.astype(np.int32, copy=False),
+            spans=np.ascontiguousarray(table[:, :4]),
+            session_index=np.ascontiguousarray(table[:, 4]),
+            session_names=tuple(self._sessions),
+            turns=np.ascontiguousarray(table[:, 5]),
+            arrivals=np.array([row[6] for row in rows], dtype=np.float64),
+        )
+
+    def build(self, name: str, meta: dict[str, object] | None = None) -> Built:
+        return Built(self.arrays(), name, dict(meta or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """A reader's result: the flat arrays (what the disk cache stores) and a name."""
+
+    arrays: TraceArrays
+    name: str
+    meta: dict[str, object]
+
+    def trace(self) -> Trace:
+        return self.arrays.to_trace(self.name, self.meta)
