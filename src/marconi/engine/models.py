@@ -110,7 +110,8 @@ def _layout(config: PretrainedConfig) -> tuple[tuple[int, ...], tuple[int, ...]]
     attention = tuple(i for i, layer in enumerate(layers) if isinstance(layer, CacheLayerMixin))
     if any(getattr(layers[i], "is_sliding", False) for i in attention):
         raise ValueError("sliding-window attention layers are not supported by the engine")
-    ssm = tuple(i for i, l in enumerate(layers) if isinstance(l, LinearAttentionCacheLayerMixin))
+    ssm = tuple(i for i, layer in enumerate(layers)
+                if isinstance(layer, LinearAttentionCacheLayerMixin))
     return attention, ssm
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer, LinearAttentionLayer
 
 from marconi.engine.models import HybridModel
 
@@ -60,30 +62,44 @@ def concat_kv(blocks: Sequence[KVBlock]) -> KVBlock | None:
 
 @dataclass(frozen=True, slots=True)
 class SSMState:
-    """Conv and recurrent state of every SSM layer after exactly `position` tokens."""
+    """Conv and recurrent state of every SSM layer after exactly `position` tokens.
+
+    `logits` (the next-token logits after `position` tokens) ride along so that a prompt
+    equal to a cached prefix still gets its first token without recomputing anything. They
+    are not SSM state: `nbytes` (what the spec sizes) leaves them out, `logits_bytes` says
+    what they add.
+    """
 
     position: int
     conv: tuple[torch.Tensor, ...]
     recurrent: tuple[torch.Tensor, ...]
+    logits: torch.Tensor  # (vocab,), float32
 
     @property
     def nbytes(self) -> int:
         return _nbytes(self.conv) + _nbytes(self.recurrent)
 
+    @property
+    def logits_bytes(self) -> int:
+        return _nbytes((self.logits,))
 
-def snapshot_state(model: HybridModel, cache: DynamicCache, position: int) -> SSMState:
-    """Clone the SSM layers' states out of a live cache that has seen `position` tokens."""
-    layers = [cache.layers[i] for i in model.ssm_layers]
+
+def snapshot_state(model: HybridModel, cache: DynamicCache, position: int,
+                   logits: torch.Tensor) -> SSMState:
+    """Clone the SSM layers' states out of a live cache that has seen `position` tokens;
+    `logits` are the next-token logits the last forward returned."""
+    layers = [_ssm_layer(cache, i) for i in model.ssm_layers]
     return SSMState(position,
-                    tuple(layer.conv_states[0][0].clone() for layer in layers),
-                    tuple(layer.recurrent_states[0][0].clone() for layer in layers))
+                    tuple(_held(layer.conv_states[0])[0].clone() for layer in layers),
+                    tuple(_held(layer.recurrent_states[0])[0].clone() for layer in layers),
+                    logits.detach().float().clone())
 
 
 def snapshot_kv(model: HybridModel, cache: DynamicCache, start: int, stop: int) -> KVBlock:
     """Clone the K/V of tokens [start, stop) out of a live cache."""
-    layers = [cache.layers[i] for i in model.attention_layers]
-    return KVBlock(tuple(layer.keys[0, :, start:stop].clone() for layer in layers),
-                   tuple(layer.values[0, :, start:stop].clone() for layer in layers))
+    layers = [_kv_layer(cache, i) for i in model.attention_layers]
+    return KVBlock(tuple(_held(layer.keys)[0, :, start:stop].clone() for layer in layers),
+                   tuple(_held(layer.values)[0, :, start:stop].clone() for layer in layers))
 
 
 def restore(model: HybridModel, kv: KVBlock | None, state: SSMState | None) -> DynamicCache:
@@ -102,15 +118,30 @@ def restore(model: HybridModel, kv: KVBlock | None, state: SSMState | None) -> D
                          f"{state.position}")
     for index, conv, recurrent in zip(model.ssm_layers, state.conv, state.recurrent,
                                       strict=True):
-        _restore_ssm_layer(cache.layers[index], conv, recurrent)
+        _restore_ssm_layer(_ssm_layer(cache, index), conv, recurrent)
     if kv is not None and kv.tokens:
         for index, keys, values in zip(model.attention_layers, kv.keys, kv.values, strict=True):
-            cache.layers[index].update(keys[None], values[None])  # concatenates: a copy
+            _kv_layer(cache, index).update(keys[None], values[None])  # concatenates: a copy
     return cache
 
 
-def _restore_ssm_layer(layer: object, conv: torch.Tensor, recurrent: torch.Tensor) -> None:
-    layer.lazy_initialization(conv_states=conv[None], recurrent_states=recurrent[None])  # type: ignore[attr-defined]
-    layer.conv_states[0].copy_(conv[None])  # type: ignore[attr-defined]
-    layer.recurrent_states[0].copy_(recurrent[None])  # type: ignore[attr-defined]
-    layer.has_previous_state[0] = True  # type: ignore[attr-defined]
+def _restore_ssm_layer(layer: LinearAttentionLayer, conv: torch.Tensor,
+                       recurrent: torch.Tensor) -> None:
+    layer.lazy_initialization(conv_states=conv[None], recurrent_states=recurrent[None])
+    _held(layer.conv_states[0]).copy_(conv[None])
+    _held(layer.recurrent_states[0]).copy_(recurrent[None])
+    layer.has_previous_state[0] = True
+
+
+def _ssm_layer(cache: DynamicCache, index: int) -> LinearAttentionLayer:
+    return cast(LinearAttentionLayer, cache.layers[index])
+
+
+def _kv_layer(cache: DynamicCache, index: int) -> DynamicLayer:
+    return cast(DynamicLayer, cache.layers[index])
+
+
+def _held(tensor: torch.Tensor | None) -> torch.Tensor:
+    if tensor is None:
+        raise RuntimeError("cache layer holds no tensor yet: run a forward pass first")
+    return tensor

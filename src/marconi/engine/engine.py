@@ -1,0 +1,190 @@
+"""The reference engine: one request at a time, with a `PrefixCache` in the loop.
+
+```
+lookup -> restore (KV of the path + the hit node's state) -> prefill input[hit:] capturing
+plan.checkpoints -> first token (TTFT) -> decode (feeding every output token, so the state
+after the whole sequence exists) -> states inside the output -> commit -> unpin
+```
+An exact-repeat prompt (`hit == len(prompt)`) needs no prefill: every state carries the
+next-token logits it was taken with, so the first token is still exact. States the cache
+wants inside a generated output are replayed from the end-of-prefill state: one
+multi-token forward over the few output tokens, split at those positions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from marconi.cache import Plan, PrefixCache
+from marconi.engine.models import HybridModel
+from marconi.engine.prefill import Capture, PrefillResult, forward, prefill
+from marconi.engine.sampling import Sampling, sample
+from marconi.engine.state import SSMState, concat_kv, restore, snapshot_kv, snapshot_state
+from marconi.engine.store import KVSource, TensorStore
+from marconi.workload.types import Tokens, as_tokens
+
+
+@dataclass(slots=True)
+class Timings:
+    """Seconds spent per phase of one request; `ttft` is lookup through first logits."""
+
+    lookup: float = 0.0
+    restore: float = 0.0
+    prefill: float = 0.0  # model forward over input[hit:]
+    snapshot: float = 0.0  # cloning captured states
+    ttft: float = 0.0
+    decode: float = 0.0
+    replay: float = 0.0  # recomputing states inside the output
+    commit: float = 0.0
+
+    @property
+    def overhead(self) -> float:
+        """Cache bookkeeping: lookup, restore, snapshots, replay, commit."""
+        return self.lookup + self.restore + self.snapshot + self.replay + self.commit
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """One request's result."""
+
+    output: Tokens  # generated (or forced) output tokens
+    logits: torch.Tensor  # (steps, vocab): logits that chose each generated token
+    hit: int  # prompt tokens reused from the cache
+    n_input: int
+    admitted: tuple[int, ...]  # positions that gained a state at commit
+    timings: Timings = field(default_factory=Timings)
+
+
+class Engine:
+    """A model plus a prefix cache backed by a `TensorStore`."""
+
+    def __init__(self, model: HybridModel, system: str = "marconi", capacity: int | str = "1GB",
+                 *, capture: Capture = Capture.EXACT, alpha: float | None = None,
+                 tuner: Any = "auto") -> None:
+        self.model = model
+        self.store = TensorStore(model)
+        self.cache = PrefixCache(model.spec, capacity, system, alpha=alpha, store=self.store,
+                                 tuner=tuner)
+        self.capture = capture
+
+    def generate(self, prompt: object, max_new_tokens: int = 16,
+                 sampling: Sampling | None = None, output: object = None) -> Generation:
+        """Serve one request; `output` given: teacher-force it instead of decoding.
+
+        Mutates the cache (lookup clock, commit, evictions). Raises ValueError for bad
+        tokens or a sequence longer than the model accepts.
+        """
+        tokens, forced = self._validate(prompt, max_new_tokens, output)
+        timings, t0 = Timings(), time.perf_counter()
+        plan = self.cache.lookup(tokens)
+        timings.lookup = time.perf_counter() - t0
+        self.cache.pin(plan.node)
+        try:
+            return self._serve(tokens, plan, forced, max_new_tokens, sampling, timings, t0)
+        finally:
+            self.cache.unpin(plan.node)
+
+    def _serve(self, tokens: Tokens, plan: Plan, forced: Tokens | None, steps: int,
+               sampling: Sampling | None, timings: Timings, t0: float) -> Generation:
+        n_input = len(tokens)
+        result = self._prefill(tokens, plan, forced, timings)
+        first = sample(result.logits, sampling, 0)
+        timings.ttft = time.perf_counter() - t0
+        if forced is None:
+            base = plan.node.state if plan.node is not None and plan.hit == n_input else None
+            base = result.states.get(n_input, base)  # the state after the prompt
+            out, logits = self._decode(tokens, result, base, first, steps, sampling, timings)
+        else:
+            out, logits = forced, result.logits[None]
+            self._feed_forced(tokens, forced, result, timings)
+        full = np.concatenate([tokens, out]).astype(np.int32)
+        t1 = time.perf_counter()
+        states = {p: self.store.track(s) for p, s in result.states.items()}
+        committed = self.cache.commit(full, n_input, states=states, kv=KVSource(result.cache))
+        timings.commit = time.perf_counter() - t1
+        return Generation(out, logits, plan.hit, n_input, committed.admitted, timings)
+
+    def _prefill(self, tokens: Tokens, plan: Plan, forced: Tokens | None,
+                 timings: Timings) -> PrefillResult:
+        """Restore the hit and prefill the rest, capturing the planned states."""
+        t0 = time.perf_counter()
+        state: SSMState | None = plan.node.state if plan.node is not None else None
+        kv = concat_kv([n.kv for n in self.cache.path(plan.node)]) if state else None
+        cache = restore(self.model, kv, state)
+        timings.restore = time.perf_counter() - t0
+        n_input = len(tokens)
+        if state is not None and plan.hit == n_input:  # exact repeat: nothing to compute
+            return PrefillResult(cache, state.logits)  # the state stays the cache's
+        wanted = {*plan.checkpoints, n_input}  # the end state seeds output replays
+        if forced is not None:
+            full = np.concatenate([tokens, forced])
+            wanted |= set(self.cache.required_states(full, n_input))
+        result = prefill(self.model, torch.from_numpy(tokens).long(), cache, plan.hit, wanted,
+                         self.capture)
+        timings.prefill, timings.snapshot = result.forward_s, result.snapshot_s
+        return result
+
+    def _decode(self, tokens: Tokens, result: PrefillResult, base: SSMState | None, first: int,
+                steps: int, sampling: Sampling | None,
+                timings: Timings) -> tuple[Tokens, torch.Tensor]:
+        """Greedy/sampled decode; feeds every output token, then captures output states."""
+        t0, n_input = time.perf_counter(), len(tokens)
+        out, logits, token = [], [result.logits], first
+        for step in range(steps):
+            out.append(token)
+            step_logits = forward(self.model, result.cache, torch.tensor([token]), n_input + step)
+            if step + 1 < steps:
+                logits.append(step_logits)
+                token = sample(step_logits, sampling, step + 1)
+        end = n_input + steps
+        result.states[end] = snapshot_state(self.model, result.cache, end, step_logits)
+        timings.decode = time.perf_counter() - t0
+        output = np.asarray(out, dtype=np.int32)
+        self._replay_output(tokens, output, result, base, timings)
+        return output, torch.stack(logits)
+
+    def _replay_output(self, tokens: Tokens, out: Tokens, result: PrefillResult,
+                       base: SSMState | None, timings: Timings) -> None:
+        """Capture the states the cache wants strictly inside the output."""
+        t0, n_input = time.perf_counter(), len(tokens)
+        full = np.concatenate([tokens, out])
+        inside = [p for p in self.cache.required_states(full, n_input)
+                  if n_input < p < len(full)]
+        if inside and base is not None:
+            kv = snapshot_kv(self.model, result.cache, 0, n_input)
+            replay = prefill(self.model, torch.from_numpy(full[: max(inside)]).long(),
+                             restore(self.model, kv, base), n_input, inside)
+            result.states.update(replay.states)
+        timings.replay = time.perf_counter() - t0
+
+    def _feed_forced(self, tokens: Tokens, forced: Tokens, result: PrefillResult,
+                     timings: Timings) -> None:
+        """Teacher-force a known output, capturing the states inside it and at its end."""
+        t0 = time.perf_counter()
+        full = np.concatenate([tokens, forced])
+        wanted = [*self.cache.required_states(full, len(tokens)), len(full)]
+        fed = prefill(self.model, torch.from_numpy(full).long(), result.cache, len(tokens),
+                      wanted)
+        result.states.update(fed.states)
+        timings.decode = time.perf_counter() - t0
+
+    def _validate(self, prompt: object, steps: int,
+                  output: object) -> tuple[Tokens, Tokens | None]:
+        tokens = as_tokens(prompt, what="prompt")
+        forced = None if output is None else as_tokens(output, what="output")
+        n_out = steps if forced is None else len(forced)
+        if len(tokens) == 0 or n_out <= 0:
+            raise ValueError("a request needs at least one prompt token and one output token")
+        for name, arr in (("prompt", tokens), ("output", forced)):
+            if arr is not None and len(arr) and int(arr.max()) >= self.model.vocab_size:
+                raise ValueError(f"{name} token {int(arr.max())} outside the model's vocabulary "
+                                 f"of {self.model.vocab_size}")
+        if len(tokens) + n_out > self.model.max_context:
+            raise ValueError(f"prompt of {len(tokens)} tokens + {n_out} output tokens exceeds "
+                             f"the model's limit of {self.model.max_context}")
+        return tokens, forced
