@@ -1,0 +1,332 @@
+"""`PrefixCache`: the cache an engine consults (DESIGN section 3).
+
+One request's life:
+
+```
+plan = cache.lookup(input)          # hit length, node to resume from, checkpoints to take
+cache.pin(plan.node)                # while the request runs
+... prefill input[plan.hit:], capturing states at plan.checkpoints; decode output ...
+cache.commit(input + output, len(input), states={pos: handle}, kv=source)
+cache.unpin(plan.node)
+```
+Handles (`kv`, `state`) are opaque: byte sizes come from the `ModelSpec`, tensors (or
+slot ids) are managed by a `StateStore`. The simulator passes no store and no states:
+every requested checkpoint is then taken to be captured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from marconi.policies import Action, System, Victim, check_alpha, get_system
+from marconi.policies.eviction import FlopAware
+from marconi.spec import ModelSpec
+from marconi.stats import CacheStats
+from marconi.store import Freed, NullStore, StateStore
+from marconi.tree import TOKEN_BYTES, Match, Node, RadixTree
+from marconi.units import parse_size
+from marconi.workload.types import Tokens, as_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a lookup found and what prefill must capture.
+
+    ```
+    | cached (hit) | to prefill ............................ |
+    0             hit          checkpoints...              n_input
+    ```
+    """
+
+    hit: int  # tokens whose KV and SSM state are reused
+    node: Node | None  # node holding the state after `hit` tokens (None: no hit)
+    checkpoints: tuple[int, ...]  # positions in (hit, n_input] to capture in prefill
+    matched: int  # tokens found in the tree (KV); beyond `hit` not reusable
+    n_input: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    admitted: tuple[int, ...]  # positions that gained a state
+    node: Node | None  # node at the end of the committed sequence (None: refused)
+    refused: bool  # True when the sequence could not fit even after evicting
+
+
+class PrefixCache:
+    """A radix-tree prefix cache for hybrid models with a hard byte capacity.
+
+    Invariants (checked by `check`): bytes held equal the sum over nodes and never
+    exceed capacity after a commit; pinned nodes are never evicted; every node a
+    lookup returns holds a state and spells a prefix of the input.
+    """
+
+    def __init__(self, spec: ModelSpec, capacity: int | str, system: str | System = "marconi",
+                 *, alpha: float | None = None, store: StateStore | None = None,
+                 on_evict: Callable[[Freed], None] | None = None,
+                 tuner: Any = "auto") -> None:
+        self.spec = spec
+        self.capacity = parse_size(capacity)
+        self.system = get_system(system)
+        self.alpha = check_alpha(alpha) if alpha is not None else 0.0
+        self.admission = self.system.admission()
+        self.eviction = self.system.eviction(spec, self.alpha)
+        self.store: StateStore = store if store is not None else NullStore()
+        self.on_evict = on_evict
+        self.tree = RadixTree()
+        self.stats = CacheStats()
+        self.clock = 0
+        if tuner == "auto":
+            tuner = _default_tuner(self.system, alpha)
+        self.tuner = tuner
+
+    # --- lookup --------------------------------------------------------------------
+
+    def lookup(self, tokens: object) -> Plan:
+        """Find the longest reusable prefix of `tokens` and plan the checkpoints.
+
+        Advances the clock; touches what the eviction policy says a hit touches.
+        """
+        tok = self._tokens(tokens, "lookup")
+        self.clock += 1
+        match = self.tree.match(tok.tobytes())
+        node = _deepest_state(match)
+        hit = node.depth if node is not None else 0
+        plan = Plan(hit, node, self.admission.checkpoints(match, len(tok), hit),
+                    match.length, len(tok))
+        self.eviction.on_lookup(match.path, node, self.clock)
+        self.stats.record_lookup(len(tok), hit)
+        return plan
+
+    def required_states(self, tokens: object, n_input: int) -> tuple[int, ...]:
+        """Positions whose state `commit(tokens, n_input)` would admit (no side effects)."""
+        tok = self._tokens(tokens, "required_states")
+        match = self.tree.match(tok.tobytes())
+        held = {n.depth for n in match.path if n.has_state}
+        positions = self.admission.positions(match, len(tok), n_input)
+        return tuple(p for p in positions if p not in held)
+
+    # --- commit --------------------------------------------------------------------
+
+    def commit(self, tokens: object, n_input: int, states: Mapping[int, Any] | None = None,
+               kv: Any = None) -> CommitResult:
+        """Insert input + output, admitting states where the admission policy says.
+
+        Evicts first so that bytes never exceed capacity afterwards; if the sequence
+        cannot fit even then, nothing is inserted (`refused`). `states` maps positions
+        to captured handles (None: all captured); the cache owns them from here on and
+        releases the ones it does not keep through the store.
+        """
+        tok = self._tokens(tokens, "commit")
+        if not 0 <= n_input <= len(tok):
+            raise ValueError(f"commit: n_input={n_input!r} outside [0, {len(tok)}]")
+        self.clock += 1
+        self.stats.commits += 1
+        if not self.admission.caches:
+            self._release_unused(states, set())
+            return CommitResult((), None, refused=False)
+        key = tok.tobytes()
+        match = self.tree.match(key)
+        wanted = self._wanted(match, len(tok), n_input, states)
+        result = None
+        if self._make_room(match, len(tok), wanted):
+            result = self._insert(key, match, wanted, kv)
+        self._release_unused(states, set(result.admitted) if result else set())
+        if result is None:
+            self.stats.refused_commits += 1
+            self.eviction.on_commit(match.path, (), self.clock)
+            result = CommitResult((), None, refused=True)
+        if self.tuner is not None:
+            self.tuner.observe(self, tok, n_input)
+        return result
+
+    def _wanted(self, match: Match, n: int, n_input: int,
+                states: Mapping[int, Any] | None) -> dict[int, Any]:
+        """Positions that should gain a state, with their handles."""
+        held = {node.depth for node in match.path if node.has_state}
+        out: dict[int, Any] = {}
+        for p in self.admission.positions(match, n, n_input):
+            if p in held:
+                continue
+            if states is None:
+                out[p] = None
+            elif p in states:
+                out[p] = states[p]
+            else:
+                self.stats.states_not_captured += 1
+        return out
+
+    def _make_room(self, match: Match, n: int, wanted: dict[int, Any]) -> bool:
+        """Evict until the new tokens' KV and the wanted states fit; False if they can't."""
+        need = (n - match.length) * self.spec.kv_bytes_per_token + len(wanted) * self.spec.ssm_bytes
+        if self.stats.bytes + need <= self.capacity:
+            return True
+        protected = set(match.path)
+        if match.partial is not None:
+            protected.add(match.partial)
+        return self._evict_until(self.capacity - need, protected)
+
+    def _insert(self, key: bytes, match: Match, wanted: dict[int, Any], kv: Any) -> CommitResult:
+        n = len(key) // TOKEN_BYTES
+        cuts = {*wanted, n}  # a node ends where the sequence ends
+        if match.partial is not None and match.length < n:
+            cuts.add(match.length)  # the radix structure needs a node where we leave
+        at, created = self._cut_existing(match, sorted(c for c in cuts if c <= match.length))
+        changed = {x for node in created for x in (node, *node.children.values())}
+        base = at[match.length]
+        new = self._append(base, key, match.length, sorted(c for c in cuts if c > match.length), kv)
+        if new and base is not self.tree.root:
+            changed.add(base)  # gained a child
+        at.update((node.depth, node) for node in new)
+        for pos, handle in wanted.items():
+            at[pos].has_state, at[pos].state = True, handle
+            changed.add(at[pos])
+        admitted = tuple(sorted(wanted))
+        self.stats.add_bytes(kv=(n - match.length) * self.spec.kv_bytes_per_token,
+                             ssm=len(admitted) * self.spec.ssm_bytes)
+        self.stats.states_admitted += len(admitted)
+        end = at[n]
+        self.eviction.on_commit(self.tree.path_to(end), [*created, *new], self.clock)
+        for node in changed:
+            self.eviction.changed(node)
+        return CommitResult(admitted, end, refused=False)
+
+    def _cut_existing(self, match: Match, cuts: list[int]) -> tuple[dict[int, Node], list[Node]]:
+        """Make a node end at each cut inside the matched part; map depth -> node."""
+        at = {0: self.tree.root} | {node.depth: node for node in match.path}
+        segs = [*match.path, *([match.partial] if match.partial is not None else [])]
+        created, i = [], 0
+        for cut in cuts:
+            if cut in at:
+                continue
+            while segs[i].depth < cut:
+                i += 1
+            node = segs[i]
+            offset = cut - (node.depth - node.edge_len)
+            head = self.tree.split(node, offset)
+            head.kv, node.kv = self.store.kv_split(node.kv, offset)
+            at[cut] = head
+            created.append(head)
+        return at, created
+
+    def _append(self, parent: Node, key: bytes, start: int, cuts: list[int],
+                kv: Any) -> list[Node]:
+        """Hang the unmatched tail [start, n) under `parent`, one node per segment."""
+        n = len(key) // TOKEN_BYTES
+        new: list[Node] = []
+        for stop in [*[c for c in cuts if c < n], n] if start < n else []:
+            leaf = self.tree.insert(parent, key[start * TOKEN_BYTES : stop * TOKEN_BYTES])
+            leaf.kv = self.store.kv_slice(kv, start, stop)
+            new.append(leaf)
+            parent, start = leaf, stop
+        return new
+
+    def _release_unused(self, states: Mapping[int, Any] | None, kept: set[int]) -> None:
+        for pos, handle in (states or {}).items():
+            if pos not in kept and handle is not None:
+                self.store.release(None, handle)
+
+    # --- eviction ------------------------------------------------------------------
+
+    def evict(self, nbytes: int) -> int:
+        """Free at least `nbytes` if possible (may free more); returns bytes freed.
+
+        evict(0) is always safe and does nothing.
+        """
+        before = self.stats.bytes
+        self._evict_until(before - nbytes, set())
+        return before - self.stats.bytes
+
+    def _evict_until(self, target: int, protected: set[Node]) -> bool:
+        while self.stats.bytes > target:
+            victim = self.eviction.victim(protected, self.clock)
+            if victim is None:
+                return False
+            self._evict(victim)
+        return True
+
+    def _evict(self, victim: Victim) -> None:
+        node, action = victim.node, victim.action
+        state_bytes = self.spec.ssm_bytes if node.has_state else 0
+        kv_bytes = node.edge_len * self.spec.kv_bytes_per_token if action is Action.REMOVE else 0
+        parent = node.parent
+        kv = node.kv if action is Action.REMOVE else None
+        if action is Action.REMOVE:
+            self.tree.remove_leaf(node)
+            self.eviction.removed(node)
+            if parent is not None and parent is not self.tree.root:
+                self.eviction.changed(parent)
+        elif action is Action.MERGE:
+            (child,) = node.children.values()
+            child_kv = child.kv
+            self.tree.merge_into_child(node)
+            child.kv = self.store.kv_join(node.kv, child_kv)
+            self.eviction.removed(node)
+            self.eviction.changed(child)
+        else:
+            node.has_state = False
+            self.eviction.changed(node)
+        state = node.state if state_bytes else None
+        node.state = None
+        self.store.release(kv, state)
+        self.stats.record_eviction(kv_bytes, state_bytes)
+        if self.on_evict is not None:
+            self.on_evict(Freed(action, node.depth, kv, state, kv_bytes + state_bytes))
+
+    # --- pins ----------------------------------------------------------------------
+
+    def pin(self, node: Node | None) -> None:
+        """Protect `node` and its ancestors from eviction until `unpin`. None: no-op."""
+        for n in self.path(node):
+            n.pins += 1
+            if n.pins == 1:
+                self.eviction.changed(n)
+
+    def unpin(self, node: Node | None) -> None:
+        """Undo one `pin(node)`."""
+        path = self.path(node)
+        if any(n.pins <= 0 for n in path):
+            raise ValueError(f"unpin of {node!r}, which is not pinned")
+        for n in path:
+            n.pins -= 1
+            if n.pins == 0:
+                self.eviction.changed(n)
+
+    def path(self, node: Node | None) -> list[Node]:
+        """Nodes from the root (excluded) to `node`: their edges' KV spell its prefix."""
+        return self.tree.path_to(node) if node is not None else []
+
+    # --- alpha, helpers ------------------------------------------------------------
+
+    def set_alpha(self, alpha: float) -> None:
+        """Change alpha of a FLOP-aware cache (the tuner does this)."""
+        self.alpha = check_alpha(alpha)
+        if isinstance(self.eviction, FlopAware):
+            self.eviction.set_alpha(self.alpha)
+
+    @property
+    def bytes(self) -> int:
+        return self.stats.bytes
+
+    @staticmethod
+    def _tokens(tokens: object, where: str) -> Tokens:
+        tok = as_tokens(tokens, what=f"{where}: tokens")
+        if tok.size == 0:
+            raise ValueError(f"{where}: empty token list")
+        return tok
+
+
+def _deepest_state(match: Match) -> Node | None:
+    for node in reversed(match.path):
+        if node.has_state:
+            return node
+    return None
+
+
+def _default_tuner(system: System, alpha: float | None) -> Any:
+    if not system.tuned or alpha is not None:
+        return None
+    from marconi.tuner import BootstrapTuner
+
+    return BootstrapTuner()

@@ -1,0 +1,252 @@
+"""Eviction: which entries leave when bytes exceed capacity (DESIGN section 3).
+
+A policy keeps its own bookkeeping (stamps, candidate sets) and is told about every
+change the cache makes to the tree. Choosing a victim (`victim`) is separate from
+evicting it (the cache does that, then reports the changes back).
+"""
+
+from __future__ import annotations
+
+import heapq
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from marconi.spec import ModelSpec
+from marconi.tree import Node
+
+
+class Action(Enum):
+    REMOVE = "remove"  # a leaf: free its KV and state, detach it
+    MERGE = "merge"  # one child: free its state, its edge's KV moves into the child
+    DROP_STATE = "drop-state"  # free the state only; the node stays with its KV
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    node: Node
+    action: Action
+
+
+def alive(node: Node) -> bool:
+    return node.parent is not None
+
+
+class Eviction(ABC):
+    """Base: last-access stamps per node, event hooks, victim choice."""
+
+    def __init__(self) -> None:
+        self.stamp: dict[Node, int] = {}
+
+    # --- events (the cache calls these) ------------------------------------------------
+
+    @abstractmethod
+    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
+        """A lookup matched `path` and will resume from `hit`."""
+
+    @abstractmethod
+    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        """A commit inserted a sequence along `path`, creating the nodes in `new`."""
+
+    @abstractmethod
+    def changed(self, node: Node) -> None:
+        """`node`'s edge, state, children or pins changed."""
+
+    def removed(self, node: Node) -> None:
+        """`node` left the tree (evicted or merged away)."""
+        self.stamp.pop(node, None)
+
+    @abstractmethod
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        """The next entry to evict, never a pinned or protected one; None if none."""
+
+    def restore(self, stamps: dict[Node, int]) -> None:
+        """Load stamps from a snapshot (nodes must already be in the tree)."""
+        for node, t in stamps.items():
+            self.stamp[node] = t
+            self.changed(node)
+
+
+class LRULeaf(Eviction):
+    """Leaves only, least recently used first (SGLang+ of the paper; vLLM+ with
+    `deepest_first`, where blocks touched together leave tail first).
+
+    A lookup or commit touches every node on the path. Lazy heap: stale entries are
+    skipped when popped.
+    """
+
+    def __init__(self, *, deepest_first: bool = False) -> None:
+        super().__init__()
+        self.deepest_first = deepest_first
+        self._heap: list[tuple[int, int, int, Node]] = []
+
+    def _push(self, node: Node) -> None:
+        if node.is_leaf and not node.pins and alive(node):
+            depth = -node.depth if self.deepest_first else 0
+            heapq.heappush(self._heap, (self.stamp.get(node, 0), depth, node.id, node))
+
+    def _touch(self, nodes: Iterable[Node], now: int) -> None:
+        for node in nodes:
+            self.stamp[node] = now
+            self._push(node)
+
+    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
+        self._touch(path, now)
+
+    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        self._touch(path, now)
+
+    def changed(self, node: Node) -> None:
+        self._push(node)
+
+    def _valid(self, entry: tuple[int, int, int, Node]) -> bool:
+        t, _, _, node = entry
+        return (alive(node) and node.is_leaf and not node.pins
+                and self.stamp.get(node, 0) == t)
+
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        held = []
+        found = None
+        while self._heap:
+            entry = heapq.heappop(self._heap)
+            if not self._valid(entry):
+                continue
+            if entry[3] in protected:
+                held.append(entry)
+                continue
+            found = entry[3]
+            heapq.heappush(self._heap, entry)  # stays valid until the cache evicts it
+            break
+        for entry in held:
+            heapq.heappush(self._heap, entry)
+        if len(self._heap) > 64 and len(self._heap) > 4 * len(self.stamp):
+            self._compact()
+        return Victim(found, Action.REMOVE) if found is not None else None
+
+    def _compact(self) -> None:
+        self._heap = [e for e in self._heap if self._valid(e)]
+        heapq.heapify(self._heap)
+
+
+class Recency(Enum):
+    TIME = "time"  # last access time (the paper)
+    INVERSE_AGE = "inverse-age"  # 1 / (now - t + 1) (the artifact's variant)
+
+
+class FlopAware(Eviction):
+    """Marconi: score S(v) = recency(v) + alpha * eff(v), lowest evicted first.
+
+    Candidates are unpinned nodes with at most one child. Both terms are min-max
+    normalized over the current candidates (all equal -> 1) and recomputed for every
+    victim. `eff(v) = (F(len(v)) - F(len(parent))) / bytes(v)`. Only the node a lookup
+    hits is touched; a commit stamps the nodes it creates.
+
+    Candidates live in dense numpy arrays (slot per candidate, swap-remove), so a
+    victim among 10^4 candidates is a handful of vector operations.
+    """
+
+    def __init__(self, spec: ModelSpec, alpha: float = 0.0,
+                 recency: Recency = Recency.TIME) -> None:
+        super().__init__()
+        self.spec = spec
+        self.alpha = check_alpha(alpha)
+        self.recency = Recency(recency)
+        self._nodes: list[Node] = []
+        self._slot: dict[Node, int] = {}
+        self._rec = np.zeros(64, dtype=np.float64)
+        self._eff = np.zeros(64, dtype=np.float64)
+
+    def set_alpha(self, alpha: float) -> None:
+        self.alpha = check_alpha(alpha)
+
+    def efficiency(self, node: Node) -> float:
+        """Prefill FLOPs the node saves over its parent, per byte it holds."""
+        parent_depth = node.parent.depth if node.parent is not None else 0
+        held = (self.spec.kv_bytes_per_token * node.edge_len
+                + (self.spec.ssm_bytes if node.has_state else 0))
+        saved = self.spec.flops(node.depth) - self.spec.flops(parent_depth)
+        return saved / held if held else 0.0
+
+    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
+        if hit is not None:
+            self.stamp[hit] = now
+            self.changed(hit)
+
+    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        for node in new:
+            self.stamp[node] = now
+            self.changed(node)
+
+    def changed(self, node: Node) -> None:
+        if alive(node) and not node.pins and len(node.children) <= 1:
+            slot = self._slot.get(node)
+            if slot is None:
+                slot = self._add(node)
+            self._rec[slot] = self.stamp.get(node, 0)
+            self._eff[slot] = self.efficiency(node)
+        elif node in self._slot:
+            self._drop(node)
+
+    def removed(self, node: Node) -> None:
+        super().removed(node)
+        if node in self._slot:
+            self._drop(node)
+
+    def _add(self, node: Node) -> int:
+        slot = len(self._nodes)
+        if slot == len(self._rec):
+            self._rec = np.resize(self._rec, 2 * slot)
+            self._eff = np.resize(self._eff, 2 * slot)
+        self._nodes.append(node)
+        self._slot[node] = slot
+        return slot
+
+    def _drop(self, node: Node) -> None:
+        slot = self._slot.pop(node)
+        last = self._nodes.pop()
+        if last is not node:  # move the last candidate into the freed slot
+            n = len(self._nodes)
+            self._nodes[slot] = last
+            self._slot[last] = slot
+            self._rec[slot], self._eff[slot] = self._rec[n], self._eff[n]
+
+    def scores(self, now: int) -> np.ndarray:
+        """S(v) for every candidate, in slot order."""
+        n = len(self._nodes)
+        rec = self._rec[:n]
+        if self.recency is Recency.INVERSE_AGE:
+            rec = 1.0 / (now - rec + 1.0)
+        return _minmax(rec) + self.alpha * _minmax(self._eff[:n])
+
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        if not self._nodes:
+            return None
+        score = self.scores(now)
+        for node in protected:
+            slot = self._slot.get(node)
+            if slot is not None:
+                score[slot] = np.inf
+        slot = int(np.argmin(score))
+        if not np.isfinite(score[slot]):
+            return None
+        node = self._nodes[slot]
+        return Victim(node, Action.REMOVE if node.is_leaf else Action.MERGE)
+
+    def candidates(self) -> list[Node]:
+        return list(self._nodes)
+
+
+def _minmax(x: np.ndarray) -> np.ndarray:
+    lo, hi = x.min(), x.max()
+    if hi > lo:
+        return (x - lo) / (hi - lo)
+    return np.ones_like(x)
+
+
+def check_alpha(alpha: float) -> float:
+    if not isinstance(alpha, int | float) or not np.isfinite(alpha) or alpha < 0:
+        raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
+    return float(alpha)

@@ -1,0 +1,205 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from marconi.cache import PrefixCache
+from marconi.integrity import check_integrity
+from marconi.policies import SYSTEMS
+from marconi.spec import PAPER_7B
+from tests.helpers import SMALL, ListStore
+
+
+def _seq(start: int, n: int) -> list[int]:
+    return list(range(start, start + n))
+
+
+def _request(cache: PrefixCache, inp: list[int], out: list[int]) -> int:
+    plan = cache.lookup(inp)
+    cache.commit(inp + out, len(inp), kv=inp + out)
+    return plan.hit
+
+
+class TestFigure4:
+    """The paper's Figure 4 shapes."""
+
+    def test_shared_prefix_checkpointed_on_second_hit_on_third(self) -> None:
+        cache = PrefixCache(PAPER_7B, "1TB", "marconi")
+        system = _seq(0, 100)
+        first = cache.lookup(system + _seq(1000, 20))
+        assert (first.hit, first.checkpoints) == (0, ())
+        cache.commit(system + _seq(1000, 20) + [1, 2], 120)
+        second = cache.lookup(system + _seq(2000, 20))
+        assert (second.hit, second.checkpoints) == (0, (100,))
+        result = cache.commit(system + _seq(2000, 20) + [3], 120)
+        assert result.admitted == (100, 121)
+        third = cache.lookup(system + _seq(3000, 20))
+        assert third.hit == 100 and third.checkpoints == ()
+
+    def test_conversation_resumes_at_last_token_of_previous_turn(self) -> None:
+        cache = PrefixCache(PAPER_7B, "1TB", "marconi")
+        turn1, out1 = _seq(0, 50), _seq(500, 30)
+        _request(cache, turn1, out1)
+        plan = cache.lookup(turn1 + out1 + _seq(900, 10))
+        assert plan.hit == 80 and plan.node is not None and plan.node.has_state
+
+    def test_at_most_two_states_per_request(self) -> None:
+        cache = PrefixCache(PAPER_7B, "1TB", "sglang+")
+        _request(cache, _seq(0, 300), [1])
+        result = cache.commit(_seq(0, 100) + _seq(5000, 300), 400)
+        assert len(result.admitted) <= 2
+
+    def test_exact_repeat_hits_whole_input(self) -> None:
+        cache = PrefixCache(PAPER_7B, "1TB", "sglang+")
+        _request(cache, _seq(0, 40), [])
+        assert cache.lookup(_seq(0, 40)).hit == 40
+
+
+class TestFlopAware:
+    """A long sequence that LRU drops is kept by FLOP-aware eviction."""
+
+    def _fill(self, system: str, alpha: float | None) -> PrefixCache:
+        long_bytes = 1000 * SMALL.kv_bytes_per_token + SMALL.ssm_bytes
+        short_bytes = 10 * SMALL.kv_bytes_per_token + SMALL.ssm_bytes
+        cache = PrefixCache(SMALL, long_bytes + 2 * short_bytes + 40_000, system, alpha=alpha)
+        _request(cache, _seq(0, 1000), [])
+        _request(cache, _seq(10_000, 10), [])
+        _request(cache, _seq(20_000, 10), [])
+        _request(cache, _seq(30_000, 10), [])  # needs room: one entry must go
+        check_integrity(cache)
+        return cache
+
+    def test_lru_drops_the_long_sequence(self) -> None:
+        cache = self._fill("sglang+", None)
+        assert cache.lookup(_seq(0, 1000)).hit == 0
+
+    def test_flop_aware_keeps_it(self) -> None:
+        cache = self._fill("marconi", 2.0)
+        assert cache.lookup(_seq(0, 1000)).hit == 1000
+        assert cache.lookup(_seq(10_000, 10)).hit == 0  # the oldest short one left instead
+
+    def test_alpha_zero_drops_it(self) -> None:
+        cache = self._fill("marconi", 0.0)
+        assert cache.lookup(_seq(0, 1000)).hit == 0
+
+    def test_one_child_node_evicted_by_merging(self) -> None:
+        store = ListStore()
+        cache = PrefixCache(SMALL, "1TB", "marconi", alpha=0.0, store=store)
+        turn1 = _seq(0, 20)
+        _request(cache, turn1, [])
+        _request(cache, turn1 + _seq(100, 20), [])  # chain: node@20 -> node@40
+        cache.capacity = cache.bytes - 1
+        cache.evict(1)
+        check_integrity(cache)
+        (node,) = cache.tree.root.children.values()  # the older node merged into its child
+        assert node.depth == 40 and not node.children and node.kv == turn1 + _seq(100, 20)
+        assert cache.lookup(turn1 + _seq(100, 20)).hit == 40
+        assert cache.stats.states_evicted == 1 and cache.stats.kv_bytes == 40 * 256
+
+
+class TestCapacity:
+    @pytest.mark.parametrize("system", list(SYSTEMS))
+    def test_never_over_capacity(self, system: str) -> None:
+        rng = np.random.default_rng(0)
+        cache = PrefixCache(SMALL, 600_000, system, alpha=0.5)
+        for _ in range(60):
+            base = int(rng.integers(0, 4)) * 1000
+            inp = _seq(base, int(rng.integers(5, 200))) + rng.integers(0, 9, 30).tolist()
+            _request(cache, inp, rng.integers(0, 9, 5).tolist())
+            assert cache.bytes <= cache.capacity
+        check_integrity(cache)
+
+    def test_too_big_is_refused_not_overflowed(self) -> None:
+        cache = PrefixCache(SMALL, 50_000, "sglang+")
+        result = cache.commit(_seq(0, 500), 500)
+        assert result.refused and cache.bytes == 0 and cache.stats.refused_commits == 1
+
+    def test_vanilla_caches_nothing(self) -> None:
+        cache = PrefixCache(PAPER_7B, "1TB", "vanilla")
+        _request(cache, _seq(0, 10), [1])
+        assert cache.lookup(_seq(0, 10)).hit == 0 and cache.bytes == 0
+
+
+class TestPins:
+    def test_pinned_node_survives_pressure(self) -> None:
+        cache = PrefixCache(SMALL, 400_000, "sglang+")
+        _request(cache, _seq(0, 100), [])
+        plan = cache.lookup([*_seq(0, 100), 7])
+        cache.pin(plan.node)
+        for i in range(10):
+            _request(cache, _seq(10_000 * (i + 1), 100), [])
+        assert plan.node is not None and plan.node.parent is not None
+        assert cache.lookup([*_seq(0, 100), 7]).hit == 100
+        cache.unpin(plan.node)
+        check_integrity(cache)
+
+    def test_unpin_without_pin(self) -> None:
+        cache = PrefixCache(SMALL, "1TB", "marconi")
+        _request(cache, _seq(0, 10), [])
+        node = cache.lookup(_seq(0, 10)).node
+        with pytest.raises(ValueError, match="not pinned"):
+            cache.unpin(node)
+
+
+class TestStore:
+    @pytest.mark.parametrize("system", ["sglang+", "marconi", "vllm+"])
+    def test_path_kv_spells_the_prefix(self, system: str) -> None:
+        store = ListStore()
+        cache = PrefixCache(SMALL, 2_000_000, system, alpha=1.0, store=store)
+        rng = np.random.default_rng(1)
+        for _ in range(40):
+            inp = _seq(int(rng.integers(0, 3)) * 100, 60) + rng.integers(0, 5, 20).tolist()
+            full = inp + rng.integers(0, 5, 4).tolist()
+            cache.lookup(inp)
+            states = {p: f"state@{p}" for p in cache.required_states(full, len(inp))}
+            cache.commit(full, len(inp), states=states, kv=full)
+        for node in cache.tree.nodes():
+            kv = [t for n in cache.path(node) for t in n.kv]
+            assert kv == [t for n in cache.path(node) for t in n.tokens().tolist()]
+            assert (node.state == f"state@{node.depth}") == node.has_state
+        assert len(store.released_states) == cache.stats.states_evicted > 0
+
+    def test_uncaptured_state_not_admitted(self) -> None:
+        cache = PrefixCache(SMALL, "1TB", "sglang+", store=ListStore())
+        result = cache.commit(_seq(0, 10), 10, states={}, kv=_seq(0, 10))
+        assert result.admitted == () and cache.stats.states_not_captured == 1
+        assert cache.lookup(_seq(0, 10)).hit == 0
+
+    def test_unused_states_released(self) -> None:
+        store = ListStore()
+        cache = PrefixCache(SMALL, "1TB", "sglang+", store=store)
+        cache.commit(_seq(0, 10), 10, states={10: "s10", 5: "s5"}, kv=_seq(0, 10))
+        assert store.released_states == ["s5"]
+
+    def test_required_states(self) -> None:
+        cache = PrefixCache(SMALL, "1TB", "marconi")
+        _request(cache, _seq(0, 30), [])
+        assert cache.required_states([*_seq(0, 10), 99], 11) == (10, 11)
+        assert cache.required_states(_seq(0, 30), 30) == ()
+
+
+class TestBadInput:
+    @pytest.mark.parametrize("tokens,word", [
+        ([], "empty token list"), ([1.5, 2.0], "must be integers"), ([[1, 2]], "flat list"),
+        (["a"], "must be integers"), ([-1, 3], r"\[0, 2\*\*31\)")])
+    def test_tokens(self, tokens: object, word: str) -> None:
+        cache = PrefixCache(SMALL, "1GB", "marconi")
+        with pytest.raises(ValueError, match=word):
+            cache.lookup(tokens)
+
+    def test_negative_capacity(self) -> None:
+        with pytest.raises(ValueError, match="-5"):
+            PrefixCache(SMALL, -5, "marconi")
+
+    def test_unknown_system(self) -> None:
+        with pytest.raises(ValueError, match=r"unknown system .lfu.*sglang"):
+            PrefixCache(SMALL, "1GB", "lfu")
+
+    def test_negative_alpha(self) -> None:
+        with pytest.raises(ValueError, match=r"-0\.5"):
+            PrefixCache(SMALL, "1GB", "marconi", alpha=-0.5)
+
+    def test_n_input_out_of_range(self) -> None:
+        cache = PrefixCache(SMALL, "1GB", "marconi")
+        with pytest.raises(ValueError, match="n_input=5"):
+            cache.commit([1, 2], 5)
