@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ class Files:
             path.write_text(text)
         return path
 
-    def jsonl(self, name: str, rows: list[object], *, gz: bool = False) -> Path:
+    def jsonl(self, name: str, rows: Sequence[object], *, gz: bool = False) -> Path:
         return self.text(name, "".join(json.dumps(r) + "\n" for r in rows), gz=gz)
 
     def json(self, name: str, doc: object, *, gz: bool = False) -> Path:
@@ -52,17 +53,3 @@ class Files:
 @pytest.fixture
 def files(tmp_path: Path) -> Files:
     return Files(tmp_path)
-
-
-def chat(n_rounds: int, tag: str = "") -> list[dict[str, str]]:
-    """ShareGPT-style messages: human/gpt alternating, distinct texts."""
-    out = []
-    for k in range(n_rounds):
-        out.append({"from": "human", "value": f"question {tag} {k} " + "word " * (k + 1)})
-        out.append({"from": "gpt", "value": f"answer {tag} {k} is forty two"})
-    return out
-
-
-@pytest.fixture
-def make_chat():  # type: ignore[no-untyped-def]
-    return chat

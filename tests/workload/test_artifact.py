@@ -13,11 +13,22 @@ if TYPE_CHECKING:
     from tests.workload.conftest import Files
 
 ROWS = [
-    {"session_id": "b", "turn_id": 0, "ts": 2.0, "input_tokens": [5, 6], "output_tokens": [7],
-     "extra": "ignored"},
+    {
+        "session_id": "b",
+        "turn_id": 0,
+        "ts": 2.0,
+        "input_tokens": [5, 6],
+        "output_tokens": [7],
+        "extra": "ignored",
+    },
     {"session_id": "a", "turn_id": 0, "ts": 1.0, "input_tokens": [1, 2, 3], "output_tokens": [4]},
-    {"session_id": "a", "turn_id": 1, "ts": 3.0, "input_tokens": [1, 2, 3, 4, 9],
-     "output_tokens": []},
+    {
+        "session_id": "a",
+        "turn_id": 1,
+        "ts": 3.0,
+        "input_tokens": [1, 2, 3, 4, 9],
+        "output_tokens": [],
+    },
 ]
 
 
@@ -51,16 +62,35 @@ class TestArtifact:
     @pytest.mark.parametrize(
         ("line", "field", "reason"),
         [
-            ('{"session_id": "a", "turn_id": 0, "ts": 1, "input_tokens": [1]}', "output_tokens",
-             "missing field"),
-            ('{"session_id": "a", "turn_id": 0, "ts": 1, "input_tokens": [1, 2.5], '
-             '"output_tokens": []}', "input_tokens", "integers"),
-            ('{"session_id": "a", "turn_id": 0, "ts": 1, "input_tokens": ["x"], '
-             '"output_tokens": []}', "input_tokens", "integers"),
-            ('{"session_id": "a", "turn_id": 0, "ts": "soon", "input_tokens": [1], '
-             '"output_tokens": []}', "ts", "number"),
-            ('{"session_id": "a", "turn_id": 1.5, "ts": 1, "input_tokens": [1], '
-             '"output_tokens": []}', "turn_id", "integer"),
+            (
+                '{"session_id": "a", "turn_id": 0, "ts": 1, "input_tokens": [1]}',
+                "output_tokens",
+                "missing field",
+            ),
+            (
+                '{"session_id": "a", "turn_id": 0, "ts": 1, "input_tokens": [1, 2.5], '
+                '"output_tokens": []}',
+                "input_tokens",
+                "integers",
+            ),
+            (
+                '{"session_id": "a", "turn_id": 0, "ts": 1, "input_tokens": ["x"], '
+                '"output_tokens": []}',
+                "input_tokens",
+                "integers",
+            ),
+            (
+                '{"session_id": "a", "turn_id": 0, "ts": "soon", "input_tokens": [1], '
+                '"output_tokens": []}',
+                "ts",
+                "number",
+            ),
+            (
+                '{"session_id": "a", "turn_id": 1.5, "ts": 1, "input_tokens": [1], '
+                '"output_tokens": []}',
+                "turn_id",
+                "integer",
+            ),
         ],
     )
     def test_bad_field_names_file_line_field(

