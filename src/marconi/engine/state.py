@@ -26,12 +26,19 @@ def _nbytes(tensors: Sequence[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class KVBlock:
-    """K and V of a contiguous token range, one tensor pair per attention layer."""
+    """K and V of a contiguous token range, one tensor pair per attention layer.
+
+    Mutable only through `free`: a handle the cache has let go of may still be referenced
+    (e.g. by an eviction policy's lazy heap), so the store empties it to really free it.
+    """
 
     keys: tuple[torch.Tensor, ...]
     values: tuple[torch.Tensor, ...]
+
+    def free(self) -> None:
+        self.keys, self.values = (), ()
 
     @property
     def tokens(self) -> int:
@@ -60,7 +67,7 @@ def concat_kv(blocks: Sequence[KVBlock]) -> KVBlock | None:
                    tuple(torch.cat([b.values[i] for b in blocks], dim=1) for i in layers))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SSMState:
     """Conv and recurrent state of every SSM layer after exactly `position` tokens.
 
@@ -82,6 +89,10 @@ class SSMState:
     @property
     def logits_bytes(self) -> int:
         return _nbytes((self.logits,))
+
+    def free(self) -> None:
+        """Drop the tensors (the handle may outlive its release); see `KVBlock.free`."""
+        self.conv, self.recurrent, self.logits = (), (), torch.empty(0)
 
 
 def snapshot_state(model: HybridModel, cache: DynamicCache, position: int,

@@ -57,13 +57,17 @@ class TensorStore:
 
     def kv_join(self, first: KVBlock, second: KVBlock) -> KVBlock:
         joined = concat_kv([first, second])
-        if joined is None:
-            raise ValueError("kv_join of nothing")
+        if joined is None or joined is first or joined is second:
+            raise ValueError("kv_join needs two blocks")
+        first.free()  # consumed: the merged node may outlive the merge
+        second.free()
         return joined
 
     def release(self, kv: Any, state: Any) -> None:
         if isinstance(kv, KVBlock):
             self.kv_bytes -= kv.nbytes
+            kv.free()
         if isinstance(state, SSMState):
             self.state_bytes -= state.nbytes
             self.logits_bytes -= state.logits_bytes
+            state.free()

@@ -1,0 +1,119 @@
+"""Cached runs give the same tokens and logits as uncached runs (float32, 1e-4)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from marconi.engine import Capture, Engine, Sampling, restore, snapshot_kv, snapshot_state
+from marconi.engine.prefill import forward, prefill
+
+FAMILIES = ["bamba", "nemotron_h", "granitemoehybrid", "falcon_h1", "zamba2", "qwen3_next"]
+SYSTEMS = ["marconi", "sglang+", "vllm+"]
+TOL = 1e-4
+
+
+def _tokens(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.integers(0, 256, n).astype(np.int32)
+
+
+def _workload(rng: np.random.Generator) -> list[np.ndarray]:
+    """Shared system prompt, branches off it, and a branch of a branch."""
+    system = _tokens(rng, 45)
+    a, b = np.concatenate([system, _tokens(rng, 12)]), np.concatenate([system, _tokens(rng, 9)])
+    return [a, b, np.concatenate([system, _tokens(rng, 20)]), np.concatenate([b, _tokens(rng, 7)])]
+
+
+def _check_same(cached: Engine, plain: Engine, prompt: np.ndarray, steps: int = 6,
+                sampling: Sampling | None = None) -> tuple[int, np.ndarray]:
+    got = cached.generate(prompt, steps, sampling)
+    want = plain.generate(prompt, steps, sampling)
+    np.testing.assert_array_equal(got.output, want.output)
+    assert torch.allclose(got.logits, want.logits, atol=TOL, rtol=0)
+    return got.hit, got.output
+
+
+class TestCachedEqualsUncached:
+    @pytest.mark.parametrize("arch", FAMILIES)
+    @pytest.mark.parametrize("system", SYSTEMS)
+    def test_shared_prefixes_and_multi_turn(self, get_model, arch, system):
+        model, rng = get_model(arch), np.random.default_rng(1)
+        cached, plain = Engine(model, system, alpha=0.5 if system == "marconi" else None), \
+            Engine(model, "vanilla")
+        hits = [_check_same(cached, plain, p)[0] for p in _workload(rng)]
+        history = _workload(rng)[0]
+        for _turn in range(3):  # multi-turn: each input extends the last input + output
+            hit, out = _check_same(cached, plain, history)
+            hits.append(hit)
+            history = np.concatenate([history, out, _tokens(rng, 5)])
+        assert sum(hits) > 0
+        assert cached.cache.stats.states_not_captured == 0
+
+    @pytest.mark.parametrize("arch", ["bamba", "zamba2"])
+    def test_sampled_with_seed(self, get_model, arch):
+        model, rng = get_model(arch), np.random.default_rng(2)
+        cached, plain = Engine(model, "sglang+"), Engine(model, "vanilla")
+        sampling = Sampling(temperature=0.8, top_k=50, seed=7)
+        prompt = _tokens(rng, 40)
+        _, out = _check_same(cached, plain, prompt, sampling=sampling)
+        hit, _ = _check_same(cached, plain, np.concatenate([prompt, out, _tokens(rng, 4)]),
+                             sampling=sampling)
+        assert hit == len(prompt) + len(out)
+
+
+class TestExactRepeat:
+    @pytest.mark.parametrize("arch", ["bamba", "qwen3_next"])
+    def test_repeat_of_a_cached_sequence_is_exact(self, get_model, arch):
+        model, rng = get_model(arch), np.random.default_rng(3)
+        cached, plain = Engine(model, "sglang+"), Engine(model, "vanilla")
+        prompt = _tokens(rng, 30)
+        first = cached.generate(prompt, 5)
+        repeat = np.concatenate([prompt, first.output])  # the cache holds a state at its end
+        hit, _ = _check_same(cached, plain, repeat)
+        assert hit == len(repeat)
+
+
+class TestRestore:
+    @pytest.mark.parametrize("arch", FAMILIES)
+    def test_restoring_the_same_checkpoint_twice_gives_the_same_result(self, get_model, arch):
+        model, rng = get_model(arch), np.random.default_rng(4)
+        tokens = torch.from_numpy(_tokens(rng, 50)).long()
+        done = prefill(model, tokens[:30], model.new_cache(), 0, [30])
+        state, block = done.states[30], snapshot_kv(model, done.cache, 0, 30)
+        runs = [forward(model, restore(model, block, state), tokens[30:], 30) for _ in range(2)]
+        full = forward(model, model.new_cache(), tokens, 0)
+        assert torch.equal(runs[0], runs[1])
+        assert torch.allclose(runs[0], full, atol=TOL, rtol=0)
+
+    def test_snapshot_is_a_clone(self, get_model):
+        model, rng = get_model("bamba"), np.random.default_rng(5)
+        tokens = torch.from_numpy(_tokens(rng, 20)).long()
+        cache = model.new_cache()
+        logits = forward(model, cache, tokens[:10], 0)
+        state = snapshot_state(model, cache, 10, logits)
+        before = [t.clone() for t in state.recurrent]
+        forward(model, cache, tokens[10:], 10)  # updates the live cache in place
+        assert all(torch.equal(a, b) for a, b in zip(before, state.recurrent, strict=True))
+
+
+class TestChunkCapture:
+    def test_chunk_state_equals_exact_state_at_the_boundary(self, get_model):
+        model, rng = get_model("bamba"), np.random.default_rng(6)
+        tokens = torch.from_numpy(_tokens(rng, 60)).long()
+        chunk = model.chunk_size
+        chunked = prefill(model, tokens, model.new_cache(), 0, [40], Capture.CHUNK)
+        exact = prefill(model, tokens, model.new_cache(), 0, [(40 // chunk) * chunk])
+        (pos,) = chunked.states
+        assert pos == (40 // chunk) * chunk
+        for a, b in zip(chunked.states[pos].recurrent, exact.states[pos].recurrent, strict=True):
+            assert torch.allclose(a, b, atol=1e-5)
+
+    def test_chunk_capture_with_a_cache_stays_exact_but_loses_branch_states(self, get_model):
+        model, rng = get_model("bamba"), np.random.default_rng(7)
+        cached = Engine(model, "sglang+", capture=Capture.CHUNK)
+        plain = Engine(model, "vanilla")
+        system = _tokens(rng, 37)  # the branch at 37 is not a chunk multiple
+        for _ in range(3):
+            _check_same(cached, plain, np.concatenate([system, _tokens(rng, 10)]))
+        assert cached.cache.stats.states_not_captured > 0

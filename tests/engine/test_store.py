@@ -1,0 +1,73 @@
+"""Byte accounting: tensors held == spec bytes, per node and in total; eviction frees them."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+from marconi.engine import Engine, KVBlock, SSMState
+
+FAMILIES = ["bamba", "nemotron_h", "granitemoehybrid", "falcon_h1", "zamba2", "qwen3_next"]
+
+
+def _run(engine: Engine, seed: int, requests: int = 6) -> None:
+    rng = np.random.default_rng(seed)
+    system = rng.integers(0, 256, 40)
+    for _ in range(requests):
+        engine.generate(np.concatenate([system, rng.integers(0, 256, 15)]), 6)
+
+
+def check_bytes(engine: Engine) -> None:
+    """Every node's tensors match the spec; totals match the cache's and the store's."""
+    spec, kv_total, state_total = engine.model.spec, 0, 0
+    for node in engine.cache.tree.nodes():
+        if node is engine.cache.tree.root:
+            continue
+        assert isinstance(node.kv, KVBlock) and node.kv.tokens == node.edge_len
+        assert node.kv.nbytes == node.edge_len * spec.kv_bytes_per_token
+        kv_total += node.kv.nbytes
+        if node.has_state:
+            assert isinstance(node.state, SSMState) and node.state.position == node.depth
+            assert node.state.nbytes == spec.ssm_bytes
+            state_total += node.state.nbytes
+    stats = engine.cache.stats
+    assert (kv_total, state_total) == (stats.kv_bytes, stats.ssm_bytes)
+    assert (kv_total, state_total) == (engine.store.kv_bytes, engine.store.state_bytes)
+
+
+class TestByteAccounting:
+    @pytest.mark.parametrize("arch", FAMILIES)
+    @pytest.mark.parametrize("system", ["marconi", "sglang+", "vllm+"])
+    def test_tensors_equal_spec_per_node_and_in_total(self, get_model, arch, system):
+        engine = Engine(get_model(arch), system, alpha=0.5 if system == "marconi" else None)
+        _run(engine, seed=0)
+        assert engine.cache.stats.states_admitted > 0
+        check_bytes(engine)
+
+    @pytest.mark.parametrize("system", ["marconi", "sglang+", "vllm+"])
+    def test_bounded_capacity_evicts_and_stays_consistent(self, get_model, system):
+        model = get_model("bamba")
+        capacity = 5 * model.spec.ssm_bytes + 150 * model.spec.kv_bytes_per_token
+        engine = Engine(model, system, capacity, alpha=0.5 if system == "marconi" else None)
+        _run(engine, seed=1, requests=10)
+        assert engine.cache.stats.evictions > 0
+        assert engine.cache.bytes <= capacity
+        check_bytes(engine)
+
+
+class TestRelease:
+    def test_eviction_frees_the_tensors(self, get_model):
+        model = get_model("bamba")
+        engine = Engine(model, "sglang+")
+        _run(engine, seed=2, requests=3)
+        refs = [weakref.ref(t) for node in engine.cache.tree.nodes()
+                if isinstance(node.state, SSMState) for t in node.state.recurrent]
+        refs += [weakref.ref(t) for node in engine.cache.tree.nodes()
+                 if isinstance(node.kv, KVBlock) for t in node.kv.keys]
+        engine.cache.evict(engine.cache.bytes)
+        gc.collect()
+        assert refs and all(r() is None for r in refs)
+        assert engine.store.nbytes == 0 and engine.cache.bytes == 0
