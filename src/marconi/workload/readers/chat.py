@@ -17,6 +17,7 @@ from marconi.workload.conversation import (
 from marconi.workload.options import TraceOptions
 from marconi.workload.store import Built, TraceBuilder
 from marconi.workload.tokenizers import encode_unique, get_tokenizer
+from marconi.workload.types import Tokens
 
 CHAT_MIN_TURNS = 10  # paper: sessions with >= 10 rounds
 
@@ -34,30 +35,42 @@ def build_trace(
     """Select sessions, tokenize every message once, and lay requests out per session."""
     chosen = select_sessions(convs, options, min_turns=min_turns, rounds=rounds)
     tokenizer = get_tokenizer(options.tokenizer)
-    texts = [t for c in chosen for t in c.texts] + [OBSERVATION_NOTE]
-    flat = encode_unique(tokenizer, texts)
+    flat = encode_unique(tokenizer, [t for c in chosen for t in c.texts] + [OBSERVATION_NOTE])
     builder, start, truncated = TraceBuilder(), 0, 0
     for index, conv in enumerate(chosen):
         tokens = flat[start : start + len(conv.texts)]
         start += len(conv.texts)
-        arrivals = call_arrivals(conv, index, options, kind)
-        if options.collapse_observations is None:
-            added = add_conversation(builder, conv, tokens, arrivals, options.max_input_tokens)
-        else:
-            added = add_collapsed(
-                builder,
-                conv,
-                tokens,
-                arrivals,
-                options.max_input_tokens,
-                options.collapse_observations,
-                flat[-1],
-            )
+        added = _add(
+            builder, conv, tokens, call_arrivals(conv, index, options, kind), options, note=flat[-1]
+        )
         truncated += added < len(conv.calls)
     meta = {
         "format": fmt,
         "source": str(source),
         "tokenizer": tokenizer.name,
         "sessions_truncated": truncated,
-    }
+    }  # sessions cut at their first over-long input
     return builder.build(Path(source).name, meta)
+
+
+def _add(
+    builder: TraceBuilder,
+    conv: Conversation,
+    tokens: list[Tokens],
+    arrivals: list[float],
+    options: TraceOptions,
+    *,
+    note: Tokens,
+) -> int:
+    """One session, as prefix views or (collapsing observations) one buffer per call."""
+    if options.collapse_observations is None:
+        return add_conversation(builder, conv, tokens, arrivals, options.max_input_tokens)
+    return add_collapsed(
+        builder,
+        conv,
+        tokens,
+        arrivals,
+        options.max_input_tokens,
+        options.collapse_observations,
+        note,
+    )
