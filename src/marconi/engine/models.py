@@ -126,15 +126,16 @@ def _wrap(module: torch.nn.Module, config: PretrainedConfig, arch: Architecture)
                        vocab_size=int(config.vocab_size))
 
 
-def tiny_model(arch: str = "bamba", seed: int = 0, **overrides: Any) -> HybridModel:
-    """A small random-weight float32 model of family `arch` (default a tiny Bamba).
+def tiny_model(arch: str = "bamba", seed: int = 0, dtype: torch.dtype = torch.float32,
+               **overrides: Any) -> HybridModel:
+    """A small random-weight model of family `arch` (default a tiny float32 Bamba).
 
     `overrides` replace tiny config fields (e.g. `max_position_embeddings=64`).
     """
     family = architecture(arch)
     config = AutoConfig.for_model(arch, **{**family.tiny(), **overrides})
     torch.manual_seed(seed)
-    module = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    module = AutoModelForCausalLM.from_config(config, dtype=dtype)
     return _wrap(module, config, family)
 
 
