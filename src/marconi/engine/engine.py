@@ -120,7 +120,8 @@ class Engine:
         n_input = len(tokens)
         if state is not None and plan.hit == n_input:  # exact repeat: nothing to compute
             return PrefillResult(cache, state.logits)  # the state stays the cache's
-        wanted = {*plan.checkpoints, n_input}  # the end state seeds output replays
+        caching = self.cache.admission.caches
+        wanted = {*plan.checkpoints, n_input} if caching else set()  # n_input: output replays
         if forced is not None:
             full = np.concatenate([tokens, forced])
             wanted |= set(self.cache.required_states(full, n_input))
@@ -142,7 +143,8 @@ class Engine:
                 logits.append(step_logits)
                 token = sample(step_logits, sampling, step + 1)
         end = n_input + steps
-        result.states[end] = snapshot_state(self.model, result.cache, end, step_logits)
+        if self.cache.admission.caches:
+            result.states[end] = snapshot_state(self.model, result.cache, end, step_logits)
         timings.decode = time.perf_counter() - t0
         output = np.asarray(out, dtype=np.int32)
         self._replay_output(tokens, output, result, base, timings)
@@ -167,7 +169,7 @@ class Engine:
         """Teacher-force a known output, capturing the states inside it and at its end."""
         t0 = time.perf_counter()
         full = np.concatenate([tokens, forced])
-        wanted = [*self.cache.required_states(full, len(tokens)), len(full)]
+        wanted = [*self.cache.required_states(full, len(tokens))]
         fed = prefill(self.model, torch.from_numpy(full).long(), result.cache, len(tokens),
                       wanted)
         result.states.update(fed.states)

@@ -1,0 +1,66 @@
+"""engine-bench: workloads, a small run, the table and the latency profile CSV."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+
+import numpy as np
+
+from marconi.engine.bench import (
+    agent,
+    bench,
+    conversation,
+    format_table,
+    shared_prompt,
+    text_tokens,
+)
+from marconi.engine.cli import register
+
+
+class TestWorkloads:
+    def test_conversation_extends_its_history(self):
+        turns = conversation(256, turns=3)
+        for (p0, o0), (p1, _) in itertools.pairwise(turns):
+            np.testing.assert_array_equal(p1[: len(p0) + len(o0)], np.concatenate([p0, o0]))
+
+    def test_shared_prompt_shares_its_head(self):
+        requests = shared_prompt(256, requests=3, system=20)
+        assert all((p[:20] == requests[0][0][:20]).all() for p, _ in requests)
+
+    def test_agent_reads_trajectories(self, tmp_path):
+        folder = tmp_path / "trajs" / "x"
+        folder.mkdir(parents=True)
+        messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "do"},
+                    {"role": "assistant", "content": "ok"}, {"role": "user", "content": "r"},
+                    {"role": "assistant", "content": [{"type": "text", "text": "done"}]}]
+        (folder / "x.traj.json").write_text(json.dumps({"messages": messages}))
+        calls = agent(tmp_path, 256)
+        assert len(calls) == 2
+        np.testing.assert_array_equal(calls[1][1], text_tokens("done", 256))
+        assert len(calls[1][0]) == len("sysdookr")
+
+
+class TestBench:
+    def test_small_run_writes_table_and_profile(self, get_model, tmp_path, monkeypatch):
+        import marconi.engine.bench as module
+
+        monkeypatch.setattr(module, "workloads", lambda model, agent_dir: {
+            "conversation": conversation(256, turns=3, user=20, reply=4)})
+        rows = bench(get_model("bamba"), None, ["vanilla", "sglang+"], "1GB", True,
+                     tmp_path / "profile.csv")
+        assert [r.system for r in rows] == ["vanilla", "sglang+", "sglang+/chunk"]
+        assert rows[0].hit_tokens == 0 and rows[1].hit_tokens > 0
+        assert "sglang+/chunk" in format_table(rows)
+        with (tmp_path / "profile.csv").open() as handle:
+            table = list(csv.DictReader(handle))
+        assert set(table[0]) == {"tokens_to_prefill", "cached_tokens", "seconds"}
+        assert len(table) == 6
+
+    def test_register(self):
+        parser = argparse.ArgumentParser()
+        register(parser.add_subparsers(dest="command"))
+        args = parser.parse_args(["engine-bench", "--systems", "vanilla", "--set", "x=1"])
+        assert args.systems == "vanilla" and args.set == ["x=1"] and callable(args.func)
