@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Create .venv and install marconi with the extras named in $1 (default: dev).
+# Re-installs only when pyproject.toml changed since the last install.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-dev}"
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+    .venv/bin/python -m pip install -q --upgrade pip
+fi
+stamp=".venv/.marconi-installed-$extras"
+want=$(sha256sum pyproject.toml | cut -c1-16)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    # torch==2.13.0 is pinned: it resolves to the CPU build this machine class ships
+    .venv/bin/python -m pip install -q -e ".[$extras]"
+    echo "$want" > "$stamp"
+fi

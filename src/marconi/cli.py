@@ -1,0 +1,225 @@
+"""`marconi`: simulate, compare, analyze traces; engine-bench and serve when installed.
+
+Every subcommand registers itself (`_register_*`) and sets `func`; errors in user input
+end as one line `marconi: error: ...` and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from marconi.policies import SYSTEMS
+from marconi.report.table import table
+from marconi.sim.latency import DEFAULT_FLOPS_RATE, FlopsLatency, LatencyModel, ProfileLatency
+from marconi.sim.oracle import run
+from marconi.sim.replay import ORACLE, SimConfig, SimResult
+from marconi.spec import ModelSpec, resolve_model
+from marconi.units import parse_size
+from marconi.workload import Trace, load_trace, summarize
+from marconi.workload.cli_args import add_trace_arguments, options_from_args
+
+DEFAULT_COMPARE = "vanilla,vllm+,sglang+,marconi"
+
+
+def _system_names() -> list[str]:
+    return [*SYSTEMS, ORACLE]
+
+
+def _add_cache_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="trace file or folder, 'sharegpt', or 'synthetic:NAME[:k=v]'")
+    p.add_argument("--model", default="paper-7b",
+                   help="preset with optional overrides (paper-7b,ssm=28,attn=7,N=64) or a "
+                        "local Hugging Face config.json")
+    p.add_argument("--capacity", default="2GB", help="bytes for KV + SSM states: 2GB, 2GiB, 1e9")
+    p.add_argument("--multiplier", type=int, default=5,
+                   help="bootstrap window = this x requests before the first eviction (5..15)")
+    p.add_argument("--objective", choices=("flops", "tokens"), default="flops",
+                   help="what the bootstrap tuner maximizes")
+    p.add_argument("--flops-rate", type=float, default=DEFAULT_FLOPS_RATE,
+                   help="achieved prefill FLOP/s of the TTFT model")
+    p.add_argument("--latency-profile", type=Path,
+                   help="measured TTFT profile CSV (engine-bench writes one) instead of FLOPs")
+    p.add_argument("--no-bounds", action="store_true",
+                   help="skip the infinite-cache bounds and miss attribution (faster)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_trace_arguments(p)
+
+
+def _register_simulate(sub: Any) -> None:
+    p = sub.add_parser("simulate", help="replay a trace through one system",
+                       description="Replay a trace through one caching system.")
+    _add_cache_arguments(p)
+    p.add_argument("--system", default="marconi", choices=_system_names())
+    alpha = p.add_mutually_exclusive_group()
+    alpha.add_argument("--alpha", type=float, help="fix alpha (FLOP-aware systems)")
+    alpha.add_argument("--tune", action="store_true", help="bootstrap-tune alpha (default)")
+    p.add_argument("--records", type=Path, help="write per-request records (.csv or .parquet)")
+    p.set_defaults(func=cmd_simulate)
+
+
+def _register_compare(sub: Any) -> None:
+    p = sub.add_parser("compare", help="replay a trace through several systems: table + PNG",
+                       description="Replay one trace through several systems.")
+    _add_cache_arguments(p)
+    p.add_argument("--systems", default=DEFAULT_COMPARE,
+                   help=f"comma-separated, from: {', '.join(_system_names())}")
+    p.add_argument("--plot", type=Path, help="write a PNG comparing the systems")
+    p.set_defaults(func=cmd_compare)
+
+
+def _register_analyze(sub: Any) -> None:
+    p = sub.add_parser("analyze", help="a trace's reuse taxonomy and infinite-cache bound",
+                       description="How much of a trace's input could any cache reuse?")
+    p.add_argument("trace", help="trace file or folder, 'sharegpt', or 'synthetic:NAME[:k=v]'")
+    p.add_argument("--model", default="paper-7b", help="model for FLOPs (as in simulate)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    add_trace_arguments(p)
+    p.set_defaults(func=cmd_analyze)
+
+
+def _model(text: str) -> ModelSpec:
+    if text.endswith(".json") or Path(text).is_dir():
+        from marconi.spec import from_hf_config
+
+        return from_hf_config(text)
+    return resolve_model(text)
+
+
+def _latency(args: argparse.Namespace, spec: ModelSpec) -> LatencyModel:
+    if args.latency_profile is not None:
+        return ProfileLatency(args.latency_profile)
+    return FlopsLatency(spec, args.flops_rate)
+
+
+def _trace(args: argparse.Namespace) -> Trace:
+    return load_trace(args.trace, format=args.format, options=options_from_args(args))
+
+
+def _config(args: argparse.Namespace, system: str, alpha: float | None) -> SimConfig:
+    spec = _model(args.model)
+    return SimConfig(spec=spec, capacity=parse_size(args.capacity), system=system, alpha=alpha,
+                     multiplier=args.multiplier, objective=args.objective,
+                     latency=_latency(args, spec), bounds=not args.no_bounds)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    if args.alpha is not None and args.system in SYSTEMS and not SYSTEMS[args.system].uses_alpha:
+        raise ValueError(f"--alpha: system {args.system!r} has no alpha")
+    config = _config(args, args.system, args.alpha)
+    result = run(_trace(args), config, progress=not args.quiet)
+    summary = result.summary()
+    if args.records is not None:
+        write_records(result, args.records)
+    print(json.dumps(summary, indent=2) if args.json else table([summary]))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    names = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = [s for s in names if s not in _system_names()]
+    if unknown or not names:
+        raise ValueError(f"--systems: unknown {unknown or names}; known: {_system_names()}")
+    trace = _trace(args)
+    rows = [run(trace, _config(args, name, None), progress=not args.quiet).summary()
+            for name in names]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"{trace.name}: {len(trace)} requests, {trace.input_tokens} input tokens, "
+              f"model {args.model}, capacity {args.capacity}")
+        print(table(rows))
+    if args.plot is not None:
+        from marconi.report.plot import compare_plot
+
+        out = compare_plot(rows, args.plot, f"{trace.name} | {args.model} | {args.capacity}")
+        print(f"plot written to {out}", file=sys.stderr)
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from marconi.sim.analyze import analyze
+
+    trace = _trace(args)
+    report = analyze(trace, _model(args.model)) | {"trace_summary": summarize(trace)}
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_analysis(report))
+    return 0
+
+
+def format_analysis(report: dict[str, Any]) -> str:
+    total = max(report["input_tokens"], 1)
+    lines = [f"{report['trace']}: {report['requests']} requests, {report['input_tokens']} "
+             "input tokens", "reuse taxonomy (share of input tokens):"]
+    for key, value in report["reuse_taxonomy"].items():
+        lines.append(f"  {key.replace('_', ' '):18} {value:>12}  {100 * value / total:5.1f}%")
+    lines.append(f"infinite-cache bound: token hit rate {100 * report['bound_token_hit_rate']:.1f}%"
+                 f", FLOPs saved {100 * report['bound_flops_saved_rate']:.1f}%")
+    return "\n".join(lines)
+
+
+def write_records(result: SimResult, path: Path) -> None:
+    """Per-request records as CSV or Parquet (by extension)."""
+    from marconi.sim.metrics import ttft_seconds
+
+    columns: dict[str, Any] = {"session": result.sessions, "arrival": result.arrivals}
+    columns |= dict(result.records) | {"ttft_s": ttft_seconds(result)}
+    if path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({k: list(v) if k == "session" else v
+                                 for k, v in columns.items()}), path)
+        return
+    if path.suffix != ".csv":
+        raise ValueError(f"--records: {path} must end in .csv or .parquet")
+    with path.open("w") as f:
+        f.write(",".join(columns) + "\n")
+        for row in zip(*columns.values(), strict=True):
+            f.write(",".join(_csv(v) for v in row) + "\n")
+
+
+def _csv(value: Any) -> str:
+    if isinstance(value, float | np.floating):
+        return repr(float(value))
+    return str(value)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="marconi", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    for register in (_register_simulate, _register_compare, _register_analyze):
+        register(sub)
+    _register_optional(sub)
+    return p
+
+
+def _register_optional(sub: Any) -> None:
+    """Commands whose extras (torch, fastapi) may not be installed."""
+    for module in ("marconi.engine.cli", "marconi.server.cli"):
+        try:
+            __import__(module, fromlist=["register"]).register(sub)
+        except ImportError:
+            continue
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ValueError, FileNotFoundError) as err:
+        print(f"marconi: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("marconi: interrupted", file=sys.stderr)
+        return 130

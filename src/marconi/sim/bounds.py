@@ -1,0 +1,49 @@
+"""What an infinite cache could reuse: every prefix ever seen, token by token.
+
+`SeenTree` holds every committed sequence in a radix tree. For a new input it reports
+`seen` (the longest prefix seen before) and `from_inputs` (how much of that prefix was
+seen inside some earlier request's *input*), which splits reuse into the paper's
+taxonomy: purely input, input and output, neither.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from marconi.tree import TOKEN_BYTES, Node, RadixTree
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    seen: int  # longest prefix of the input seen before
+    from_inputs: int  # of it, the part seen within an earlier input (<= seen)
+
+
+class SeenTree:
+    def __init__(self) -> None:
+        self.tree = RadixTree()
+        self._input_depth: dict[Node, int] = {}  # max input length of sequences through a node
+
+    def lookup(self, tokens: np.ndarray) -> Seen:
+        match = self.tree.match(tokens.tobytes())
+        last = match.partial or match.node
+        if last is None:
+            return Seen(0, 0)
+        return Seen(match.length, min(match.length, self._input_depth[last]))
+
+    def commit(self, tokens: np.ndarray, n_input: int) -> None:
+        key = tokens.tobytes()
+        match = self.tree.match(key)
+        parent = match.node or self.tree.root
+        if match.partial is not None and match.length < len(tokens):
+            parent = self.tree.split(match.partial, match.offset)
+            self._input_depth[parent] = self._input_depth[match.partial]
+        path = [*match.path, *([parent] if parent is not match.node else [])]
+        if match.partial is not None and match.length == len(tokens):
+            path.append(match.partial)
+        if match.length < len(tokens):
+            path.append(self.tree.insert(parent, key[match.length * TOKEN_BYTES :]))
+        for node in path:
+            self._input_depth[node] = max(self._input_depth.get(node, 0), n_input)

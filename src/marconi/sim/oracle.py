@@ -1,0 +1,42 @@
+"""`marconi-oracle`: Marconi with the best static alpha in hindsight (an upper reference).
+
+Replays the whole trace once per alpha of the grid and keeps the best by FLOPs saved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from concurrent.futures import Executor, ProcessPoolExecutor
+
+from marconi.sim.replay import ORACLE, SimConfig, SimResult, simulate
+from marconi.tuner import GRID
+from marconi.workload.types import Trace
+
+
+def _one(trace: Trace, config: SimConfig, alpha: float) -> SimResult:
+    return simulate(trace, dataclasses.replace(config, system="marconi", alpha=alpha))
+
+
+def oracle(trace: Trace, config: SimConfig, *, grid: tuple[float, ...] = GRID,
+           executor: Executor | None = None) -> SimResult:
+    """Best fixed-alpha Marconi replay of `trace`; `tuning.scores` holds every alpha's."""
+    pool = executor or ProcessPoolExecutor(max_workers=min(len(grid), os.cpu_count() or 1))
+    try:
+        results = list(pool.map(_one, [trace] * len(grid), [config] * len(grid), grid))
+    finally:
+        if executor is None:
+            pool.shutdown()
+    scores = {a: float(r.summary()["flops_saved"]) for a, r in zip(grid, results, strict=True)}
+    best_alpha = max(scores, key=lambda a: (scores[a], -a))
+    best = results[grid.index(best_alpha)]
+    best.config = dataclasses.replace(config, alpha=best_alpha)
+    best.tuning = {"alpha": best_alpha, "scores": {str(a): s for a, s in scores.items()}}
+    return best
+
+
+def run(trace: Trace, config: SimConfig, *, progress: bool = False) -> SimResult:
+    """`simulate`, or the oracle when `config.system` is marconi-oracle."""
+    if config.system == ORACLE:
+        return oracle(trace, config)
+    return simulate(trace, config, progress=progress)

@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from marconi.cli import main
+from marconi.policies import SYSTEMS
+from marconi.sim import FlopsLatency, ProfileLatency, SimConfig, simulate
+from marconi.sim.oracle import ORACLE, run
+from marconi.spec import PAPER_7B
+from marconi.workload import Trace, TraceOptions, load_trace
+
+CONTRACT = ("system", "requests", "input_tokens", "hit_tokens", "token_hit_rate",
+            "request_hit_rate", "flops_saved", "flops_total", "alpha", "states_admitted",
+            "evictions", "peak_bytes", "seconds")
+
+
+def _trace(name: str = "synthetic:multi-turn") -> Trace:
+    return load_trace(name, options=TraceOptions(sessions=12, seed=3))
+
+
+def _artifact(tmp_path: Path) -> Path:
+    """A small trace in the paper artifact's JSONL format: 3 sessions of 4 turns."""
+    rng = np.random.default_rng(0)
+    lines = []
+    for s in range(3):
+        history = list(range(1000, 1200))  # a shared system prompt
+        for t in range(4):
+            inp = history + rng.integers(0, 30_000, 150).tolist()
+            out = rng.integers(0, 30_000, 40).tolist()
+            lines.append({"session_id": s, "turn_id": t, "ts": s * 1.0 + t * 10.0,
+                          "input_tokens": inp, "output_tokens": out})
+            history = inp + out
+    path = tmp_path / "trace.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines))
+    return path
+
+
+class TestSimulate:
+    @pytest.mark.parametrize("system", sorted(SYSTEMS))
+    def test_summary_is_consistent(self, system: str) -> None:
+        result = simulate(_trace(), SimConfig(spec=PAPER_7B, capacity="3GB", system=system))
+        s = result.summary()
+        assert all(key in s for key in CONTRACT)
+        assert 0 <= s["hit_tokens"] <= s["input_tokens"]
+        assert s["token_hit_rate"] == pytest.approx(s["hit_tokens"] / s["input_tokens"])
+        assert 0 <= s["flops_saved"] <= s["flops_total"]
+        assert s["peak_bytes"] <= 3e9
+        miss = s["miss_tokens"]
+        assert sum(miss.values()) == s["input_tokens"] - s["hit_tokens"]
+        assert s["hit_tokens"] <= s["system_bound_token_hit_rate"] * s["input_tokens"] + 1e-6
+        assert s["system_bound_token_hit_rate"] <= s["bound_token_hit_rate"] + 1e-12
+
+    def test_deterministic(self) -> None:
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", system="marconi")
+        a, b = (simulate(_trace(), config).summary() for _ in range(2))
+        assert {k: v for k, v in a.items() if k != "seconds"} == {
+            k: v for k, v in b.items() if k != "seconds"}
+
+    def test_unbounded_cache_reaches_its_bound(self) -> None:
+        s = simulate(_trace(), SimConfig(spec=PAPER_7B, capacity="1TB",
+                                         system="sglang+")).summary()
+        assert s["token_hit_rate"] == s["system_bound_token_hit_rate"] > 0
+        assert s["miss_tokens"]["evicted"] == 0
+
+    def test_vanilla_hits_nothing(self) -> None:
+        s = simulate(_trace(), SimConfig(spec=PAPER_7B, capacity="1TB",
+                                         system="vanilla")).summary()
+        assert s["hit_tokens"] == 0 and s["peak_bytes"] == 0
+
+    def test_empty_trace(self) -> None:
+        s = simulate(Trace("empty", ()), SimConfig(spec=PAPER_7B, capacity="1GB",
+                                                   system="marconi")).summary()
+        assert s["requests"] == 0 and s["token_hit_rate"] == 0.0 and s["ttft_p95"] == 0.0
+
+    def test_oracle_is_best_fixed_alpha(self) -> None:
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", system=ORACLE)
+        best = run(_trace(), config).summary()
+        assert best["system"] == ORACLE and len(best["tuning"]["scores"]) == 21
+        fixed = simulate(_trace(), SimConfig(spec=PAPER_7B, capacity="1GB", system="marconi",
+                                             alpha=0.0)).summary()
+        assert best["flops_saved"] >= fixed["flops_saved"]
+
+
+class TestLatency:
+    def test_flops_model(self) -> None:
+        model = FlopsLatency(PAPER_7B, rate=1e14)
+        t = model.ttft(np.array([1000, 1000]), np.array([0, 1000]))
+        assert t[0] == pytest.approx(PAPER_7B.flops(1000) / 1e14) and t[1] == 0
+
+    def test_profile_fit(self, tmp_path: Path) -> None:
+        path = tmp_path / "p.csv"
+        rows = [(t, c, 0.01 + 1e-4 * t) for t in (10, 100, 500, 1000) for c in (0, 200)]
+        path.write_text("tokens_to_prefill,cached_tokens,seconds\n"
+                        + "\n".join(f"{t},{c},{s}" for t, c, s in rows))
+        model = ProfileLatency(path)
+        assert model.ttft(np.array([700]), np.array([200]))[0] == pytest.approx(0.06, rel=1e-3)
+
+    def test_profile_errors_name_line_and_field(self, tmp_path: Path) -> None:
+        path = tmp_path / "p.csv"
+        path.write_text("tokens_to_prefill,cached_tokens,seconds\n1,2,3\n4,x,6\n")
+        with pytest.raises(ValueError, match=r"line 3: field 'cached_tokens'"):
+            ProfileLatency(path)
+        path.write_text("tokens,seconds\n1,2\n")
+        with pytest.raises(ValueError, match="lacks column"):
+            ProfileLatency(path)
+
+
+class TestCli:
+    def test_simulate_json_contract(self, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        records = tmp_path / "r.csv"
+        code = main(["simulate", str(_artifact(tmp_path)), "--system", "sglang+", "--json",
+                     "--capacity", "1GB", "--quiet", "--records", str(records)])
+        out = json.loads(capsys.readouterr().out)
+        assert code == 0 and all(k in out for k in CONTRACT)
+        assert out["requests"] == 12 and out["hit_tokens"] > 0
+        assert len(records.read_text().splitlines()) == 13
+
+    def test_compare_table_and_plot(self, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        png = tmp_path / "cmp.png"
+        code = main(["compare", str(_artifact(tmp_path)), "--capacity", "1GB", "--quiet",
+                     "--plot", str(png)])
+        out = capsys.readouterr().out
+        assert code == 0 and png.read_bytes()[:4] == b"\x89PNG"
+        assert all(name in out for name in ("vanilla", "vllm+", "sglang+", "marconi"))
+
+    def test_analyze(self, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        assert main(["analyze", str(_artifact(tmp_path)), "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        tax = report["reuse_taxonomy"]
+        assert sum(tax.values()) == report["input_tokens"]
+        assert tax["purely_input"] > 0 and tax["input_and_output"] > 0
+
+    @pytest.mark.parametrize("args,word", [
+        (["--capacity", "lots"], "bad size 'lots'"),
+        (["--system", "sglang+", "--alpha", "1"], "has no alpha"),
+        (["--alpha", "-1"], "alpha must be"),
+        (["--model", "gpt-9"], "unknown model")])
+    def test_bad_input_exits_2(self, tmp_path: Path, capsys: pytest.CaptureFixture,
+                               args: list[str], word: str) -> None:
+        assert main(["simulate", str(_artifact(tmp_path)), "--quiet", *args]) == 2
+        assert word in capsys.readouterr().err
+
+    def test_missing_file(self, capsys: pytest.CaptureFixture) -> None:
+        assert main(["simulate", "/no/such/trace.jsonl", "--quiet"]) == 2
+        assert "/no/such/trace.jsonl" in capsys.readouterr().err
