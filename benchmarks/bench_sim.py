@@ -1,0 +1,65 @@
+"""Replay speed of every system on the two workloads the issue names, with trace loading
+timed separately and the process's peak memory.
+
+    .venv/bin/python benchmarks/bench_sim.py [--no-bounds] [--systems a,b]
+
+ShareGPT: first 100 sessions with >= 10 rounds at 5 GB. SWE-agent: the mini-swe-agent
+trajectories in ../shared/data at 40 GB (skipped when absent). Model paper-7b.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import resource
+import time
+from pathlib import Path
+
+from marconi.policies import SYSTEMS
+from marconi.sim import SimConfig
+from marconi.sim.oracle import run
+from marconi.spec import PAPER_7B
+from marconi.workload import TraceOptions, load_trace
+
+SWE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mini-swe-agent" / "trajs"
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def bench(name: str, source: str, options: TraceOptions, capacity: str, systems: list[str],
+          bounds: bool) -> None:
+    t0 = time.perf_counter()
+    trace = load_trace(source, options=options)
+    load = time.perf_counter() - t0
+    print(f"\n{name}: {len(trace)} requests, {trace.input_tokens / 1e6:.1f}M input tokens, "
+          f"capacity {capacity}; trace loading {load:.2f} s")
+    print(f"{'system':20} {'replay s':>9} {'token hit':>10} {'alpha':>6} {'peak RSS MB':>12}")
+    for system in systems:
+        config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=bounds)
+        t0 = time.perf_counter()
+        s = run(trace, config).summary()
+        print(f"{system:20} {time.perf_counter() - t0:9.2f} {100 * s['token_hit_rate']:9.1f}% "
+              f"{s['alpha']:6.1f} {peak_rss_mb():12.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--no-bounds", action="store_true", help="skip bounds (replay only)")
+    args = parser.parse_args()
+    systems = args.systems.split(",")
+    print(f"machine: {platform.machine()}, {platform.python_version()}, "
+          f"bounds {'off' if args.no_bounds else 'on'}")
+    bench("ShareGPT", "sharegpt", TraceOptions(min_turns=10), "5GB", systems,
+          not args.no_bounds)
+    if SWE.is_dir():
+        bench("SWE-agent", str(SWE), TraceOptions(sessions=None), "40GB", systems,
+              not args.no_bounds)
+    else:
+        print(f"\nSWE-agent: skipped, {SWE} not present")
+
+
+if __name__ == "__main__":
+    main()
