@@ -24,8 +24,10 @@ def state_prefixes(cache: PrefixCache) -> list[list[int]]:
             for node in cache.tree.nodes() if node.has_state]
 
 
-def reference_hit(prefixes: list[list[int]], inp: list[int]) -> int:
-    return max((len(p) for p in prefixes if len(p) <= len(inp) and inp[: len(p)] == p),
+def reference_hit(prefixes: list[list[int]], inp: list[int], limit: int | None = None) -> int:
+    """Longest state prefix of `inp` no longer than `limit` (default: the input length)."""
+    limit = len(inp) if limit is None else limit
+    return max((len(p) for p in prefixes if len(p) <= limit and inp[: len(p)] == p),
                default=0)
 
 
@@ -39,7 +41,8 @@ class CacheMachine(RuleBasedStateMachine):
 
     @rule(inp=inputs, out=outputs)
     def request(self, inp: list[int], out: list[int]) -> None:
-        expected = reference_hit(state_prefixes(self.cache), inp)
+        limit = self.cache.admission.max_hit(len(inp))
+        expected = reference_hit(state_prefixes(self.cache), inp, limit)
         plan = self.cache.lookup(inp)
         assert plan.hit == expected
         if plan.node is not None:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from marconi.policies import Action, System, Victim, check_alpha, get_system
+from marconi.policies import Action, Pressure, System, Victim, check_alpha, get_system
 from marconi.policies.eviction import FlopAware
 from marconi.spec import ModelSpec
 from marconi.stats import CacheStats
@@ -70,7 +70,7 @@ class PrefixCache:
         self.capacity = parse_size(capacity)
         self.system = get_system(system)
         self.alpha = check_alpha(alpha) if alpha is not None else 0.0
-        self.admission = self.system.admission()
+        self.admission = self.system.admission().for_model(spec)
         self.eviction = self.system.eviction(spec, self.alpha)
         self.store: StateStore = store if store is not None else NullStore()
         self.on_evict = on_evict
@@ -91,7 +91,7 @@ class PrefixCache:
         tok = self._tokens(tokens, "lookup")
         self.clock += 1
         match = self.tree.match(tok.tobytes())
-        node = _deepest_state(match)
+        node = _deepest_state(match, self.admission.max_hit(len(tok)))
         hit = node.depth if node is not None else 0
         plan = Plan(hit, node, self.admission.checkpoints(match, len(tok), hit),
                     match.length, len(tok))
@@ -128,10 +128,19 @@ class PrefixCache:
             return CommitResult((), None, refused=False)
         key = tok.tobytes()
         match = self.tree.match(key)
-        wanted = self._wanted(match, len(tok), n_input, states)
+        positions = self.admission.positions(match, len(tok), n_input)
+        if self.admission.truncates:  # keep the sequence only up to its last state
+            key = key[: max(positions, default=0) * TOKEN_BYTES]
+            if not key:
+                self._release_unused(states, set())
+                return CommitResult((), None, refused=False)
+            match = self.tree.match(key)
+        n = len(key) // TOKEN_BYTES
+        wanted = self._wanted(match, positions, states)
         result = None
-        if self._make_room(match, len(tok), wanted):
+        if self._make_room(match, n, wanted):
             result = self._insert(key, match, wanted, kv)
+            self._collect_garbage(set())
         self._release_unused(states, set(result.admitted) if result else set())
         if result is None:
             self.stats.refused_commits += 1
@@ -141,12 +150,12 @@ class PrefixCache:
             self.tuner.observe(self, tok, n_input)
         return result
 
-    def _wanted(self, match: Match, n: int, n_input: int,
+    def _wanted(self, match: Match, positions: tuple[int, ...],
                 states: Mapping[int, Any] | None) -> dict[int, Any]:
         """Positions that should gain a state, with their handles."""
         held = {node.depth for node in match.path if node.has_state}
         out: dict[int, Any] = {}
-        for p in self.admission.positions(match, n, n_input):
+        for p in positions:
             if p in held:
                 continue
             if states is None:
@@ -159,13 +168,14 @@ class PrefixCache:
 
     def _make_room(self, match: Match, n: int, wanted: dict[int, Any]) -> bool:
         """Evict until the new tokens' KV and the wanted states fit; False if they can't."""
-        need = (n - match.length) * self.spec.kv_bytes_per_token + len(wanted) * self.spec.ssm_bytes
-        if self.stats.bytes + need <= self.capacity:
+        kv_need = (n - match.length) * self.spec.kv_bytes_per_token
+        ssm_need = len(wanted) * self.spec.ssm_bytes
+        if self.stats.bytes + kv_need + ssm_need <= self.capacity:
             return True
         protected = set(match.path)
         if match.partial is not None:
             protected.add(match.partial)
-        return self._evict_until(self.capacity - need, protected)
+        return self._evict_until(self.capacity - kv_need - ssm_need, protected, kv_need, ssm_need)
 
     def _insert(self, key: bytes, match: Match, wanted: dict[int, Any], kv: Any) -> CommitResult:
         n = len(key) // TOKEN_BYTES
@@ -238,13 +248,23 @@ class PrefixCache:
         self._evict_until(before - nbytes, set())
         return before - self.stats.bytes
 
-    def _evict_until(self, target: int, protected: set[Node]) -> bool:
+    def _evict_until(self, target: int, protected: set[Node], kv_need: int = 0,
+                     ssm_need: int = 0) -> bool:
         while self.stats.bytes > target:
+            self.eviction.pressure(Pressure(kv_held=self.stats.kv_bytes, kv_need=kv_need,
+                                            ssm_held=self.stats.ssm_bytes, ssm_need=ssm_need,
+                                            capacity=self.capacity))
             victim = self.eviction.victim(protected, self.clock)
             if victim is None:
                 return False
             self._evict(victim)
+            self._collect_garbage(protected)
         return True
+
+    def _collect_garbage(self, protected: set[Node]) -> None:
+        """Evict what the policy says must go whatever the budget (e.g. stateless leaves)."""
+        while (victim := self.eviction.garbage(protected)) is not None:
+            self._evict(victim)
 
     def _evict(self, victim: Victim) -> None:
         node, action = victim.node, victim.action
@@ -317,9 +337,10 @@ class PrefixCache:
         return tok
 
 
-def _deepest_state(match: Match) -> Node | None:
+def _deepest_state(match: Match, limit: int) -> Node | None:
+    """Deepest matched node holding a state within the first `limit` tokens."""
     for node in reversed(match.path):
-        if node.has_state:
+        if node.has_state and node.depth <= limit:
             return node
     return None
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from marconi.cache import PrefixCache
 from marconi.policies import FlopAware, LRULeaf
+from marconi.policies.mamba_radix import MambaRadixLRU
+from marconi.policies.two_lists import TwoListLRU
 
 
 def check_integrity(cache: PrefixCache) -> None:
@@ -30,6 +32,8 @@ def check_integrity(cache: PrefixCache) -> None:
         _check_flop_aware(cache.eviction, nodes)
     elif isinstance(cache.eviction, LRULeaf):
         _check_lru(cache.eviction, nodes)
+    elif isinstance(cache.eviction, TwoListLRU):
+        _check_two_lists(cache.eviction, nodes)
 
 
 def _check_flop_aware(policy: FlopAware, nodes: list) -> None:
@@ -47,3 +51,19 @@ def _check_lru(policy: LRULeaf, nodes: list) -> None:
     for node in nodes:
         if node.is_leaf and not node.pins:
             assert node in valid, f"leaf {node!r} missing from the LRU heap"
+
+
+def _check_two_lists(policy: TwoListLRU, nodes: list) -> None:
+    kv, states = policy.kv.members(), policy.states.members()
+    stamped = set(policy.state_stamp)
+    for node in nodes:
+        if node.is_leaf and not node.pins:
+            assert node in kv, f"leaf {node!r} missing from the KV list"
+        if node.has_state and not node.pins:
+            assert node in states, f"state of {node!r} missing from the state list"
+        assert (node in stamped) == node.has_state, f"state stamp of {node!r} out of step"
+    assert stamped <= set(nodes), "state stamps kept for nodes no longer in the tree"
+    if isinstance(policy, MambaRadixLRU):
+        for node in nodes:
+            if node.is_leaf and not node.has_state and not node.pins:
+                assert node in policy.tombstones, f"stateless leaf {node!r} not queued"

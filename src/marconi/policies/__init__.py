@@ -19,6 +19,7 @@ from marconi.policies.eviction import (
     Eviction,
     FlopAware,
     LRULeaf,
+    Pressure,
     Recency,
     Victim,
     check_alpha,
@@ -81,6 +82,8 @@ register(System(
     tuned=True, uses_alpha=True,
     description="marconi with the artifact's recency 1/(now - t + 1)"))
 
+from marconi.policies import peers  # noqa: E402,F401  (registers today's engines)
+
 __all__ = [
     "SYSTEMS",
     "Action",
@@ -91,6 +94,7 @@ __all__ = [
     "Judicious",
     "LRULeaf",
     "NoAdmission",
+    "Pressure",
     "Recency",
     "System",
     "Victim",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from marconi.spec import ModelSpec
 from marconi.tree import Match
 
 
@@ -19,6 +20,16 @@ class Admission(ABC):
     """Decides where SSM checkpoints are taken. Stateless: one instance per cache."""
 
     caches = True  # False: the system caches nothing at all (vanilla)
+    truncates = False  # True: commit keeps a sequence only up to its last admitted state
+
+    def for_model(self, spec: ModelSpec) -> Admission:
+        """This policy adapted to `spec` (sizes derived from the model); default: itself."""
+        return self
+
+    def max_hit(self, n_input: int) -> int:
+        """Longest hit a lookup of `n_input` tokens may return (some engines keep one
+        token to compute, so the hit is capped below the input length)."""
+        return n_input
 
     @abstractmethod
     def checkpoints(self, match: Match, n_input: int, hit: int) -> tuple[int, ...]:

@@ -31,6 +31,18 @@ class Victim:
     action: Action
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pressure:
+    """Bytes held and bytes a pending insert needs, told to the policy before each victim
+    choice (policies with separate KV and state budgets pick the list to evict from)."""
+
+    kv_held: int
+    ssm_held: int
+    kv_need: int = 0
+    ssm_need: int = 0
+    capacity: int
+
+
 def alive(node: Node) -> bool:
     return node.parent is not None
 
@@ -62,6 +74,15 @@ class Eviction(ABC):
     @abstractmethod
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
         """The next entry to evict, never a pinned or protected one; None if none."""
+
+    def pressure(self, pressure: Pressure) -> None:
+        """Told before each `victim` call during an eviction round (default: ignored)."""
+        return None
+
+    def garbage(self, protected: Collection[Node]) -> Victim | None:
+        """An entry to evict now whatever the byte budget, never a pinned or protected one
+        (e.g. a leaf left without state that no lookup can use); None: nothing."""
+        return None
 
     def restore(self, stamps: dict[Node, int]) -> None:
         """Load stamps from a snapshot (nodes must already be in the tree)."""

@@ -1,0 +1,216 @@
+"""Today's engines as peers: SGLang's MambaRadixCache and vLLM's align mode."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from marconi.cache import PrefixCache
+from marconi.integrity import check_integrity
+from marconi.policies import SYSTEMS, System
+from marconi.policies.mamba_align import Align, BlockLRU, VLLMConfig, vllm_block_tokens
+from marconi.policies.mamba_radix import BufferMode, MambaRadix, MambaRadixLRU, SGLangConfig
+from marconi.spec import PAPER_7B
+from tests.helpers import SMALL, ListStore
+from tests.test_cache_properties import inputs, outputs, reference_hit, state_prefixes
+
+KV = SMALL.kv_bytes_per_token  # 256
+
+
+def _seq(start: int, n: int) -> list[int]:
+    return list(range(start, start + n))
+
+
+def _request(cache: PrefixCache, inp: list[int], out: list[int] | None = None) -> int:
+    plan = cache.lookup(inp)
+    cache.commit(inp + (out or []), len(inp))
+    return plan.hit
+
+
+def _sglang(capacity: int | str = "1TB", **config: object) -> PrefixCache:
+    cfg = SGLangConfig(**config)  # type: ignore[arg-type]
+    system = System(name="sglang-test", admission=lambda: MambaRadix(cfg),
+                    eviction=lambda spec, alpha: MambaRadixLRU(cfg))
+    return PrefixCache(SMALL, capacity, system)
+
+
+def _vllm(block: int, capacity: int | str = "1TB", chunk: int = 8192) -> PrefixCache:
+    cfg = VLLMConfig(block=block, chunk=chunk)
+    system = System(name="vllm-test", admission=lambda: Align(cfg),
+                    eviction=lambda spec, alpha: BlockLRU())
+    return PrefixCache(SMALL, capacity, system)
+
+
+class TestRegistry:
+    @pytest.mark.parametrize("name", ["sglang-2026", "sglang-2026-extra", "vllm-2026"])
+    def test_registered(self, name: str) -> None:
+        assert name in SYSTEMS and SYSTEMS[name].description
+
+    def test_bad_configs(self) -> None:
+        with pytest.raises(ValueError, match="chunk"):
+            SGLangConfig(chunk=0)
+        with pytest.raises(ValueError, match="state_share"):
+            SGLangConfig(state_share=1.5)
+        with pytest.raises(ValueError, match="block"):
+            VLLMConfig(block=-16)
+
+
+class TestVLLMAlign:
+    def test_block_derived_from_spec_as_vllm_does(self) -> None:
+        # 16 * ceil(one layer's state / (16 * one layer's KV per token))
+        assert vllm_block_tokens(SMALL) == 48  # 10,240 B state, 256 B/token
+        assert vllm_block_tokens(PAPER_7B) == 80
+        assert PrefixCache(SMALL, "1TB", "vllm-2026").admission.block == 48  # type: ignore
+
+    def test_no_hit_below_one_block(self) -> None:
+        cache = PrefixCache(SMALL, "1TB", "vllm-2026")
+        _request(cache, _seq(0, 47))
+        assert cache.lookup(_seq(0, 47)).hit == 0 and cache.bytes == 0
+        _request(cache, _seq(0, 47), [1])  # the output completes a block: a state at 48
+        assert cache.lookup(_seq(0, 48)).hit == 0 and cache.lookup(_seq(0, 49)).hit == 0
+        assert cache.lookup([*_seq(0, 47), 1, 9]).hit == 48
+
+    def test_hit_is_block_aligned_and_below_input(self) -> None:
+        cache = _vllm(block=16)
+        _request(cache, _seq(0, 100))
+        assert cache.stats.kv_bytes == 96 * KV  # the partial tail block is not cached
+        assert cache.lookup(_seq(0, 100)).hit == 96
+        assert cache.lookup(_seq(0, 96)).hit == 0  # the only state is at 96: hit <= 95
+
+    def test_output_block_boundaries_hold_states(self) -> None:
+        cache = _vllm(block=16)
+        _request(cache, _seq(0, 40), _seq(500, 30))  # 70 tokens: states at 32, 48, 64
+        held = sorted(n.depth for n in cache.tree.nodes() if n.has_state)
+        assert held == [32, 48, 64] and cache.lookup(_seq(0, 40) + _seq(500, 30)).hit == 64
+
+    def test_shared_prefix_junction_checkpointed(self) -> None:
+        cache = _vllm(block=16)
+        system = _seq(0, 100)
+        _request(cache, system + _seq(1000, 50))
+        plan = cache.lookup(system + _seq(2000, 50))
+        assert plan.hit == 0 and plan.checkpoints == (96, 144)
+        cache.commit(system + _seq(2000, 50), 150)
+        assert cache.lookup(system + _seq(3000, 50)).hit == 96
+
+    def test_chunk_ends_block_aligned(self) -> None:
+        cache = _vllm(block=16, chunk=40)  # steps of 32 tokens
+        assert cache.lookup(_seq(0, 100)).checkpoints == (32, 64, 96)
+
+    def test_state_leaves_alone_kv_stays(self) -> None:
+        cache = _vllm(block=16)
+        _request(cache, _seq(0, 32))
+        _request(cache, _seq(100, 32))
+        assert cache.lookup([*_seq(0, 32), 7]).hit == 32  # refreshes the first one
+        kv = cache.stats.kv_bytes
+        cache.evict(1)
+        assert cache.stats.kv_bytes == kv and cache.stats.states_evicted == 1
+        assert cache.lookup([*_seq(100, 32), 7]).hit == 0
+        assert cache.lookup([*_seq(0, 32), 7]).hit == 32
+        check_integrity(cache)
+
+
+class TestSGLangNoBuffer:
+    def test_chunk_ends_input_end_and_request_end(self) -> None:
+        cache = _sglang(chunk=16)
+        assert cache.lookup(_seq(0, 40)).checkpoints == (16, 32, 40)
+        result = cache.commit([*_seq(0, 40), 1, 2, 3], 40)
+        assert result.admitted == (16, 32, 40, 43)
+
+    def test_default_chunk_is_8192(self) -> None:
+        cache = PrefixCache(SMALL, "1TB", "sglang-2026")
+        assert cache.lookup(_seq(0, 20_000)).checkpoints == (8192, 16384, 20000)
+
+    def test_chunks_start_at_the_hit(self) -> None:
+        cache = _sglang(chunk=16)
+        _request(cache, _seq(0, 10))
+        assert cache.lookup(_seq(0, 40)).checkpoints == (26, 40)
+
+    def test_no_state_at_a_new_branch(self) -> None:
+        cache = _sglang()
+        _request(cache, _seq(0, 100) + _seq(1000, 20))
+        plan = cache.lookup(_seq(0, 100) + _seq(2000, 20))
+        assert plan.checkpoints == (120,)  # no-buffer mode tracks no branch point
+
+    def test_tombstone_keeps_kv_and_state_readmitted(self) -> None:
+        cache = _sglang(state_share=0.0)  # states always over their share: mamba list first
+        shared = _seq(0, 100)
+        _request(cache, shared + _seq(1000, 20))
+        _request(cache, shared + _seq(2000, 20))  # splits at 100: a node without state
+        assert cache.commit(shared, 100).admitted == (100,)  # re-admitted, no new KV
+        cache.lookup(shared + _seq(1000, 20) + [7])  # refreshes that leaf and its ancestors
+        cache.lookup(shared + _seq(2000, 20) + [7])
+        cache.evict(1)  # oldest state: a leaf, which leaves whole
+        cache.evict(1)  # then the state at 100 (ancestors before children on ties)
+        node = cache.tree.match(_bytes(shared)).node
+        assert node is not None and not node.has_state and node.children  # a tombstone
+        assert cache.lookup([*shared, 5]).hit == 0 and cache.lookup([*shared, 5]).matched == 100
+        assert cache.commit(shared, 100).admitted == (100,)
+        assert cache.lookup([*shared, 5]).hit == 100
+        check_integrity(cache)
+
+    def test_tombstone_leaf_removed(self) -> None:
+        cache = _sglang(state_share=0.0)
+        shared = _seq(0, 100)
+        _request(cache, shared + _seq(1000, 20))
+        _request(cache, shared + _seq(2000, 20))
+        cache.evict(1)
+        cache.evict(1)  # the last leaf leaves: the stateless node at 100 goes with it
+        assert cache.tree.size == 0 and cache.bytes == 0
+        check_integrity(cache)
+
+    def test_states_per_path_cap(self) -> None:
+        cache = _sglang(chunk=16, max_states_per_path=1)
+        _request(cache, _seq(0, 40))
+        assert [n.depth for n in cache.tree.nodes() if n.has_state] == [40]
+
+
+class TestSGLangExtraBuffer:
+    def test_branch_point_rounded_down_to_64(self) -> None:
+        cache = PrefixCache(SMALL, "1TB", "sglang-2026-extra")
+        _request(cache, _seq(0, 150) + _seq(1000, 50))  # tracked at 192: kept up to it
+        assert cache.stats.kv_bytes == 192 * KV
+        plan = cache.lookup(_seq(0, 150) + _seq(2000, 150))
+        assert plan.checkpoints == (128,)  # forced track replaces the chunk's own (256)
+        cache.commit(_seq(0, 150) + _seq(2000, 150), 300)
+        assert cache.lookup(_seq(0, 150) + _seq(3000, 10)).hit == 128
+
+    def test_short_request_not_cached(self) -> None:
+        cache = PrefixCache(SMALL, "1TB", "sglang-2026-extra")
+        _request(cache, _seq(0, 50), [1, 2])
+        assert cache.bytes == 0 and cache.lookup(_seq(0, 50)).hit == 0
+
+    def test_decode_tracked_every_256(self) -> None:
+        cache = PrefixCache(SMALL, "1TB", "sglang-2026-extra")
+        result = cache.commit(_seq(0, 200) + _seq(1000, 100), 200)
+        assert result.admitted == (192, 256) and cache.stats.kv_bytes == 256 * KV
+
+
+def _bytes(tokens: list[int]) -> bytes:
+    import numpy as np
+
+    return np.asarray(tokens, dtype=np.int32).tobytes()
+
+
+PEERS = {
+    "sglang": lambda cap: _sglang(cap, chunk=8),
+    "sglang-extra": lambda cap: _sglang(cap, chunk=8, track=4, decode_interval=4,
+                                        mode=BufferMode.EXTRA_BUFFER, max_states_per_path=3),
+    "vllm": lambda cap: _vllm(4, cap, chunk=8),
+}
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(sorted(PEERS)), st.integers(0, 300_000),
+       st.lists(st.tuples(inputs, outputs), min_size=1, max_size=25))
+def test_small_blocks_against_reference(peer: str, capacity: int, requests: list) -> None:
+    """Small blocks and chunks, under pressure: hits match a brute force, invariants hold."""
+    cache = PEERS[peer](capacity)
+    cache.store = ListStore()
+    for inp, out in requests:
+        limit = cache.admission.max_hit(len(inp))
+        plan = cache.lookup(inp)
+        assert plan.hit == reference_hit(state_prefixes(cache), inp, limit)
+        states = {p: ("state", p) for p in cache.required_states(inp + out, len(inp))}
+        cache.commit(inp + out, len(inp), states=states, kv=inp + out)
+        check_integrity(cache)
