@@ -269,10 +269,12 @@ class PrefixCache:
     def _evict(self, victim: Victim) -> None:
         node, action = victim.node, victim.action
         state_bytes = self.spec.ssm_bytes if node.has_state else 0
-        kv_bytes = node.edge_len * self.spec.kv_bytes_per_token if action is Action.REMOVE else 0
-        parent = node.parent
-        kv = node.kv if action is Action.REMOVE else None
+        state = node.state if state_bytes else None
+        kv, kv_bytes = None, 0
+        node.has_state, node.state = False, None
         if action is Action.REMOVE:
+            kv, kv_bytes = node.kv, node.edge_len * self.spec.kv_bytes_per_token
+            parent = node.parent
             self.tree.remove_leaf(node)
             self.eviction.removed(node)
             if parent is not None and parent is not self.tree.root:
@@ -285,10 +287,9 @@ class PrefixCache:
             self.eviction.removed(node)
             self.eviction.changed(child)
         else:
-            node.has_state = False
             self.eviction.changed(node)
-        state = node.state if state_bytes else None
-        node.state = None
+        if action is not Action.DROP_STATE:
+            node.kv = None  # detached: policies may still hold the node object for a while
         self.store.release(kv, state)
         self.stats.record_eviction(kv_bytes, state_bytes)
         if self.on_evict is not None:
