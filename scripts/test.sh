@@ -3,6 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
-.venv/bin/ruff check src tests benchmarks experiments
+.venv/bin/ruff check src tests benchmarks $(test -d experiments && echo experiments)
 .venv/bin/mypy
 .venv/bin/python -m pytest -q "$@"
