@@ -14,6 +14,7 @@ multi-token forward over the few output tokens, split at those positions.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,8 @@ from marconi.engine.sampling import Sampling, sample
 from marconi.engine.state import SSMState, concat_kv, restore, snapshot_kv, snapshot_state
 from marconi.engine.store import KVSource, TensorStore
 from marconi.workload.types import Tokens, as_tokens
+
+OnToken = Callable[[int], bool]  # called per generated token; False: stop after it
 
 
 @dataclass(slots=True)
@@ -73,11 +76,15 @@ class Engine:
         self.capture = capture
 
     def generate(self, prompt: object, max_new_tokens: int = 16,
-                 sampling: Sampling | None = None, output: object = None) -> Generation:
+                 sampling: Sampling | None = None, output: object = None,
+                 on_token: OnToken | None = None) -> Generation:
         """Serve one request; `output` given: teacher-force it instead of decoding.
 
-        Mutates the cache (lookup clock, commit, evictions). Raises ValueError for bad
-        tokens or a sequence longer than the model accepts.
+        `on_token(token)` is called with each generated token as soon as it is chosen;
+        returning False stops decoding after that token (a stop token, a client gone), so
+        the output may be shorter than `max_new_tokens`. Mutates the cache (lookup clock,
+        commit, evictions). Raises ValueError for bad tokens or a sequence longer than the
+        model accepts.
         """
         tokens, forced = self._validate(prompt, max_new_tokens, output)
         timings, t0 = Timings(), time.perf_counter()
@@ -85,12 +92,14 @@ class Engine:
         timings.lookup = time.perf_counter() - t0
         self.cache.pin(plan.node)
         try:
-            return self._serve(tokens, plan, forced, max_new_tokens, sampling, timings, t0)
+            return self._serve(tokens, plan, forced, max_new_tokens, sampling, timings, t0,
+                               on_token)
         finally:
             self.cache.unpin(plan.node)
 
     def _serve(self, tokens: Tokens, plan: Plan, forced: Tokens | None, steps: int,
-               sampling: Sampling | None, timings: Timings, t0: float) -> Generation:
+               sampling: Sampling | None, timings: Timings, t0: float,
+               on_token: OnToken | None) -> Generation:
         n_input = len(tokens)
         result = self._prefill(tokens, plan, forced, timings)
         first = sample(result.logits, sampling, 0)
@@ -98,7 +107,8 @@ class Engine:
         if forced is None:
             base = plan.node.state if plan.node is not None and plan.hit == n_input else None
             base = result.states.get(n_input, base)  # the state after the prompt
-            out, logits = self._decode(tokens, result, base, first, steps, sampling, timings)
+            out, logits = self._decode(tokens, result, base, first, steps, sampling, timings,
+                                       on_token)
         else:
             out, logits = forced, result.logits[None]
             self._feed_forced(tokens, forced, result, timings)
@@ -131,18 +141,20 @@ class Engine:
         return result
 
     def _decode(self, tokens: Tokens, result: PrefillResult, base: SSMState | None, first: int,
-                steps: int, sampling: Sampling | None,
-                timings: Timings) -> tuple[Tokens, torch.Tensor]:
+                steps: int, sampling: Sampling | None, timings: Timings,
+                on_token: OnToken | None = None) -> tuple[Tokens, torch.Tensor]:
         """Greedy/sampled decode; feeds every output token, then captures output states."""
         t0, n_input = time.perf_counter(), len(tokens)
         out, logits, token = [], [result.logits], first
         for step in range(steps):
             out.append(token)
+            more = on_token is None or on_token(token)
             step_logits = forward(self.model, result.cache, torch.tensor([token]), n_input + step)
-            if step + 1 < steps:
-                logits.append(step_logits)
-                token = sample(step_logits, sampling, step + 1)
-        end = n_input + steps
+            if not more or step + 1 == steps:
+                break
+            logits.append(step_logits)
+            token = sample(step_logits, sampling, step + 1)
+        end = n_input + len(out)
         if self.cache.admission.caches:
             result.states[end] = snapshot_state(self.model, result.cache, end, step_logits)
         timings.decode = time.perf_counter() - t0
