@@ -1,0 +1,66 @@
+"""What the server runs: an `Engine` (model + prefix cache) and the matching `Codec`.
+
+With no `--model`, the embedded model: a tiny random-weight Bamba (attention + Mamba2
+layers, `marconi.engine.tiny_model`) whose vocabulary is Mistral v1's 32K, so it serves
+at once with no download. Its text is gibberish; its caching is real.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from marconi.engine import Engine, HybridModel, load_model, tiny_model
+from marconi.policies import get_system
+from marconi.server.chat import Codec, EmbeddedCodec, HFCodec
+from marconi.server.config import ServerConfig
+from marconi.tuner import BootstrapTuner
+
+EMBEDDED_VOCAB = 32000  # Mistral v1
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """The engine, its tokenizer, and the name clients address it by."""
+
+    engine: Engine
+    codec: Codec
+    name: str
+
+    @property
+    def max_context(self) -> int:
+        """Longest prompt + completion accepted, in tokens."""
+        return self.engine.model.max_context
+
+
+def embedded_model(seed: int = 0) -> HybridModel:
+    """The default model: tiny Bamba, random weights, Mistral v1 vocabulary."""
+    return tiny_model("bamba", seed=seed, vocab_size=EMBEDDED_VOCAB)
+
+
+def build_backend(config: ServerConfig, model: HybridModel | None = None) -> Backend:
+    """Load the model (or take `model`, for tests sharing one) and wrap it in an engine."""
+    codec: Codec
+    if config.model is not None:
+        model = model or load_model(config.model)
+        codec = HFCodec(config.model)
+    else:
+        model = model or embedded_model(config.seed)
+        codec = EmbeddedCodec()
+    engine = Engine(model, config.system, config.capacity, alpha=config.alpha,
+                    tuner=_tuner(config))
+    return Backend(engine, codec, config.name)
+
+
+def _tuner(config: ServerConfig) -> Any:
+    """The bootstrap tuner, replaying on a background thread so requests never wait.
+
+    (The library default uses processes and waits: right for the simulator, wrong inside
+    a server whose engine thread holds torch.)
+    """
+    if config.alpha is not None or not get_system(config.system).tuned:
+        return None
+    return BootstrapTuner(executor=ThreadPoolExecutor(max_workers=1,
+                                                      thread_name_prefix="marconi-tuner"),
+                          wait=False)

@@ -1,0 +1,53 @@
+"""`ServerConfig`: every knob of `marconi serve`, validated once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from marconi.policies import get_system
+from marconi.units import parse_size
+
+EMBEDDED_MODEL = "marconi-tiny-bamba"  # name served when no --model is given
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerConfig:
+    """What to serve and how; `ValueError` on nonsense so the CLI can say it in one line."""
+
+    model: Path | None = None  # local HF checkpoint folder; None: the embedded tiny model
+    served_name: str | None = None  # name clients pass as `model`; None: derived
+    cache_size: int | str = "1GB"  # bound on the prefix cache's KV + SSM state bytes
+    system: str = "marconi"  # caching system, as in the simulator
+    alpha: float | None = None  # fixed alpha; None: bootstrap-tuned (FLOP-aware systems)
+    host: str = "127.0.0.1"  # loopback by default: exposing a server is a choice
+    port: int = 8000
+    max_queue: int = 64  # requests allowed to wait; one more gets 429
+    max_tokens: int = 16  # default completion length when a request sets none
+    seed: int = 0  # random weights of the embedded model
+
+    def __post_init__(self) -> None:
+        get_system(self.system)  # ValueError listing the known systems
+        parse_size(self.cache_size)  # ValueError naming a bad size
+        if self.alpha is not None and not self.alpha >= 0:
+            raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535], got {self.port!r}")
+        if self.max_queue < 1:
+            raise ValueError(f"max queue must be >= 1, got {self.max_queue!r}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max tokens must be >= 1, got {self.max_tokens!r}")
+        if self.model is not None and not Path(self.model).is_dir():
+            raise ValueError(f"--model {self.model}: not a folder (a local HF checkpoint)")
+
+    @property
+    def capacity(self) -> int:
+        """The cache size in bytes."""
+        return parse_size(self.cache_size)
+
+    @property
+    def name(self) -> str:
+        """The model name clients must use (and `/v1/models` lists)."""
+        if self.served_name:
+            return self.served_name
+        return Path(self.model).name if self.model is not None else EMBEDDED_MODEL

@@ -1,0 +1,138 @@
+"""A bounded queue in front of one engine worker thread: requests run one at a time.
+
+```
+handler --submit--> [ queue (max_queue) ] --> worker thread: engine.generate(on_token)
+   ^                                                        |
+   +------ events (Token..., Done | Failed), thread-safe ---+
+```
+A full queue raises `QueueFull` (the app answers 429). A job whose client went away is
+marked `cancelled`: skipped if still waiting, stopped at its next token if running.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from marconi.engine import Engine, Generation, Sampling
+from marconi.server.metrics import ServerMetrics
+
+
+class QueueFull(Exception):
+    """The scheduler's queue holds `max_queue` waiting requests already."""
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    generation: Generation
+    finish_reason: str  # "stop" (a stop token), "length", or "abort" (client gone)
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    error: Exception
+
+
+Event = Token | Done | Failed
+
+
+@dataclass(slots=True, kw_only=True)
+class Job:
+    """One request as the worker sees it."""
+
+    prompt: list[int]
+    max_tokens: int
+    sampling: Sampling | None
+    stop_ids: frozenset[int]  # generation ends after any of these
+    emit: Callable[[Event], object]  # thread-safe: called from the worker thread
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    arrival: float = field(default_factory=time.perf_counter)
+
+
+class Scheduler:
+    """Owns the worker thread; `submit` never blocks."""
+
+    def __init__(self, engine: Engine, metrics: ServerMetrics, max_queue: int) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
+        self._thread = threading.Thread(target=self._run, name="marconi-engine", daemon=True)
+        self.running = 0
+
+    @property
+    def waiting(self) -> int:
+        return self._queue.qsize()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Let the running request finish, drop the waiting ones, end the thread."""
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.cancelled.set()
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def submit(self, job: Job) -> None:
+        """Queue `job`; QueueFull if `max_queue` requests already wait."""
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            raise QueueFull(f"the server's queue is full ({self._queue.maxsize} requests "
+                            "waiting); retry later") from None
+
+    def _run(self) -> None:
+        while (job := self._queue.get()) is not None:
+            if job.cancelled.is_set():
+                continue
+            self.running = 1
+            try:
+                self._execute(job)
+            finally:
+                self.running = 0
+
+    def _execute(self, job: Job) -> None:
+        first = True
+
+        def on_token(token: int) -> bool:
+            nonlocal first
+            if first:
+                self.metrics.ttft.observe(time.perf_counter() - job.arrival)
+                first = False
+            job.emit(Token(token))
+            return not job.cancelled.is_set() and token not in job.stop_ids
+
+        try:
+            gen = self.engine.generate(job.prompt, job.max_tokens, job.sampling,
+                                       on_token=on_token)
+        except Exception as err:  # reported to the client as a 500, the worker lives on
+            job.emit(Failed(err))
+            return
+        reason = _finish_reason(job, gen)
+        self.metrics.finished(self.engine, gen, reason, time.perf_counter() - job.arrival)
+        job.emit(Done(gen, reason))
+
+
+def _finish_reason(job: Job, gen: Generation) -> str:
+    if len(gen.output) and int(gen.output[-1]) in job.stop_ids:
+        return "stop"
+    if job.cancelled.is_set() and len(gen.output) < job.max_tokens:
+        return "abort"
+    return "length"

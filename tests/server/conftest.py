@@ -1,0 +1,28 @@
+"""One embedded model per session; each test gets its own server (a fresh cache)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("fastapi")
+pytest.importorskip("openai")
+
+from marconi.engine import HybridModel
+from marconi.server import embedded_model
+from tests.server.harness import Served, serve
+
+
+@pytest.fixture(scope="session")
+def model() -> HybridModel:
+    """The embedded tiny Bamba (Mistral v1 vocabulary); weights are never mutated."""
+    return embedded_model(seed=0)
+
+
+@pytest.fixture
+def server(model: HybridModel) -> Iterator[Served]:
+    """A server with a roomy cache, so nothing is evicted."""
+    with serve(model, cache_size="256MB", max_tokens=8) as served:
+        yield served

@@ -1,0 +1,125 @@
+"""The API over a real server and the real `openai` client: cache hits, streaming."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+from marconi.server.chat import EmbeddedCodec, Message
+from tests.server.harness import Served, scrape
+
+SYSTEM = "You are a careful assistant who answers briefly and cites sources."
+
+
+def _lcp(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _chat(server: Served, messages: list[dict[str, Any]], **kw: Any) -> Any:
+    return server.client().chat.completions.create(model=server.model, messages=messages,
+                                                   max_tokens=8, **kw)
+
+
+class TestMultiTurn:
+    def test_cached_tokens_cover_the_previous_turn(self, server: Served) -> None:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+        cached, previous = [], 0
+        for turn in range(4):
+            messages.append({"role": "user", "content": f"Question {turn}: why is the sky?"})
+            reply = _chat(server, messages)
+            usage = reply.usage
+            cached.append(usage.prompt_tokens_details.cached_tokens)
+            # the state after the previous turn's last token was admitted: all of it hits
+            assert cached[-1] == previous
+            previous = usage.prompt_tokens + usage.completion_tokens
+            messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+        assert cached[0] == 0 and cached == sorted(cached) and len(set(cached)) == 4
+
+
+class TestSharedSystemPrompt:
+    USERS = ("Apples or pears?", "Bicycles are fast.", "Cats sleep a lot.",
+             "Dolphins swim.", "Elephants remember.", "Foxes run.")
+
+    def test_hit_from_the_third_request_on(self, server: Served) -> None:
+        cached = []
+        for user in self.USERS:
+            reply = _chat(server, [{"role": "system", "content": SYSTEM},
+                                   {"role": "user", "content": user}])
+            cached.append(reply.usage.prompt_tokens_details.cached_tokens)
+        codec = EmbeddedCodec()
+        prompts = [codec.render_chat([Message("system", SYSTEM), Message("user", u)])
+                   for u in self.USERS[:2]]
+        shared = _lcp(*prompts)  # the branch point checkpointed on the 2nd occurrence
+        assert shared > len(codec.encode_prompt(SYSTEM))
+        assert cached == [0, 0] + [shared] * (len(self.USERS) - 2)
+
+
+class TestStreaming:
+    def test_chunks_text_and_final_usage(self, server: Served) -> None:
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi!"}]
+        plain = _chat(server, messages)
+        stream = _chat(server, messages, stream=True, stream_options={"include_usage": True})
+        chunks = list(stream)
+        content = [c for c in chunks if c.choices and c.choices[0].delta.content]
+        assert len(content) >= 2 and chunks[0].choices[0].delta.role == "assistant"
+        text = "".join(c.choices[0].delta.content for c in content)
+        assert text == plain.choices[0].message.content  # greedy: same tokens, same text
+        finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+        assert [c.choices[0].finish_reason for c in finals] == ["length"]
+        assert chunks[-1].choices == [] and chunks[-1].usage is not None
+        assert chunks[-1].usage.completion_tokens == plain.usage.completion_tokens == 8
+        assert all(c.usage is None for c in chunks[:-1])
+
+    def test_streamed_turn_hits_the_previous_one(self, server: Served) -> None:
+        first = _chat(server, [{"role": "user", "content": "Tell me a story."}])
+        messages = [{"role": "user", "content": "Tell me a story."},
+                    {"role": "assistant", "content": first.choices[0].message.content},
+                    {"role": "user", "content": "Another one."}]
+        chunks = list(_chat(server, messages, stream=True,
+                            stream_options={"include_usage": True}))
+        expected = first.usage.prompt_tokens + first.usage.completion_tokens
+        assert chunks[-1].usage.prompt_tokens_details.cached_tokens == expected
+
+    def test_sse_wire_format_ends_with_done(self, server: Served) -> None:
+        body = json.dumps({"model": server.model, "prompt": "Once upon", "stream": True,
+                           "max_tokens": 3}).encode()
+        request = urllib.request.Request(f"{server.url}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.headers["Content-Type"].startswith("text/event-stream")
+            events = [e for e in response.read().decode().split("\n\n") if e]
+        assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]"
+        payloads = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
+        assert {p["object"] for p in payloads} == {"text_completion"}
+        assert payloads[-1]["choices"][0]["finish_reason"] == "length"
+
+
+class TestCompletions:
+    def test_text_and_token_prompts_share_the_cache(self, server: Served) -> None:
+        client = server.client()
+        shared = "The quick brown fox jumps over the lazy dog. " * 3
+        cached = [client.completions.create(model=server.model, prompt=shared + end,
+                                            max_tokens=4).usage.prompt_tokens_details
+                  .cached_tokens for end in ("Apples", "Bananas", "Cherries")]
+        assert cached[0] == cached[1] == 0 and cached[2] > 0  # branch point: 2nd occurrence
+        tokens = EmbeddedCodec().encode_prompt(shared + "Dates")
+        reply = client.completions.create(model=server.model, prompt=tokens, max_tokens=4)
+        assert reply.usage.prompt_tokens == len(tokens)
+        assert reply.usage.prompt_tokens_details.cached_tokens == cached[2]
+        assert reply.choices[0].finish_reason in ("length", "stop")
+
+
+class TestInfoRoutes:
+    def test_models_health_metrics(self, server: Served) -> None:
+        models = server.client().models.list()
+        assert [m.id for m in models.data] == [server.model]
+        with urllib.request.urlopen(f"{server.url}/health", timeout=10) as response:
+            assert json.loads(response.read()) == {"status": "ok"}
+        metrics = scrape(server.url)
+        assert metrics["marconi:cache_capacity_bytes"] == server.config.capacity
+        assert metrics["marconi:prefix_cache_queries_total"] == 0
+        assert metrics["marconi:num_requests_waiting"] == 0
