@@ -74,8 +74,9 @@ def simulate(trace: Trace, config: SimConfig, *, progress: bool = False) -> SimR
     seen = SeenTree()
     records = {name: np.zeros(len(trace), dtype=np.int64) for name in RECORD_FIELDS}
     start = time.perf_counter()
-    for i, request in enumerate(tqdm(trace, desc=config.system, unit="req", disable=not progress,
-                                     leave=False)):
+    bar = tqdm(trace, desc=config.system, unit="req", leave=False,
+               disable=None if progress else True)  # None: only on a terminal
+    for i, request in enumerate(bar):
         _step(request, i, cache, records)
         if config.bounds:
             _bounds(request, i, bound, seen, records)
