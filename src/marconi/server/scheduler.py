@@ -104,11 +104,12 @@ class Scheduler:
                 continue
             self.running = 1
             try:
-                self._execute(job)
+                end = self._execute(job)
             finally:
-                self.running = 0
+                self.running = 0  # before the client hears: metrics agree with it
+            job.emit(end)
 
-    def _execute(self, job: Job) -> None:
+    def _execute(self, job: Job) -> Done | Failed:
         first = True
 
         def on_token(token: int) -> bool:
@@ -122,12 +123,11 @@ class Scheduler:
         try:
             gen = self.engine.generate(job.prompt, job.max_tokens, job.sampling,
                                        on_token=on_token)
-        except Exception as err:  # reported to the client as a 500, the worker lives on
-            job.emit(Failed(err))
-            return
+        except Exception as err:  # reported to the client, the worker lives on
+            return Failed(err)
         reason = _finish_reason(job, gen)
         self.metrics.finished(self.engine, gen, reason, time.perf_counter() - job.arrival)
-        job.emit(Done(gen, reason))
+        return Done(gen, reason)
 
 
 def _finish_reason(job: Job, gen: Generation) -> str:
