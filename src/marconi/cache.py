@@ -16,7 +16,7 @@ every requested checkpoint is then taken to be captured.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,40 +83,45 @@ class PrefixCache:
 
     # --- lookup --------------------------------------------------------------------
 
-    def lookup(self, tokens: object) -> Plan:
+    def lookup(self, tokens: object, *, boundaries: Sequence[int] = ()) -> Plan:
         """Find the longest reusable prefix of `tokens` and plan the checkpoints.
 
-        Advances the clock; touches what the eviction policy says a hit touches.
+        `boundaries` are message ends inside the input (token offsets), for admission
+        policies that use them. Advances the clock; touches what the eviction policy says
+        a hit touches.
         """
         tok = self._tokens(tokens, "lookup")
         self.clock += 1
-        match = self.tree.match(tok.tobytes())
+        key = tok.tobytes()
+        match = self.tree.match(key)
         node = _deepest_state(match, self.admission.max_hit(len(tok)))
         hit = node.depth if node is not None else 0
-        plan = Plan(hit, node, self.admission.checkpoints(match, len(tok), hit),
-                    match.length, len(tok))
+        checkpoints = self.admission.checkpoints_at(match, len(tok), hit, boundaries, key)
+        plan = Plan(hit, node, checkpoints, match.length, len(tok))
         self.eviction.on_lookup(match.path, node, self.clock)
         self.stats.record_lookup(len(tok), hit)
         return plan
 
-    def required_states(self, tokens: object, n_input: int) -> tuple[int, ...]:
+    def required_states(self, tokens: object, n_input: int, *,
+                        boundaries: Sequence[int] = ()) -> tuple[int, ...]:
         """Positions whose state `commit(tokens, n_input)` would admit (no side effects)."""
         tok = self._tokens(tokens, "required_states")
-        match = self.tree.match(tok.tobytes())
+        key = tok.tobytes()
+        match = self.tree.match(key)
         held = {n.depth for n in match.path if n.has_state}
-        positions = self.admission.positions(match, len(tok), n_input)
+        positions = self.admission.positions_at(match, len(tok), n_input, boundaries, key)
         return tuple(p for p in positions if p not in held)
 
     # --- commit --------------------------------------------------------------------
 
     def commit(self, tokens: object, n_input: int, states: Mapping[int, Any] | None = None,
-               kv: Any = None) -> CommitResult:
+               kv: Any = None, *, boundaries: Sequence[int] = ()) -> CommitResult:
         """Insert input + output, admitting states where the admission policy says.
 
         Evicts first so that bytes never exceed capacity afterwards; if the sequence
         cannot fit even then, nothing is inserted (`refused`). `states` maps positions
         to captured handles (None: all captured); the cache owns them from here on and
-        releases the ones it does not keep through the store.
+        releases the ones it does not keep through the store. `boundaries`: as in `lookup`.
         """
         tok = self._tokens(tokens, "commit")
         if not 0 <= n_input <= len(tok):
@@ -128,7 +133,7 @@ class PrefixCache:
             return CommitResult((), None, refused=False)
         key = tok.tobytes()
         match = self.tree.match(key)
-        positions = self.admission.positions(match, len(tok), n_input)
+        positions = self.admission.positions_at(match, len(tok), n_input, boundaries, key)
         if self.admission.truncates:  # keep the sequence only up to its last state
             key = key[: max(positions, default=0) * TOKEN_BYTES]
             if not key:
@@ -147,7 +152,7 @@ class PrefixCache:
             self.eviction.on_commit(match.path, (), self.clock)
             result = CommitResult((), None, refused=True)
         if self.tuner is not None:
-            self.tuner.observe(self, tok, n_input)
+            self.tuner.observe(self, tok, n_input, boundaries)
         return result
 
     def _wanted(self, match: Match, positions: tuple[int, ...],
@@ -349,6 +354,8 @@ def _deepest_state(match: Match, limit: int) -> Node | None:
 def _default_tuner(system: System, alpha: float | None) -> Any:
     if not system.tuned or alpha is not None:
         return None
+    if system.tuner is not None:
+        return system.tuner()
     from marconi.tuner import BootstrapTuner
 
     return BootstrapTuner()

@@ -82,8 +82,9 @@ class BootstrapTuner:
     def done(self) -> bool:
         return self.result is not None and bool(self.result.scores) and not self._futures
 
-    def observe(self, cache: PrefixCache, tokens: np.ndarray, n_input: int) -> None:
-        """Called by the cache after every commit."""
+    def observe(self, cache: PrefixCache, tokens: np.ndarray, n_input: int,
+                boundaries: Sequence[int] = ()) -> None:
+        """Called by the cache after every commit (`boundaries` unused here)."""
         if self.done:
             return
         if self._futures:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from marconi.policies.admission import Admission, Block, Judicious, NoAdmission
 from marconi.policies.eviction import (
@@ -39,6 +40,7 @@ class System:
     tuned: bool = False  # alpha chosen by the bootstrap tuner unless given
     uses_alpha: bool = False  # whether alpha means anything to this system
     description: str = ""  # one line for --help and docs
+    tuner: Callable[..., Any] | None = None  # tuner factory; None: the bootstrap tuner
 
 
 SYSTEMS: dict[str, System] = {}
@@ -83,6 +85,7 @@ register(System(
     description="marconi with the artifact's recency 1/(now - t + 1)"))
 
 from marconi.policies import peers  # noqa: E402,F401  (registers today's engines)
+from marconi.policies import plus_systems  # noqa: E402,F401  (registers marconi+)
 
 __all__ = [
     "SYSTEMS",

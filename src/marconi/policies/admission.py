@@ -11,6 +11,7 @@ An admission policy answers two questions from a `Match` of the tree:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 from marconi.spec import ModelSpec
 from marconi.tree import Match
@@ -34,6 +35,17 @@ class Admission(ABC):
     @abstractmethod
     def checkpoints(self, match: Match, n_input: int, hit: int) -> tuple[int, ...]:
         """Positions in (hit, n_input] to capture during prefill, ascending."""
+
+    def checkpoints_at(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
+                       tokens: bytes = b"") -> tuple[int, ...]:
+        """`checkpoints`, told the input's message boundaries and token bytes (policies
+        that use structure override this; default: ignore them)."""
+        return self.checkpoints(match, n_input, hit)
+
+    def positions_at(self, match: Match, n_total: int, n_input: int, boundaries: Sequence[int],
+                     tokens: bytes = b"") -> tuple[int, ...]:
+        """`positions`, told the input's message boundaries and token bytes."""
+        return self.positions(match, n_total, n_input)
 
     @abstractmethod
     def positions(self, match: Match, n_total: int, n_input: int) -> tuple[int, ...]:

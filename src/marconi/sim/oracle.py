@@ -9,7 +9,7 @@ import dataclasses
 import os
 from concurrent.futures import Executor, ProcessPoolExecutor
 
-from marconi.sim.replay import ORACLE, SimConfig, SimResult, simulate
+from marconi.sim.replay import OFFLINE, ORACLE, SimConfig, SimResult, simulate
 from marconi.tuner import GRID
 from marconi.workload.types import Trace
 
@@ -36,7 +36,11 @@ def oracle(trace: Trace, config: SimConfig, *, grid: tuple[float, ...] = GRID,
 
 
 def run(trace: Trace, config: SimConfig, *, progress: bool = False) -> SimResult:
-    """`simulate`, or the oracle when `config.system` is marconi-oracle."""
+    """`simulate`, or the oracle / offline reference when `config.system` names one."""
     if config.system == ORACLE:
         return oracle(trace, config)
+    if config.system == OFFLINE:
+        from marconi.sim.offline import offline
+
+        return offline(trace, config, progress=progress)
     return simulate(trace, config, progress=progress)

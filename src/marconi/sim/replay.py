@@ -9,6 +9,7 @@ result.summary()      # the JSON of `marconi simulate --json` (DESIGN section 8)
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ import numpy as np
 from tqdm import tqdm
 
 from marconi.cache import PrefixCache
-from marconi.policies import get_system
+from marconi.policies import System, get_system
 from marconi.sim.bounds import SeenTree
 from marconi.sim.latency import LatencyModel
 from marconi.sim.metrics import summarize
@@ -26,6 +27,8 @@ from marconi.units import parse_size
 from marconi.workload.types import Request, Trace
 
 ORACLE = "marconi-oracle"  # best static alpha in hindsight: sim.oracle, not a cache policy
+OFFLINE = "offline"  # knows the trace's future: sim.offline, not a registered system
+REFERENCES = (ORACLE, OFFLINE)  # names the simulator handles itself
 RECORD_FIELDS = ("n_input", "n_output", "hit", "seen", "from_inputs", "bound", "kv_bytes",
                  "ssm_bytes")
 
@@ -42,7 +45,7 @@ class SimConfig:
     bounds: bool = True  # also replay the infinite caches for bounds and miss attribution
 
     def __post_init__(self) -> None:
-        if self.system != ORACLE:
+        if self.system not in REFERENCES:
             get_system(self.system)
         parse_size(self.capacity)
 
@@ -63,12 +66,19 @@ class SimResult:
         return summarize(self)
 
 
-def simulate(trace: Trace, config: SimConfig, *, progress: bool = False) -> SimResult:
-    """Replay `trace` through one cache of `config.system`; deterministic."""
-    system = get_system(config.system)
-    tuner = None
+def simulate(trace: Trace, config: SimConfig, *, progress: bool = False,
+             system: System | None = None, before: Callable[[int], None] | None = None
+             ) -> SimResult:
+    """Replay `trace` through one cache of `config.system`; deterministic.
+
+    `system` overrides the registered one (references built per trace, e.g. `offline`);
+    `before(i)` is called before request `i` is served.
+    """
+    system = system or get_system(config.system)
+    tuner: Any = None
     if system.tuned and config.alpha is None:
-        tuner = BootstrapTuner(multiplier=config.multiplier, objective=config.objective)
+        make = system.tuner or BootstrapTuner
+        tuner = make(multiplier=config.multiplier, objective=config.objective)
     cache = PrefixCache(config.spec, config.capacity, system, alpha=config.alpha, tuner=tuner)
     bound = PrefixCache(config.spec, 2**62, system, alpha=config.alpha or 0.0, tuner=None)
     seen = SeenTree()
@@ -77,6 +87,8 @@ def simulate(trace: Trace, config: SimConfig, *, progress: bool = False) -> SimR
     bar = tqdm(trace, desc=config.system, unit="req", leave=False,
                disable=None if progress else True)  # None: only on a terminal
     for i, request in enumerate(bar):
+        if before is not None:
+            before(i)
         _step(request, i, cache, records)
         if config.bounds:
             _bounds(request, i, bound, seen, records)
@@ -89,8 +101,8 @@ def simulate(trace: Trace, config: SimConfig, *, progress: bool = False) -> SimR
 
 
 def _step(request: Request, i: int, cache: PrefixCache, records: dict[str, np.ndarray]) -> None:
-    plan = cache.lookup(request.input_tokens)
-    cache.commit(request.tokens(), request.n_input)
+    plan = cache.lookup(request.input_tokens, boundaries=request.boundaries)
+    cache.commit(request.tokens(), request.n_input, boundaries=request.boundaries)
     records["n_input"][i] = request.n_input
     records["n_output"][i] = request.n_output
     records["hit"][i] = plan.hit
@@ -102,15 +114,17 @@ def _bounds(request: Request, i: int, bound: PrefixCache, seen: SeenTree,
             records: dict[str, np.ndarray]) -> None:
     """Same system with unbounded capacity, and every prefix ever seen."""
     tokens = request.tokens()
-    records["bound"][i] = bound.lookup(request.input_tokens).hit
-    bound.commit(tokens, request.n_input)
+    records["bound"][i] = bound.lookup(request.input_tokens, boundaries=request.boundaries).hit
+    bound.commit(tokens, request.n_input, boundaries=request.boundaries)
     found = seen.lookup(request.input_tokens)
     records["seen"][i] = found.seen
     records["from_inputs"][i] = found.from_inputs
     seen.commit(tokens, request.n_input)
 
 
-def _tuning(tuner: BootstrapTuner | None) -> dict[str, Any]:
+def _tuning(tuner: Any) -> dict[str, Any]:
+    if hasattr(tuner, "history"):  # a guarded re-tuner (marconi+)
+        return {"retunes": [r.as_dict() for r in tuner.history]} if tuner.history else {}
     if tuner is None or tuner.result is None:
         return {}
     r = tuner.result

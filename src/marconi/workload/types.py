@@ -40,6 +40,9 @@ class Request:
     arrival: float  # seconds since the trace start
     input_tokens: Tokens
     output_tokens: Tokens
+    # message ends strictly inside the input (token offsets, ascending), where the reader
+    # knows them: the end of a system prompt, of each user turn or tool observation
+    boundaries: tuple[int, ...] = ()
 
     @property
     def n_input(self) -> int:

@@ -1,0 +1,160 @@
+"""`marconi+`: Marconi made safe to turn on everywhere (issue 8).
+
+Two policies, each a small extension of Marconi's:
+
+- `Structured` admission: Judicious, plus a checkpoint at the end of the first message(s)
+  the trace or chat template knows (a system prompt: it then hits on its second
+  occurrence, not its third), plus a checkpoint where a lookup found KV beyond its hit
+  (a partial hit) once that position repeats and the tokens it would save outweigh the
+  state's bytes.
+- `Switchable` eviction: FLOP-aware eviction that keeps an LRU-leaf twin up to date, so
+  the tuner (`marconi.retuner`) can fall back to plain LRU (SGLang+) whenever its replays
+  say LRU wins on the recent window.
+
+```
+| hit | ... boundary b (end of system prompt) ... | partial-hit m | ... | n_input |
+0    hit                                                                  n_input
+```
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from marconi.policies.admission import Judicious
+from marconi.policies.eviction import FlopAware, LRULeaf, Recency, Victim
+from marconi.spec import ModelSpec
+from marconi.tree import Match, Node
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StructureConfig:
+    """Knobs of `Structured` admission (the ablation turns each off)."""
+
+    boundaries: int = 1  # leading message boundaries to checkpoint (0: off)
+    partial: bool = True  # checkpoint repeated partial hits
+    repeats: int = 2  # a partial-hit position is admitted on its `repeats`-th sighting
+    min_gain: float = 1.0  # partial hit must save >= min_gain x (state bytes in KV tokens)
+    memory: int = 4096  # partial-hit positions remembered (LRU)
+
+    def __post_init__(self) -> None:
+        if self.boundaries < 0:
+            raise ValueError(f"boundaries must be >= 0, got {self.boundaries!r}")
+        if self.repeats < 1 or self.memory < 1:
+            raise ValueError(f"repeats and memory must be >= 1, got {self.repeats}, {self.memory}")
+        if self.min_gain < 0:
+            raise ValueError(f"min_gain must be >= 0, got {self.min_gain!r}")
+
+
+class Structured(Judicious):
+    """Judicious admission plus message-boundary and learned partial-hit checkpoints.
+
+    Stateful (it remembers partial-hit positions): one instance per cache.
+    """
+
+    def __init__(self, config: StructureConfig | None = None) -> None:
+        self.config = config or StructureConfig()
+        self.min_tokens = 0.0  # set by `for_model`: the state's bytes in KV tokens
+        self._sightings: OrderedDict[bytes, int] = OrderedDict()
+
+    def for_model(self, spec: ModelSpec) -> Structured:
+        self.min_tokens = self.config.min_gain * spec.ssm_bytes / max(spec.kv_bytes_per_token, 1)
+        return self
+
+    def checkpoints_at(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
+                       tokens: bytes = b"") -> tuple[int, ...]:
+        extra = self._extra(match, n_input, hit, boundaries, tokens, learn=True)
+        return tuple(sorted({*self.checkpoints(match, n_input, hit), *extra}))
+
+    def positions_at(self, match: Match, n_total: int, n_input: int, boundaries: Sequence[int],
+                     tokens: bytes = b"") -> tuple[int, ...]:
+        hit = max((n.depth for n in match.path if n.has_state and n.depth <= n_input), default=0)
+        extra = self._extra(match, n_input, hit, boundaries, tokens, learn=False)
+        return tuple(sorted({*self.positions(match, n_total, n_input), *extra}))
+
+    def _extra(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
+               tokens: bytes, *, learn: bool) -> set[int]:
+        held = {n.depth for n in match.path if n.has_state}
+        lead = [b for b in boundaries[: self.config.boundaries] if hit < b < n_input]
+        out = {b for b in lead if b not in held}
+        partial = self._partial(match, n_input, hit, tokens, learn=learn)
+        if partial is not None and partial not in held:
+            out.add(partial)
+        return out
+
+    def _partial(self, match: Match, n_input: int, hit: int, tokens: bytes, *,
+                 learn: bool) -> int | None:
+        """A position where KV matched well beyond the hit, seen `repeats` times."""
+        m = min(match.length, n_input)
+        if not self.config.partial or not tokens or m - hit < max(self.min_tokens, 1):
+            return None
+        key = hashlib.blake2b(tokens[: 4 * m], digest_size=16).digest()
+        count = self._sightings.get(key, 0) + (1 if learn else 0)
+        if learn:
+            self._sightings[key] = count
+            self._sightings.move_to_end(key)
+            if len(self._sightings) > self.config.memory:
+                self._sightings.popitem(last=False)
+        return m if count >= self.config.repeats else None
+
+
+class Mode(Enum):
+    LRU = "lru"  # SGLang+: leaves, least recently used first (path touched)
+    FLOP = "flop"  # Marconi: recency + alpha x FLOP efficiency
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """What the tuner chooses: an eviction mode and, for FLOP, an alpha."""
+
+    mode: Mode
+    alpha: float = 0.0
+
+    def __str__(self) -> str:
+        return "lru" if self.mode is Mode.LRU else f"{self.alpha:g}"
+
+
+class Switchable(FlopAware):
+    """FLOP-aware eviction with an LRU-leaf twin fed the same events; `mode` picks the
+    victim. Both stay consistent at all times, so switching is free."""
+
+    def __init__(self, spec: ModelSpec, alpha: float = 0.0, mode: Mode = Mode.FLOP,
+                 recency: Recency = Recency.TIME) -> None:
+        super().__init__(spec, alpha, recency)
+        self.lru = LRULeaf()
+        self.mode = Mode(mode)
+
+    def set_setting(self, setting: Setting) -> None:
+        self.mode = setting.mode
+        self.set_alpha(setting.alpha)
+
+    @property
+    def setting(self) -> Setting:
+        return Setting(self.mode, self.alpha if self.mode is Mode.FLOP else 0.0)
+
+    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
+        path = tuple(path)
+        super().on_lookup(path, hit, now)
+        self.lru.on_lookup(path, hit, now)
+
+    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        path, new = tuple(path), tuple(new)
+        super().on_commit(path, new, now)
+        self.lru.on_commit(path, new, now)
+
+    def changed(self, node: Node) -> None:
+        super().changed(node)
+        self.lru.changed(node)
+
+    def removed(self, node: Node) -> None:
+        super().removed(node)
+        self.lru.removed(node)
+
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        if self.mode is Mode.LRU:
+            return self.lru.victim(protected, now)
+        return super().victim(protected, now)

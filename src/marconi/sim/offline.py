@@ -1,0 +1,175 @@
+"""`offline`: a policy that knows the trace's future (an upper reference, issue 8).
+
+Like `marconi-oracle`, it needs the whole trace, so the simulator handles it (`run`):
+
+- admission: a state wherever some later request's input leaves the sequence (their
+  longest common prefix: exactly where a state would be hit), nowhere else;
+- eviction: Belady weighted by bytes and FLOPs (GreedyDual-size in hindsight): among the
+  nodes with <= 1 child, evict the largest `(next use - now) x bytes freed / FLOPs it
+  saves`; entries no later request uses go first. The next use of a leaf is the first
+  later request whose input starts with its prefix; of a one-child node's state, the
+  first such request that does not also reach its child's state.
+
+It is a heuristic, not a proof of optimality (weighted caching is NP-hard), but it is
+what every figure's `gap_closed` measures against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Iterable, Sequence
+
+import numpy as np
+
+from marconi.policies import Action, Admission, Eviction, System, Victim
+from marconi.sim.future import FutureIndex
+from marconi.sim.replay import OFFLINE, SimConfig, SimResult, simulate
+from marconi.spec import ModelSpec
+from marconi.tree import Match, Node
+from marconi.workload.types import Trace
+
+NEVER = 1e15  # distance of an entry no later request uses
+
+
+class FutureAdmission(Admission):
+    """States only where a later request will hit them."""
+
+    def __init__(self, future: FutureIndex) -> None:
+        self.future = future
+
+    def checkpoints(self, match: Match, n_input: int, hit: int) -> tuple[int, ...]:
+        return ()
+
+    def positions(self, match: Match, n_total: int, n_input: int) -> tuple[int, ...]:
+        return ()
+
+    def checkpoints_at(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
+                       tokens: bytes = b"") -> tuple[int, ...]:
+        points = self.future.reuse_points(tokens[: 4 * n_input])
+        return tuple(p for p in points if hit < p <= n_input)
+
+    def positions_at(self, match: Match, n_total: int, n_input: int, boundaries: Sequence[int],
+                     tokens: bytes = b"") -> tuple[int, ...]:
+        hit = max((n.depth for n in match.path if n.has_state and n.depth <= n_input), default=0)
+        return tuple(p for p in self.future.reuse_points(tokens) if p > hit)
+
+
+class FutureEviction(Eviction):
+    """Evicts the candidate with the largest distance-to-next-use x bytes / FLOPs."""
+
+    def __init__(self, spec: ModelSpec, future: FutureIndex) -> None:
+        super().__init__()
+        self.spec, self.future = spec, future
+        self._uses: dict[Node, list[int]] = {}  # a node's prefix never changes: cached
+        self._nodes: list[Node] = []
+        self._slot: dict[Node, int] = {}
+        self._next = np.zeros(64)  # next use (request index) per candidate slot
+        self._weight = np.zeros(64)  # bytes freed / FLOPs saved
+
+    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
+        return None
+
+    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        for node in new:
+            self.changed(node)
+
+    def changed(self, node: Node) -> None:
+        if node.parent is not None and not node.pins and len(node.children) <= 1:
+            slot = self._slot.get(node)
+            if slot is None:
+                slot = self._add(node)
+            self._next[slot], self._weight[slot] = self._score(node)
+        elif node in self._slot:
+            self._drop(node)
+
+    def removed(self, node: Node) -> None:
+        super().removed(node)
+        self._uses.pop(node, None)
+        if node in self._slot:
+            self._drop(node)
+
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        n = len(self._nodes)
+        for slot in np.flatnonzero(self._next[:n] <= self.future.now).tolist():
+            self._next[slot], self._weight[slot] = self._score(self._nodes[slot])
+        priority = (self._next[:n] - self.future.now) * self._weight[:n]
+        for node in protected:
+            if node in self._slot:
+                priority[self._slot[node]] = -np.inf
+        if not n or not np.isfinite(priority.max()):
+            return None
+        node = self._nodes[int(np.argmax(priority))]
+        return Victim(node, Action.REMOVE if node.is_leaf else Action.MERGE)
+
+    def _score(self, node: Node) -> tuple[float, float]:
+        """(next use, bytes freed per FLOP saved) of evicting `node` now."""
+        leaf = node.is_leaf
+        freed = (node.edge_len * self.spec.kv_bytes_per_token if leaf else 0) + (
+            self.spec.ssm_bytes if node.has_state else 0)
+        if not node.has_state:
+            return (NEVER if leaf else self.future.now + 1.0), float(freed)
+        exclude: list[int] = []
+        if not leaf:
+            (child,) = node.children.values()
+            exclude = self._uses_of(child) if child.has_state else []
+        nxt = self.future.next_use(self._uses_of(node), exclude)
+        saved = self.spec.flops(node.depth) - self.spec.flops(_state_below(node))
+        return (float(nxt) if nxt is not None else NEVER), freed / max(saved, 1.0)
+
+    def _uses_of(self, node: Node) -> list[int]:
+        if node not in self._uses:
+            key = b"".join(n.key for n in _path(node))
+            self._uses[node] = self.future.uses_of(key)
+        return self._uses[node]
+
+    def _add(self, node: Node) -> int:
+        slot = len(self._nodes)
+        if slot == len(self._next):
+            self._next = np.resize(self._next, 2 * slot)
+            self._weight = np.resize(self._weight, 2 * slot)
+        self._nodes.append(node)
+        self._slot[node] = slot
+        return slot
+
+    def _drop(self, node: Node) -> None:
+        slot = self._slot.pop(node)
+        last = self._nodes.pop()
+        if last is not node:
+            n = len(self._nodes)
+            self._nodes[slot], self._slot[last] = last, slot
+            self._next[slot], self._weight[slot] = self._next[n], self._weight[n]
+
+
+def _path(node: Node) -> list[Node]:
+    out: list[Node] = []
+    cur: Node | None = node
+    while cur is not None and cur.parent is not None:
+        out.append(cur)
+        cur = cur.parent
+    return out[::-1]
+
+
+def _state_below(node: Node) -> int:
+    """Depth of the deepest ancestor holding a state (0: none)."""
+    cur = node.parent
+    while cur is not None and cur.parent is not None and not cur.has_state:
+        cur = cur.parent
+    return cur.depth if cur is not None else 0
+
+
+def offline_system(spec: ModelSpec, future: FutureIndex) -> System:
+    return System(name=OFFLINE, admission=lambda: FutureAdmission(future),
+                  eviction=lambda s, alpha: FutureEviction(s, future),
+                  description="knows the future: upper reference")
+
+
+def offline(trace: Trace, config: SimConfig, *, progress: bool = False) -> SimResult:
+    """Replay `trace` under the offline reference (one pass to index the future)."""
+    future = FutureIndex([r.input_tokens for r in trace])
+
+    def at(i: int) -> None:
+        future.now = i
+
+    config = dataclasses.replace(config, system=OFFLINE, alpha=None)
+    return simulate(trace, config, progress=progress, system=offline_system(config.spec, future),
+                    before=at)
