@@ -36,10 +36,10 @@ class Served:
 
 
 @contextmanager
-def serve(model: HybridModel, **config: object) -> Iterator[Served]:
-    """Start a server with a fresh cache over `model`; stop it on exit."""
+def serve(hybrid: HybridModel, /, **config: object) -> Iterator[Served]:
+    """Start a server with a fresh cache over `hybrid`; stop it on exit."""
     cfg = ServerConfig(**config)  # type: ignore[arg-type]
-    backend = build_backend(cfg, model)
+    backend = build_backend(cfg, hybrid)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
