@@ -200,6 +200,11 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for register in (_register_simulate, _register_compare, _register_analyze):
         register(sub)
+    from marconi.experiments.cli import register as register_reproduce
+    from marconi.sim.sweep_cli import register as register_sweep
+
+    register_sweep(sub)
+    register_reproduce(sub)
     _register_optional(sub)
     return p
 

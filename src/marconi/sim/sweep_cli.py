@@ -1,0 +1,125 @@
+"""`marconi sweep`: a grid of runs on local processes or a Dask cluster.
+
+```
+marconi sweep sharegpt --systems sglang+,marconi --capacities 2GB,4GB --param sps=0.5,1 \\
+    --out out/sweep.csv [--workers 2 | --scheduler tcp://host:8786 | --scheduler local]
+```
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from marconi.report.table import COLUMNS, table
+from marconi.sim.sweep import Cell, expand, run_sweep
+
+SWEEP_COLUMNS = (("dataset", "dataset", "s"), ("capacity", "capacity", "s"),
+                 ("model", "model", "s"), *COLUMNS)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("sweep", help="run a grid of simulations (local processes or Dask)",
+                       description="Run traces x systems x capacities x models x arrivals x "
+                                   "tuner settings; one row per cell, resumable.")
+    p.add_argument("trace", nargs="*", help="traces (files, folders, 'sharegpt', 'synthetic:..')")
+    p.add_argument("--config", type=Path, help="TOML file with [[grid]] tables")
+    p.add_argument("--systems", default="vllm+,sglang+,marconi", help="comma-separated")
+    p.add_argument("--capacities", default="2GB", help="comma-separated sizes")
+    p.add_argument("--models", default="paper-7b", help="semicolon-separated model strings")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=V1,V2",
+                   help=f"any other axis, from: {', '.join(f.name for f in fields(Cell))}")
+    p.add_argument("--out", type=Path, required=True, help="results file (.csv or .parquet)")
+    p.add_argument("--records-dir", type=Path, help="where cells with records=true save them")
+    add_executor_arguments(p)
+    p.set_defaults(func=cmd_sweep)
+
+
+def add_executor_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=int, help="local worker processes (default: all cores)")
+    p.add_argument("--scheduler", help="Dask scheduler address (tcp://...), or 'local' to "
+                                       "start a loopback LocalCluster of --workers processes")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    cells = grid_from_args(args)
+    with sweep_executor(args.scheduler, args.workers) as executor:
+        rows = run_sweep(cells, args.out, executor=executor, workers=args.workers,
+                         progress=not args.quiet, records_dir=args.records_dir)
+    failed = [r for r in rows if r["status"] != "ok"]
+    print(table([r for r in rows if r["status"] == "ok"], SWEEP_COLUMNS))
+    for row in failed:
+        print(f"cell {row['cell_id']} ({row['system']}, {row['trace']}) failed: {row['error']}",
+              file=sys.stderr)
+    print(f"{len(rows)} rows in {args.out}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def grid_from_args(args: argparse.Namespace) -> list[Cell]:
+    """Cells of `--config` grids, or of the traces and axes given as flags."""
+    if args.config is not None:
+        with args.config.open("rb") as f:
+            grids = tomllib.load(f).get("grid", [])
+        return [cell for grid in grids for cell in expand(grid)]
+    if not args.trace:
+        raise ValueError("sweep: give at least one trace or --config")
+    grid: dict[str, Any] = {"trace": list(args.trace), "system": _split(args.systems),
+                            "capacity": _split(args.capacities),
+                            "model": [m.strip() for m in args.models.split(";") if m.strip()]}
+    for item in args.param:
+        key, sep, values = item.partition("=")
+        if not sep:
+            raise ValueError(f"--param {item!r}: expected KEY=V1,V2")
+        grid[key.strip()] = [coerce(key.strip(), v) for v in _split(values)]
+    return expand(grid)
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def coerce(name: str, text: str) -> Any:
+    """A flag's text as the type of the `Cell` field `name` (`none` for optional ones)."""
+    kinds = {f.name: str(f.type) for f in fields(Cell)}
+    if name not in kinds:
+        raise ValueError(f"unknown sweep parameter {name!r}; known: {sorted(kinds)}")
+    kind = kinds[name]
+    if "None" in kind and text.lower() in ("none", "all"):
+        return None
+    if kind.startswith("bool"):
+        return text.lower() in ("1", "true", "yes")
+    for word, cast in (("int", int), ("float", float)):
+        if kind.startswith(word):
+            try:
+                return cast(text)
+            except ValueError:
+                raise ValueError(f"--param {name}: {text!r} is not {kind}") from None
+    return text
+
+
+@contextmanager
+def sweep_executor(scheduler: str | None, workers: int | None) -> Iterator[Any]:
+    """None (local processes), a Dask cluster's executor, or a fresh loopback cluster's."""
+    if scheduler is None:
+        yield None
+        return
+    import dask
+    from distributed import Client, LocalCluster
+
+    # workers must not be daemons: the bootstrap tuner forks its own replay processes
+    with dask.config.set({"distributed.worker.daemon": False}):
+        if scheduler != "local":
+            with Client(scheduler) as client:
+                yield client.get_executor()
+            return
+        with LocalCluster(n_workers=workers or 2, threads_per_worker=1, processes=True,
+                          host="127.0.0.1", dashboard_address=None) as cluster, \
+                Client(cluster) as client:
+            yield client.get_executor()
