@@ -1,0 +1,7 @@
+"""Paper reproduction: experiment configs (one TOML per figure) -> sweep -> PNG + table."""
+
+from __future__ import annotations
+
+from marconi.experiments.config import Experiment, load_experiments
+
+__all__ = ["Experiment", "load_experiments"]

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from marconi.cli import main
+from marconi.experiments import load_experiments
+from marconi.experiments.config import load_experiment
+from marconi.experiments.reproduce import reproduce
+from marconi.report.figures import FIGURES
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# one tiny config per figure kind, on synthetic traces (no data files needed)
+SYNTHETIC = {
+    "hit-rate": 'system = ["vllm+", "sglang+", "marconi"]\ncapacity = ["300MB", "1GB"]',
+    "gain": 'system = ["sglang+", "marconi"]\ncapacity = ["300MB", "1GB"]',
+    "ttft": 'system = ["vanilla", "sglang+", "marconi"]\ncapacity = ["300MB", "1GB"]',
+    "line": 'system = ["vllm+", "sglang+", "marconi"]\ncapacity = "500MB"\nsps = [0.5, 2.0]',
+    "length-bins": 'system = ["vanilla", "sglang+", "marconi"]\ncapacity = "500MB"\n'
+                   'records = true',
+    "tuner": 'system = ["marconi", "marconi-oracle"]\ncapacity = "500MB"\nmultiplier = [5, 15]',
+}
+
+
+def _write_config(folder: Path, kind: str) -> Path:
+    options = '[options]\nx = "sps"\n' if kind == "line" else ""
+    text = (f'title = "{kind}"\nfigure = "{kind}"\n{options}[[grid]]\n'
+            f'dataset = "multi-turn"\ntrace = "synthetic:multi-turn"\nsessions = 6\n'
+            f'{SYNTHETIC[kind]}\n')
+    path = folder / f"{kind}.toml"
+    path.write_text(text)
+    return path
+
+
+def _assert_png(path: Path) -> None:
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    assert path.stat().st_size > 5_000
+
+
+class TestFigures:
+    def test_every_figure_kind_draws(self, tmp_path: Path) -> None:
+        assert set(SYNTHETIC) == set(FIGURES)
+        configs = [_write_config(tmp_path, kind) for kind in FIGURES]
+        out = tmp_path / "out"
+        outcome = reproduce([load_experiment(c) for c in configs], out, workers=2,
+                            progress=False)
+        assert outcome.failed_cells == 0
+        assert len(outcome.figures) == len(FIGURES)
+        for kind in FIGURES:
+            _assert_png(out / f"{kind}.png")
+            table = (out / f"{kind}.md").read_text()
+            assert table.count("\n|") >= 3, f"{kind}: expected a table with rows"
+        assert "marconi" in (out / "SUMMARY.md").read_text()
+
+
+class TestConfig:
+    def test_shipped_configs_load(self) -> None:
+        experiments = load_experiments([EXPERIMENTS])
+        assert {e.figure for e in experiments} == set(FIGURES)
+        for exp in experiments:
+            quick, _ = exp.cells(quick=True)
+            assert quick, f"{exp.name}: no quick cells"
+
+    @pytest.mark.parametrize("text", ['figure = "pie"\n[[grid]]\ntrace = "sharegpt"',
+                                      'figure = "gain"\ncolour = 1\n[[grid]]\ntrace = "x"',
+                                      'figure = "gain"'])
+    def test_bad_configs_raise(self, tmp_path: Path, text: str) -> None:
+        (tmp_path / "bad.toml").write_text(text)
+        with pytest.raises(ValueError):
+            load_experiment(tmp_path / "bad.toml")
+
+    def test_missing_trace_and_unknown_system_are_skipped(self, tmp_path: Path) -> None:
+        path = tmp_path / "c.toml"
+        path.write_text('figure = "gain"\n[[grid]]\ntrace = "nowhere/trace.jsonl"\n'
+                        'system = "marconi"\ncapacity = "1GB"\n[[grid]]\n'
+                        'trace = "synthetic:multi-turn"\nsystem = ["marconi", "future-2030"]\n'
+                        'capacity = "1GB"\n')
+        cells, warnings = load_experiment(path).cells()
+        assert [c.system for c in cells] == ["marconi"]
+        assert any("not found" in w for w in warnings)
+        assert any("future-2030" in w for w in warnings)
+
+
+def test_quick_reproduction(tmp_path: Path) -> None:
+    """The CI-sized run of every shipped config (figures whose data is absent are skipped)."""
+    out = tmp_path / "results"
+    assert main(["reproduce", str(EXPERIMENTS), "--quick", "--out", str(out), "--workers",
+                 "2", "--quiet"]) == 0
+    drawn = sorted(p.stem for p in out.glob("*.png"))
+    assert "fig07_hit_rate" in drawn and "fig13b_response_time" in drawn  # ShareGPT ones
+    for name in drawn:
+        _assert_png(out / f"{name}.png")
+    if (EXPERIMENTS.parents[1] / "shared" / "data").is_dir():
+        assert len(drawn) == len(list(EXPERIMENTS.glob("*.toml")))
+    summary = (out / "SUMMARY.md").read_text()
+    assert "quick" in summary and "(0 failed)" in summary
