@@ -173,3 +173,21 @@ def test_killed_sweep_resumes_without_redoing_cells(tmp_path: Path) -> None:
     assert len(after) == 36 and all(r["status"] == "ok" for r in after.values())
     for row in before:  # finished cells kept as they were, not recomputed
         assert after[row["cell_id"]]["wall_s"] == row["wall_s"]
+
+
+def test_a_trace_loads_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    import marconi.sim.sweep as sweep
+
+    calls: list[str] = []
+    real = sweep.load_trace
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(str(args[0]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep, "load_trace", counting)
+    sweep._load.cache_clear()
+    for cell in expand(_grid(seed=7, sps=[1.0, 2.0])):
+        assert run_cell(cell)["status"] == "ok"
+    assert len(calls) == 2  # 8 cells, 2 distinct traces (sps shapes the trace)
+    sweep._load.cache_clear()

@@ -64,7 +64,7 @@ def _bin_table(pooled: dict[str, dict[str, np.ndarray]], ref: str, base: str,
     if ref not in pooled or base not in pooled:
         return f"(no records for both {ref} and {base})"
     a, b = _bin_rates(pooled[ref], edges), _bin_rates(pooled[base], edges)
-    labels = [f"{lo / 1000:g}-{hi / 1000:g}K" for lo, hi in itertools.pairwise(edges)]
+    labels = [f"{lo / 1000:g}-{hi // 1000}K" for lo, hi in itertools.pairwise(edges)]
     diff = [100 * (x - y) if x is not None and y is not None else np.nan
             for x, y in zip(a, b, strict=True)]
     ax.bar(labels, diff, color=["C3" if d < 0 else "C2" for d in diff])
