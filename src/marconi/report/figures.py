@@ -106,6 +106,9 @@ def _reductions(rows: list[Row], name: str) -> list[str]:
     med = pct(paired(rows, name, "vanilla", ratio("ttft_p95")), 50)
     out = [fmt(med, ".3f")]
     for base in ("vanilla", "vllm+", "sglang+"):
+        if base == name:
+            out.append("-")
+            continue
         cuts = [(1 - g[name]["ttft_p95"] / g[base]["ttft_p95"],
                  g[base]["ttft_p95"] - g[name]["ttft_p95"])
                 for g in by_config(rows).values()
