@@ -4,6 +4,8 @@
 marconi sweep sharegpt --systems sglang+,marconi --capacities 2GB,4GB --param sps=0.5,1 \\
     --out out/sweep.csv [--workers 2 | --scheduler tcp://host:8786 | --scheduler local]
 ```
+Workers of a remote cluster must run with `DASK_DISTRIBUTED__WORKER__DAEMON=False` (the
+bootstrap tuner starts its own replay processes) and see the same trace paths.
 """
 
 from __future__ import annotations
