@@ -71,3 +71,27 @@ def replay_settings(snapshot: PlusSnapshot, system: str, requests: Sequence[Wind
             cache.commit(tokens, n_input, boundaries=boundaries)
         out[setting] = total
     return out, time.perf_counter() - start
+
+
+Shadows = dict[Setting, PrefixCache]
+
+
+def start_shadows(snapshot: PlusSnapshot, system: str, settings: Sequence[Setting]) -> Shadows:
+    """One metadata-only cache per setting, all starting from `snapshot`."""
+    return {s: restore_plus(snapshot, system, s) for s in settings}
+
+
+def advance(shadows: Shadows, requests: Sequence[Window], objective: Objective
+            ) -> tuple[Shadows, dict[Setting, float], float]:
+    """Run `requests` through every shadow cache (they keep their state across windows);
+    returns the shadows, each one's objective on this window, and the seconds taken."""
+    start = time.perf_counter()
+    scores = {}
+    for setting, cache in shadows.items():
+        total = 0.0
+        for tokens, n_input, boundaries in requests:
+            hit = cache.lookup(tokens[:n_input], boundaries=boundaries).hit
+            total += cache.spec.flops(hit) if objective is Objective.FLOPS else hit
+            cache.commit(tokens, n_input, boundaries=boundaries)
+        scores[setting] = total
+    return shadows, scores, time.perf_counter() - start

@@ -21,20 +21,29 @@ Replays run on any `concurrent.futures.Executor` (`wait=False`: never blocks loo
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from marconi.policies.plus import Mode, Setting, Switchable
-from marconi.retune_replay import PlusSnapshot, Window, replay_settings, take_plus
+from marconi.retune_replay import (
+    PlusSnapshot,
+    Shadows,
+    Window,
+    advance,
+    replay_settings,
+    start_shadows,
+    take_plus,
+)
 from marconi.tuner import GRID, Objective
 
 if TYPE_CHECKING:
     from marconi.cache import PrefixCache
 
+T = TypeVar("T")
 LRU = Setting(Mode.LRU)  # SGLang+'s behaviour
 CANDIDATES = (LRU, *(Setting(Mode.FLOP, a) for a in GRID))
 
@@ -47,6 +56,8 @@ class RetuneConfig:
     threshold: float = 0.01  # adopt only a relative replay gain above this
     drop: float = 0.3  # cut a window when its hit rate < (1 - drop) x the previous one's
     periodic: bool = True  # False: tune once, like Marconi's bootstrap
+    horizon: int = 1  # windows whose replay scores are summed to decide (0: all so far)
+    shadow: bool = False  # score persistent shadow caches (True) or replays from snapshots
     objective: Objective = Objective.FLOPS
     candidates: tuple[Setting, ...] = CANDIDATES
     initial: Setting = LRU  # what runs before the first replay
@@ -90,10 +101,13 @@ class GuardedTuner:
         self._snapshot: PlusSnapshot | None = None
         self._recorded: list[Window] = []
         self._window = 0
-        self._pending: tuple[Retune, list[Future[tuple[dict[Setting, float], float]]]] | None = None
+        self._pending: tuple[Retune, list[Future[Any]]] | None = None
+        self._recording = False  # a window is open
         self._rates: list[float] = []  # token hit rate of each closed window
         self._counts = (0, 0)  # stats (hit tokens, input tokens) at the window start
         self._started = False
+        self._shadows: Shadows | None = None  # persistent shadow caches (config.shadow)
+        self._totals: dict[Setting, float] = {}  # shadow scores summed since they started
 
     @property
     def busy(self) -> bool:
@@ -108,12 +122,13 @@ class GuardedTuner:
             _setting(cache, self.config.initial)
         if self._pending is not None:
             self._adopt_if_ready(cache)
-        if self._snapshot is None:
+        if not self._recording:
             if cache.stats.evictions and (self.config.periodic or not self.history):
                 self._open(cache)
             return
         self._recorded.append((tokens, n_input, tuple(boundaries)))
-        if len(self._recorded) >= self._window or self._dropped(cache):
+        full = len(self._recorded) >= self._window or self._dropped(cache)
+        if full and self._pending is None:  # while a replay runs, the window grows
             self._close(cache)
 
     def _open(self, cache: PrefixCache) -> None:
@@ -121,7 +136,13 @@ class GuardedTuner:
             n0 = cache.stats.commits
             self._window = int(np.clip(self.config.multiplier * n0, self.config.min_window,
                                        self.config.max_window))
-        self._snapshot = take_plus(cache)
+        self._recording = True
+        if self._shadows is None:  # shadows, once started, need no snapshots
+            self._snapshot = take_plus(cache)
+        if self.config.shadow and self._shadows is None:
+            settings = tuple(dict.fromkeys((*self.config.candidates, _current(cache))))
+            self._shadows = start_shadows(take_plus(cache), cache.system.name, settings)
+            self._snapshot = None
         self._recorded = []
         self._counts = (cache.stats.hit_tokens, cache.stats.input_tokens)
 
@@ -139,37 +160,38 @@ class GuardedTuner:
 
     def _close(self, cache: PrefixCache) -> None:
         """Launch the replay of the recorded window; open the next one."""
-        assert self._snapshot is not None
         self._rates.append(self._rate(cache))
-        if self._pending is not None:  # a replay still in flight: skip this window
-            self._snapshot = None
-            if self.config.periodic:
-                self._open(cache)
-            return
         before = _current(cache)
         candidates = tuple(dict.fromkeys((*self.config.candidates, before)))
         retune = Retune(at=cache.stats.commits, window=len(self._recorded), before=before,
                         chosen=before)
         self._pending = (retune, self._submit(cache, candidates))
-        self._snapshot = None
+        self._snapshot, self._recording = None, False
         if self.wait:
             self._adopt(cache)
         if self.config.periodic:
             self._open(cache)
 
-    def _submit(self, cache: PrefixCache, candidates: tuple[Setting, ...]
-                ) -> list[Future[tuple[dict[Setting, float], float]]]:
+    def _submit(self, cache: PrefixCache, candidates: tuple[Setting, ...]) -> list[Future[Any]]:
+        """Shadow mode: one task advancing every shadow; else replays split over workers."""
+        if self._shadows is not None:
+            return [self._run(advance, self._shadows, self._recorded, self.config.objective)]
         assert self._snapshot is not None
         args = (self._snapshot, cache.system.name, self._recorded)
         if self.executor is None and self.wait:
-            future: Future[tuple[dict[Setting, float], float]] = Future()
-            future.set_result(replay_settings(*args, candidates, self.config.objective))
-            return [future]
+            return [self._run(replay_settings, *args, candidates, self.config.objective)]
         executor = self.executor or self._own_pool()
         workers = _workers(executor)
         chunks = [candidates[i::workers] for i in range(workers)]
         return [executor.submit(replay_settings, *args, chunk, self.config.objective)
                 for chunk in chunks if chunk]
+
+    def _run(self, fn: Callable[..., T], *args: object) -> Future[T]:
+        if self.executor is None and self.wait:
+            future: Future[T] = Future()
+            future.set_result(fn(*args))
+            return future
+        return (self.executor or self._own_pool()).submit(fn, *args)
 
     def _own_pool(self) -> Executor:
         self.executor = ProcessPoolExecutor(max_workers=min(4, os.cpu_count() or 1))
@@ -185,12 +207,25 @@ class GuardedTuner:
         retune, futures = self._pending
         self._pending = None
         for future in futures:
-            scores, seconds = future.result()
+            *moved, scores, seconds = future.result()
+            if moved:  # shadows come back (copies, when they ran in another process)
+                self._shadows = moved[0]
             retune.scores.update(scores)
             retune.seconds += seconds
-        retune.chosen = guard(retune.scores, retune.before, self.config.threshold)
-        _setting(cache, retune.chosen)
         self.history.append(retune)
+        decide = self._summed()
+        if self._shadows is not None:
+            for setting, score in retune.scores.items():
+                self._totals[setting] = self._totals.get(setting, 0.0) + score
+            decide = self._totals
+        retune.chosen = guard(decide, retune.before, self.config.threshold)
+        _setting(cache, retune.chosen)
+
+    def _summed(self) -> dict[Setting, float]:
+        """Replay scores summed over the last `horizon` windows (settings scored in all)."""
+        recent = self.history[-self.config.horizon :] if self.config.horizon else self.history
+        common = set(recent[0].scores).intersection(*(r.scores for r in recent[1:]))
+        return {s: sum(r.scores[s] for r in recent) for s in common}
 
 
 def guard(scores: dict[Setting, float], current: Setting, threshold: float) -> Setting:

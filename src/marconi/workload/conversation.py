@@ -104,6 +104,7 @@ def add_conversation(
     """
     ends = np.cumsum([0, *(t.shape[0] for t in tokens)]).tolist()
     base = builder.add_buffer(np.concatenate(tokens) if tokens else np.zeros(0, np.int32))
+    builder.add_marks(base, ends[1:-1])  # message ends: the system prompt's, each turn's
     for turn, (call, arrival) in enumerate(zip(conv.calls, arrivals, strict=True)):
         if max_input is not None and ends[call] > max_input:
             return turn
@@ -139,6 +140,7 @@ def add_collapsed(
         if max_input is not None and n_in > max_input:
             return turn
         base = builder.add_buffer(np.concatenate([*parts, tokens[call]]))
+        builder.add_marks(base, np.cumsum([p.shape[0] for p in parts])[:-1])
         n_out = tokens[call].shape[0]
         builder.add_request(
             conv.session_id, turn, arrival, (base, base + n_in), (base + n_in, base + n_in + n_out)

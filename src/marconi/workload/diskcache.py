@@ -21,7 +21,7 @@ from marconi.workload.options import TraceOptions
 from marconi.workload.store import Built, TraceArrays
 from marconi.workload.types import Trace
 
-CACHE_VERSION = 1  # bump when a reader's output changes for the same input
+CACHE_VERSION = 2  # bump when a reader's output changes for the same input (2: marks)
 ENV_VAR = "MARCONI_CACHE_DIR"
 
 
@@ -49,6 +49,7 @@ def load(path: Path) -> Trace | None:
                 session_names=tuple(z["session_names"].tolist()),
                 turns=z["turns"],
                 arrivals=z["arrivals"],
+                marks=z["marks"],
             )
             name, meta = json.loads(str(z["info"]))
     except Exception:  # any damage means "rebuild": the cache is never the source of truth
@@ -71,6 +72,7 @@ def save(path: Path, built: Built) -> None:
                 session_names=np.array(arrays.session_names, dtype=str),
                 turns=arrays.turns,
                 arrivals=arrays.arrivals,
+                marks=arrays.marks,
                 info=np.array(json.dumps([name, meta], default=str)),
             )
         os.replace(tmp, path)

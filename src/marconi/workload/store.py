@@ -15,7 +15,7 @@ disk cache stores, so a cached trace loads as one array and a few small ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +35,9 @@ class TraceArrays:
     session_names: tuple[str, ...]
     turns: npt.NDArray[np.int64]  # (R,)
     arrivals: npt.NDArray[np.float64]  # (R,), seconds, ascending
+    # message ends as offsets into `tokens`, ascending (empty: the reader knows none);
+    # a request's `boundaries` are the marks strictly inside its input
+    marks: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __post_init__(self) -> None:
         r = self.turns.shape[0]
@@ -61,10 +64,17 @@ class TraceArrays:
                 arrival=a,
                 input_tokens=tokens[i0:i1],
                 output_tokens=tokens[o0:o1],
+                boundaries=self._boundaries(i0, i1),
             )
             for (i0, i1, o0, o1), s, t, a in rows
         )
         return Trace(name, requests, dict(meta or {}))
+
+
+    def _boundaries(self, start: int, stop: int) -> tuple[int, ...]:
+        """Marks strictly inside [start, stop), as offsets from `start`."""
+        lo, hi = np.searchsorted(self.marks, [start + 1, stop])
+        return tuple((self.marks[lo:hi] - start).tolist())
 
 
 class TraceBuilder:
@@ -75,6 +85,7 @@ class TraceBuilder:
         self._size = 0
         self._rows: list[tuple[int, int, int, int, int, int, float]] = []
         self._sessions: dict[str, int] = {}
+        self._marks: list[int] = []
 
     def add_buffer(self, tokens: object) -> int:
         """Append a token buffer; returns its base offset for `add_request` spans."""
@@ -87,6 +98,10 @@ class TraceBuilder:
         self._buffers.append(arr)
         self._size += int(arr.shape[0])
         return base
+
+    def add_marks(self, base: int, offsets: object) -> None:
+        """Message ends at `offsets` (ascending) of the buffer that starts at `base`."""
+        self._marks.extend(base + int(x) for x in np.asarray(offsets).tolist())
 
     def add_request(
         self, session_id: str, turn: int, arrival: float, input_span: Span, output_span: Span
@@ -109,6 +124,7 @@ class TraceBuilder:
             session_names=tuple(self._sessions),
             turns=np.ascontiguousarray(table[:, 5]),
             arrivals=np.array([row[6] for row in rows], dtype=np.float64),
+            marks=np.unique(np.array(self._marks, dtype=np.int64)),
         )
 
     def build(self, name: str, meta: dict[str, object] | None = None) -> Built:

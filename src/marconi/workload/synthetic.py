@@ -99,6 +99,7 @@ def _single(
     builder: TraceBuilder, sid: str, prompt: list[Tokens], out: Tokens, arrival: float
 ) -> None:
     base = builder.add_buffer(np.concatenate([*prompt, out]))
+    builder.add_marks(base, np.cumsum([p.shape[0] for p in prompt])[:-1])  # e.g. system end
     n_in = sum(p.shape[0] for p in prompt)
     builder.add_request(sid, 0, arrival, (base, base + n_in), (base + n_in, base + n_in + len(out)))
 
