@@ -19,6 +19,7 @@ from tqdm import tqdm
 from marconi.cache import PrefixCache
 from marconi.policies import System, get_system
 from marconi.sim.bounds import SeenTree
+from marconi.sim.concurrent import replay_concurrent
 from marconi.sim.latency import LatencyModel
 from marconi.sim.metrics import summarize
 from marconi.spec import ModelSpec
@@ -43,11 +44,15 @@ class SimConfig:
     objective: str = "flops"  # what the tuner maximizes: flops or tokens
     latency: LatencyModel | None = None  # TTFT model; None: FLOPs at the default rate
     bounds: bool = True  # also replay the infinite caches for bounds and miss attribution
+    concurrent: bool = False  # states enter when a request finishes (arrival + TTFT + decode)
+    decode_s_per_token: float = 0.02  # decode time per output token (concurrent replay)
 
     def __post_init__(self) -> None:
         if self.system not in REFERENCES:
             get_system(self.system)
         parse_size(self.capacity)
+        if not self.decode_s_per_token >= 0:
+            raise ValueError(f"decode_s_per_token must be >= 0, got {self.decode_s_per_token!r}")
 
 
 @dataclass(slots=True)
@@ -86,10 +91,13 @@ def simulate(trace: Trace, config: SimConfig, *, progress: bool = False,
     start = time.perf_counter()
     bar = tqdm(trace, desc=config.system, unit="req", leave=False,
                disable=None if progress else True)  # None: only on a terminal
+    if config.concurrent:
+        _concurrent(trace, config, cache, records, before)
     for i, request in enumerate(bar):
-        if before is not None:
-            before(i)
-        _step(request, i, cache, records)
+        if not config.concurrent:
+            if before is not None:
+                before(i)
+            _step(request, i, cache, records)
         if config.bounds:
             _bounds(request, i, bound, seen, records)
     seconds = time.perf_counter() - start
@@ -98,6 +106,18 @@ def simulate(trace: Trace, config: SimConfig, *, progress: bool = False,
         sessions=[r.session_id for r in trace], arrivals=np.array([r.arrival for r in trace]),
         stats=cache.stats.as_dict(), alpha=cache.alpha, seconds=seconds,
         tuning=_tuning(tuner))
+
+
+def _concurrent(trace: Trace, config: SimConfig, cache: PrefixCache,
+                records: dict[str, np.ndarray], before: Callable[[int], None] | None) -> None:
+    def record(i: int, request: Request, hit: int) -> None:
+        records["n_input"][i], records["n_output"][i] = request.n_input, request.n_output
+        records["hit"][i] = hit
+        records["kv_bytes"][i] = cache.stats.kv_bytes
+        records["ssm_bytes"][i] = cache.stats.ssm_bytes
+
+    replay_concurrent(trace, cache, config.spec, config.latency, config.decode_s_per_token,
+                      record, before)
 
 
 def _step(request: Request, i: int, cache: PrefixCache, records: dict[str, np.ndarray]) -> None:
