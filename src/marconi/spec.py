@@ -41,13 +41,14 @@ class ModelSpec:
     expand: int = 2  # d_inner = expand * D in the paper's Mamba layers
     conv_channels: int | None = None  # conv state channels; None: expand * D + 2 * N
     max_context: int | None = None  # longest input the model accepts, if known
+    checkpoint_extra_bytes: int = 0  # kept with every checkpoint besides SSM layers (logits)
 
     def __post_init__(self) -> None:
         for name in ("d_model", "d_state", "dtype_bytes", "conv_kernel", "expand"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"ModelSpec.{name} must be a positive integer, got {value!r}")
-        for name in ("attention_layers", "ssm_layers", "mlp_layers"):
+        for name in ("attention_layers", "ssm_layers", "mlp_layers", "checkpoint_extra_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"ModelSpec.{name} must be a non-negative integer, got {value!r}")
@@ -81,8 +82,9 @@ class ModelSpec:
 
     @property
     def ssm_bytes(self) -> int:
-        """One checkpoint of the whole model: every SSM layer's state."""
-        return self.ssm_layers * self.ssm_layer_bytes
+        """One checkpoint of the whole model: every SSM layer's state, plus what an engine
+        keeps beside it (`checkpoint_extra_bytes`, e.g. next-token logits)."""
+        return self.ssm_layers * self.ssm_layer_bytes + self.checkpoint_extra_bytes
 
     # --- FLOPs (paper, Table 1) --------------------------------------------------------
 

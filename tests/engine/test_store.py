@@ -31,11 +31,14 @@ def check_bytes(engine: Engine) -> None:
         kv_total += node.kv.nbytes
         if node.has_state:
             assert isinstance(node.state, SSMState) and node.state.position == node.depth
-            assert node.state.nbytes == spec.ssm_bytes
-            state_total += node.state.nbytes
-    stats = engine.cache.stats
+            assert node.state.nbytes == spec.ssm_bytes  # the model's spec: SSM layers only
+            # the cache also counts the logits kept beside each state against its capacity
+            held = node.state.nbytes + node.state.logits_bytes
+            assert held == engine.cache.spec.ssm_bytes
+            state_total += held
+    stats, store = engine.cache.stats, engine.store
     assert (kv_total, state_total) == (stats.kv_bytes, stats.ssm_bytes)
-    assert (kv_total, state_total) == (engine.store.kv_bytes, engine.store.state_bytes)
+    assert (kv_total, state_total) == (store.kv_bytes, store.state_bytes + store.logits_bytes)
 
 
 class TestByteAccounting:

@@ -63,5 +63,5 @@ class TestLoad:
         assert max(held) <= capacity and metrics["marconi:cache_peak_bytes"] <= capacity
         cache, store = server.backend.engine.cache, server.backend.engine.store
         assert store.kv_bytes == cache.stats.kv_bytes  # tensors held == accounting
-        assert store.state_bytes == cache.stats.ssm_bytes
+        assert store.state_bytes + store.logits_bytes == cache.stats.ssm_bytes
         check_integrity(cache)

@@ -71,7 +71,9 @@ class Engine:
                  tuner: Any = "auto") -> None:
         self.model = model
         self.store = TensorStore(model)
-        self.cache = PrefixCache(model.spec, capacity, system, alpha=alpha, store=self.store,
+        # each state keeps its next-token logits (float32): the capacity must bound them too
+        spec = model.spec.replace(checkpoint_extra_bytes=4 * model.vocab_size)
+        self.cache = PrefixCache(spec, capacity, system, alpha=alpha, store=self.store,
                                  tuner=tuner)
         self.capture = capture
 

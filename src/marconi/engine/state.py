@@ -74,7 +74,8 @@ class SSMState:
     `logits` (the next-token logits after `position` tokens) ride along so that a prompt
     equal to a cached prefix still gets its first token without recomputing anything. They
     are not SSM state: `nbytes` (what the spec sizes) leaves them out, `logits_bytes` says
-    what they add.
+    what they add; the engine's cache counts them against its capacity through
+    `ModelSpec.checkpoint_extra_bytes`.
     """
 
     position: int

@@ -32,7 +32,7 @@ class CacheView:
     hit_requests: int
     kv_bytes: int  # attention KV held by tree edges
     ssm_bytes: int  # SSM (conv + recurrent) states held
-    logits_bytes: int  # next-token logits stored beside each state (outside the spec)
+    logits_bytes: int  # next-token logits stored beside each state (within the capacity)
     capacity: int
     peak_bytes: int
     states_admitted: int
@@ -44,7 +44,8 @@ class CacheView:
     def of(cls, engine: Engine) -> CacheView:
         s, cache = engine.cache.stats, engine.cache
         return cls(queries=s.input_tokens, hits=s.hit_tokens, requests=s.lookups,
-                   hit_requests=s.hit_requests, kv_bytes=s.kv_bytes, ssm_bytes=s.ssm_bytes,
+                   hit_requests=s.hit_requests, kv_bytes=s.kv_bytes,
+                   ssm_bytes=s.ssm_bytes - engine.store.logits_bytes,
                    logits_bytes=engine.store.logits_bytes, capacity=cache.capacity,
                    peak_bytes=s.peak_bytes, states_admitted=s.states_admitted,
                    states_evicted=s.states_evicted, evictions=s.evictions, alpha=cache.alpha)
@@ -63,7 +64,7 @@ _GAUGES = (
     ("cache_kv_bytes", "kv_bytes", "Bytes of attention KV held by the prefix cache."),
     ("cache_ssm_bytes", "ssm_bytes", "Bytes of SSM (conv + recurrent) states held."),
     ("cache_logits_bytes", "logits_bytes",
-     "Bytes of next-token logits stored beside the states (not counted in capacity)."),
+     "Bytes of next-token logits stored beside the states (within the capacity)."),
     ("cache_capacity_bytes", "capacity", "Configured bound on KV + SSM state bytes."),
     ("cache_peak_bytes", "peak_bytes", "Highest KV + SSM state bytes held so far."),
     ("cache_alpha", "alpha", "Current alpha of FLOP-aware eviction (0 until tuned)."),
