@@ -9,6 +9,7 @@ from __future__ import annotations
 from marconi.cache import PrefixCache
 from marconi.policies import FlopAware, LRULeaf
 from marconi.policies.mamba_radix import MambaRadixLRU
+from marconi.policies.plus import Switchable
 from marconi.policies.two_lists import TwoListLRU
 
 
@@ -30,6 +31,8 @@ def check_integrity(cache: PrefixCache) -> None:
             assert child.pins <= node.pins, f"{child!r} pinned more than its parent"
     if isinstance(cache.eviction, FlopAware):
         _check_flop_aware(cache.eviction, nodes)
+        if isinstance(cache.eviction, Switchable):  # marconi+: its LRU twin too
+            _check_lru(cache.eviction.lru, nodes)
     elif isinstance(cache.eviction, LRULeaf):
         _check_lru(cache.eviction, nodes)
     elif isinstance(cache.eviction, TwoListLRU):

@@ -111,3 +111,12 @@ def hit_rate_by_length(n_input: np.ndarray, hit: np.ndarray,
         out.append({"min_tokens": lo, "max_tokens": hi, "requests": int(mask.sum()),
                     "token_hit_rate": _rate(hit[mask].sum(), n_input[mask].sum())})
     return out
+
+
+def gap_closed(saved: float, baseline: float, reference: float) -> float | None:
+    """Share of the gap from `baseline` (e.g. SGLang+) to `reference` (the offline policy)
+    that a policy saving `saved` FLOPs closes: 0 = baseline, 1 = reference, < 0 = worse
+    than the baseline. None when the reference is no better than the baseline."""
+    if reference <= baseline:
+        return None
+    return (saved - baseline) / (reference - baseline)

@@ -1,0 +1,54 @@
+"""The offline reference: its future index, and that it beats every online system."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from marconi.policies import SYSTEMS
+from marconi.sim.future import FutureIndex
+from marconi.sim.oracle import run
+from marconi.sim.replay import OFFLINE, SimConfig
+from marconi.spec import PAPER_7B
+from marconi.workload import load_trace
+from marconi.workload.options import TraceOptions
+
+
+def _arr(*xs: int) -> np.ndarray:
+    return np.array(xs, dtype=np.int32)
+
+
+class TestFutureIndex:
+    def test_uses_and_next_use(self) -> None:
+        future = FutureIndex([_arr(1, 2, 3, 4), _arr(1, 2, 9), _arr(1, 2, 3, 4, 5)])
+        assert future.uses_of(_arr(1, 2).tobytes()) == [0, 1, 2]
+        assert future.uses_of(_arr(1, 2, 3).tobytes()) == [0, 2]
+        assert future.uses_of(_arr(7).tobytes()) == []
+        future.now = 0
+        assert future.next_use([0, 1, 2]) == 1
+        assert future.next_use([0, 1, 2], exclude=[1]) == 2
+        future.now = 2
+        assert future.next_use([0, 1, 2]) is None
+
+    def test_reuse_points_are_later_common_prefixes(self) -> None:
+        future = FutureIndex([_arr(1, 2, 3, 4), _arr(1, 2, 9), _arr(1, 2, 3, 4, 5)])
+        future.now = 0
+        # request 1 leaves at depth 2, request 2 extends the whole sequence
+        assert future.reuse_points(_arr(1, 2, 3, 4).tobytes()) == [2, 4]
+        future.now = 1
+        assert future.reuse_points(_arr(1, 2, 9).tobytes()) == [2]
+
+
+TRACES = ["synthetic:system-prompt:sessions=30", "synthetic:multi-turn:sessions=12,turns=5",
+          "synthetic:rag:sessions=40", "synthetic:twice:sessions=30"]
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_offline_beats_every_online_system(name: str) -> None:
+    trace = load_trace(name, options=TraceOptions(sessions_per_second=4.0))
+    config = SimConfig(spec=PAPER_7B, capacity="1GB", system=OFFLINE, bounds=False)
+    best = run(trace, config).summary()["flops_saved"]
+    for system in SYSTEMS:
+        other = run(trace, SimConfig(spec=PAPER_7B, capacity="1GB", system=system,
+                                     bounds=False)).summary()["flops_saved"]
+        assert best >= other, f"{system} saves {other:.3e} > offline {best:.3e} on {name}"
