@@ -84,8 +84,8 @@ register(System(
     tuned=True, uses_alpha=True,
     description="marconi with the artifact's recency 1/(now - t + 1)"))
 
-from marconi.policies import peers  # noqa: E402,F401  (registers today's engines)
-from marconi.policies import plus_systems  # noqa: E402,F401  (registers marconi+)
+# importing these registers today's engines (peers) and marconi+ (plus_systems)
+from marconi.policies import peers, plus_systems  # noqa: E402,F401
 
 __all__ = [
     "SYSTEMS",
