@@ -112,7 +112,7 @@ def expand(grid: Mapping[str, Any]) -> list[Cell]:
             for combo in itertools.product(*axes.values())]
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=2)  # traces can be GBs; cells are submitted grouped by trace
 def _load(key: tuple[Any, ...]) -> Trace:
     trace, sessions, requests, sps, response_time, mean_gap, seed, tokenizer = key
     options = TraceOptions(sessions=sessions, sessions_per_second=sps, seed=seed,
@@ -218,7 +218,8 @@ def run_sweep(cells: Iterable[Cell], out: str | Path, *, executor: Executor | No
     todo = list(pending(cells, (k for k, r in rows.items() if r.get("status") == "ok")))
     todo.sort(key=lambda cell: json.dumps(cell.trace_key(), default=str))  # one trace at a time
     if progress:
-        print(f"sweep: {len(cells)} cells, {len(cells) - len(todo)} done, {len(todo)} to run",
+        total = len({cell.cell_id for cell in cells})
+        print(f"sweep: {total} cells, {total - len(todo)} done, {len(todo)} to run",
               file=sys.stderr)
     pool = executor or ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1)
     try:
