@@ -53,9 +53,10 @@ def reproduce(experiments: list[Experiment], out: Path, *, quick: bool = False,
         png, table = draw(exp, mine, out)
         figures.append(png)
         sections.append(table)
-    failed = sum(row["status"] != "ok" for row in rows)
+    distinct = {row["cell_id"]: row for row in rows}  # figures may share cells
+    failed = sum(row["status"] != "ok" for row in distinct.values())
     seconds = time.perf_counter() - start
-    summary = _write_summary(out, sections, quick=quick, cells=len(rows), failed=failed,
+    summary = _write_summary(out, sections, quick=quick, cells=len(distinct), failed=failed,
                              seconds=seconds)
     return Outcome(summary=summary, figures=tuple(figures), failed_cells=failed,
                    seconds=seconds)
