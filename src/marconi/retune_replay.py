@@ -25,7 +25,7 @@ Window = tuple[np.ndarray, int, tuple[int, ...]]  # input + output, input length
 @dataclass(frozen=True, slots=True)
 class PlusSnapshot:
     base: Snapshot  # structure, states, FLOP-aware stamps
-    lru_stamps: tuple[int, ...]  # the LRU twin's stamps, in `base`'s node order
+    lru_stamps: tuple[float, ...]  # the LRU twin's stamps, in `base`'s node order
 
 
 def take_plus(cache: PrefixCache) -> PlusSnapshot:

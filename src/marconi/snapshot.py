@@ -19,7 +19,7 @@ class Snapshot:
     parents: tuple[int, ...]  # index of each node's parent in this list, -1 for the root
     keys: tuple[bytes, ...]  # edges, int32 bytes
     has_state: tuple[bool, ...]
-    stamps: tuple[int, ...]  # last access as the eviction policy knew it (0: never)
+    stamps: tuple[float, ...]  # last access as the eviction policy knew it (0: never)
 
 
 def take(cache: PrefixCache) -> Snapshot:

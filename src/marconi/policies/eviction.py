@@ -51,7 +51,7 @@ class Eviction(ABC):
     """Base: last-access stamps per node, event hooks, victim choice."""
 
     def __init__(self) -> None:
-        self.stamp: dict[Node, int] = {}
+        self.stamp: dict[Node, float] = {}  # last access (clock ticks or a level)
 
     # --- events (the cache calls these) ------------------------------------------------
 
@@ -84,7 +84,7 @@ class Eviction(ABC):
         (e.g. a leaf left without state that no lookup can use); None: nothing."""
         return None
 
-    def restore(self, stamps: dict[Node, int]) -> None:
+    def restore(self, stamps: dict[Node, float]) -> None:
         """Load stamps from a snapshot (nodes must already be in the tree)."""
         for node, t in stamps.items():
             self.stamp[node] = t
@@ -102,7 +102,7 @@ class LRULeaf(Eviction):
     def __init__(self, *, deepest_first: bool = False) -> None:
         super().__init__()
         self.deepest_first = deepest_first
-        self._heap: list[tuple[int, int, int, Node]] = []
+        self._heap: list[tuple[float, int, int, Node]] = []
 
     def _push(self, node: Node) -> None:
         if node.is_leaf and not node.pins and alive(node):
@@ -123,7 +123,7 @@ class LRULeaf(Eviction):
     def changed(self, node: Node) -> None:
         self._push(node)
 
-    def _valid(self, entry: tuple[int, int, int, Node]) -> bool:
+    def _valid(self, entry: tuple[float, int, int, Node]) -> bool:
         t, _, _, node = entry
         return (alive(node) and node.is_leaf and not node.pins
                 and self.stamp.get(node, 0) == t)
@@ -155,6 +155,7 @@ class LRULeaf(Eviction):
 class Recency(Enum):
     TIME = "time"  # last access time (the paper)
     INVERSE_AGE = "inverse-age"  # 1 / (now - t + 1) (the artifact's variant)
+    GREEDY_DUAL = "greedy-dual"  # the inflation level at the last access (marconi+)
 
 
 class FlopAware(Eviction):
@@ -167,6 +168,12 @@ class FlopAware(Eviction):
 
     Candidates live in dense numpy arrays (slot per candidate, swap-remove), so a
     victim among 10^4 candidates is a handful of vector operations.
+
+    `Recency.GREEDY_DUAL` turns this into GreedyDual-Size (Young's Landlord) with the
+    FLOPs a node saves as its cost: S(v) = L(v) + eff(v), unnormalized, where L(v) is the
+    inflation level when v was last touched, and every victim raises the level to its
+    own score. Entries age out as the level passes them, efficient ones later; the order
+    is scale-free, so there is no alpha to tune (alpha is ignored).
     """
 
     def __init__(self, spec: ModelSpec, alpha: float = 0.0,
@@ -179,6 +186,11 @@ class FlopAware(Eviction):
         self._slot: dict[Node, int] = {}
         self._rec = np.zeros(64, dtype=np.float64)
         self._eff = np.zeros(64, dtype=np.float64)
+        self.level = 0.0  # GreedyDual's inflation level (only used by GREEDY_DUAL)
+
+    def _time(self, now: int) -> float:
+        """What a touch stamps: the clock, or GreedyDual's level."""
+        return self.level if self.recency is Recency.GREEDY_DUAL else now
 
     def set_alpha(self, alpha: float) -> None:
         self.alpha = check_alpha(alpha)
@@ -193,12 +205,12 @@ class FlopAware(Eviction):
 
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         if hit is not None:
-            self.stamp[hit] = now
+            self.stamp[hit] = self._time(now)
             self.changed(hit)
 
     def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
         for node in new:
-            self.stamp[node] = now
+            self.stamp[node] = self._time(now)
             self.changed(node)
 
     def changed(self, node: Node) -> None:
@@ -238,6 +250,8 @@ class FlopAware(Eviction):
         """S(v) for every candidate, in slot order."""
         n = len(self._nodes)
         rec = self._rec[:n]
+        if self.recency is Recency.GREEDY_DUAL:
+            return rec + self._eff[:n]
         if self.recency is Recency.INVERSE_AGE:
             rec = 1.0 / (now - rec + 1.0)
         return _minmax(rec) + self.alpha * _minmax(self._eff[:n])
@@ -254,6 +268,8 @@ class FlopAware(Eviction):
         if not np.isfinite(score[slot]):
             return None
         node = self._nodes[slot]
+        if self.recency is Recency.GREEDY_DUAL:
+            self.level = max(self.level, float(score[slot]))
         return Victim(node, Action.REMOVE if node.is_leaf else Action.MERGE)
 
     def candidates(self) -> list[Node]:

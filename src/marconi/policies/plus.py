@@ -36,6 +36,7 @@ class StructureConfig:
     """Knobs of `Structured` admission (the ablation turns each off)."""
 
     boundaries: int = 1  # leading message boundaries to checkpoint (0: off)
+    tail: bool = False  # checkpoint the input's last message boundary (its reusable end)
     partial: bool = True  # checkpoint repeated partial hits
     repeats: int = 2  # a partial-hit position is admitted on its `repeats`-th sighting
     min_gain: float = 1.0  # partial hit must save >= min_gain x (state bytes in KV tokens)
@@ -79,8 +80,9 @@ class Structured(Judicious):
     def _extra(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
                tokens: bytes, *, learn: bool) -> set[int]:
         held = {n.depth for n in match.path if n.has_state}
-        lead = [b for b in boundaries[: self.config.boundaries] if hit < b < n_input]
-        out = {b for b in lead if b not in held}
+        lead = [*boundaries[: self.config.boundaries],
+                *(boundaries[-1:] if self.config.tail else ())]
+        out = {b for b in lead if hit < b < n_input and b not in held}
         partial = self._partial(match, n_input, hit, tokens, learn=learn)
         if partial is not None and partial not in held:
             out.add(partial)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Iterable
 from marconi.policies.eviction import Eviction, alive
 from marconi.tree import Node
 
-Entry = tuple[int, int, int, Node]
+Entry = tuple[float, int, int, Node]
 
 
 def kv_candidate(node: Node) -> bool:
@@ -34,7 +34,7 @@ def state_candidate(node: Node) -> bool:
 class LazyLRU:
     """One LRU list: stamps per node and a heap that tolerates stale entries."""
 
-    def __init__(self, stamps: dict[Node, int], qualifies: Callable[[Node], bool],
+    def __init__(self, stamps: dict[Node, float], qualifies: Callable[[Node], bool],
                  shallow_first: bool) -> None:
         self.stamps = stamps  # node -> last access (logical clock)
         self.qualifies = qualifies
@@ -90,7 +90,7 @@ class TwoListLRU(Eviction):
 
     def __init__(self) -> None:
         super().__init__()
-        self.state_stamp: dict[Node, int] = {}
+        self.state_stamp: dict[Node, float] = {}
         self.kv = LazyLRU(self.stamp, kv_candidate, self.shallow_first)
         self.states = LazyLRU(self.state_stamp, state_candidate, self.shallow_first)
         self.now = 0
@@ -114,7 +114,7 @@ class TwoListLRU(Eviction):
         super().removed(node)
         self.state_stamp.pop(node, None)
 
-    def restore(self, stamps: dict[Node, int]) -> None:
+    def restore(self, stamps: dict[Node, float]) -> None:
         for node, t in stamps.items():
             self.stamp[node] = t
             if node.has_state:

@@ -86,6 +86,7 @@ def read(source: str | Path, options: TraceOptions) -> Built:
             )
         )
         base = bases(builder, row.ids)
+        builder.add_marks(base, range(options.block_size, row.n_in, options.block_size))
         builder.add_request(
             f"mc{row.line}", 0, row.arrival, (base, base + row.n_in), (out, out + row.n_out)
         )
