@@ -26,8 +26,8 @@ from marconi.workload.types import Trace
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 PEERS = ("sglang+", "sglang-2026", "vllm-2026", "marconi")
 MAIN = (*PEERS, "marconi+", "offline")
-ABLATION = ("marconi+", "marconi+-no-structure", "marconi+-no-lru", "marconi+-once",
-            "sglang+", "offline")
+ABLATION = ("marconi+", "marconi+-gd", "marconi+-no-lru", "marconi+-no-boundaries",
+            "marconi+-guarded", "marconi", "sglang+", "offline")
 CONFIGS = [("sharegpt", c) for c in ("1GB", "2GB", "3GB", "5GB")] + \
     [("swe-agent", c) for c in ("10GB", "20GB", "40GB")] + \
     [(f"mooncake[{a}:{a + 2000}]", c) for a in (0, 6000) for c in ("20GB", "60GB")] + \
@@ -68,15 +68,16 @@ def table(systems: tuple[str, ...], workers: int) -> None:
         row = {s: results[(n, c, s)] for s in systems}
         best = max(row[s] for s in PEERS if s in row)
         gap = gap_closed(row["marconi+"], row["sglang+"], row["offline"])
-        cells = " | ".join(f"{100 * row[s]:.1f}" for s in systems)
+        cells = " | ".join(f"{100 * row[s]:.2f}" for s in systems)
         gap_text = f"{gap:+.2f}" if gap is not None else "-"
-        print(f"| {n} | {c} | {cells} | {100 * (row['marconi+'] - best):+.1f} | {gap_text} |")
+        lead = 100 * (row["marconi+"] - best)
+        print(f"| {n} | {c} | {cells} | {lead:+.2f} | {gap_text} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--ablation", action="store_true", help="marconi+ with pieces off")
-    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     table(ABLATION if args.ablation else MAIN, args.workers)
 

@@ -1,4 +1,5 @@
-"""marconi+: structured admission, switchable eviction, the guarded re-tuner, concurrency."""
+"""marconi+ pieces: structured admission, switchable eviction, the guarded re-tuner (the
+first design, `marconi+-guarded`), concurrency-aware replay."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from marconi.cache import PrefixCache
 from marconi.integrity import check_integrity
 from marconi.policies.plus import Mode, Setting, StructureConfig, Structured, Switchable
 from marconi.retuner import LRU, GuardedTuner, RetuneConfig, guard
+from marconi.shadows import Boundaries, Expert, apply
 from marconi.sim.replay import SimConfig, simulate
 from marconi.spec import PAPER_7B
 from marconi.workload import load_trace
@@ -22,8 +24,10 @@ from tests.helpers import SMALL
 SYSTEM = list(range(1000, 1100))  # a 100-token shared system prompt
 
 
-def _hits(system: str, n: int = 3) -> list[int]:
+def _hits(system: str, n: int = 3, expert: Expert | None = None) -> list[int]:
     cache = PrefixCache(SMALL, "1TB", system)
+    if expert is not None:
+        apply(cache, expert)
     hits = []
     for i in range(n):
         inp = SYSTEM + [i] * 20
@@ -34,11 +38,12 @@ def _hits(system: str, n: int = 3) -> list[int]:
 
 class TestStructured:
     def test_system_prompt_hits_on_second_occurrence(self) -> None:
-        assert _hits("marconi+") == [0, 100, 100]
+        assert _hits("marconi+-gd", expert=Expert(Boundaries.FIRST, Mode.FLOP)) == [0, 100, 100]
+        assert _hits("marconi+-gd", expert=Expert(Boundaries.NONE, Mode.FLOP)) == [0, 0, 100]
         assert _hits("sglang+") == [0, 0, 100]  # judicious: the third
 
     def test_partial_hit_admitted_on_repeat(self) -> None:
-        cache = PrefixCache(SMALL, "1TB", "marconi+")
+        cache = PrefixCache(SMALL, "1TB", "marconi+-guarded")
         long = list(range(2000))
         cache.lookup(long)
         cache.commit(long, len(long))
@@ -109,7 +114,7 @@ class TestTuner:
         executor = BlockingExecutor()
         tuner = GuardedTuner(RetuneConfig(min_window=4, max_window=8), executor=executor,
                              wait=False)
-        cache = PrefixCache(SMALL, 300_000, "marconi+", tuner=tuner)
+        cache = PrefixCache(SMALL, 300_000, "marconi+-guarded", tuner=tuner)
         worst = self._feed(cache, 60)
         assert tuner.busy and not tuner.history  # replay launched, still blocked
         assert worst < 1.0
@@ -122,7 +127,7 @@ class TestTuner:
 
     def test_retunes_periodically_and_records(self) -> None:
         tuner = GuardedTuner(RetuneConfig(min_window=8, max_window=8))
-        cache = PrefixCache(SMALL, 300_000, "marconi+", tuner=tuner)
+        cache = PrefixCache(SMALL, 300_000, "marconi+-guarded", tuner=tuner)
         self._feed(cache, 100)
         assert len(tuner.history) >= 3
         assert all(LRU in r.scores for r in tuner.history)

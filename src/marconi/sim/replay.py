@@ -143,6 +143,8 @@ def _bounds(request: Request, i: int, bound: PrefixCache, seen: SeenTree,
 
 
 def _tuning(tuner: Any) -> dict[str, Any]:
+    if hasattr(tuner, "report"):  # shadow experts (marconi+)
+        return tuner.report()
     if hasattr(tuner, "history"):  # a guarded re-tuner (marconi+)
         return {"retunes": [r.as_dict() for r in tuner.history]} if tuner.history else {}
     if tuner is None or tuner.result is None:

@@ -1,0 +1,149 @@
+"""Shadow experts: `marconi+` picks its admission and eviction by what would have worked.
+
+Every expert is one way to run the cache (which message boundaries admission may
+checkpoint; GreedyDual-FLOP or LRU eviction). Each has a *shadow*: a cache of the same
+spec and capacity that holds token ids only (no tensors, no store) and sees every
+request the live cache commits. Every `every` requests the live cache switches to the
+expert whose shadow has saved the most FLOPs so far, if it beats the running one by
+more than `threshold` (relative): follow the leader, with hysteresis against noise.
+
+```
+request -> live cache (lookup, prefill, commit) -> observe -> every shadow: lookup + commit
+                 ^                                                  | totals
+                 +------------ every `every` requests: adopt the leader
+```
+Why shadows and not Marconi's replay of one bootstrap window: a window's best alpha is
+often not the next window's (measured in experiments/RESULTS.md), while a shadow's total
+is the policy's whole record on the real stream, and keeping it costs one token-level
+lookup and commit per expert per request — no tensors, no snapshots, no pauses. A
+shadow's memory is its radix tree: about 4 bytes per cached token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from marconi.policies.plus import Mode, Setting, Structured, Switchable
+from marconi.tuner import Objective
+
+if TYPE_CHECKING:
+    from marconi.cache import PrefixCache
+
+
+class Boundaries(Enum):
+    """Which message boundaries of the input admission may checkpoint (besides Marconi's)."""
+
+    NONE = "none"  # plain judicious admission
+    FIRST = "first"  # the end of the first message (a system prompt: hits on its 2nd use)
+    LAST = "last"  # the input's last boundary (reused when outputs are not: Mooncake-like)
+
+
+@dataclass(frozen=True, slots=True)
+class Expert:
+    boundaries: Boundaries
+    mode: Mode  # Mode.FLOP: GreedyDual-FLOP eviction; Mode.LRU: SGLang+'s LRU over leaves
+
+    def __str__(self) -> str:
+        return f"{self.boundaries.value}/{'gd' if self.mode is Mode.FLOP else 'lru'}"
+
+
+EXPERTS = tuple(Expert(b, m) for b in Boundaries for m in (Mode.FLOP, Mode.LRU))
+
+
+@dataclass(slots=True)
+class Switch:
+    at: int  # requests observed when the switch happened
+    expert: Expert
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShadowConfig:
+    experts: tuple[Expert, ...] = EXPERTS  # the first one runs until a leader emerges
+    every: int = 16  # requests between decisions
+    threshold: float = 0.003  # relative lead the leader needs over the running expert
+    objective: Objective = Objective.FLOPS
+
+    def __post_init__(self) -> None:
+        if not self.experts:
+            raise ValueError("ShadowConfig.experts must not be empty")
+        if self.every < 1:
+            raise ValueError(f"ShadowConfig.every must be >= 1, got {self.every!r}")
+        if self.threshold < 0:
+            raise ValueError(f"ShadowConfig.threshold must be >= 0, got {self.threshold!r}")
+
+
+@dataclass(slots=True)
+class ShadowTuner:
+    """Feeds the shadows after every commit and switches the live cache to the leader."""
+
+    config: ShadowConfig = field(default_factory=ShadowConfig)
+    shadows: list[PrefixCache] = field(default_factory=list)
+    totals: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    current: int = 0  # index of the running expert
+    seen: int = 0  # requests observed
+    seconds: float = 0.0  # spent feeding shadows (the tuner's whole overhead)
+    switches: list[Switch] = field(default_factory=list)
+
+    @property
+    def expert(self) -> Expert:
+        return self.config.experts[self.current]
+
+    def observe(self, cache: PrefixCache, tokens: np.ndarray, n_input: int,
+                boundaries: Sequence[int] = ()) -> None:
+        """Called by the live cache after each commit (never inside a lookup)."""
+        start = time.perf_counter()
+        if not self.shadows:
+            self._start(cache)
+        spec, use_flops = cache.spec, self.config.objective is Objective.FLOPS
+        for k, shadow in enumerate(self.shadows):
+            hit = shadow.lookup(tokens[:n_input], boundaries=boundaries).hit
+            self.totals[k] += spec.flops(hit) if use_flops else hit
+            shadow.commit(tokens, n_input, boundaries=boundaries)
+        self.seen += 1
+        if self.seen % self.config.every == 0:
+            self._decide(cache)
+        self.seconds += time.perf_counter() - start
+
+    def _start(self, cache: PrefixCache) -> None:
+        from marconi.cache import PrefixCache
+
+        experts = self.config.experts
+        self.shadows = [PrefixCache(cache.spec, cache.capacity, cache.system, tuner=None)
+                        for _ in experts]
+        for shadow, expert in zip(self.shadows, experts, strict=True):
+            apply(shadow, expert)
+        self.totals = np.zeros(len(experts))
+        apply(cache, self.expert)
+
+    def _decide(self, cache: PrefixCache) -> None:
+        best = int(np.argmax(self.totals))
+        if self.totals[best] > self.totals[self.current] * (1 + self.config.threshold):
+            self.current = best
+            self.switches.append(Switch(self.seen, self.expert))
+            apply(cache, self.expert)
+
+    def report(self) -> dict[str, object]:
+        """What the tuner did, for `simulate --json`."""
+        return {"expert": str(self.expert), "requests": self.seen, "seconds": self.seconds,
+                "switches": [(s.at, str(s.expert)) for s in self.switches],
+                "totals": {str(e): float(t) for e, t in
+                           zip(self.config.experts, self.totals, strict=True)}}
+
+
+def apply(cache: PrefixCache, expert: Expert) -> None:
+    """Make `cache` (a marconi+ cache: Structured admission, Switchable eviction) run
+    `expert`. Switching is free: both eviction orders are kept up to date all along."""
+    admission, eviction = cache.admission, cache.eviction
+    if not isinstance(admission, Structured) or not isinstance(eviction, Switchable):
+        raise ValueError(f"system {cache.system.name!r} cannot run shadow experts")
+    first = expert.boundaries is Boundaries.FIRST
+    admission.config = dataclasses.replace(admission.config, boundaries=int(first),
+                                           tail=expert.boundaries is Boundaries.LAST)
+    eviction.set_setting(Setting(expert.mode))

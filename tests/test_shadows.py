@@ -1,0 +1,130 @@
+"""marconi+: GreedyDual-FLOP eviction and the shadow experts that steer it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from marconi.cache import PrefixCache
+from marconi.integrity import check_integrity
+from marconi.policies import FlopAware, Recency
+from marconi.policies.plus import Mode
+from marconi.shadows import EXPERTS, Boundaries, Expert, ShadowConfig, ShadowTuner, apply
+from marconi.sim.replay import SimConfig, simulate
+from marconi.spec import PAPER_7B
+from marconi.workload import TraceOptions, load_trace
+from tests.helpers import SMALL
+
+
+def _seq(start: int, n: int) -> list[int]:
+    return list(range(start, start + n))
+
+
+def _request(cache: PrefixCache, inp: list[int], boundaries: tuple[int, ...] = ()) -> int:
+    hit = cache.lookup(inp, boundaries=boundaries).hit
+    cache.commit([*inp, 1], len(inp), boundaries=boundaries)
+    return hit
+
+
+class TestGreedyDual:
+    def _cache(self, capacity: int) -> PrefixCache:
+        cache = PrefixCache(SMALL, capacity, "marconi+-gd")
+        assert cache.eviction.recency is Recency.GREEDY_DUAL  # type: ignore[attr-defined]
+        return cache
+
+    def test_keeps_the_long_sequence_lru_drops(self) -> None:
+        long_bytes = 1000 * SMALL.kv_bytes_per_token + SMALL.ssm_bytes
+        short_bytes = 11 * SMALL.kv_bytes_per_token + SMALL.ssm_bytes
+        cache = self._cache(long_bytes + 2 * short_bytes + 40_000)
+        for start, n in ((0, 1000), (10_000, 10), (20_000, 10), (30_000, 10)):
+            _request(cache, _seq(start, n))
+        assert cache.lookup([*_seq(0, 1000), 1, 5]).hit == 1001  # its end state survived
+        assert cache.lookup([*_seq(10_000, 10), 1, 5]).hit == 0  # the oldest short one left
+        check_integrity(cache)
+
+    def test_stale_entries_age_out(self) -> None:
+        """The level rises with every victim, so an efficient entry never touched again
+        leaves eventually (FLOP-aware with a large alpha would keep it for ever)."""
+        cache = self._cache(1000 * SMALL.kv_bytes_per_token + 3 * SMALL.ssm_bytes)
+        _request(cache, _seq(0, 900))
+        for i in range(200):
+            _request(cache, _seq(100_000 * (i + 1), 50))
+        assert cache.lookup([*_seq(0, 900), 1]).hit == 0
+        policy = cache.eviction
+        assert isinstance(policy, FlopAware) and policy.level > 0
+
+    def test_scale_free(self) -> None:
+        """Multiplying every efficiency by a constant changes no decision."""
+        rng = np.random.default_rng(0)
+        work = [rng.integers(0, 30, int(rng.integers(20, 300))).tolist() for _ in range(80)]
+        hits = []
+        for scale in (1, 1000):
+            cache = self._cache(400_000)
+            policy = cache.eviction
+            assert isinstance(policy, FlopAware)
+            base = policy.efficiency
+            policy.efficiency = lambda node, base=base, k=scale: k * base(node)  # type: ignore[method-assign]
+            hits.append([_request(cache, inp) for inp in work])
+        assert hits[0] == hits[1] and sum(hits[0]) > 0
+
+
+class TestShadowTuner:
+    def _twice(self) -> list[tuple[list[int], tuple[int, ...]]]:
+        """Prefixes each used by exactly two requests: only a boundary checkpoint (taken
+        on the first use) can hit; Marconi's admission checkpoints on the second."""
+        out = []
+        for i in range(40):
+            prefix = _seq(1000 * (i + 1), 200)
+            for j in range(2):
+                out.append(([*prefix, 7 + j, *_seq(50, 30)], (200,)))
+        return out
+
+    def test_switches_to_the_expert_that_hits(self) -> None:
+        tuner = ShadowTuner(ShadowConfig(every=4))
+        cache = PrefixCache(SMALL, "1GB", "marconi+", tuner=tuner)
+        hits = [_request(cache, inp, b) for inp, b in self._twice()]
+        assert tuner.expert.boundaries is not Boundaries.NONE
+        assert tuner.switches and hits[-1] == 200  # the live cache now hits the 2nd use
+        assert tuner.seen == len(hits) and tuner.totals.max() > 0
+        check_integrity(cache)
+        for shadow in tuner.shadows:
+            check_integrity(shadow)
+
+    def test_threshold_keeps_the_running_expert(self) -> None:
+        tuner = ShadowTuner(ShadowConfig(every=1, threshold=0.01))
+        cache = PrefixCache(SMALL, "1GB", "marconi+", tuner=tuner)
+        _request(cache, _seq(0, 10))  # starts the shadows
+        tuner.totals[:] = 100.0
+        tuner.totals[3] = 100.5  # leads by 0.5%: not enough
+        tuner._decide(cache)
+        assert not tuner.switches and tuner.expert == EXPERTS[0]
+        tuner.totals[3] = 102.0  # leads by 2%
+        tuner._decide(cache)
+        assert tuner.expert == EXPERTS[3] and len(tuner.switches) == 1
+
+    def test_report(self) -> None:
+        tuner = ShadowTuner(ShadowConfig(every=2))
+        cache = PrefixCache(SMALL, "1GB", "marconi+", tuner=tuner)
+        for inp, b in self._twice()[:10]:
+            _request(cache, inp, b)
+        report = tuner.report()
+        assert report["requests"] == 10 and len(report["totals"]) == len(EXPERTS)  # type: ignore[arg-type]
+
+    def test_apply_needs_a_marconi_plus_cache(self) -> None:
+        with pytest.raises(ValueError, match="cannot run shadow experts"):
+            apply(PrefixCache(SMALL, "1GB", "sglang+"), Expert(Boundaries.LAST, Mode.LRU))
+
+    @pytest.mark.parametrize("kwargs", [{"experts": ()}, {"every": 0}, {"threshold": -1.0}])
+    def test_config_validated(self, kwargs: dict) -> None:
+        with pytest.raises(ValueError, match="ShadowConfig"):
+            ShadowConfig(**kwargs)
+
+
+@pytest.mark.parametrize("name", ["synthetic:twice", "synthetic:system-prompt",
+                                  "synthetic:multi-turn"])
+def test_marconi_plus_beats_or_ties_the_paper_systems(name: str) -> None:
+    trace = load_trace(name, options=TraceOptions(sessions=60, seed=1))
+    saved = {s: simulate(trace, SimConfig(spec=PAPER_7B, capacity="3GB", system=s,
+                                          bounds=False)).summary()["flops_saved"]
+             for s in ("sglang+", "marconi", "marconi+")}
+    assert saved["marconi+"] >= 0.99 * max(saved["sglang+"], saved["marconi"])
