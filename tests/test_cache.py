@@ -203,3 +203,12 @@ class TestBadInput:
         cache = PrefixCache(SMALL, "1GB", "marconi")
         with pytest.raises(ValueError, match="n_input=5"):
             cache.commit([1, 2], 5)
+
+
+class TestTransformer:
+    def test_every_matched_token_is_reused_without_ssm_layers(self) -> None:
+        spec = SMALL.replace(ssm_layers=0, attention_layers=4)
+        for system in ("sglang+", "vllm+", "marconi"):
+            cache = PrefixCache(spec, "1TB", system)
+            _request(cache, _seq(0, 100), [1, 2])
+            assert cache.lookup([*_seq(0, 57), 999]).hit == 57

@@ -88,14 +88,20 @@ class PrefixCache:
 
         `boundaries` are message ends inside the input (token offsets), for admission
         policies that use them. Advances the clock; touches what the eviction policy says
-        a hit touches.
+        a hit touches. A model without SSM layers (a Transformer) reuses every matched
+        token, KV being sliceable: its hit is the matched length and `node` the deepest
+        node matched in full.
         """
         tok = self._tokens(tokens, "lookup")
         self.clock += 1
         key = tok.tobytes()
         match = self.tree.match(key)
-        node = _deepest_state(match, self.admission.max_hit(len(tok)))
-        hit = node.depth if node is not None else 0
+        limit = self.admission.max_hit(len(tok))
+        if self.spec.ssm_layers == 0:
+            node, hit = match.node, min(match.length, limit)
+        else:
+            node = _deepest_state(match, limit)
+            hit = node.depth if node is not None else 0
         checkpoints = self.admission.checkpoints_at(match, len(tok), hit, boundaries, key)
         plan = Plan(hit, node, checkpoints, match.length, len(tok))
         self.eviction.on_lookup(match.path, node, self.clock)

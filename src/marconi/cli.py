@@ -19,7 +19,7 @@ from marconi.policies import SYSTEMS
 from marconi.report.table import table
 from marconi.sim.latency import DEFAULT_FLOPS_RATE, FlopsLatency, LatencyModel, ProfileLatency
 from marconi.sim.oracle import run
-from marconi.sim.replay import ORACLE, SimConfig, SimResult
+from marconi.sim.replay import REFERENCES, SimConfig, SimResult
 from marconi.spec import ModelSpec, resolve_model
 from marconi.units import parse_size
 from marconi.workload import Trace, load_trace, summarize
@@ -29,7 +29,7 @@ DEFAULT_COMPARE = "vanilla,vllm+,sglang+,marconi"
 
 
 def _system_names() -> list[str]:
-    return [*SYSTEMS, ORACLE]
+    return [*SYSTEMS, *REFERENCES]
 
 
 def _add_cache_arguments(p: argparse.ArgumentParser) -> None:
