@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from marconi.policies import SYSTEMS
+from marconi.sim.replay import OFFLINE, REFERENCES
 from marconi.sim.results import ResultsFile
 from marconi.sim.sweep import Cell, expand, run_cell, run_sweep
 from marconi.sim.sweep_cli import coerce
@@ -71,6 +72,12 @@ class TestCell:
             assert row["status"] == "ok", row["error"]
             assert 0 <= row["token_hit_rate"] <= 1
             assert row["system"] == name and row["alpha_fixed"] is None
+
+    def test_the_references_run_and_offline_leads(self) -> None:
+        rows = {name: run_cell(Cell(trace=TRACE, sessions=6, system=name, capacity="300MB"))
+                for name in ("sglang+", *REFERENCES)}
+        assert all(row["status"] == "ok" for row in rows.values()), rows
+        assert rows[OFFLINE]["flops_saved"] >= rows["sglang+"]["flops_saved"]
 
     def test_coerce_follows_field_types(self) -> None:
         assert coerce("sessions", "none") is None

@@ -33,8 +33,9 @@ from tqdm import tqdm
 from marconi.policies import SYSTEMS
 from marconi.sim.latency import FlopsLatency
 from marconi.sim.metrics import ttft_seconds
+from marconi.sim.offline import offline
 from marconi.sim.oracle import oracle
-from marconi.sim.replay import ORACLE, SimConfig, SimResult, simulate
+from marconi.sim.replay import OFFLINE, ORACLE, REFERENCES, SimConfig, SimResult, simulate
 from marconi.sim.results import ResultsFile
 from marconi.spec import resolve_model
 from marconi.units import parse_size
@@ -51,7 +52,7 @@ class Cell:
 
     dataset: str = ""  # label for reports (sharegpt, swe-agent, ...); part of the id
     trace: str  # file, folder, `sharegpt` or `synthetic:NAME`, as `load_trace` takes it
-    system: str  # a registered system or marconi-oracle
+    system: str  # a registered system, marconi-oracle or offline
     capacity: str  # cache bytes for KV + states: 2GB, 2GiB or an integer
     model: str = "paper-7b"  # preset with overrides, e.g. paper-7b,ssm=28,attn=7
     sessions: int | None = 100  # first N eligible sessions (paper: 100); None: all
@@ -67,8 +68,8 @@ class Cell:
     records: bool = False  # also return per-request records (n_input, hit, ttft)
 
     def __post_init__(self) -> None:
-        if self.system != ORACLE and self.system not in SYSTEMS:
-            known = ", ".join([*SYSTEMS, ORACLE])
+        if self.system not in REFERENCES and self.system not in SYSTEMS:
+            known = ", ".join([*SYSTEMS, *REFERENCES])
             raise ValueError(f"unknown system {self.system!r}; known systems: {known}")
         parse_size(self.capacity)
         resolve_model(self.model)
@@ -137,6 +138,8 @@ def _simulate(cell: Cell) -> SimResult:
     trace = cell_trace(cell)
     if cell.system == ORACLE:
         return oracle(trace, config, executor=InlineExecutor())
+    if cell.system == OFFLINE:
+        return offline(trace, config)
     return simulate(trace, config)
 
 
