@@ -6,7 +6,7 @@ import pytest
 
 from marconi.cli import main
 from marconi.experiments import load_experiments
-from marconi.experiments.config import load_experiment
+from marconi.experiments.config import load_experiment, plan
 from marconi.experiments.reproduce import reproduce
 from marconi.report.figures import FIGURES
 
@@ -22,6 +22,8 @@ SYNTHETIC = {
     "length-bins": 'system = ["vanilla", "sglang+", "marconi"]\ncapacity = "500MB"\n'
                    'records = true',
     "tuner": 'system = ["marconi", "marconi-oracle"]\ncapacity = "500MB"\nmultiplier = [5, 15]',
+    "plus-vs-peers": 'system = ["sglang+", "marconi", "marconi+", "offline"]\n'
+                     'capacity = ["300MB", "1GB"]',
 }
 
 
@@ -60,9 +62,20 @@ class TestConfig:
     def test_shipped_configs_load(self) -> None:
         experiments = load_experiments([EXPERIMENTS])
         assert {e.figure for e in experiments} == set(FIGURES)
-        for exp in experiments:
-            quick, _ = exp.cells(quick=True)
-            assert quick, f"{exp.name}: no quick cells"
+        for name, (quick, _) in plan(experiments, quick=True).items():
+            assert quick, f"{name}: no quick cells"
+
+    def test_across_covers_other_configurations_once(self, tmp_path: Path) -> None:
+        grid = _write_config(tmp_path, "gain")  # sglang+, marconi x 2 capacities
+        (tmp_path / "all.toml").write_text('figure = "plus-vs-peers"\n'
+                                           'across = ["marconi", "marconi+", "nope"]\n')
+        planned = plan(load_experiments([grid, tmp_path / "all.toml"]))
+        mine, warnings = planned["all"]
+        assert sorted((c.system, c.capacity) for c in mine) == [
+            ("marconi", "1GB"), ("marconi", "300MB"), ("marconi+", "1GB"), ("marconi+", "300MB")]
+        shared = {c.cell_id for c in planned["gain"][0]} & {c.cell_id for c in mine}
+        assert len(shared) == 2  # marconi's cells are the gain figure's own
+        assert any("nope" in w for w in warnings)
 
     @pytest.mark.parametrize("text", ['figure = "pie"\n[[grid]]\ntrace = "sharegpt"',
                                       'figure = "gain"\ncolour = 1\n[[grid]]\ntrace = "x"',

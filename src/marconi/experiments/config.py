@@ -15,18 +15,23 @@ capacity = "2GB"
 ```
 Relative trace paths are relative to the config file. A grid whose trace is missing,
 and systems not registered in this build, are skipped with a warning.
+
+Instead of grids, `across = ["sglang+", "marconi+", "offline"]` runs those systems on
+every configuration (workload, model, capacity) of the other experiments' cells: a
+cell another figure already runs is the same cell (same id), so it runs once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from marconi.policies import SYSTEMS
-from marconi.sim.replay import ORACLE
+from marconi.sim.replay import REFERENCES
 from marconi.sim.sweep import Cell, expand
 
 _NAMED_TRACES = ("sharegpt",)
@@ -42,6 +47,7 @@ class Experiment:
     paper: str = ""  # the published numbers, quoted beside ours
     options: Mapping[str, Any] = field(default_factory=dict)  # figure arguments
     grids: tuple[Mapping[str, Any], ...] = ()  # sweep grids; `quick` sub-tables inside
+    across: tuple[str, ...] = ()  # systems to run on every other experiment's configurations
     source: Path | None = None  # the config file (relative trace paths start there)
 
     def __post_init__(self) -> None:
@@ -50,17 +56,23 @@ class Experiment:
         if self.figure not in FIGURES:
             raise ValueError(f"{self.name}: unknown figure {self.figure!r}; known: "
                              f"{sorted(FIGURES)}")
-        if not self.grids:
-            raise ValueError(f"{self.name}: no [[grid]] tables")
+        if not self.grids and not self.across:
+            raise ValueError(f"{self.name}: no [[grid]] tables and no `across` systems")
 
-    def cells(self, *, quick: bool = False) -> tuple[list[Cell], list[str]]:
-        """The cells to run, and warnings about what was skipped."""
+    def cells(self, *, quick: bool = False,
+              others: Iterable[Cell] = ()) -> tuple[list[Cell], list[str]]:
+        """The cells to run, and warnings about what was skipped.
+
+        `others`: the other experiments' cells, whose configurations `across` covers.
+        """
         cells: list[Cell] = []
         warnings: list[str] = []
         for grid in self.grids:
             resolved = self._resolve(grid, quick, warnings)
             if resolved is not None:
                 cells += expand(resolved)
+        if self.across:
+            cells += _across(self._known(list(self.across), warnings), others)
         return cells, warnings
 
     def _resolve(self, grid: Mapping[str, Any], quick: bool,
@@ -74,13 +86,15 @@ class Experiment:
             warnings.append(f"{self.name}: trace {out['trace']!r} not found; grid skipped")
             return None
         out["trace"] = traces
-        systems = _as_list(out.get("system", []))
-        known = [s for s in systems if s in SYSTEMS or s == ORACLE]
+        out["system"] = self._known(_as_list(out.get("system", [])), warnings)
+        return out if out["system"] else None
+
+    def _known(self, systems: list[str], warnings: list[str]) -> list[str]:
+        known = [s for s in systems if s in SYSTEMS or s in REFERENCES]
         if len(known) < len(systems):
             skipped = sorted(set(systems) - set(known))
             warnings.append(f"{self.name}: systems {skipped} not registered; skipped")
-        out["system"] = known
-        return out if known else None
+        return known
 
     def _trace_path(self, trace: str) -> str | None:
         if trace in _NAMED_TRACES or trace.startswith("synthetic:"):
@@ -88,6 +102,27 @@ class Experiment:
         base = self.source.parent if self.source is not None else Path.cwd()
         path = (base / trace).resolve()
         return str(path) if path.exists() else None
+
+
+def _across(systems: list[str], others: Iterable[Cell]) -> list[Cell]:
+    """Each system on each distinct configuration of `others`, at default cache settings
+    (bootstrap alpha, m = 5, no records), so cells the figures share keep their ids."""
+    out: dict[str, Cell] = {}
+    for cell in others:
+        for system in systems:
+            new = dataclasses.replace(cell, system=system, alpha=None, multiplier=5,
+                                      objective="flops", records=False)
+            out.setdefault(new.cell_id, new)
+    return list(out.values())
+
+
+def plan(experiments: list[Experiment], *,
+         quick: bool = False) -> dict[str, tuple[list[Cell], list[str]]]:
+    """Each experiment's cells and warnings; `across` experiments cover the others'."""
+    out = {e.name: e.cells(quick=quick) for e in experiments if not e.across}
+    others = [cell for cells, _ in out.values() for cell in cells]
+    out |= {e.name: e.cells(quick=quick, others=others) for e in experiments if e.across}
+    return {e.name: out[e.name] for e in experiments}
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -98,14 +133,14 @@ def load_experiment(path: str | Path) -> Experiment:
     path = Path(path)
     with path.open("rb") as f:
         data = tomllib.load(f)
-    known = {"title", "figure", "paper", "options", "grid"}
+    known = {"title", "figure", "paper", "options", "grid", "across"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"{path}: unknown key(s) {unknown}; known: {sorted(known)}")
     return Experiment(name=path.stem, title=data.get("title", path.stem),
                       figure=data.get("figure", ""), paper=data.get("paper", ""),
                       options=data.get("options", {}), grids=tuple(data.get("grid", [])),
-                      source=path)
+                      across=tuple(data.get("across", ())), source=path)
 
 
 def load_experiments(paths: list[Path], only: list[str] | None = None) -> list[Experiment]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marconi.experiments.config import Experiment
+from marconi.experiments.config import Experiment, plan
 from marconi.sim.sweep import Cell, load_records, run_sweep
 
 
@@ -37,17 +37,17 @@ def reproduce(experiments: list[Experiment], out: Path, *, quick: bool = False,
               progress: bool = True) -> Outcome:
     """Sweep the experiments' cells into `out/sweep.csv`, then write PNGs and tables."""
     start = time.perf_counter()
-    plan = {e.name: e.cells(quick=quick) for e in experiments}
-    for _, warnings in plan.values():
+    planned = plan(experiments, quick=quick)
+    for _, warnings in planned.values():
         for warning in warnings:
             print(f"reproduce: {warning}", file=sys.stderr)
-    cells = [cell for cells, _ in plan.values() for cell in cells]
+    cells = [cell for cells, _ in planned.values() for cell in cells]
     rows = run_sweep(cells, out / "sweep.csv", executor=executor, workers=workers,
                      progress=progress, records_dir=out / "records")
     by_id = {row["cell_id"]: row for row in rows}
     sections, figures = [], []
     for exp in experiments:
-        mine = _rows(plan[exp.name][0], by_id)
+        mine = _rows(planned[exp.name][0], by_id)
         if not mine:
             continue
         png, table = draw(exp, mine, out)

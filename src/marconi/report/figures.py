@@ -13,6 +13,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from marconi.report.figures_detail import length_bins, tuner
+from marconi.report.figures_plus import plus_vs_peers
 from marconi.report.grouping import (
     Row,
     by_config,
@@ -169,6 +170,7 @@ FIGURES: dict[str, FigureFn] = {
     "line": line,
     "length-bins": length_bins,
     "tuner": tuner,
+    "plus-vs-peers": plus_vs_peers,
 }
 
 __all__ = ["FIGURES", "by_config"]
