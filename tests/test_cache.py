@@ -212,3 +212,25 @@ class TestTransformer:
             cache = PrefixCache(spec, "1TB", system)
             _request(cache, _seq(0, 100), [1, 2])
             assert cache.lookup([*_seq(0, 57), 999]).hit == 57
+
+
+class TestEarlyStates:
+    def test_chunk_boundary_state_stands_in_for_the_branch_point(self) -> None:
+        store = ListStore()
+        cache = PrefixCache(SMALL, "1TB", "marconi", store=store)
+        system = _seq(0, 100)
+        _request(cache, [*system, *_seq(1000, 20)], [])
+        second = [*system, *_seq(2000, 20)]
+        assert cache.lookup(second).checkpoints == (100,)
+        # chunk-boundary capture (chunk 32) took the state at 96 instead of 100
+        result = cache.commit(second, len(second), states={96: "s96", 120: "s120"},
+                              kv=second)
+        assert result.admitted == (96, 120) and store.released_states == []
+        assert cache.lookup([*system, *_seq(3000, 20)]).hit == 96
+        check_integrity(cache)
+
+    def test_a_state_past_the_previous_position_only(self) -> None:
+        cache = PrefixCache(SMALL, "1TB", "sglang+", store=ListStore())
+        result = cache.commit(_seq(0, 50), 50, states={30: "early"}, kv=_seq(0, 50))
+        assert result.admitted == (30,)
+        assert cache.stats.states_not_captured == 0

@@ -163,18 +163,27 @@ class PrefixCache:
 
     def _wanted(self, match: Match, positions: tuple[int, ...],
                 states: Mapping[int, Any] | None) -> dict[int, Any]:
-        """Positions that should gain a state, with their handles."""
+        """Positions that should gain a state, with their handles.
+
+        A state captured early stands in for a wanted position that has none: the
+        engine's chunk-boundary capture lands up to one scan chunk before `p`, so the
+        latest supplied state in (previous wanted position, p) is admitted where it lies.
+        """
         held = {node.depth for node in match.path if node.has_state}
         out: dict[int, Any] = {}
+        previous = 0
         for p in positions:
             if p in held:
-                continue
-            if states is None:
+                pass
+            elif states is None:
                 out[p] = None
             elif p in states:
                 out[p] = states[p]
+            elif (q := _early(states, previous, p)) is not None and q not in held:
+                out[q] = states[q]
             else:
                 self.stats.states_not_captured += 1
+            previous = p
         return out
 
     def _make_room(self, match: Match, n: int, wanted: dict[int, Any]) -> bool:
@@ -347,6 +356,12 @@ class PrefixCache:
         if tok.size == 0:
             raise ValueError(f"{where}: empty token list")
         return tok
+
+
+def _early(states: Mapping[int, Any], after: int, before: int) -> int | None:
+    """The latest supplied position strictly between `after` and `before`."""
+    inside = [q for q in states if after < q < before]
+    return max(inside) if inside else None
 
 
 def _deepest_state(match: Match, limit: int) -> Node | None:

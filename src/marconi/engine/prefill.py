@@ -8,8 +8,9 @@ stopping the forward at `p`. Two ways, the paper's two mechanisms:
 - `Capture.CHUNK` (chunk-boundary capture): a chunked SSD scan already materializes the
   state at every chunk boundary; transformers' scan does not expose them, so this is
   emulated by splitting only at chunk multiples. The state taken for `p` is the one at
-  the last boundary `<= p`, up to `chunk - 1` tokens early (the cache, which wants `p`,
-  then drops it: the reuse that is lost). The end of the prefill is always exact.
+  the last boundary `<= p`, up to `chunk - 1` tokens early; the cache admits it where it
+  lies, so a later hit reuses up to `chunk - 1` tokens less. The end of the prefill is
+  always exact.
 
 ```
 | restored (start) | segment | segment ......... | segment |
