@@ -1,4 +1,12 @@
-"""`marconi engine-bench`: wired into `marconi.cli` through `register(subparsers)`."""
+"""`marconi engine-bench`: TTFT of a real hybrid model, cold vs cached.
+
+Runs three workloads (a multi-turn conversation, requests sharing a system prompt, an
+agent trajectory) through the reference engine under each system, and prints hit tokens,
+TTFT percentiles, bytes held and the cache's own overhead (lookup, restore, snapshot,
+commit). `--profile` writes a latency profile CSV (`tokens_to_prefill, cached_tokens,
+seconds`) that `marconi simulate --latency-profile` loads. (Wired into `marconi.cli`
+through `register(subparsers)`.)
+"""
 
 from __future__ import annotations
 
