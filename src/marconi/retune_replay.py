@@ -15,8 +15,7 @@ import numpy as np
 
 from marconi.cache import PrefixCache
 from marconi.policies.plus import Setting, Switchable
-from marconi.snapshot import Snapshot, take
-from marconi.tree import Node
+from marconi.snapshot import Snapshot, rebuild, take
 from marconi.tuner import Objective
 
 Window = tuple[np.ndarray, int, tuple[int, ...]]  # input + output, input length, boundaries
@@ -40,15 +39,7 @@ def restore_plus(snapshot: PlusSnapshot, system: str, setting: Setting) -> Prefi
     """A fresh cache of `system` holding the snapshot, running `setting` (no tuner)."""
     snap = snapshot.base
     cache = PrefixCache(snap.spec, snap.capacity, system, alpha=setting.alpha, tuner=None)
-    cache.clock = snap.clock
-    nodes: list[Node] = []
-    for parent, key, has_state in zip(snap.parents, snap.keys, snap.has_state, strict=True):
-        node = cache.tree.insert(nodes[parent] if parent >= 0 else cache.tree.root, key)
-        node.has_state = has_state
-        nodes.append(node)
-    kv = sum(len(k) for k in snap.keys) // 4 * snap.spec.kv_bytes_per_token
-    cache.stats.add_bytes(kv=kv, ssm=sum(snap.has_state) * snap.spec.ssm_bytes)
-    cache.eviction.restore(dict(zip(nodes, snap.stamps, strict=True)))
+    nodes = rebuild(snap, cache)
     if isinstance(cache.eviction, Switchable):
         cache.eviction.lru.restore(dict(zip(nodes, snapshot.lru_stamps, strict=True)))
         cache.eviction.set_setting(setting)

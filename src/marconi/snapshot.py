@@ -38,6 +38,13 @@ def take(cache: PrefixCache) -> Snapshot:
 def restore(snapshot: Snapshot, system: str, alpha: float | None = None) -> PrefixCache:
     """A fresh cache of `system` holding the snapshot's tree (no tuner, no store)."""
     cache = PrefixCache(snapshot.spec, snapshot.capacity, system, alpha=alpha, tuner=None)
+    rebuild(snapshot, cache)
+    return cache
+
+
+def rebuild(snapshot: Snapshot, cache: PrefixCache) -> list[Node]:
+    """Fill an empty `cache` with the snapshot's tree, bytes, clock and stamps; returns
+    the new nodes in the snapshot's order (for policies with more state to restore)."""
     cache.clock = snapshot.clock
     nodes: list[Node] = []
     for parent, key, has_state in zip(snapshot.parents, snapshot.keys, snapshot.has_state,
@@ -48,4 +55,4 @@ def restore(snapshot: Snapshot, system: str, alpha: float | None = None) -> Pref
     kv = sum(len(k) for k in snapshot.keys) // 4 * snapshot.spec.kv_bytes_per_token
     cache.stats.add_bytes(kv=kv, ssm=sum(snapshot.has_state) * snapshot.spec.ssm_bytes)
     cache.eviction.restore(dict(zip(nodes, snapshot.stamps, strict=True)))
-    return cache
+    return nodes
