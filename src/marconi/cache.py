@@ -134,31 +134,31 @@ class PrefixCache:
             raise ValueError(f"commit: n_input={n_input!r} outside [0, {len(tok)}]")
         self.clock += 1
         self.stats.commits += 1
-        if not self.admission.caches:
-            self._release_unused(states, set())
-            return CommitResult((), None, refused=False)
-        key = tok.tobytes()
-        match = self.tree.match(key)
-        positions = self.admission.positions_at(match, len(tok), n_input, boundaries, key)
-        if self.admission.truncates:  # keep the sequence only up to its last state
-            key = key[: max(positions, default=0) * TOKEN_BYTES]
-            if not key:
-                self._release_unused(states, set())
-                return CommitResult((), None, refused=False)
-            match = self.tree.match(key)
-        n = len(key) // TOKEN_BYTES
-        wanted = self._wanted(match, positions, states)
-        result = None
-        if self._make_room(match, n, wanted):
-            result = self._insert(key, match, wanted, kv)
-            self._collect_garbage(set())
-        self._release_unused(states, set(result.admitted) if result else set())
-        if result is None:
-            self.stats.refused_commits += 1
-            self.eviction.on_commit(match.path, (), self.clock)
-            result = CommitResult((), None, refused=True)
+        result = self._commit(tok, n_input, states, kv, boundaries)
         if self.tuner is not None:
             self.tuner.observe(self, tok, n_input, boundaries)
+        return result
+
+    def _commit(self, tok: Tokens, n_input: int, states: Mapping[int, Any] | None, kv: Any,
+                boundaries: Sequence[int]) -> CommitResult:
+        key = tok.tobytes() if self.admission.caches else b""
+        match = self.tree.match(key)
+        positions = self.admission.positions_at(match, len(tok), n_input, boundaries, key)
+        if key and self.admission.truncates:  # keep the sequence only up to its last state
+            key = key[: max(positions, default=0) * TOKEN_BYTES]
+            match = self.tree.match(key)
+        if not key:  # nothing to keep: vanilla, or no state to end on
+            self._release_unused(states, set())
+            return CommitResult((), None, refused=False)
+        wanted = self._wanted(match, positions, states)
+        if not self._make_room(match, len(key) // TOKEN_BYTES, wanted):
+            self._release_unused(states, set())
+            self.stats.refused_commits += 1
+            self.eviction.on_commit(match.path, (), self.clock)
+            return CommitResult((), None, refused=True)
+        result = self._insert(key, match, wanted, kv)
+        self._collect_garbage(set())
+        self._release_unused(states, set(result.admitted))
         return result
 
     def _wanted(self, match: Match, positions: tuple[int, ...],
