@@ -88,3 +88,16 @@ class TestEngineHook:
         assert part.logits.shape[0] == 5
         again = engine.generate(np.concatenate([prompt, part.output, [7]]), 3)
         assert again.hit == len(prompt) + 5  # the state after the stopped output was kept
+
+
+class TestTuner:
+    def test_each_system_gets_its_own_tuner(self) -> None:
+        from marconi.server.backend import _tuner
+        from marconi.shadows import ShadowTuner
+        from marconi.tuner import BootstrapTuner
+
+        assert isinstance(_tuner(ServerConfig(system="marconi+")), ShadowTuner)
+        bootstrap = _tuner(ServerConfig(system="marconi"))
+        assert isinstance(bootstrap, BootstrapTuner) and not bootstrap.wait
+        assert _tuner(ServerConfig(system="sglang+")) is None
+        assert _tuner(ServerConfig(system="marconi", alpha=1.0)) is None

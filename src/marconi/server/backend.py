@@ -57,10 +57,14 @@ def _tuner(config: ServerConfig) -> Any:
     """The bootstrap tuner, replaying on a background thread so requests never wait.
 
     (The library default uses processes and waits: right for the simulator, wrong inside
-    a server whose engine thread holds torch.)
+    a server whose engine thread holds torch.) A system with its own tuner (marconi+'s
+    shadow experts: a token-level lookup and commit per expert after each request) runs it.
     """
-    if config.alpha is not None or not get_system(config.system).tuned:
+    system = get_system(config.system)
+    if config.alpha is not None or not system.tuned:
         return None
+    if system.tuner is not None:
+        return system.tuner()
     return BootstrapTuner(executor=ThreadPoolExecutor(max_workers=1,
                                                       thread_name_prefix="marconi-tuner"),
                           wait=False)
