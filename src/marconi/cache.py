@@ -20,7 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from marconi.policies import Action, Pressure, System, Victim, check_alpha, get_system
+from marconi.evicting import Evicting
+from marconi.policies import System, check_alpha, get_system
 from marconi.policies.eviction import FlopAware
 from marconi.spec import ModelSpec
 from marconi.stats import CacheStats
@@ -54,7 +55,7 @@ class CommitResult:
     refused: bool  # True when the sequence could not fit even after evicting
 
 
-class PrefixCache:
+class PrefixCache(Evicting):
     """A radix-tree prefix cache for hybrid models with a hard byte capacity.
 
     Invariants (checked by `check`): bytes held equal the sum over nodes and never
@@ -256,64 +257,6 @@ class PrefixCache:
         for pos, handle in (states or {}).items():
             if pos not in kept and handle is not None:
                 self.store.release(None, handle)
-
-    # --- eviction ------------------------------------------------------------------
-
-    def evict(self, nbytes: int) -> int:
-        """Free at least `nbytes` if possible (may free more); returns bytes freed.
-
-        evict(0) is always safe and does nothing.
-        """
-        before = self.stats.bytes
-        self._evict_until(before - nbytes, set())
-        return before - self.stats.bytes
-
-    def _evict_until(self, target: int, protected: set[Node], kv_need: int = 0,
-                     ssm_need: int = 0) -> bool:
-        while self.stats.bytes > target:
-            self.eviction.pressure(Pressure(kv_held=self.stats.kv_bytes, kv_need=kv_need,
-                                            ssm_held=self.stats.ssm_bytes, ssm_need=ssm_need,
-                                            capacity=self.capacity))
-            victim = self.eviction.victim(protected, self.clock)
-            if victim is None:
-                return False
-            self._evict(victim)
-            self._collect_garbage(protected)
-        return True
-
-    def _collect_garbage(self, protected: set[Node]) -> None:
-        """Evict what the policy says must go whatever the budget (e.g. stateless leaves)."""
-        while (victim := self.eviction.garbage(protected)) is not None:
-            self._evict(victim)
-
-    def _evict(self, victim: Victim) -> None:
-        node, action = victim.node, victim.action
-        state_bytes = self.spec.ssm_bytes if node.has_state else 0
-        state = node.state if state_bytes else None
-        kv, kv_bytes = None, 0
-        node.has_state, node.state = False, None
-        if action is Action.REMOVE:
-            kv, kv_bytes = node.kv, node.edge_len * self.spec.kv_bytes_per_token
-            parent = node.parent
-            self.tree.remove_leaf(node)
-            self.eviction.removed(node)
-            if parent is not None and parent is not self.tree.root:
-                self.eviction.changed(parent)
-        elif action is Action.MERGE:
-            (child,) = node.children.values()
-            child_kv = child.kv
-            self.tree.merge_into_child(node)
-            child.kv = self.store.kv_join(node.kv, child_kv)
-            self.eviction.removed(node)
-            self.eviction.changed(child)
-        else:
-            self.eviction.changed(node)
-        if action is not Action.DROP_STATE:
-            node.kv = None  # detached: policies may still hold the node object for a while
-        self.store.release(kv, state)
-        self.stats.record_eviction(kv_bytes, state_bytes)
-        if self.on_evict is not None:
-            self.on_evict(Freed(action, node.depth, kv, state, kv_bytes + state_bytes))
 
     # --- pins ----------------------------------------------------------------------
 
