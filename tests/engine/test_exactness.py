@@ -117,3 +117,25 @@ class TestChunkCapture:
         for _ in range(3):
             _check_same(cached, plain, np.concatenate([system, _tokens(rng, 10)]))
         assert cached.cache.stats.states_not_captured > 0
+
+
+class TestBoundaries:
+    def test_system_prompt_hits_on_its_second_use_and_stays_exact(self, get_model):
+        """marconi+'s first-boundary checkpoint, captured during a real prefill."""
+        from marconi.policies.plus import Mode
+        from marconi.shadows import Boundaries, Expert, apply
+
+        model, rng = get_model("bamba"), np.random.default_rng(5)
+        cached = Engine(model, "marconi+-gd")
+        apply(cached.cache, Expert(Boundaries.FIRST, Mode.FLOP))
+        plain = Engine(model, "vanilla")
+        system = _tokens(rng, 40)
+        hits = []
+        for _ in range(3):
+            prompt = np.concatenate([system, _tokens(rng, 10)])
+            got = cached.generate(prompt, 4, boundaries=(40,))
+            want = plain.generate(prompt, 4)
+            np.testing.assert_array_equal(got.output, want.output)
+            assert torch.allclose(got.logits, want.logits, atol=TOL, rtol=0)
+            hits.append(got.hit)
+        assert hits == [0, 40, 40]

@@ -27,6 +27,14 @@ class TestEmbeddedCodec:
         assert first[0] == codec.bos_id and first[-len(marker):] == marker
         assert second[: len(first)] == first  # prefix stable, turn by turn
 
+    def test_render_marks_where_each_message_ends(self, codec: EmbeddedCodec) -> None:
+        messages = [Message("system", "Be brief."), Message("user", "Hello there")]
+        tokens, ends = codec.render(messages)
+        assert tokens == codec.render_chat(messages) and len(ends) == 2
+        assert 0 < ends[0] < ends[1] < len(tokens)
+        alone, alone_ends = codec.render(messages[:1])
+        assert alone_ends == ends[:1] and tokens[: ends[0]] == alone[: ends[0]]
+
     def test_replies_come_back_as_the_tokens_generated(self, codec: EmbeddedCodec) -> None:
         tokens = [9000, 17, 30000, 2]
         text = codec.decode(tokens)

@@ -14,7 +14,7 @@ multi-token forward over the few output tokens, split at those positions.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,29 +79,31 @@ class Engine:
 
     def generate(self, prompt: object, max_new_tokens: int = 16,
                  sampling: Sampling | None = None, output: object = None,
-                 on_token: OnToken | None = None) -> Generation:
+                 on_token: OnToken | None = None,
+                 boundaries: Sequence[int] = ()) -> Generation:
         """Serve one request; `output` given: teacher-force it instead of decoding.
 
         `on_token(token)` is called with each generated token as soon as it is chosen;
         returning False stops decoding after that token (a stop token, a client gone), so
         the output may be shorter than `max_new_tokens`. Mutates the cache (lookup clock,
-        commit, evictions). Raises ValueError for bad tokens or a sequence longer than the
-        model accepts.
+        commit, evictions). `boundaries` are message ends inside the prompt (a chat
+        template knows them), for admission policies that checkpoint there (marconi+).
+        Raises ValueError for bad tokens or a sequence longer than the model accepts.
         """
         tokens, forced = self._validate(prompt, max_new_tokens, output)
         timings, t0 = Timings(), time.perf_counter()
-        plan = self.cache.lookup(tokens)
+        plan = self.cache.lookup(tokens, boundaries=boundaries)
         timings.lookup = time.perf_counter() - t0
         self.cache.pin(plan.node)
         try:
             return self._serve(tokens, plan, forced, max_new_tokens, sampling, timings, t0,
-                               on_token)
+                               on_token, tuple(boundaries))
         finally:
             self.cache.unpin(plan.node)
 
     def _serve(self, tokens: Tokens, plan: Plan, forced: Tokens | None, steps: int,
                sampling: Sampling | None, timings: Timings, t0: float,
-               on_token: OnToken | None) -> Generation:
+               on_token: OnToken | None, boundaries: tuple[int, ...] = ()) -> Generation:
         n_input = len(tokens)
         result = self._prefill(tokens, plan, forced, timings)
         first = sample(result.logits, sampling, 0)
@@ -117,7 +119,8 @@ class Engine:
         full = np.concatenate([tokens, out]).astype(np.int32)
         t1 = time.perf_counter()
         states = {p: self.store.track(s) for p, s in result.states.items()}
-        committed = self.cache.commit(full, n_input, states=states, kv=KVSource(result.cache))
+        committed = self.cache.commit(full, n_input, states=states, kv=KVSource(result.cache),
+                                      boundaries=boundaries)
         timings.commit = time.perf_counter() - t1
         return Generation(out, logits, plan.hit, n_input, committed.admitted, timings)
 

@@ -86,10 +86,10 @@ def _routes(app: FastAPI, service: Service) -> None:
     async def chat(body: ChatRequest, request: Request) -> Response:
         service.check_model(body.model)
         try:
-            prompt = codec.render_chat([m.to_message() for m in body.messages])
+            prompt, ends = codec.render([m.to_message() for m in body.messages])
         except ValueError as err:
             raise errors.bad_request(str(err), param="messages") from None
-        sub = service.submit(body, prompt, body.requested_tokens(), "messages")
+        sub = service.submit(body, prompt, body.requested_tokens(), "messages", ends)
         rid = new_id("chatcmpl")
         if body.stream:
             opts = body.stream_options

@@ -47,6 +47,8 @@ class Codec(Protocol):
 
     def render_chat(self, messages: Sequence[Message]) -> list[int]: ...
 
+    def render(self, messages: Sequence[Message]) -> tuple[list[int], tuple[int, ...]]: ...
+
     def decode(self, tokens: Sequence[int]) -> str: ...
 
     def remember(self, text: str, tokens: Sequence[int]) -> None: ...
@@ -75,10 +77,15 @@ class EmbeddedCodec:
         return [self.bos_id, *self._encode(text)]
 
     def render_chat(self, messages: Sequence[Message]) -> list[int]:
-        tokens = [self.bos_id]
+        return self.render(messages)[0]
+
+    def render(self, messages: Sequence[Message]) -> tuple[list[int], tuple[int, ...]]:
+        """The prompt and where each message ends in it (for boundary-aware admission)."""
+        tokens, ends = [self.bos_id], []
         for message in messages:
             tokens += self._markers[message.role] + self._content(message)
-        return tokens + self._markers["assistant"]
+            ends.append(len(tokens))
+        return tokens + self._markers["assistant"], tuple(ends)
 
     def _content(self, message: Message) -> list[int]:
         if message.role == "assistant" and message.content in self._memo:
@@ -121,6 +128,10 @@ class HFCodec:
         text = self._tok.apply_chat_template(conversation, add_generation_prompt=True,
                                              tokenize=False)
         return [int(t) for t in self._tok(text, add_special_tokens=False)["input_ids"]]
+
+    def render(self, messages: Sequence[Message]) -> tuple[list[int], tuple[int, ...]]:
+        """The prompt; message ends are unknown in a template's rendered text."""
+        return self.render_chat(messages), ()
 
     def decode(self, tokens: Sequence[int]) -> str:
         return str(self._tok.decode([int(t) for t in tokens], skip_special_tokens=True))

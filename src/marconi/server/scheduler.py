@@ -49,6 +49,7 @@ class Job:
     """One request as the worker sees it."""
 
     prompt: list[int]
+    boundaries: tuple[int, ...] = ()  # message ends in the prompt (chat), for admission
     max_tokens: int
     sampling: Sampling | None
     stop_ids: frozenset[int]  # generation ends after any of these
@@ -122,7 +123,7 @@ class Scheduler:
 
         try:
             gen = self.engine.generate(job.prompt, job.max_tokens, job.sampling,
-                                       on_token=on_token)
+                                       on_token=on_token, boundaries=job.boundaries)
         except Exception as err:  # reported to the client, the worker lives on
             return Failed(err)
         reason = _finish_reason(job, gen)

@@ -55,7 +55,7 @@ class Service:
                            f"`{self.backend.name}`.", param="model", code="model_not_found")
 
     def submit(self, body: _Common, prompt: list[int], requested: int | None,
-               field: str) -> Submission:
+               field: str, boundaries: tuple[int, ...] = ()) -> Submission:
         """Queue one generation; ApiError 400 (too long), 404 (model) or 429 (queue full)."""
         self.check_model(body.model)
         if not prompt:
@@ -66,7 +66,8 @@ class Service:
         loop, events = asyncio.get_running_loop(), asyncio.Queue[Event]()
         eos = self.backend.codec.eos_id
         stop = frozenset() if eos is None else frozenset({eos})
-        job = Job(prompt=prompt, max_tokens=max_tokens, sampling=sampling, stop_ids=stop,
+        job = Job(prompt=prompt, boundaries=boundaries, max_tokens=max_tokens,
+                  sampling=sampling, stop_ids=stop,
                   emit=lambda event: loop.call_soon_threadsafe(events.put_nowait, event))
         try:
             self.scheduler.submit(job)
