@@ -1,6 +1,9 @@
-"""marconi+: GreedyDual-FLOP eviction and the shadow experts that steer it."""
+"""marconi+: GreedyDual-FLOP eviction and the shadow experts that steer it (hit density
+has its own tests: test_density.py)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -9,7 +12,15 @@ from marconi.cache import PrefixCache
 from marconi.integrity import check_integrity
 from marconi.policies import FlopAware, Recency
 from marconi.policies.plus import Mode
-from marconi.shadows import EXPERTS, Boundaries, Expert, ShadowConfig, ShadowTuner, apply
+from marconi.shadows import (
+    ATTENTION_ONLY,
+    DEFAULT_EXPERTS,
+    Boundaries,
+    Expert,
+    ShadowConfig,
+    ShadowTuner,
+    apply,
+)
 from marconi.sim.replay import SimConfig, simulate
 from marconi.spec import PAPER_7B
 from marconi.workload import TraceOptions, load_trace
@@ -97,10 +108,10 @@ class TestShadowTuner:
         tuner.totals[:] = 100.0
         tuner.totals[3] = 100.5  # leads by 0.5%: not enough
         tuner._decide(cache)
-        assert not tuner.switches and tuner.expert == EXPERTS[0]
+        assert not tuner.switches and tuner.expert == DEFAULT_EXPERTS[0]
         tuner.totals[3] = 102.0  # leads by 2%
         tuner._decide(cache)
-        assert tuner.expert == EXPERTS[3] and len(tuner.switches) == 1
+        assert tuner.expert == DEFAULT_EXPERTS[3] and len(tuner.switches) == 1
 
     def test_report(self) -> None:
         tuner = ShadowTuner(ShadowConfig(every=2))
@@ -108,7 +119,21 @@ class TestShadowTuner:
         for inp, b in self._twice()[:10]:
             _request(cache, inp, b)
         report = tuner.report()
-        assert report["requests"] == 10 and len(report["totals"]) == len(EXPERTS)  # type: ignore[arg-type]
+        assert report["requests"] == 10
+        assert len(report["totals"]) == len(DEFAULT_EXPERTS)  # type: ignore[arg-type]
+
+    def test_attention_only_runs_the_block_cache(self) -> None:
+        """No SSM layer: a node every 32 tokens, LRU tail first, no shadows to feed."""
+        spec = dataclasses.replace(SMALL, ssm_layers=0)
+        tuner = ShadowTuner()
+        cache = PrefixCache(spec, "1GB", "marconi+", tuner=tuner)
+        _request(cache, _seq(0, 100))
+        assert tuner.experts == ATTENTION_ONLY and not tuner.shadows
+        assert cache.eviction.mode is Mode.LRU  # type: ignore[attr-defined]
+        depths = sorted(n.depth for n in cache.tree.nodes() if n is not cache.tree.root)
+        assert depths[:3] == [32, 64, 96]
+        assert cache.lookup([*_seq(0, 70), 5]).hit == 70  # attention reuses any prefix
+        check_integrity(cache)
 
     def test_apply_needs_a_marconi_plus_cache(self) -> None:
         with pytest.raises(ValueError, match="cannot run shadow experts"):

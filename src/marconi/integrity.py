@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from marconi.cache import PrefixCache
 from marconi.policies import FlopAware, LRULeaf
+from marconi.policies.density import HitDensity
 from marconi.policies.mamba_radix import MambaRadixLRU
 from marconi.policies.plus import Switchable
 from marconi.policies.two_lists import TwoListLRU
@@ -31,8 +32,9 @@ def check_integrity(cache: PrefixCache) -> None:
             assert child.pins <= node.pins, f"{child!r} pinned more than its parent"
     if isinstance(cache.eviction, FlopAware):
         _check_flop_aware(cache.eviction, nodes)
-        if isinstance(cache.eviction, Switchable):  # marconi+: its LRU twin too
+        if isinstance(cache.eviction, Switchable):  # marconi+: its twins too
             _check_lru(cache.eviction.lru, nodes)
+            _check_flop_aware(cache.eviction.density, nodes)
     elif isinstance(cache.eviction, LRULeaf):
         _check_lru(cache.eviction, nodes)
     elif isinstance(cache.eviction, TwoListLRU):
@@ -47,6 +49,8 @@ def _check_flop_aware(policy: FlopAware, nodes: list) -> None:
         slot = policy._slot[node]
         assert policy._eff[slot] == policy.efficiency(node), f"stale efficiency for {node!r}"
         assert policy._rec[slot] == policy.stamp.get(node, 0), f"stale recency for {node!r}"
+        if isinstance(policy, HitDensity):
+            assert policy._cls[slot] == bool(node.children), f"stale class for {node!r}"
 
 
 def _check_lru(policy: LRULeaf, nodes: list) -> None:

@@ -48,13 +48,18 @@ class Boundaries(Enum):
 @dataclass(frozen=True, slots=True)
 class Expert:
     boundaries: Boundaries
-    mode: Mode  # Mode.FLOP: GreedyDual-FLOP eviction; Mode.LRU: SGLang+'s LRU over leaves
+    mode: Mode  # DENSITY: hit density; FLOP: GreedyDual-FLOP; LRU: SGLang+'s LRU over leaves
 
     def __str__(self) -> str:
-        return f"{self.boundaries.value}/{'gd' if self.mode is Mode.FLOP else 'lru'}"
+        return f"{self.boundaries.value}/{EVICTION_NAMES[self.mode]}"
 
 
-EXPERTS = tuple(Expert(b, m) for b in Boundaries for m in (Mode.FLOP, Mode.LRU))
+EVICTION_NAMES = {Mode.DENSITY: "density", Mode.FLOP: "gd", Mode.LRU: "lru"}
+EXPERTS = tuple(Expert(b, m) for b in Boundaries for m in EVICTION_NAMES)
+DEFAULT_EXPERTS = tuple(Expert(b, m) for b in Boundaries for m in (Mode.DENSITY, Mode.FLOP))
+# A Transformer (no SSM layer): a node per block and LRU, tail first, is vLLM's block
+# cache, which no state-sized policy beats there; nothing to choose.
+ATTENTION_ONLY = (Expert(Boundaries.NONE, Mode.LRU),)
 
 
 @dataclass(slots=True)
@@ -65,9 +70,9 @@ class Switch:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShadowConfig:
-    experts: tuple[Expert, ...] = EXPERTS  # the first one runs until a leader emerges
+    experts: tuple[Expert, ...] = DEFAULT_EXPERTS  # the first runs until a leader emerges
     every: int = 16  # requests between decisions
-    threshold: float = 0.003  # relative lead the leader needs over the running expert
+    threshold: float = 0.05  # relative lead the leader needs over the running expert
     objective: Objective = Objective.FLOPS
 
     def __post_init__(self) -> None:
@@ -84,6 +89,7 @@ class ShadowTuner:
     """Feeds the shadows after every commit and switches the live cache to the leader."""
 
     config: ShadowConfig = field(default_factory=ShadowConfig)
+    experts: tuple[Expert, ...] = ()  # what runs: config.experts, or ATTENTION_ONLY
     shadows: list[PrefixCache] = field(default_factory=list)
     totals: np.ndarray = field(default_factory=lambda: np.zeros(0))
     current: int = 0  # index of the running expert
@@ -93,13 +99,13 @@ class ShadowTuner:
 
     @property
     def expert(self) -> Expert:
-        return self.config.experts[self.current]
+        return (self.experts or self.config.experts)[self.current]
 
     def observe(self, cache: PrefixCache, tokens: np.ndarray, n_input: int,
                 boundaries: Sequence[int] = ()) -> None:
         """Called by the live cache after each commit (never inside a lookup)."""
         start = time.perf_counter()
-        if not self.shadows:
+        if not self.experts:
             self._start(cache)
         spec, use_flops = cache.spec, self.config.objective is Objective.FLOPS
         for k, shadow in enumerate(self.shadows):
@@ -114,11 +120,13 @@ class ShadowTuner:
     def _start(self, cache: PrefixCache) -> None:
         from marconi.cache import PrefixCache
 
-        experts = self.config.experts
-        self.shadows = [PrefixCache(cache.spec, cache.capacity, cache.system, tuner=None)
-                        for _ in experts]
-        for shadow, expert in zip(self.shadows, experts, strict=True):
-            apply(shadow, expert)
+        experts = self.config.experts if cache.spec.ssm_layers else ATTENTION_ONLY
+        self.experts = experts
+        if len(experts) > 1:  # one expert: nothing to compare, no shadows to feed
+            self.shadows = [PrefixCache(cache.spec, cache.capacity, cache.system, tuner=None)
+                            for _ in experts]
+            for shadow, expert in zip(self.shadows, experts, strict=True):
+                apply(shadow, expert)
         self.totals = np.zeros(len(experts))
         apply(cache, self.expert)
 
@@ -134,7 +142,7 @@ class ShadowTuner:
         return {"expert": str(self.expert), "requests": self.seen, "seconds": self.seconds,
                 "switches": [(s.at, str(s.expert)) for s in self.switches],
                 "totals": {str(e): float(t) for e, t in
-                           zip(self.config.experts, self.totals, strict=True)}}
+                           zip(self.experts, self.totals, strict=True)}}
 
 
 def apply(cache: PrefixCache, expert: Expert) -> None:

@@ -25,10 +25,13 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from marconi.policies.admission import Judicious
+from marconi.policies.admission import Block, Judicious
+from marconi.policies.density import HitDensity
 from marconi.policies.eviction import FlopAware, LRULeaf, Recency, Victim
 from marconi.spec import ModelSpec
 from marconi.tree import Match, Node
+
+ATTENTION_BLOCK = 32  # tokens per node when the model has no SSM layer (vLLM's block size)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,21 +63,29 @@ class Structured(Judicious):
     def __init__(self, config: StructureConfig | None = None) -> None:
         self.config = config or StructureConfig()
         self.min_tokens = 0.0  # set by `for_model`: the state's bytes in KV tokens
+        self.blocks: Block | None = None  # set by `for_model` when states hold no SSM layer
         self._sightings: OrderedDict[bytes, int] = OrderedDict()
 
     def for_model(self, spec: ModelSpec) -> Structured:
         self.min_tokens = self.config.min_gain * spec.ssm_bytes / max(spec.kv_bytes_per_token, 1)
+        # A Transformer has no state to size checkpoints by: a node per block costs nothing
+        # and lets eviction trim a prefix from its tail (vLLM's block cache).
+        self.blocks = Block(ATTENTION_BLOCK) if spec.ssm_layers == 0 else None
         return self
 
     def checkpoints_at(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
                        tokens: bytes = b"") -> tuple[int, ...]:
         extra = self._extra(match, n_input, hit, boundaries, tokens, learn=True)
+        if self.blocks is not None:
+            extra.update(self.blocks.checkpoints(match, n_input, hit))
         return tuple(sorted({*self.checkpoints(match, n_input, hit), *extra}))
 
     def positions_at(self, match: Match, n_total: int, n_input: int, boundaries: Sequence[int],
                      tokens: bytes = b"") -> tuple[int, ...]:
         hit = max((n.depth for n in match.path if n.has_state and n.depth <= n_input), default=0)
         extra = self._extra(match, n_input, hit, boundaries, tokens, learn=False)
+        if self.blocks is not None:
+            extra.update(self.blocks.positions(match, n_total, n_input))
         return tuple(sorted({*self.positions(match, n_total, n_input), *extra}))
 
     def _extra(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
@@ -106,7 +117,8 @@ class Structured(Judicious):
 
 class Mode(Enum):
     LRU = "lru"  # SGLang+: leaves, least recently used first (path touched)
-    FLOP = "flop"  # Marconi: recency + alpha x FLOP efficiency
+    FLOP = "flop"  # Marconi: recency + alpha x FLOP efficiency (or GreedyDual-FLOP)
+    DENSITY = "density"  # FLOP-weighted hit density (`marconi.policies.density`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,17 +129,19 @@ class Setting:
     alpha: float = 0.0
 
     def __str__(self) -> str:
-        return "lru" if self.mode is Mode.LRU else f"{self.alpha:g}"
+        return self.mode.value if self.mode is not Mode.FLOP else f"{self.alpha:g}"
 
 
 class Switchable(FlopAware):
-    """FLOP-aware eviction with an LRU-leaf twin fed the same events; `mode` picks the
-    victim. Both stay consistent at all times, so switching is free."""
+    """FLOP-aware eviction with an LRU-leaf twin and a hit-density twin fed the same
+    events; `mode` picks the victim. All stay consistent at all times, so switching is
+    free."""
 
     def __init__(self, spec: ModelSpec, alpha: float = 0.0, mode: Mode = Mode.FLOP,
                  recency: Recency = Recency.TIME) -> None:
         super().__init__(spec, alpha, recency)
-        self.lru = LRULeaf()
+        self.lru = LRULeaf(deepest_first=True)  # blocks touched together leave tail first
+        self.density = HitDensity(spec)
         self.mode = Mode(mode)
 
     def set_setting(self, setting: Setting) -> None:
@@ -142,21 +156,27 @@ class Switchable(FlopAware):
         path = tuple(path)
         super().on_lookup(path, hit, now)
         self.lru.on_lookup(path, hit, now)
+        self.density.on_lookup(path, hit, now)
 
     def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
         path, new = tuple(path), tuple(new)
         super().on_commit(path, new, now)
         self.lru.on_commit(path, new, now)
+        self.density.on_commit(path, new, now)
 
     def changed(self, node: Node) -> None:
         super().changed(node)
         self.lru.changed(node)
+        self.density.changed(node)
 
     def removed(self, node: Node) -> None:
         super().removed(node)
         self.lru.removed(node)
+        self.density.removed(node)
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
         if self.mode is Mode.LRU:
             return self.lru.victim(protected, now)
+        if self.mode is Mode.DENSITY:
+            return self.density.victim(protected, now)
         return super().victim(protected, now)

@@ -1,11 +1,13 @@
 """Registers `marconi+` and the variants its ablation compares (issue 8).
 
-- `marconi+`: GreedyDual-FLOP eviction (no alpha) with an LRU twin, Marconi's admission
-  plus message-boundary checkpoints, and shadow experts (`marconi.shadows`) choosing
-  among {no boundary, first boundary, last boundary} x {GreedyDual-FLOP, LRU}.
-- `marconi+-gd`: GreedyDual-FLOP eviction with Marconi's admission, nothing adaptive.
-- `marconi+-no-lru` / `marconi+-no-boundaries`: shadow experts without the LRU
-  fallback / without boundary checkpoints.
+- `marconi+`: hit-density eviction with GreedyDual-FLOP (and LRU) twins, Marconi's
+  admission plus message-boundary checkpoints, and shadow experts (`marconi.shadows`)
+  choosing among {no, first, last boundary} x {hit density, GreedyDual-FLOP}.
+- `marconi+-density` / `marconi+-gd`: one eviction alone (hit density / GreedyDual-FLOP)
+  with Marconi's admission, nothing adaptive.
+- `marconi+-no-gd` / `marconi+-no-density` / `marconi+-no-boundaries`: shadow experts
+  without the GreedyDual-FLOP experts / without hit density (the previous design:
+  GreedyDual-FLOP and LRU experts) / without boundary checkpoints.
 - `marconi+-guarded`: the first design, kept for the record: FLOP-aware eviction re-tuned
   by replaying sliding windows from snapshots with a guard (`marconi.retuner`).
 """
@@ -22,15 +24,16 @@ from marconi.policies.plus import Mode, Setting, StructureConfig, Structured, Sw
 PLAIN = StructureConfig(boundaries=0, partial=False)  # judicious; experts add boundaries
 
 
-def _shadow_tuner(mode: Mode | None = None, boundaries: bool = True) -> Callable[..., object]:
-    """A factory of shadow tuners over the experts that pass the filters (imported late:
-    the tuner imports the cache)."""
+def _shadow_tuner(modes: tuple[Mode, ...] = (Mode.DENSITY, Mode.FLOP),
+                  boundaries: bool = True) -> Callable[..., object]:
+    """A factory of shadow tuners over the experts with these eviction modes (imported
+    late: the tuner imports the cache)."""
 
     def make(multiplier: int = 5, objective: str = "flops") -> object:
         from marconi.shadows import EXPERTS, Boundaries, ShadowConfig, ShadowTuner
         from marconi.tuner import Objective
 
-        experts = tuple(e for e in EXPERTS if (mode is None or e.mode is mode)
+        experts = tuple(e for e in EXPERTS if e.mode in modes
                         and (boundaries or e.boundaries is Boundaries.NONE))
         return ShadowTuner(ShadowConfig(experts=experts, objective=Objective(objective)))
 
@@ -45,22 +48,32 @@ def _guarded_tuner(multiplier: int = 5, objective: str = "flops") -> object:
                                 objective=Objective(objective)))
 
 
-def _greedy_dual(spec: object, alpha: float) -> Switchable:
-    return Switchable(spec, 0.0, Mode.FLOP, Recency.GREEDY_DUAL)  # type: ignore[arg-type]
+def _switchable(mode: Mode) -> Callable[[object, float], Switchable]:
+    """Switchable eviction starting in `mode`, its FLOP order GreedyDual-FLOP (no alpha)."""
+
+    def make(spec: object, alpha: float) -> Switchable:
+        return Switchable(spec, 0.0, mode, Recency.GREEDY_DUAL)  # type: ignore[arg-type]
+
+    return make
 
 
-def _plus(name: str, description: str, tuner: Callable[..., object] | None) -> System:
+def _plus(name: str, description: str, tuner: Callable[..., object] | None,
+          mode: Mode = Mode.DENSITY) -> System:
     return register(System(
-        name=name, admission=lambda: Structured(PLAIN), eviction=_greedy_dual,
+        name=name, admission=lambda: Structured(PLAIN), eviction=_switchable(mode),
         tuned=tuner is not None, tuner=tuner, description=description))
 
 
 MARCONI_PLUS = _plus(
-    "marconi+", "GreedyDual-FLOP eviction and message-boundary admission, chosen online "
-    "by shadow experts (with LRU as a fallback)", _shadow_tuner())
-_plus("marconi+-gd", "marconi+ without shadow experts: GreedyDual-FLOP, judicious admission",
-      None)
-_plus("marconi+-no-lru", "marconi+ without the LRU experts", _shadow_tuner(mode=Mode.FLOP))
+    "marconi+", "hit-density eviction, GreedyDual-FLOP and message-boundary admission, "
+    "chosen online by shadow experts", _shadow_tuner())
+_plus("marconi+-density", "hit-density eviction alone, judicious admission", None)
+_plus("marconi+-gd", "GreedyDual-FLOP eviction alone, judicious admission", None, Mode.FLOP)
+_plus("marconi+-no-gd", "marconi+ without the GreedyDual-FLOP experts",
+      _shadow_tuner(modes=(Mode.DENSITY,)))
+_plus("marconi+-no-density", "marconi+ without hit density (the previous design: "
+      "GreedyDual-FLOP and LRU experts)", _shadow_tuner(modes=(Mode.FLOP, Mode.LRU)),
+      Mode.FLOP)
 _plus("marconi+-no-boundaries", "marconi+ without boundary checkpoints",
       _shadow_tuner(boundaries=False))
 register(System(

@@ -1,0 +1,130 @@
+"""Hit-density eviction: evict what saves the fewest FLOPs per byte per unit of time.
+
+Marconi scores an entry by recency plus alpha x FLOP efficiency and needs a tuner to
+weigh the two; GreedyDual-FLOP adds them without a weight but still mixes units.
+`HitDensity` (after Beckmann et al.'s LHD, with FLOPs as the value of a hit) learns
+instead how likely an entry of a given idle age is to be hit again, and how long it will
+sit in the cache until then:
+
+    score(v) = eff(v) x density(class(v), age(v))
+    density(c, a) = P(hit | class c survived to age a) / E[remaining time in cache]
+
+`eff` is Marconi's FLOPs saved per byte held; `age` is clock ticks since v was last
+touched; the classes are leaves and interior nodes (a single-child node whose request
+moved on: in chat and agent traces its state is rarely reused, a leaf's often). Every
+hit and every eviction is counted at the age it happened, in log-spaced age buckets
+(`per_octave` a doubling), and the tables decay so the estimate follows the workload:
+
+```
+hits   h[c, b]  ·  ·  #  #  ·  ·  ·     density(c, a) = sum_{b >= a} h[c, b]
+events n[c, b]  ·  #  #  #  #  ·  #                    / sum_{b >= a} n[c, b] (t_b - t_a + 1)
+                0  1  2  3  4  5  6  <- age bucket (log2 of ticks since last touch)
+```
+No knob needs tuning per workload: an empty table is flat, so it starts as pure FLOP
+efficiency and learns the age curve within a few hundred events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from marconi.policies.eviction import FlopAware, Recency
+from marconi.spec import ModelSpec
+from marconi.tree import Node
+
+LEAF, INTERIOR = 0, 1
+
+
+class HitDensity(FlopAware):
+    """FLOP-weighted hit density over Marconi's candidates (nodes with at most one child).
+
+    Reuses FlopAware's candidate arrays (`_rec` holds the clock at the last touch, `_eff`
+    the FLOP efficiency) and adds each candidate's class. Alpha is ignored.
+    """
+
+    def __init__(self, spec: ModelSpec, *, per_octave: int = 8, buckets: int = 192,
+                 every: int = 512, decay: float = 0.9) -> None:
+        super().__init__(spec, 0.0, Recency.TIME)
+        if per_octave < 1 or buckets < 2 or every < 1 or not 0 < decay <= 1:
+            raise ValueError("HitDensity needs per_octave >= 1, buckets >= 2, every >= 1 "
+                             f"and 0 < decay <= 1; got {per_octave}, {buckets}, {every}, "
+                             f"{decay}")
+        self.per_octave, self.every, self.decay = per_octave, every, decay
+        self.start = 2.0 ** (np.arange(buckets) / per_octave) - 1  # first age of each bucket
+        self.hits = np.zeros((2, buckets))  # decayed counts of hits at each age
+        self.events = np.zeros((2, buckets))  # hits and evictions at each age
+        self.density = np.ones((2, buckets))
+        self.counted = 0
+        self.now = 0
+        self._cls = np.zeros(64, dtype=np.intp)
+
+    def bucket(self, age: np.ndarray | float) -> np.ndarray:
+        """The age bucket of each age (ticks since the last touch)."""
+        ages = np.maximum(np.asarray(age, dtype=np.float64), 0.0)
+        index = (np.log2(ages + 1.0) * self.per_octave).astype(np.intp)
+        return np.minimum(index, len(self.start) - 1)
+
+    def _count(self, node: Node, hit: bool) -> None:
+        """Record that candidate `node` was hit (or left the cache) at its idle age."""
+        b = int(self.bucket(self.now - self.stamp.get(node, self.now)))
+        c = int(self._cls[self._slot[node]])
+        self.events[c, b] += 1
+        if hit:
+            self.hits[c, b] += 1
+        self.counted += 1
+        if self.counted % self.every == 0:
+            self.learn()
+
+    def learn(self) -> None:
+        """Recompute the density tables from the counts, then age the counts."""
+        eps = 1e-3  # a flat prior: an empty table ranks by FLOP efficiency alone
+        hits, events = self.hits + eps, self.events + 2 * eps
+        above = np.cumsum(hits[:, ::-1], axis=1)[:, ::-1]  # hits at this age or later
+        n_above = np.cumsum(events[:, ::-1], axis=1)[:, ::-1]
+        nt_above = np.cumsum((events * self.start)[:, ::-1], axis=1)[:, ::-1]
+        remaining = nt_above - n_above * self.start + n_above  # sum n_b (t_b - t_a + 1)
+        self.density = above / remaining
+        self.hits *= self.decay
+        self.events *= self.decay
+
+    # --- events --------------------------------------------------------------------
+
+    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
+        self.now = now
+        if hit is not None and hit in self._slot:
+            self._count(hit, hit=True)
+        super().on_lookup(path, hit, now)
+
+    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        self.now = now
+        super().on_commit(path, new, now)
+
+    def changed(self, node: Node) -> None:
+        super().changed(node)
+        slot = self._slot.get(node)
+        if slot is not None:
+            self._cls[slot] = INTERIOR if node.children else LEAF
+
+    def removed(self, node: Node) -> None:
+        if node in self._slot:
+            self._count(node, hit=False)
+        super().removed(node)
+
+    def _add(self, node: Node) -> int:
+        slot = super()._add(node)
+        if slot >= len(self._cls):
+            self._cls = np.resize(self._cls, len(self._rec))
+        return slot
+
+    def _drop(self, node: Node) -> None:
+        slot, last = self._slot[node], len(self._nodes) - 1
+        self._cls[slot] = self._cls[last]  # FlopAware moves the last candidate into `slot`
+        super()._drop(node)
+
+    def scores(self, now: int) -> np.ndarray:
+        n = len(self._nodes)
+        self.now = now
+        ages = self.bucket(now - self._rec[:n])
+        return self._eff[:n] * self.density[self._cls[:n], ages]

@@ -1,0 +1,103 @@
+"""Hit-density eviction (`marconi.policies.density`): the learned table, the vectorized
+scores against a per-node reference, and what it buys on a real trace."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from marconi.cache import PrefixCache
+from marconi.integrity import check_integrity
+from marconi.policies.density import INTERIOR, LEAF, HitDensity
+from marconi.sim.replay import SimConfig, simulate
+from marconi.spec import PAPER_7B
+from marconi.workload import TraceOptions, load_trace
+from tests.helpers import SMALL
+
+
+def _reference_density(policy: HitDensity, hits: np.ndarray, events: np.ndarray) -> np.ndarray:
+    """density(c, a) = sum_{b >= a} h[c, b] / sum_{b >= a} n[c, b] (t_b - t_a + 1), by loops."""
+    eps, t = 1e-3, policy.start
+    out = np.zeros_like(hits)
+    for c in range(hits.shape[0]):
+        for a in range(hits.shape[1]):
+            h = sum(hits[c, b] + eps for b in range(a, hits.shape[1]))
+            n = sum((events[c, b] + 2 * eps) * (t[b] - t[a] + 1) for b in range(a, hits.shape[1]))
+            out[c, a] = h / n
+    return out
+
+
+class TestTable:
+    def test_matches_the_reference_formula(self) -> None:
+        policy = HitDensity(SMALL, per_octave=2, buckets=12)
+        rng = np.random.default_rng(0)
+        policy.hits = rng.integers(0, 5, (2, 12)).astype(float)
+        policy.events = policy.hits + rng.integers(0, 5, (2, 12))
+        expected = _reference_density(policy, policy.hits.copy(), policy.events.copy())
+        policy.learn()
+        np.testing.assert_allclose(policy.density, expected, rtol=1e-12)
+
+    def test_reuse_soon_ranks_young_entries_up(self) -> None:
+        """Hits all come at age ~3, evictions at age ~1000: an entry of age 3 is worth
+        far more than one that has idled past the hits."""
+        policy = HitDensity(SMALL)
+        young, old = policy.bucket(3.0), policy.bucket(1000.0)
+        policy.hits[LEAF, young] = policy.events[LEAF, young] = 50
+        policy.events[LEAF, old] = 50
+        policy.learn()
+        assert policy.density[LEAF, young] > 100 * policy.density[LEAF, old]
+        assert policy.hits[LEAF, young] == pytest.approx(50 * policy.decay)  # counts age
+
+    def test_empty_table_is_flat(self) -> None:
+        policy = HitDensity(SMALL)
+        assert np.ptp(policy.density) == 0  # FLOP efficiency alone until it learns
+
+    @pytest.mark.parametrize("kwargs", [{"per_octave": 0}, {"buckets": 1}, {"every": 0},
+                                        {"decay": 0.0}, {"decay": 1.5}])
+    def test_arguments_validated(self, kwargs: dict) -> None:
+        with pytest.raises(ValueError, match="HitDensity"):
+            HitDensity(SMALL, **kwargs)
+
+
+class TestInCache:
+    def _run(self, seed: int = 0) -> PrefixCache:
+        """Sessions that grow (their ends become interior nodes) and some that branch."""
+        cache = PrefixCache(SMALL, 4_000_000, "marconi+-density")
+        rng = np.random.default_rng(seed)
+        sessions = [rng.integers(0, 50, 40).tolist() for _ in range(12)]
+        for _ in range(300):
+            k = int(rng.integers(len(sessions)))
+            inp = sessions[k] + rng.integers(0, 50, int(rng.integers(5, 60))).tolist()
+            cache.lookup(inp)
+            cache.commit([*inp, 3], len(inp))
+            sessions[k] = [*inp, 3] if rng.random() < 0.8 else sessions[k]
+        return cache
+
+    def test_scores_match_a_per_node_reference(self) -> None:
+        cache = self._run()
+        policy = cache.eviction.density  # type: ignore[attr-defined]
+        assert isinstance(policy, HitDensity) and policy.counted > policy.every  # it learned
+        now = cache.clock
+        scores = policy.scores(now)
+        for node, score in zip(policy.candidates(), scores, strict=True):
+            cls = INTERIOR if node.children else LEAF
+            age = now - policy.stamp.get(node, 0)
+            expected = policy.efficiency(node) * policy.density[cls, policy.bucket(age)]
+            assert score == pytest.approx(expected, rel=1e-12)
+        check_integrity(cache)
+
+    def test_learns_that_interior_states_are_rarely_reused(self) -> None:
+        """Growing sessions hit their last end (a leaf) and seldom an earlier one."""
+        policy = self._run(seed=1).eviction.density  # type: ignore[attr-defined]
+        assert policy.hits[LEAF].sum() > policy.hits[INTERIOR].sum()
+        assert policy.events[INTERIOR].sum() > policy.hits[INTERIOR].sum()
+
+
+def test_beats_lru_and_marconi_on_sharegpt() -> None:
+    """Real ShareGPT conversations, 2 GB: hit density alone saves more FLOPs than
+    SGLang+'s LRU and Marconi's bootstrap (measured: 36.6% vs 29.8% and 29.7%)."""
+    trace = load_trace("sharegpt", options=TraceOptions(min_turns=10))
+    saved = {s: simulate(trace, SimConfig(spec=PAPER_7B, capacity="2GB", system=s,
+                                          bounds=False)).summary()["flops_saved_rate"]
+             for s in ("sglang+", "marconi", "marconi+-density")}
+    assert saved["marconi+-density"] > 1.1 * max(saved["sglang+"], saved["marconi"])
