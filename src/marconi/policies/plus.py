@@ -6,10 +6,10 @@ Two policies, each a small extension of Marconi's:
   the trace or chat template knows (a system prompt: it then hits on its second
   occurrence, not its third), plus a checkpoint where a lookup found KV beyond its hit
   (a partial hit) once that position repeats and the tokens it would save outweigh the
-  state's bytes.
-- `Switchable` eviction: FLOP-aware eviction that keeps an LRU-leaf twin up to date, so
-  the tuner (`marconi.retuner`) can fall back to plain LRU (SGLang+) whenever its replays
-  say LRU wins on the recent window.
+  state's bytes. For a model without SSM layers, a node every 32 tokens (vLLM's blocks).
+- `Switchable` eviction: FLOP-aware eviction (Marconi's score or GreedyDual-FLOP) that
+  keeps an LRU-leaf twin and a hit-density twin (`marconi.policies.density`) up to date,
+  so a tuner (`marconi.shadows`, `marconi.retuner`) can switch between them at any time.
 
 ```
 | hit | ... boundary b (end of system prompt) ... | partial-hit m | ... | n_input |
