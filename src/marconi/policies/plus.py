@@ -175,6 +175,11 @@ class Switchable(FlopAware):
         self.density.removed(node)
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        if self.mode is not Mode.FLOP and self.recency is Recency.GREEDY_DUAL and self._nodes:
+            # GreedyDual's level follows the evictions it does not choose, to where its own
+            # victim would have put it, so that a switch to it finds a live recency order
+            # (frozen at 0, it would rank by efficiency alone until the level caught up)
+            self.level = max(self.level, float(self.scores(now).min()))
         if self.mode is Mode.LRU:
             return self.lru.victim(protected, now)
         if self.mode is Mode.DENSITY:
