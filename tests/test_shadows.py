@@ -91,7 +91,7 @@ class TestShadowTuner:
         return out
 
     def test_switches_to_the_expert_that_hits(self) -> None:
-        tuner = ShadowTuner(ShadowConfig(every=4))
+        tuner = ShadowTuner(ShadowConfig(every=4, warmup=0))
         cache = PrefixCache(SMALL, "1GB", "marconi+", tuner=tuner)
         hits = [_request(cache, inp, b) for inp, b in self._twice()]
         assert tuner.expert.boundaries is not Boundaries.NONE
@@ -139,7 +139,16 @@ class TestShadowTuner:
         with pytest.raises(ValueError, match="cannot run shadow experts"):
             apply(PrefixCache(SMALL, "1GB", "sglang+"), Expert(Boundaries.LAST, Mode.LRU))
 
-    @pytest.mark.parametrize("kwargs", [{"experts": ()}, {"every": 0}, {"threshold": -1.0}])
+    def test_no_decision_during_warmup(self) -> None:
+        tuner = ShadowTuner(ShadowConfig(every=4, warmup=1000))
+        cache = PrefixCache(SMALL, "1GB", "marconi+", tuner=tuner)
+        hits = [_request(cache, inp, b) for inp, b in self._twice()]
+        assert not tuner.switches and tuner.expert == DEFAULT_EXPERTS[0]
+        assert hits[-1] == 0  # the first-boundary shadow hits, the live cache does not yet
+        assert tuner.totals.max() > 0
+
+    @pytest.mark.parametrize("kwargs", [{"experts": ()}, {"every": 0}, {"threshold": -1.0},
+                                        {"warmup": -1}])
     def test_config_validated(self, kwargs: dict) -> None:
         with pytest.raises(ValueError, match="ShadowConfig"):
             ShadowConfig(**kwargs)

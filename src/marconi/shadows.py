@@ -8,8 +8,9 @@ request the live cache commits. Every `every` requests the live cache switches t
 expert whose shadow has saved the most FLOPs so far, if it beats the running one by
 more than `threshold` (relative): follow the leader, with hysteresis against noise.
 Switching is not free (the live cache keeps what the old expert chose), so the lead must
-be decisive: 5%. Measured on the reproduction sweep and the held-out traces, leads of
-0.3-2% flip between near-equal experts and lose a few tenths of a point each time
+be decisive, 5%, and measured on enough requests: no decision in the first 128.
+Measured on the reproduction sweep and the held-out traces, leads of 0.3-2% flip
+between near-equal experts and lose a few tenths of a point each time
 (experiments/RESULTS.md); Mooncake's boundary expert and ShareGPT's density expert
 lead by far more. A model without SSM layers runs one expert and no shadows
 (`ATTENTION_ONLY`).
@@ -82,6 +83,7 @@ class ShadowConfig:
     experts: tuple[Expert, ...] = DEFAULT_EXPERTS  # the first runs until a leader emerges
     every: int = 16  # requests between decisions
     threshold: float = 0.05  # relative lead the leader needs over the running expert
+    warmup: int = 128  # requests before the first decision (early totals are a few hits)
     objective: Objective = Objective.FLOPS
 
     def __post_init__(self) -> None:
@@ -89,6 +91,8 @@ class ShadowConfig:
             raise ValueError("ShadowConfig.experts must not be empty")
         if self.every < 1:
             raise ValueError(f"ShadowConfig.every must be >= 1, got {self.every!r}")
+        if self.warmup < 0:
+            raise ValueError(f"ShadowConfig.warmup must be >= 0, got {self.warmup!r}")
         if self.threshold < 0:
             raise ValueError(f"ShadowConfig.threshold must be >= 0, got {self.threshold!r}")
 
@@ -122,7 +126,7 @@ class ShadowTuner:
             self.totals[k] += spec.flops(hit) if use_flops else hit
             shadow.commit(tokens, n_input, boundaries=boundaries)
         self.seen += 1
-        if self.seen % self.config.every == 0:
+        if self.seen % self.config.every == 0 and self.seen >= self.config.warmup:
             self._decide(cache)
         self.seconds += time.perf_counter() - start
 
