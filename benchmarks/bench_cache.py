@@ -49,15 +49,17 @@ def time_requests(system: str, inputs: list[np.ndarray], out_tokens: int) -> dic
             "nodes": cache.tree.size}
 
 
-def time_victim(candidates: int, repeats: int = 200) -> float:
-    """Median seconds for one FLOP-aware victim choice among `candidates` candidates."""
-    cache = PrefixCache(PAPER_7B, "900TB", "marconi", alpha=1.0)
+def time_victim(candidates: int, repeats: int = 200, system: str = "marconi") -> float:
+    """Median seconds for one victim choice among `candidates` candidates (`marconi`:
+    FLOP-aware; `marconi+-density`: hit density, run by its Switchable's twin)."""
+    cache = PrefixCache(PAPER_7B, "900TB", system, alpha=1.0 if system == "marconi" else None)
     rng = np.random.default_rng(1)
     for i in range(candidates):
         tokens = rng.integers(0, 32_000, int(rng.integers(10, 2000)), dtype=np.int32)
         tokens[0] = i  # distinct first tokens: one leaf each under the root
         cache.commit(tokens, len(tokens))
     policy = cache.eviction
+    policy = getattr(policy, "density", policy) if system != "marconi" else policy
     assert isinstance(policy, FlopAware) and len(policy.candidates()) == candidates
     times = []
     for _ in range(repeats):
@@ -87,6 +89,8 @@ def main() -> None:
               f"{int(r['nodes']):7d}")
     victim = time_victim(args.candidates)
     print(f"FLOP-aware victim among {args.candidates} candidates: {victim * 1e6:.1f} us median")
+    victim = time_victim(args.candidates, system="marconi+-density")
+    print(f"hit-density victim among {args.candidates} candidates: {victim * 1e6:.1f} us median")
 
 
 if __name__ == "__main__":
