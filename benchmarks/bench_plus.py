@@ -1,6 +1,7 @@
 """marconi+ against every policy on the held-out traces, with the offline reference.
 
     .venv/bin/python benchmarks/bench_plus.py [--ablation | --load | --fresh] [--workers 8]
+    .venv/bin/python benchmarks/bench_plus.py --seeds MODEL CAPACITY   # agents, 5 arrival seeds
 
 Prints markdown tables (FLOPs saved as a share of all prefill FLOPs; `gap` is the share
 of the gap from SGLang+ to the offline reference that a system closes). `--load` replays
@@ -148,18 +149,38 @@ def fresh_table(workers: int) -> None:
         print(f"| {k} | {n} | {c} | {m} | {cells} | {lead:+.2f} |")
 
 
+def seeds_table(model: str, capacity: str, workers: int) -> None:
+    """The agent trace under five arrival seeds: how much the best peer moves by chance."""
+    systems = (*PEERS, "marconi+")
+    jobs = [(f"swe-agent(seed={k})", capacity, s, model) for k in range(5) for s in systems]
+    with ProcessPoolExecutor(workers) as pool:
+        results = dict(zip(jobs, pool.map(saved, jobs), strict=True))
+    print(f"swe-agent, {model}, {capacity}")
+    print("| seed | " + " | ".join(systems) + " | marconi+ - best peer |")
+    print("|---" * (len(systems) + 2) + "|")
+    for k in range(5):
+        row = {s: results[(f"swe-agent(seed={k})", capacity, s, model)] for s in systems}
+        lead = 100 * (row["marconi+"] - max(row[s] for s in PEERS))
+        cells = " | ".join(f"{100 * row[s]:.2f}" for s in systems)
+        print(f"| {k} | {cells} | {lead:+.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--ablation", action="store_true", help="marconi+ with pieces off")
     mode.add_argument("--load", action="store_true", help="sequential vs concurrent replay")
     mode.add_argument("--fresh", action="store_true", help="configurations not used in design")
+    mode.add_argument("--seeds", nargs=2, metavar=("MODEL", "CAPACITY"),
+                      help="the agent trace under 5 arrival seeds")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     if args.load:
         load_table(args.workers)
     elif args.fresh:
         fresh_table(args.workers)
+    elif args.seeds:
+        seeds_table(*args.seeds, args.workers)
     else:
         table(ABLATION if args.ablation else MAIN, args.workers)
 
