@@ -10,7 +10,7 @@ from marconi.engine import Capture, Engine, Sampling, restore, snapshot_kv, snap
 from marconi.engine.prefill import forward, prefill
 
 FAMILIES = ["bamba", "nemotron_h", "granitemoehybrid", "falcon_h1", "zamba2", "qwen3_next"]
-SYSTEMS = ["marconi", "sglang+", "vllm+"]
+SYSTEMS = ["marconi", "sglang+", "vllm+", "marconi+"]
 TOL = 1e-4
 
 

@@ -50,7 +50,7 @@ class TestByteAccounting:
         assert engine.cache.stats.states_admitted > 0
         check_bytes(engine)
 
-    @pytest.mark.parametrize("system", ["marconi", "sglang+", "vllm+"])
+    @pytest.mark.parametrize("system", ["marconi", "sglang+", "vllm+", "marconi+"])
     def test_bounded_capacity_evicts_and_stays_consistent(self, get_model, system):
         model = get_model("bamba")
         capacity = 5 * model.spec.ssm_bytes + 150 * model.spec.kv_bytes_per_token
