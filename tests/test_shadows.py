@@ -91,7 +91,7 @@ class TestShadowTuner:
         return out
 
     def test_switches_to_the_expert_that_hits(self) -> None:
-        tuner = ShadowTuner(ShadowConfig(every=4, warmup=0))
+        tuner = ShadowTuner(ShadowConfig(every=4))
         cache = PrefixCache(SMALL, "1GB", "marconi+", tuner=tuner)
         hits = [_request(cache, inp, b) for inp, b in self._twice()]
         assert tuner.expert.boundaries is not Boundaries.NONE
@@ -102,7 +102,7 @@ class TestShadowTuner:
             check_integrity(shadow)
 
     def test_threshold_keeps_the_running_expert(self) -> None:
-        tuner = ShadowTuner(ShadowConfig(every=1, threshold=0.01))
+        tuner = ShadowTuner(ShadowConfig(every=1, threshold=0.01, warmup=0))
         cache = PrefixCache(SMALL, "1GB", "marconi+", tuner=tuner)
         _request(cache, _seq(0, 10))  # starts the shadows
         tuner.totals[:] = 100.0
@@ -139,16 +139,28 @@ class TestShadowTuner:
         with pytest.raises(ValueError, match="cannot run shadow experts"):
             apply(PrefixCache(SMALL, "1GB", "sglang+"), Expert(Boundaries.LAST, Mode.LRU))
 
-    def test_no_decision_during_warmup(self) -> None:
+    def test_warmup_needs_a_decisive_lead(self) -> None:
+        tuner = ShadowTuner(ShadowConfig(every=1, warmup=1000, threshold=0.01))
+        cache = PrefixCache(SMALL, "1GB", "marconi+", tuner=tuner)
+        _request(cache, _seq(0, 10))  # starts the shadows
+        tuner.totals[:] = 100.0
+        tuner.totals[3] = 150.0  # leads by 50%: not enough during the warm-up
+        tuner._decide(cache)
+        assert not tuner.switches
+        tuner.totals[3] = 201.0  # saves twice as much: followed at once
+        tuner._decide(cache)
+        assert tuner.expert == DEFAULT_EXPERTS[3] and len(tuner.switches) == 1
+
+    def test_boundary_expert_adopted_during_warmup(self) -> None:
+        """Only the first-boundary shadow hits these prefixes (on their 2nd use): its lead
+        is unbounded, so the live cache follows it before the warm-up ends."""
         tuner = ShadowTuner(ShadowConfig(every=4, warmup=1000))
         cache = PrefixCache(SMALL, "1GB", "marconi+", tuner=tuner)
         hits = [_request(cache, inp, b) for inp, b in self._twice()]
-        assert not tuner.switches and tuner.expert == DEFAULT_EXPERTS[0]
-        assert hits[-1] == 0  # the first-boundary shadow hits, the live cache does not yet
-        assert tuner.totals.max() > 0
+        assert tuner.expert.boundaries is not Boundaries.NONE and hits[-1] == 200
 
     @pytest.mark.parametrize("kwargs", [{"experts": ()}, {"every": 0}, {"threshold": -1.0},
-                                        {"warmup": -1}])
+                                        {"warmup": -1}, {"early_threshold": -1.0}])
     def test_config_validated(self, kwargs: dict) -> None:
         with pytest.raises(ValueError, match="ShadowConfig"):
             ShadowConfig(**kwargs)

@@ -8,7 +8,9 @@ request the live cache commits. Every `every` requests the live cache switches t
 expert whose shadow has saved the most FLOPs so far, if it beats the running one by
 more than `threshold` (relative): follow the leader, with hysteresis against noise.
 Switching is not free (the live cache keeps what the old expert chose), so the lead must
-be decisive, 5%, and measured on enough requests: no decision in the first 128.
+be decisive, 5%, and measured on enough requests: in the first 128 only a leader that
+saves twice as much as the running expert is followed (a system prompt's boundary expert
+on its second use, not the noise of a handful of hits).
 Measured on the reproduction sweep and the held-out traces, leads of 0.3-2% flip
 between near-equal experts and lose a few tenths of a point each time
 (experiments/RESULTS.md); Mooncake's boundary expert and ShareGPT's density expert
@@ -83,7 +85,8 @@ class ShadowConfig:
     experts: tuple[Expert, ...] = DEFAULT_EXPERTS  # the first runs until a leader emerges
     every: int = 16  # requests between decisions
     threshold: float = 0.05  # relative lead the leader needs over the running expert
-    warmup: int = 128  # requests before the first decision (early totals are a few hits)
+    warmup: int = 128  # requests before the lead rule applies (early totals: a few hits)
+    early_threshold: float = 1.0  # lead needed during warmup: a leader saving twice as much
     objective: Objective = Objective.FLOPS
 
     def __post_init__(self) -> None:
@@ -91,8 +94,9 @@ class ShadowConfig:
             raise ValueError("ShadowConfig.experts must not be empty")
         if self.every < 1:
             raise ValueError(f"ShadowConfig.every must be >= 1, got {self.every!r}")
-        if self.warmup < 0:
-            raise ValueError(f"ShadowConfig.warmup must be >= 0, got {self.warmup!r}")
+        if self.warmup < 0 or self.early_threshold < 0:
+            raise ValueError("ShadowConfig.warmup and early_threshold must be >= 0, got "
+                             f"{self.warmup!r}, {self.early_threshold!r}")
         if self.threshold < 0:
             raise ValueError(f"ShadowConfig.threshold must be >= 0, got {self.threshold!r}")
 
@@ -126,7 +130,7 @@ class ShadowTuner:
             self.totals[k] += spec.flops(hit) if use_flops else hit
             shadow.commit(tokens, n_input, boundaries=boundaries)
         self.seen += 1
-        if self.seen % self.config.every == 0 and self.seen >= self.config.warmup:
+        if self.seen % self.config.every == 0:
             self._decide(cache)
         self.seconds += time.perf_counter() - start
 
@@ -140,8 +144,10 @@ class ShadowTuner:
         apply(cache, self.expert)
 
     def _decide(self, cache: PrefixCache) -> None:
+        config = self.config
+        threshold = config.threshold if self.seen >= config.warmup else config.early_threshold
         best = int(np.argmax(self.totals))
-        if self.totals[best] > self.totals[self.current] * (1 + self.config.threshold):
+        if self.totals[best] > self.totals[self.current] * (1 + threshold):
             self.current = best
             self.switches.append(Switch(self.seen, self.expert))
             apply(cache, self.expert)
