@@ -46,11 +46,12 @@ def _check_flop_aware(policy: FlopAware, nodes: list) -> None:
     got = set(policy.candidates())
     assert got == expected, f"candidates differ: extra {got - expected}, missing {expected - got}"
     for node in got:
-        slot = policy._slot[node]
-        assert policy._eff[slot] == policy.efficiency(node), f"stale efficiency for {node!r}"
-        assert policy._rec[slot] == policy.stamp.get(node, 0), f"stale recency for {node!r}"
+        slots, slot = policy.slots, policy.slots.index[node]
+        assert slots.nodes[slot] is node, f"{node!r} is not in its slot"
+        assert slots["eff"][slot] == policy.efficiency(node), f"stale efficiency for {node!r}"
+        assert slots["rec"][slot] == policy.stamp.get(node, 0), f"stale recency for {node!r}"
         if isinstance(policy, HitDensity):
-            assert policy._cls[slot] == bool(node.children), f"stale class for {node!r}"
+            assert slots["cls"][slot] == bool(node.children), f"stale class for {node!r}"
 
 
 def _check_lru(policy: LRULeaf, nodes: list) -> None:

@@ -29,6 +29,7 @@ ShareGPT slice until the table was learned).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import ClassVar
 
 import numpy as np
 
@@ -42,9 +43,11 @@ LEAF, INTERIOR = 0, 1
 class HitDensity(FlopAware):
     """FLOP-weighted hit density over Marconi's candidates (nodes with at most one child).
 
-    Reuses FlopAware's candidate arrays (`_rec` holds the clock at the last touch, `_eff`
-    the FLOP efficiency) and adds each candidate's class. Alpha is ignored.
+    Reuses FlopAware's candidate columns (`rec` holds the clock at the last touch, `eff`
+    the FLOP efficiency) and adds each candidate's class (`cls`). Alpha is ignored.
     """
+
+    COLUMNS: ClassVar[dict[str, type]] = {**FlopAware.COLUMNS, "cls": np.intp}
 
     def __init__(self, spec: ModelSpec, *, per_octave: int = 8, buckets: int = 192,
                  every: int = 512, decay: float = 0.9) -> None:
@@ -60,7 +63,6 @@ class HitDensity(FlopAware):
         self.density = np.tile(1.0 / (self.start + 1.0), (2, 1))  # the prior
         self.counted = 0
         self.now = 0
-        self._cls = np.zeros(64, dtype=np.intp)
 
     def bucket(self, age: np.ndarray | float) -> np.ndarray:
         """The age bucket of each age (ticks since the last touch)."""
@@ -71,7 +73,7 @@ class HitDensity(FlopAware):
     def _count(self, node: Node, hit: bool) -> None:
         """Record that candidate `node` was hit (or left the cache) at its idle age."""
         b = int(self.bucket(self.now - self.stamp.get(node, self.now)))
-        c = int(self._cls[self._slot[node]])
+        c = int(self.slots["cls"][self.slots.index[node]])
         self.events[c, b] += 1
         if hit:
             self.hits[c, b] += 1
@@ -95,7 +97,7 @@ class HitDensity(FlopAware):
 
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         self.now = now
-        if hit is not None and hit in self._slot:
+        if hit is not None and hit in self.slots:
             self._count(hit, hit=True)
         super().on_lookup(path, hit, now)
 
@@ -105,28 +107,18 @@ class HitDensity(FlopAware):
 
     def changed(self, node: Node) -> None:
         super().changed(node)
-        slot = self._slot.get(node)
+        slot = self.slots.index.get(node)
         if slot is not None:
-            self._cls[slot] = INTERIOR if node.children else LEAF
+            self.slots["cls"][slot] = INTERIOR if node.children else LEAF
 
     def removed(self, node: Node) -> None:
-        if node in self._slot:
+        if node in self.slots:
             self._count(node, hit=False)
         super().removed(node)
 
-    def _add(self, node: Node) -> int:
-        slot = super()._add(node)
-        if slot >= len(self._cls):
-            self._cls = np.resize(self._cls, len(self._rec))
-        return slot
-
-    def _drop(self, node: Node) -> None:
-        slot, last = self._slot[node], len(self._nodes) - 1
-        self._cls[slot] = self._cls[last]  # FlopAware moves the last candidate into `slot`
-        super()._drop(node)
-
     def scores(self, now: int) -> np.ndarray:
-        n = len(self._nodes)
+        n = len(self.slots)
         self.now = now
-        ages = self.bucket(now - self._rec[:n])
-        return self._eff[:n] * self.density[self._cls[:n], ages]
+        slots = self.slots
+        ages = self.bucket(now - slots["rec"][:n])
+        return slots["eff"][:n] * self.density[slots["cls"][:n], ages]

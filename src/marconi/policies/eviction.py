@@ -12,9 +12,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from enum import Enum
+from typing import ClassVar
 
 import numpy as np
 
+from marconi.policies.slots import Slots
 from marconi.spec import ModelSpec
 from marconi.tree import Node
 
@@ -166,8 +168,8 @@ class FlopAware(Eviction):
     victim. `eff(v) = (F(len(v)) - F(len(parent))) / bytes(v)`. Only the node a lookup
     hits is touched; a commit stamps the nodes it creates.
 
-    Candidates live in dense numpy arrays (slot per candidate, swap-remove), so a
-    victim among 10^4 candidates is a handful of vector operations.
+    Candidates live in dense numpy columns (`Slots`: `rec` the last touch, `eff` the
+    efficiency), so a victim among 10^4 candidates is a handful of vector operations.
 
     `Recency.GREEDY_DUAL` turns this into GreedyDual-Size (Young's Landlord) with the
     FLOPs a node saves as its cost: S(v) = L(v) + eff(v), unnormalized, where L(v) is the
@@ -176,16 +178,15 @@ class FlopAware(Eviction):
     is scale-free, so there is no alpha to tune (alpha is ignored).
     """
 
+    COLUMNS: ClassVar[dict[str, type]] = {"rec": np.float64, "eff": np.float64}  # per slot
+
     def __init__(self, spec: ModelSpec, alpha: float = 0.0,
                  recency: Recency = Recency.TIME) -> None:
         super().__init__()
         self.spec = spec
         self.alpha = check_alpha(alpha)
         self.recency = Recency(recency)
-        self._nodes: list[Node] = []
-        self._slot: dict[Node, int] = {}
-        self._rec = np.zeros(64, dtype=np.float64)
-        self._eff = np.zeros(64, dtype=np.float64)
+        self.slots = Slots(self.COLUMNS)
         self.level = 0.0  # GreedyDual's inflation level (only used by GREEDY_DUAL)
 
     def _time(self, now: int) -> float:
@@ -214,66 +215,49 @@ class FlopAware(Eviction):
             self.changed(node)
 
     def changed(self, node: Node) -> None:
+        slots = self.slots
         if alive(node) and not node.pins and len(node.children) <= 1:
-            slot = self._slot.get(node)
+            slot = slots.index.get(node)
             if slot is None:
-                slot = self._add(node)
-            self._rec[slot] = self.stamp.get(node, 0)
-            self._eff[slot] = self.efficiency(node)
-        elif node in self._slot:
-            self._drop(node)
+                slot = slots.add(node)
+            slots["rec"][slot] = self.stamp.get(node, 0)
+            slots["eff"][slot] = self.efficiency(node)
+        elif node in slots:
+            slots.drop(node)
 
     def removed(self, node: Node) -> None:
         super().removed(node)
-        if node in self._slot:
-            self._drop(node)
-
-    def _add(self, node: Node) -> int:
-        slot = len(self._nodes)
-        if slot == len(self._rec):
-            self._rec = np.resize(self._rec, 2 * slot)
-            self._eff = np.resize(self._eff, 2 * slot)
-        self._nodes.append(node)
-        self._slot[node] = slot
-        return slot
-
-    def _drop(self, node: Node) -> None:
-        slot = self._slot.pop(node)
-        last = self._nodes.pop()
-        if last is not node:  # move the last candidate into the freed slot
-            n = len(self._nodes)
-            self._nodes[slot] = last
-            self._slot[last] = slot
-            self._rec[slot], self._eff[slot] = self._rec[n], self._eff[n]
+        if node in self.slots:
+            self.slots.drop(node)
 
     def scores(self, now: int) -> np.ndarray:
         """S(v) for every candidate, in slot order."""
-        n = len(self._nodes)
-        rec = self._rec[:n]
+        n = len(self.slots)
+        rec, eff = self.slots["rec"][:n], self.slots["eff"][:n]
         if self.recency is Recency.GREEDY_DUAL:
-            return rec + self._eff[:n]
+            return rec + eff
         if self.recency is Recency.INVERSE_AGE:
             rec = 1.0 / (now - rec + 1.0)
-        return _minmax(rec) + self.alpha * _minmax(self._eff[:n])
+        return _minmax(rec) + self.alpha * _minmax(eff)
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
-        if not self._nodes:
+        if not self.slots:
             return None
         score = self.scores(now)
         for node in protected:
-            slot = self._slot.get(node)
+            slot = self.slots.index.get(node)
             if slot is not None:
                 score[slot] = np.inf
         slot = int(np.argmin(score))
         if not np.isfinite(score[slot]):
             return None
-        node = self._nodes[slot]
+        node = self.slots.nodes[slot]
         if self.recency is Recency.GREEDY_DUAL:
             self.level = max(self.level, float(score[slot]))
         return Victim(node, Action.REMOVE if node.is_leaf else Action.MERGE)
 
     def candidates(self) -> list[Node]:
-        return list(self._nodes)
+        return list(self.slots.nodes)
 
 
 def _minmax(x: np.ndarray) -> np.ndarray:

@@ -175,7 +175,7 @@ class Switchable(FlopAware):
         self.density.removed(node)
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
-        if self.mode is not Mode.FLOP and self.recency is Recency.GREEDY_DUAL and self._nodes:
+        if self.mode is not Mode.FLOP and self.recency is Recency.GREEDY_DUAL and self.slots:
             # GreedyDual's level follows the evictions it does not choose, to where its own
             # victim would have put it, so that a switch to it finds a live recency order
             # (frozen at 0, it would rank by efficiency alone until the level caught up)

@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterable, Sequence
 import numpy as np
 
 from marconi.policies import Action, Admission, Eviction, System, Victim
+from marconi.policies.slots import Slots
 from marconi.sim.future import FutureIndex
 from marconi.sim.replay import OFFLINE, SimConfig, SimResult, simulate
 from marconi.spec import ModelSpec
@@ -61,10 +62,8 @@ class FutureEviction(Eviction):
         super().__init__()
         self.spec, self.future = spec, future
         self._uses: dict[Node, list[int]] = {}  # a node's prefix never changes: cached
-        self._nodes: list[Node] = []
-        self._slot: dict[Node, int] = {}
-        self._next = np.zeros(64)  # next use (request index) per candidate slot
-        self._weight = np.zeros(64)  # bytes freed / FLOPs saved
+        # per candidate: next use (request index), bytes freed / FLOPs saved
+        self.slots = Slots({"next": np.float64, "weight": np.float64})
 
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         return None
@@ -75,30 +74,31 @@ class FutureEviction(Eviction):
 
     def changed(self, node: Node) -> None:
         if node.parent is not None and not node.pins and len(node.children) <= 1:
-            slot = self._slot.get(node)
+            slot = self.slots.index.get(node)
             if slot is None:
-                slot = self._add(node)
-            self._next[slot], self._weight[slot] = self._score(node)
-        elif node in self._slot:
-            self._drop(node)
+                slot = self.slots.add(node)
+            self.slots["next"][slot], self.slots["weight"][slot] = self._score(node)
+        elif node in self.slots:
+            self.slots.drop(node)
 
     def removed(self, node: Node) -> None:
         super().removed(node)
         self._uses.pop(node, None)
-        if node in self._slot:
-            self._drop(node)
+        if node in self.slots:
+            self.slots.drop(node)
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
-        n = len(self._nodes)
-        for slot in np.flatnonzero(self._next[:n] <= self.future.now).tolist():
-            self._next[slot], self._weight[slot] = self._score(self._nodes[slot])
-        priority = (self._next[:n] - self.future.now) * self._weight[:n]
+        slots, n = self.slots, len(self.slots)
+        nxt, weight = slots["next"], slots["weight"]
+        for slot in np.flatnonzero(nxt[:n] <= self.future.now).tolist():
+            nxt[slot], weight[slot] = self._score(slots.nodes[slot])
+        priority = (nxt[:n] - self.future.now) * weight[:n]
         for node in protected:
-            if node in self._slot:
-                priority[self._slot[node]] = -np.inf
+            if node in slots:
+                priority[slots.index[node]] = -np.inf
         if not n or not np.isfinite(priority.max()):
             return None
-        node = self._nodes[int(np.argmax(priority))]
+        node = slots.nodes[int(np.argmax(priority))]
         return Victim(node, Action.REMOVE if node.is_leaf else Action.MERGE)
 
     def _score(self, node: Node) -> tuple[float, float]:
@@ -121,23 +121,6 @@ class FutureEviction(Eviction):
             key = b"".join(n.key for n in _path(node))
             self._uses[node] = self.future.uses_of(key)
         return self._uses[node]
-
-    def _add(self, node: Node) -> int:
-        slot = len(self._nodes)
-        if slot == len(self._next):
-            self._next = np.resize(self._next, 2 * slot)
-            self._weight = np.resize(self._weight, 2 * slot)
-        self._nodes.append(node)
-        self._slot[node] = slot
-        return slot
-
-    def _drop(self, node: Node) -> None:
-        slot = self._slot.pop(node)
-        last = self._nodes.pop()
-        if last is not node:
-            n = len(self._nodes)
-            self._nodes[slot], self._slot[last] = last, slot
-            self._next[slot], self._weight[slot] = self._next[n], self._weight[n]
 
 
 def _path(node: Node) -> list[Node]:
