@@ -53,6 +53,15 @@ def build_trace(
     return builder.build(Path(source).name, meta)
 
 
+def build_chat_trace(source: str | Path, convs: Iterable[Conversation], options: TraceOptions,
+                     fmt: str) -> Built:
+    """`build_trace` for chat formats: typing-time arrivals, sessions of >= 10 rounds
+    unless the options say otherwise."""
+    return build_trace(source, convs, options, kind=Arrivals.TYPING,
+                       min_turns=options.min_turns_or(CHAT_MIN_TURNS),
+                       rounds=lambda c: c.rounds, fmt=fmt)
+
+
 def _add(
     builder: TraceBuilder,
     conv: Conversation,

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from marconi.workload.conversation import ROLES, Arrivals, Conversation
+from marconi.workload.conversation import ROLES, Conversation
 from marconi.workload.errors import TraceError
 from marconi.workload.io import head_bytes, iter_jsonl
 from marconi.workload.options import TraceOptions
-from marconi.workload.readers.chat import CHAT_MIN_TURNS, build_trace
+from marconi.workload.readers.chat import build_chat_trace
 from marconi.workload.readers.sharegpt import iter_objects
 from marconi.workload.store import Built
 
@@ -58,12 +58,4 @@ def conversations(path: Path) -> Iterator[Conversation]:
 
 def read(source: str | Path, options: TraceOptions) -> Built:
     path = Path(source)
-    return build_trace(
-        path,
-        conversations(path),
-        options,
-        kind=Arrivals.TYPING,
-        min_turns=options.min_turns_or(CHAT_MIN_TURNS),
-        rounds=lambda c: c.rounds,
-        fmt="lmsys",
-    )
+    return build_chat_trace(path, conversations(path), options, fmt="lmsys")

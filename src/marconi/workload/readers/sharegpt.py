@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from marconi.workload.conversation import Arrivals, Conversation
+from marconi.workload.conversation import Conversation
 from marconi.workload.errors import TraceError
 from marconi.workload.io import read_text
 from marconi.workload.options import TraceOptions
-from marconi.workload.readers.chat import CHAT_MIN_TURNS, build_trace
+from marconi.workload.readers.chat import build_chat_trace
 from marconi.workload.store import Built
 
 ROLE = {
@@ -86,12 +86,4 @@ def _role(message: object, path: str | Path, sid: str) -> str:
 
 def read(source: str | Path | None, options: TraceOptions) -> Built:
     path = default_path() if source is None else Path(source)
-    return build_trace(
-        path,
-        conversations(path),
-        options,
-        kind=Arrivals.TYPING,
-        min_turns=options.min_turns_or(CHAT_MIN_TURNS),
-        rounds=lambda c: c.rounds,
-        fmt="sharegpt",
-    )
+    return build_chat_trace(path, conversations(path), options, fmt="sharegpt")
