@@ -56,12 +56,21 @@ def create_app(backend: Backend, config: ServerConfig) -> FastAPI:
     return app
 
 
-def _stream(service: Service, sub: Submission, rid: str, chat: bool,
-            include_usage: bool) -> StreamingResponse:
-    stream = ChunkStream(service, sub, rid=rid, model=service.backend.name, chat=chat,
-                         include_usage=include_usage)
-    return StreamingResponse(stream.lines(), media_type="text/event-stream",
-                             headers=SSE_HEADERS)
+async def _respond(service: Service, sub: Submission, body: CompletionRequest | ChatRequest,
+                   request: Request, chat: bool) -> Response:
+    """Stream the submitted request as server-sent events, or wait for it and answer with
+    the endpoint's JSON body."""
+    rid = new_id("chatcmpl" if chat else "cmpl")
+    if body.stream:
+        opts = body.stream_options
+        stream = ChunkStream(service, sub, rid=rid, model=service.backend.name, chat=chat,
+                             include_usage=bool(opts and opts.include_usage))
+        return StreamingResponse(stream.lines(), media_type="text/event-stream",
+                                 headers=SSE_HEADERS)
+    done = await service.collect(sub, request)
+    make = chat_body if chat else completion_body
+    return JSONResponse(make(rid, service.backend.name, done.text, done.reason,
+                             done.generation))
 
 
 def _routes(app: FastAPI, service: Service) -> None:
@@ -74,13 +83,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         else:
             prompt = _token_prompt(body.prompt, service.backend.engine.model.vocab_size)
         sub = service.submit(body, prompt, body.max_tokens, "prompt")
-        rid = new_id("cmpl")
-        if body.stream:
-            opts = body.stream_options
-            return _stream(service, sub, rid, False, bool(opts and opts.include_usage))
-        done = await service.collect(sub, request)
-        return JSONResponse(completion_body(rid, service.backend.name, done.text, done.reason,
-                                            done.generation))
+        return await _respond(service, sub, body, request, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> Response:
@@ -90,13 +93,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         except ValueError as err:
             raise errors.bad_request(str(err), param="messages") from None
         sub = service.submit(body, prompt, body.requested_tokens(), "messages", ends)
-        rid = new_id("chatcmpl")
-        if body.stream:
-            opts = body.stream_options
-            return _stream(service, sub, rid, True, bool(opts and opts.include_usage))
-        done = await service.collect(sub, request)
-        return JSONResponse(chat_body(rid, service.backend.name, done.text, done.reason,
-                                      done.generation))
+        return await _respond(service, sub, body, request, chat=True)
 
     _info_routes(app, service)
 
