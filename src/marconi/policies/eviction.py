@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import ClassVar
@@ -47,6 +47,32 @@ class Pressure:
 
 def alive(node: Node) -> bool:
     return node.parent is not None
+
+
+HeapEntry = tuple[float, int, int, Node]  # (stamp, tie-break, node id, node)
+
+
+def lazy_min(heap: list[HeapEntry], valid: Callable[[HeapEntry], bool],
+             protected: Collection[Node]) -> HeapEntry | None:
+    """The smallest valid entry of a lazy heap whose node is not protected, or None.
+
+    Stale entries popped on the way are dropped; protected ones go back. The entry found
+    stays in the heap (valid until the cache evicts its node).
+    """
+    held, found = [], None
+    while heap:
+        entry = heapq.heappop(heap)
+        if not valid(entry):
+            continue
+        if entry[3] in protected:
+            held.append(entry)
+            continue
+        found = entry
+        heapq.heappush(heap, entry)
+        break
+    for entry in held:
+        heapq.heappush(heap, entry)
+    return found
 
 
 class Eviction(ABC):
@@ -104,7 +130,7 @@ class LRULeaf(Eviction):
     def __init__(self, *, deepest_first: bool = False) -> None:
         super().__init__()
         self.deepest_first = deepest_first
-        self._heap: list[tuple[float, int, int, Node]] = []
+        self._heap: list[HeapEntry] = []
 
     def _push(self, node: Node) -> None:
         if node.is_leaf and not node.pins and alive(node):
@@ -125,29 +151,16 @@ class LRULeaf(Eviction):
     def changed(self, node: Node) -> None:
         self._push(node)
 
-    def _valid(self, entry: tuple[float, int, int, Node]) -> bool:
+    def _valid(self, entry: HeapEntry) -> bool:
         t, _, _, node = entry
         return (alive(node) and node.is_leaf and not node.pins
                 and self.stamp.get(node, 0) == t)
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
-        held = []
-        found = None
-        while self._heap:
-            entry = heapq.heappop(self._heap)
-            if not self._valid(entry):
-                continue
-            if entry[3] in protected:
-                held.append(entry)
-                continue
-            found = entry[3]
-            heapq.heappush(self._heap, entry)  # stays valid until the cache evicts it
-            break
-        for entry in held:
-            heapq.heappush(self._heap, entry)
+        entry = lazy_min(self._heap, self._valid, protected)
         if len(self._heap) > 64 and len(self._heap) > 4 * len(self.stamp):
             self._compact()
-        return Victim(found, Action.REMOVE) if found is not None else None
+        return Victim(entry[3], Action.REMOVE) if entry is not None else None
 
     def _compact(self) -> None:
         self._heap = [e for e in self._heap if self._valid(e)]

@@ -15,10 +15,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Collection, Iterable
 
-from marconi.policies.eviction import Eviction, alive
+from marconi.policies.eviction import Eviction, HeapEntry, alive, lazy_min
 from marconi.tree import Node
 
-Entry = tuple[float, int, int, Node]
+Entry = HeapEntry
 
 
 def kv_candidate(node: Node) -> bool:
@@ -56,19 +56,7 @@ class LazyLRU:
 
     def peek(self, protected: Collection[Node]) -> Entry | None:
         """The least recently used qualifying entry outside `protected` (not removed)."""
-        held, found = [], None
-        while self.heap:
-            entry = heapq.heappop(self.heap)
-            if not self.valid(entry):
-                continue
-            if entry[3] in protected:
-                held.append(entry)
-                continue
-            found = entry
-            heapq.heappush(self.heap, entry)
-            break
-        for entry in held:
-            heapq.heappush(self.heap, entry)
+        found = lazy_min(self.heap, self.valid, protected)
         if len(self.heap) > 64 and len(self.heap) > 4 * len(self.stamps) + 64:
             self.heap = [e for e in self.heap if self.valid(e)]
             heapq.heapify(self.heap)
