@@ -40,8 +40,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from marconi.policies.density import HitDensity
-from marconi.policies.eviction import Eviction, FlopAware, LRULeaf
 from marconi.policies.plus import Mode, Setting, Structured, Switchable
 from marconi.tuner import Objective
 
@@ -170,14 +168,7 @@ def _shadow(cache: PrefixCache, expert: Expert) -> PrefixCache:
     live = cache.eviction
     if not isinstance(live, Switchable):
         raise ValueError(f"system {cache.system.name!r} cannot run shadow experts")
-    solo: Eviction
-    if expert.mode is Mode.LRU:
-        solo = LRULeaf(deepest_first=live.lru.deepest_first)
-    elif expert.mode is Mode.DENSITY:
-        solo = HitDensity(cache.spec)
-    else:
-        solo = FlopAware(cache.spec, live.alpha, live.recency)
-    shadow.eviction = solo
+    shadow.eviction = live.solo(expert.mode)
     _admit(shadow, expert)
     return shadow
 

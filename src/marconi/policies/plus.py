@@ -27,7 +27,7 @@ from enum import Enum
 
 from marconi.policies.admission import Block, Judicious
 from marconi.policies.density import HitDensity
-from marconi.policies.eviction import FlopAware, LRULeaf, Recency, Victim
+from marconi.policies.eviction import Eviction, FlopAware, LRULeaf, Recency, Victim
 from marconi.spec import ModelSpec
 from marconi.tree import Match, Node
 
@@ -147,6 +147,15 @@ class Switchable(FlopAware):
     def set_setting(self, setting: Setting) -> None:
         self.mode = setting.mode
         self.set_alpha(setting.alpha)
+
+    def solo(self, mode: Mode) -> Eviction:
+        """A fresh policy choosing the victims this one chooses in `mode`, without twins
+        (what a shadow cache of that mode needs)."""
+        if mode is Mode.LRU:
+            return LRULeaf(deepest_first=self.lru.deepest_first)
+        if mode is Mode.DENSITY:
+            return HitDensity(self.spec)
+        return FlopAware(self.spec, self.alpha, self.recency)
 
     @property
     def setting(self) -> Setting:
