@@ -1,0 +1,229 @@
+"""How marconi+'s pieces were chosen: variants of it on every sweep configuration.
+
+    .venv/bin/python benchmarks/bench_plus_variants.py [--workers 2]
+    .venv/bin/python benchmarks/bench_plus_variants.py --one TRACE CAPACITY MODEL
+
+Default: every variant below on the 53 configurations of `experiments/plus_vs_peers.toml`,
+scored against the best of sglang+, sglang-2026, vllm-2026 and marconi as recorded in
+`experiments/results/sweep.csv` (run `marconi reproduce --out experiments/results` first):
+wins / ties (|margin| <= 0.01 point) / losses and the sum of margins. `--one` runs every
+variant, and Marconi at fixed alphas, on one configuration (TRACE as in bench_plus.py, or
+`synthetic:NAME` with 200 sessions). The variants exist only here (they are not systems
+users can pick); each differs from marconi+ in one piece.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from collections.abc import Callable, Collection
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from bench_plus import saved, trace
+
+from marconi.policies import System, register
+from marconi.policies.density import LEAF, HitDensity
+from marconi.policies.eviction import FlopAware, Recency, Victim
+from marconi.policies.plus import Mode, Structured, Switchable
+from marconi.policies.plus_systems import PLAIN
+from marconi.shadows import Boundaries, Expert, ShadowConfig, ShadowTuner
+from marconi.sim.replay import SimConfig, simulate
+from marconi.sim.sweep import Cell, run_cell
+from marconi.spec import resolve_model
+from marconi.tree import Node
+from marconi.workload import TraceOptions, load_trace
+
+SWEEP = Path(__file__).resolve().parents[1] / "experiments" / "results" / "sweep.csv"
+PEERS = ("sglang+", "sglang-2026", "vllm-2026", "marconi")
+KEYS = ("dataset", "trace", "capacity", "model", "sessions", "max_requests", "sps",
+        "response_time", "mean_gap", "seed")
+
+
+class OneClass(HitDensity):
+    """Hit density without the leaf / interior split."""
+
+    def changed(self, node: Node) -> None:
+        super().changed(node)
+        slot = self.slots.index.get(node)
+        if slot is not None:
+            self.slots["cls"][slot] = LEAF
+
+
+class FlatPrior(HitDensity):
+    """Hit density that starts from a flat table (FLOP efficiency alone until it learns)."""
+
+    def __init__(self, spec: object) -> None:
+        super().__init__(spec)  # type: ignore[arg-type]
+        self.density = np.ones_like(self.density)
+
+
+class CostPower(FlopAware):
+    """GreedyDual-FLOP with cost eff^power."""
+
+    power = 1.0
+
+    def scores(self, now: int) -> np.ndarray:
+        n = len(self.slots)
+        return self.slots["rec"][:n] + self.slots["eff"][:n] ** self.power
+
+
+class FrozenLevel(Switchable):
+    """marconi+'s eviction whose GreedyDual level does not follow the other experts."""
+
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        if self.mode is Mode.LRU:
+            return self.lru.victim(protected, now)
+        if self.mode is Mode.DENSITY:
+            return self.density.victim(protected, now)
+        return FlopAware.victim(self, protected, now)
+
+
+class MarconiAlpha1(Switchable):
+    """marconi+'s eviction whose FLOP order is Marconi's score with alpha fixed at 1."""
+
+    def __init__(self, spec: object) -> None:
+        super().__init__(spec, 1.0, Mode.DENSITY, Recency.TIME)  # type: ignore[arg-type]
+
+    def set_alpha(self, alpha: float) -> None:
+        self.alpha = 1.0
+
+
+class NoEarlySwitch(ShadowTuner):
+    """Shadow experts that make no decision at all during the warm-up."""
+
+    def _decide(self, cache: object) -> None:
+        if self.seen >= self.config.warmup:
+            super()._decide(cache)  # type: ignore[arg-type]
+
+
+def _variant(name: str, eviction: Callable[[object, float], object],
+             config: ShadowConfig | None = None, tuner_class: type = ShadowTuner) -> str:
+    def tuner(multiplier: int = 5, objective: str = "flops") -> object:
+        return tuner_class(config) if config is not None else None
+
+    register(System(name=name, admission=lambda: Structured(PLAIN),
+                    eviction=eviction,  # type: ignore[arg-type]
+                    tuned=config is not None, tuner=tuner if config is not None else None,
+                    description="benchmark variant"))
+    return name
+
+
+def _switchable(spec: object, alpha: float) -> Switchable:
+    return Switchable(spec, 0.0, Mode.DENSITY, Recency.GREEDY_DUAL)  # type: ignore[arg-type]
+
+
+def _power(power: float) -> Callable[[object, float], FlopAware]:
+    cls = type(f"CostPower{power}", (CostPower,), {"power": power})
+    return lambda spec, alpha: cls(spec, 0.0, Recency.GREEDY_DUAL)
+
+
+NONE_LAST_DG = tuple(Expert(b, m) for b in (Boundaries.NONE, Boundaries.LAST)
+                     for m in (Mode.DENSITY, Mode.FLOP))
+VARIANTS = (
+    "marconi+", "marconi+-density", "marconi+-gd", "marconi+-no-density",
+    _variant("density, one class", lambda spec, alpha: OneClass(spec)),
+    _variant("density, flat prior", lambda spec, alpha: FlatPrior(spec)),
+    _variant("gd, cost eff^0.5", _power(0.5)),
+    _variant("gd, cost eff^2", _power(2.0)),
+    _variant("lead 0.3%, no warm-up", _switchable, ShadowConfig(threshold=0.003, warmup=0)),
+    _variant("lead 1%", _switchable, ShadowConfig(threshold=0.01)),
+    _variant("warm-up, no early switch", _switchable, ShadowConfig(), NoEarlySwitch),
+    _variant("gd level frozen", lambda spec, alpha: FrozenLevel(
+        spec, 0.0, Mode.DENSITY, Recency.GREEDY_DUAL), ShadowConfig()),
+    _variant("marconi alpha 1 in place of gd", lambda spec, alpha: MarconiAlpha1(spec),
+             ShadowConfig(experts=NONE_LAST_DG)),
+)
+
+
+def configurations() -> list[tuple[dict[str, str], float]]:
+    """(cell parameters, best peer's FLOPs saved) of each plus_vs_peers configuration."""
+    by: dict[tuple[str, ...], dict[str, float]] = {}
+    params: dict[tuple[str, ...], dict[str, str]] = {}
+    for row in csv.DictReader(SWEEP.open()):
+        if row["alpha_fixed"] or row["multiplier"] != "5" or row["objective"] != "flops" \
+                or row["status"] != "ok":
+            continue
+        key = tuple(row[k] for k in KEYS)
+        by.setdefault(key, {})[row["system"]] = float(row["flops_saved_rate"])
+        params[key] = {k: row[k] for k in KEYS}
+    return [(params[k], max(v[p] for p in PEERS)) for k, v in by.items()
+            if "marconi+" in v and all(p in v for p in PEERS)]
+
+
+def _cell(p: dict[str, str], system: str) -> Cell:
+    return Cell(dataset=p["dataset"], trace=p["trace"], system=system, capacity=p["capacity"],
+                model=p["model"], sessions=int(p["sessions"]) if p["sessions"] else None,
+                max_requests=int(p["max_requests"]) if p["max_requests"] else None,
+                sps=float(p["sps"]), response_time=float(p["response_time"]),
+                mean_gap=float(p["mean_gap"]), seed=int(p["seed"]))
+
+
+def _run(job: tuple[dict[str, str], str]) -> float:
+    row = run_cell(_cell(*job))
+    if row["status"] != "ok":
+        raise RuntimeError(f"{job[1]}: {row['error']}")
+    return float(row["flops_saved_rate"])
+
+
+def sweep_table(workers: int) -> None:
+    configs = configurations()
+    configs.sort(key=lambda c: c[0]["dataset"] != "swe-agent")  # long jobs first
+    jobs = [(p, v) for p, _ in configs for v in VARIANTS]
+    with ProcessPoolExecutor(workers) as pool:
+        results = list(pool.map(_run, jobs))
+    print(f"{len(configs)} configurations; margin = variant - best peer, points")
+    print("| variant | wins / ties / losses | sum of margins | worst margin |")
+    print("|---|---|---|---|")
+    for i, name in enumerate(VARIANTS):
+        margins = [100 * (results[k * len(VARIANTS) + i] - best)
+                   for k, (_, best) in enumerate(configs)]
+        wins = sum(m > 0.01 for m in margins)
+        losses = sum(m < -0.01 for m in margins)
+        print(f"| {name} | {wins} / {len(margins) - wins - losses} / {losses} | "
+              f"{sum(margins):+.1f} | {min(margins):+.2f} |")
+
+
+def _one(job: tuple[str, str, str, str]) -> float:
+    name, capacity, system, model = job
+    if not name.startswith("synthetic:"):
+        return saved(job)
+    system, _, alpha = system.partition("@")
+    loaded = load_trace(name, options=TraceOptions(sessions=200))
+    config = SimConfig(spec=resolve_model(model), capacity=capacity, system=system,
+                       bounds=False, alpha=float(alpha) if alpha else None)
+    return float(simulate(loaded, config).summary()["flops_saved_rate"])
+
+
+def one_table(name: str, capacity: str, model: str, workers: int) -> None:
+    systems = (*PEERS, *VARIANTS)
+    jobs = [(name, capacity, s, model) for s in systems]
+    with ProcessPoolExecutor(workers) as pool:
+        results = list(pool.map(_one, jobs))
+    print(f"{name}, {capacity}, {model}: FLOPs saved %")
+    for system, value in zip(systems, results, strict=True):
+        print(f"{system:34s} {100 * value:6.2f}")
+    if not name.startswith("synthetic:"):
+        alphas = (0.0, 0.5, 1.0, 1.5, 2.0)
+        loaded = trace(name)
+        for alpha in alphas:
+            config = SimConfig(spec=resolve_model(model), capacity=capacity, system="marconi",
+                               alpha=alpha, bounds=False)
+            value = simulate(loaded, config).summary()["flops_saved_rate"]
+            print(f"{f'marconi, alpha {alpha:g}':34s} {100 * value:6.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--one", nargs=3, metavar=("TRACE", "CAPACITY", "MODEL"))
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    if args.one:
+        one_table(*args.one, args.workers)
+    else:
+        sweep_table(args.workers)
+
+
+if __name__ == "__main__":
+    main()
