@@ -51,7 +51,9 @@ def time_requests(system: str, inputs: list[np.ndarray], out_tokens: int) -> dic
 
 def time_victim(candidates: int, repeats: int = 200, system: str = "marconi") -> float:
     """Median seconds for one victim choice among `candidates` candidates (`marconi`:
-    FLOP-aware; `marconi+-density`: hit density, run by its Switchable's twin)."""
+    FLOP-aware; `marconi+-density`: hit density, run by its Switchable's twin;
+    `marconi+`: the whole Switchable in hit-density mode, which also advances
+    GreedyDual's level, a second scoring pass)."""
     cache = PrefixCache(PAPER_7B, "900TB", system, alpha=1.0 if system == "marconi" else None)
     rng = np.random.default_rng(1)
     for i in range(candidates):
@@ -59,7 +61,8 @@ def time_victim(candidates: int, repeats: int = 200, system: str = "marconi") ->
         tokens[0] = i  # distinct first tokens: one leaf each under the root
         cache.commit(tokens, len(tokens))
     policy = cache.eviction
-    policy = getattr(policy, "density", policy) if system != "marconi" else policy
+    if system == "marconi+-density":
+        policy = getattr(policy, "density", policy)
     assert isinstance(policy, FlopAware) and len(policy.candidates()) == candidates
     times = []
     for _ in range(repeats):
@@ -91,6 +94,9 @@ def main() -> None:
     print(f"FLOP-aware victim among {args.candidates} candidates: {victim * 1e6:.1f} us median")
     victim = time_victim(args.candidates, system="marconi+-density")
     print(f"hit-density victim among {args.candidates} candidates: {victim * 1e6:.1f} us median")
+    victim = time_victim(args.candidates, system="marconi+")
+    print(f"marconi+ victim (hit density + GreedyDual level) among {args.candidates} "
+          f"candidates: {victim * 1e6:.1f} us median")
 
 
 if __name__ == "__main__":
