@@ -1,6 +1,6 @@
 """How marconi+'s pieces were chosen: variants of it on every sweep configuration.
 
-    .venv/bin/python benchmarks/bench_plus_variants.py [--workers 2]
+    .venv/bin/python benchmarks/bench_plus_variants.py [--workers 2] [--only VARIANT ...]
     .venv/bin/python benchmarks/bench_plus_variants.py --one TRACE CAPACITY MODEL
 
 Default: every variant below on the 53 configurations of `experiments/plus_vs_peers.toml`,
@@ -24,7 +24,7 @@ import numpy as np
 from bench_plus import saved, trace
 
 from marconi.policies import System, register
-from marconi.policies.density import LEAF, HitDensity
+from marconi.policies.density import LEAF, PRIOR_HITS, HitDensity
 from marconi.policies.eviction import FlopAware, Recency, Victim
 from marconi.policies.plus import Mode, Structured, Switchable
 from marconi.policies.plus_systems import PLAIN
@@ -57,6 +57,38 @@ class FlatPrior(HitDensity):
     def __init__(self, spec: object) -> None:
         super().__init__(spec)  # type: ignore[arg-type]
         self.density = np.ones_like(self.density)
+
+
+class NoPrior(HitDensity):
+    """Hit density as LHD estimates it: pseudo-counts only in the age buckets where
+    events were seen (none over the empty tail), older ages extrapolated as 1 / age."""
+
+    def learn(self) -> None:
+        above = np.cumsum(self.hits[:, ::-1], axis=1)[:, ::-1]
+        n_above = np.cumsum(self.events[:, ::-1], axis=1)[:, ::-1]
+        nt_above = np.cumsum((self.events * self.start)[:, ::-1], axis=1)[:, ::-1]
+        remaining = nt_above - n_above * self.start + n_above
+        for c in range(len(self.events)):
+            seen = np.nonzero(self.events[c] > 1e-6)[0]
+            if len(seen):
+                last = seen[-1]
+                known = (above[c, :last + 1] + PRIOR_HITS) / np.maximum(
+                    remaining[c, :last + 1], 1.0)
+                self.density[c, :last + 1] = known
+                self.density[c, last + 1:] = known[-1] * (self.start[last] + 1) / (
+                    self.start[last + 1:] + 1)
+        self.hits *= self.decay
+        self.events *= self.decay
+
+
+class HitsAhead(HitDensity):
+    """Hit density reduced to its numerator: the decayed number of hits seen at idle
+    ages >= a (no time in the cache at all)."""
+
+    def learn(self) -> None:
+        self.density = np.cumsum((self.hits + PRIOR_HITS)[:, ::-1], axis=1)[:, ::-1]
+        self.hits *= self.decay
+        self.events *= self.decay
 
 
 class CostPower(FlopAware):
@@ -125,6 +157,8 @@ VARIANTS = (
     "marconi+", "marconi+-density", "marconi+-gd", "marconi+-no-density",
     _variant("density, one class", lambda spec, alpha: OneClass(spec)),
     _variant("density, flat prior", lambda spec, alpha: FlatPrior(spec)),
+    _variant("density, no prior exposure", lambda spec, alpha: NoPrior(spec)),
+    _variant("density, hits ahead only", lambda spec, alpha: HitsAhead(spec)),
     _variant("gd, cost eff^0.5", _power(0.5)),
     _variant("gd, cost eff^2", _power(2.0)),
     _variant("lead 0.3%, no warm-up", _switchable, ShadowConfig(threshold=0.003, warmup=0)),
@@ -167,17 +201,21 @@ def _run(job: tuple[dict[str, str], str]) -> float:
     return float(row["flops_saved_rate"])
 
 
-def sweep_table(workers: int) -> None:
+def sweep_table(workers: int, only: Collection[str] = ()) -> None:
+    unknown = set(only) - set(VARIANTS)
+    if unknown:
+        raise SystemExit(f"--only: unknown variant(s) {sorted(unknown)}; known: {VARIANTS}")
+    variants = tuple(v for v in VARIANTS if not only or v in only)
     configs = configurations()
     configs.sort(key=lambda c: c[0]["dataset"] != "swe-agent")  # long jobs first
-    jobs = [(p, v) for p, _ in configs for v in VARIANTS]
+    jobs = [(p, v) for p, _ in configs for v in variants]
     with ProcessPoolExecutor(workers) as pool:
         results = list(pool.map(_run, jobs))
     print(f"{len(configs)} configurations; margin = variant - best peer, points")
     print("| variant | wins / ties / losses | sum of margins | worst margin |")
     print("|---|---|---|---|")
-    for i, name in enumerate(VARIANTS):
-        margins = [100 * (results[k * len(VARIANTS) + i] - best)
+    for i, name in enumerate(variants):
+        margins = [100 * (results[k * len(variants) + i] - best)
                    for k, (_, best) in enumerate(configs)]
         wins = sum(m > 0.01 for m in margins)
         losses = sum(m < -0.01 for m in margins)
@@ -218,11 +256,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--one", nargs=3, metavar=("TRACE", "CAPACITY", "MODEL"))
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--only", action="append", default=[], metavar="VARIANT",
+                        help="sweep table: run only this variant (repeatable)")
     args = parser.parse_args()
     if args.one:
         one_table(*args.one, args.workers)
     else:
-        sweep_table(args.workers)
+        sweep_table(args.workers, args.only)
 
 
 if __name__ == "__main__":
