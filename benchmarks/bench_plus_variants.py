@@ -28,7 +28,7 @@ from marconi.policies.density import LEAF, PRIOR_HITS, HitDensity
 from marconi.policies.eviction import FlopAware, Recency, Victim
 from marconi.policies.plus import Mode, Structured, Switchable
 from marconi.policies.plus_systems import PLAIN
-from marconi.shadows import Boundaries, Expert, ShadowConfig, ShadowTuner
+from marconi.shadows import DEFAULT_EXPERTS, Boundaries, Expert, ShadowConfig, ShadowTuner
 from marconi.sim.replay import SimConfig, simulate
 from marconi.sim.sweep import Cell, run_cell
 from marconi.spec import resolve_model
@@ -151,6 +151,7 @@ def _power(power: float) -> Callable[[object, float], FlopAware]:
     return lambda spec, alpha: cls(spec, 0.0, Recency.GREEDY_DUAL)
 
 
+GD_FIRST = tuple(sorted(DEFAULT_EXPERTS, key=lambda e: e.mode is not Mode.FLOP))
 NONE_LAST_DG = tuple(Expert(b, m) for b in (Boundaries.NONE, Boundaries.LAST)
                      for m in (Mode.DENSITY, Mode.FLOP))
 VARIANTS = (
@@ -164,6 +165,8 @@ VARIANTS = (
     _variant("lead 0.3%, no warm-up", _switchable, ShadowConfig(threshold=0.003, warmup=0)),
     _variant("lead 1%", _switchable, ShadowConfig(threshold=0.01)),
     _variant("warm-up, no early switch", _switchable, ShadowConfig(), NoEarlySwitch),
+    _variant("gd runs first", lambda spec, alpha: Switchable(
+        spec, 0.0, Mode.FLOP, Recency.GREEDY_DUAL), ShadowConfig(experts=GD_FIRST)),
     _variant("gd level frozen", lambda spec, alpha: FrozenLevel(
         spec, 0.0, Mode.DENSITY, Recency.GREEDY_DUAL), ShadowConfig()),
     _variant("marconi alpha 1 in place of gd", lambda spec, alpha: MarconiAlpha1(spec),
