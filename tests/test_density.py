@@ -8,9 +8,17 @@ import pytest
 
 from marconi.cache import PrefixCache
 from marconi.integrity import check_integrity
-from marconi.policies.density import INTERIOR, LEAF, PRIOR_EVENTS, PRIOR_HITS, HitDensity
+from marconi.policies.density import (
+    DEPTH_BASE,
+    INTERIOR,
+    LEAF,
+    PRIOR_EVENTS,
+    PRIOR_HITS,
+    HitDensity,
+)
 from marconi.sim.replay import SimConfig, simulate
 from marconi.spec import PAPER_7B
+from marconi.tree import Node
 from marconi.workload import TraceOptions, load_trace
 from tests.helpers import SMALL
 
@@ -76,8 +84,27 @@ class TestTable:
         np.testing.assert_allclose(policy.density[LEAF], 1.0 / (policy.start + 1.0))
         assert (np.diff(policy.density, axis=1) < 0).all()
 
+    def test_depth_classes_a_class_per_doubling(self) -> None:
+        """Leaves under 2K tokens share class 2, then one class per doubling up to the
+        last; interior nodes stay in their class; without depth classes all leaves are
+        LEAF."""
+        root = Node(b"", None, 0)
+
+        def leaf(depth: int) -> Node:
+            return Node(np.zeros(depth, np.int32).tobytes(), root, depth)
+
+        deep = HitDensity(SMALL, depth_classes=8)
+        assert [deep.classify(leaf(d)) for d in (1, 1023, 2047, 2048, 4095, 4096, 10**6)] \
+            == [2, 2, 2, 3, 3, 4, 9]
+        assert deep.hits.shape == (10, len(deep.start))
+        interior = leaf(5000)
+        interior.children[b"x"] = leaf(1)
+        assert deep.classify(interior) == INTERIOR
+        assert HitDensity(SMALL).classify(leaf(10**6)) == LEAF
+
     @pytest.mark.parametrize("kwargs", [{"per_octave": 0}, {"buckets": 1}, {"every": 0},
-                                        {"decay": 0.0}, {"decay": 1.5}])
+                                        {"decay": 0.0}, {"decay": 1.5},
+                                        {"depth_classes": -1}])
     def test_arguments_validated(self, kwargs: dict) -> None:
         with pytest.raises(ValueError, match="HitDensity"):
             HitDensity(SMALL, **kwargs)
@@ -97,14 +124,17 @@ class TestInCache:
             sessions[k] = [*inp, 3] if rng.random() < 0.8 else sessions[k]
         return cache
 
-    def test_scores_match_a_per_node_reference(self) -> None:
+    @pytest.mark.parametrize("twin", ["density", "depth"])
+    def test_scores_match_a_per_node_reference(self, twin: str) -> None:
         cache = self._run()
-        policy = cache.eviction.density  # type: ignore[attr-defined]
+        policy = getattr(cache.eviction, twin)
         assert isinstance(policy, HitDensity) and policy.counted > policy.every  # it learned
         now = cache.clock
         scores = policy.scores(now)
         for node, score in zip(policy.candidates(), scores, strict=True):
             cls = INTERIOR if node.children else LEAF
+            if twin == "depth" and not node.children:
+                cls = 2 + min(max(int(np.log2(max(node.depth, 1) / DEPTH_BASE)), 0), 7)
             age = now - policy.stamp.get(node, 0)
             expected = policy.efficiency(node) * policy.density[cls, policy.bucket(age)]
             assert score == pytest.approx(expected, rel=1e-12)
@@ -125,6 +155,16 @@ def test_beats_lru_and_marconi_on_sharegpt() -> None:
                                           bounds=False)).summary()["flops_saved_rate"]
              for s in ("sglang+", "marconi", "marconi+-density")}
     assert saved["marconi+-density"] > 1.1 * max(saved["sglang+"], saved["marconi"])
+
+
+def test_depth_classes_pay_on_sharegpt() -> None:
+    """Long conversations go on: with leaves classed by depth, hit density saves more
+    on real ShareGPT conversations at 2 GB (measured: 39.3% vs 36.0%)."""
+    trace = load_trace("sharegpt", options=TraceOptions(min_turns=10))
+    saved = {s: simulate(trace, SimConfig(spec=PAPER_7B, capacity="2GB", system=s,
+                                          bounds=False)).summary()["flops_saved_rate"]
+             for s in ("marconi+-density", "marconi+-depth")}
+    assert saved["marconi+-depth"] > 1.05 * saved["marconi+-density"]
 
 
 def test_greedy_dual_level_follows_density_evictions() -> None:

@@ -35,6 +35,7 @@ def check_integrity(cache: PrefixCache) -> None:
         if isinstance(cache.eviction, Switchable):  # marconi+: its twins too
             _check_lru(cache.eviction.lru, nodes)
             _check_flop_aware(cache.eviction.density, nodes)
+            _check_flop_aware(cache.eviction.depth, nodes)
     elif isinstance(cache.eviction, LRULeaf):
         _check_lru(cache.eviction, nodes)
     elif isinstance(cache.eviction, TwoListLRU):
@@ -51,7 +52,7 @@ def _check_flop_aware(policy: FlopAware, nodes: list) -> None:
         assert slots["eff"][slot] == policy.efficiency(node), f"stale efficiency for {node!r}"
         assert slots["rec"][slot] == policy.stamp.get(node, 0), f"stale recency for {node!r}"
         if isinstance(policy, HitDensity):
-            assert slots["cls"][slot] == bool(node.children), f"stale class for {node!r}"
+            assert slots["cls"][slot] == policy.classify(node), f"stale class for {node!r}"
 
 
 def _check_lru(policy: LRULeaf, nodes: list) -> None:

@@ -1,19 +1,20 @@
 """Shadow experts: `marconi+` picks its admission and eviction by what would have worked.
 
 Every expert is one way to run the cache: which message boundaries admission may
-checkpoint (none, the first, the last) and which eviction runs (hit density or
-GreedyDual-FLOP; LRU is there for ablations). Each has a *shadow*: a cache of the same
-spec and capacity that holds token ids only (no tensors, no store) and sees every
-request the live cache commits. Every `every` requests the live cache switches to the
-expert whose shadow has saved the most FLOPs so far, if it beats the running one by
-more than `threshold` (relative): follow the leader, with hysteresis against noise.
+checkpoint (none, the first, the last) and which eviction runs (hit density, hit density
+with leaves classed by depth, or GreedyDual-FLOP; LRU is there for ablations). Each has a
+*shadow*: a cache of the same spec and capacity that holds token ids only (no tensors,
+no store) and sees every request the live cache commits. Every `every` requests the
+live cache switches to the expert whose shadow has saved the most FLOPs so far, if it
+beats the running one by more than `threshold` (relative): follow the leader, with
+hysteresis against noise.
 Switching is not free (the live cache keeps what the old expert chose), so the lead must
 be decisive, 5%, and measured on enough requests: in the first 128 only a leader that
 saves twice as much as the running expert is followed (a system prompt's boundary expert
 on its second use, not the noise of a handful of hits).
 Measured on the reproduction sweep and the held-out traces, leads of 0.3-2% flip
 between near-equal experts and lose a few tenths of a point each time
-(experiments/RESULTS.md); Mooncake's boundary expert and ShareGPT's density expert
+(experiments/RESULTS.md); Mooncake's boundary expert and ShareGPT's density experts
 lead by far more. A model without SSM layers runs one expert and no shadows
 (`ATTENTION_ONLY`).
 
@@ -58,15 +59,18 @@ class Boundaries(Enum):
 @dataclass(frozen=True, slots=True)
 class Expert:
     boundaries: Boundaries
-    mode: Mode  # DENSITY: hit density; FLOP: GreedyDual-FLOP; LRU: SGLang+'s LRU over leaves
+    mode: Mode  # DENSITY / DEPTH: hit density (DEPTH: leaf classes by depth); FLOP:
+    # GreedyDual-FLOP; LRU: SGLang+'s LRU over leaves
 
     def __str__(self) -> str:
         return f"{self.boundaries.value}/{EVICTION_NAMES[self.mode]}"
 
 
-EVICTION_NAMES = {Mode.DENSITY: "density", Mode.FLOP: "gd", Mode.LRU: "lru"}
+EVICTION_NAMES = {Mode.DENSITY: "density", Mode.DEPTH: "depth", Mode.FLOP: "gd",
+                  Mode.LRU: "lru"}
 EXPERTS = tuple(Expert(b, m) for b in Boundaries for m in EVICTION_NAMES)
-DEFAULT_EXPERTS = tuple(Expert(b, m) for b in Boundaries for m in (Mode.DENSITY, Mode.FLOP))
+DEFAULT_EXPERTS = tuple(Expert(b, m) for b in Boundaries
+                        for m in (Mode.DENSITY, Mode.DEPTH, Mode.FLOP))
 # A Transformer (no SSM layer): a node per block and LRU, tail first, is vLLM's block
 # cache, which no state-sized policy beats there; nothing to choose.
 ATTENTION_ONLY = (Expert(Boundaries.NONE, Mode.LRU),)

@@ -55,6 +55,7 @@ from marconi.spec import ModelSpec
 from marconi.tree import Node
 
 LEAF, INTERIOR = 0, 1
+DEPTH_BASE = 1024  # with depth classes: leaves under 2 x DEPTH_BASE tokens share the first
 PRIOR_HITS, PRIOR_EVENTS = 1e-3, 2e-3  # pseudo-counts in every age bucket (module doc)
 
 
@@ -63,22 +64,30 @@ class HitDensity(FlopAware):
 
     Reuses FlopAware's candidate columns (`rec` holds the clock at the last touch, `eff`
     the FLOP efficiency) and adds each candidate's class (`cls`). Alpha is ignored.
+
+    With `depth_classes` > 0 leaves are classed by depth too, a class per doubling from
+    `DEPTH_BASE` tokens (classes 2, 3, ...; the deepest class takes everything beyond):
+    how long a session has gone on predicts whether it goes on (a long chat usually
+    continues; an agent near its step budget stops), and each class learns its own table.
     """
 
     COLUMNS: ClassVar[dict[str, type]] = {**FlopAware.COLUMNS, "cls": np.intp}
 
     def __init__(self, spec: ModelSpec, *, per_octave: int = 8, buckets: int = 192,
-                 every: int = 512, decay: float = 0.9) -> None:
+                 every: int = 512, decay: float = 0.9, depth_classes: int = 0) -> None:
         super().__init__(spec, 0.0, Recency.TIME)
-        if per_octave < 1 or buckets < 2 or every < 1 or not 0 < decay <= 1:
-            raise ValueError("HitDensity needs per_octave >= 1, buckets >= 2, every >= 1 "
-                             f"and 0 < decay <= 1; got {per_octave}, {buckets}, {every}, "
-                             f"{decay}")
+        if per_octave < 1 or buckets < 2 or every < 1 or not 0 < decay <= 1 \
+                or depth_classes < 0:
+            raise ValueError("HitDensity needs per_octave >= 1, buckets >= 2, every >= 1, "
+                             "0 < decay <= 1 and depth_classes >= 0; got "
+                             f"{per_octave}, {buckets}, {every}, {decay}, {depth_classes}")
         self.per_octave, self.every, self.decay = per_octave, every, decay
+        self.depth_classes = depth_classes
         self.start = 2.0 ** (np.arange(buckets) / per_octave) - 1  # first age of each bucket
-        self.hits = np.zeros((2, buckets))  # decayed counts of hits at each age
-        self.events = np.zeros((2, buckets))  # hits and evictions at each age
-        self.density = np.tile(1.0 / (self.start + 1.0), (2, 1))  # the prior
+        classes = 2 + depth_classes
+        self.hits = np.zeros((classes, buckets))  # decayed counts of hits at each age
+        self.events = np.zeros((classes, buckets))  # hits and evictions at each age
+        self.density = np.tile(1.0 / (self.start + 1.0), (classes, 1))  # the prior
         self.counted = 0
         self.now = 0
 
@@ -127,11 +136,20 @@ class HitDensity(FlopAware):
         self.now = now
         super().on_commit(path, new, now)
 
+    def classify(self, node: Node) -> int:
+        """The class a candidate's hits and evictions are counted in."""
+        if node.children:
+            return INTERIOR
+        if not self.depth_classes:
+            return LEAF
+        doublings = int(np.log2(max(node.depth, 1) / DEPTH_BASE)) if node.depth else 0
+        return 2 + min(max(doublings, 0), self.depth_classes - 1)
+
     def changed(self, node: Node) -> None:
         super().changed(node)
         slot = self.slots.index.get(node)
         if slot is not None:
-            self.slots["cls"][slot] = INTERIOR if node.children else LEAF
+            self.slots["cls"][slot] = self.classify(node)
 
     def removed(self, node: Node) -> None:
         if node in self.slots:

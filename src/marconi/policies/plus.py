@@ -8,8 +8,9 @@ Two policies, each a small extension of Marconi's:
   (a partial hit) once that position repeats and the tokens it would save outweigh the
   state's bytes. For a model without SSM layers, a node every 32 tokens (vLLM's blocks).
 - `Switchable` eviction: FLOP-aware eviction (Marconi's score or GreedyDual-FLOP) that
-  keeps an LRU-leaf twin and a hit-density twin (`marconi.policies.density`) up to date,
-  so a tuner (`marconi.shadows`, `marconi.retuner`) can switch between them at any time.
+  keeps an LRU-leaf twin and two hit-density twins (`marconi.policies.density`: leaves in
+  one class, or classed by depth) up to date, so a tuner (`marconi.shadows`,
+  `marconi.retuner`) can switch between them at any time.
 
 ```
 | hit | ... boundary b (end of system prompt) ... | partial-hit m | ... | n_input |
@@ -32,6 +33,7 @@ from marconi.spec import ModelSpec
 from marconi.tree import Match, Node
 
 ATTENTION_BLOCK = 32  # tokens per node when the model has no SSM layer (vLLM's block size)
+DEPTH_CLASSES = 8  # Mode.DEPTH: leaf classes 1-2K, 2-4K, ..., >= 128K tokens deep
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,6 +121,7 @@ class Mode(Enum):
     LRU = "lru"  # SGLang+: leaves, least recently used first (path touched)
     FLOP = "flop"  # Marconi: recency + alpha x FLOP efficiency (or GreedyDual-FLOP)
     DENSITY = "density"  # FLOP-weighted hit density (`marconi.policies.density`)
+    DEPTH = "depth"  # the same, leaves classed by depth as well (a class per doubling)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +136,7 @@ class Setting:
 
 
 class Switchable(FlopAware):
-    """FLOP-aware eviction with an LRU-leaf twin and a hit-density twin fed the same
+    """FLOP-aware eviction with an LRU-leaf twin and two hit-density twins fed the same
     events; `mode` picks the victim. All stay consistent at all times, so switching is
     free."""
 
@@ -142,6 +145,7 @@ class Switchable(FlopAware):
         super().__init__(spec, alpha, recency)
         self.lru = LRULeaf(deepest_first=True)  # blocks touched together leave tail first
         self.density = HitDensity(spec)
+        self.depth = HitDensity(spec, depth_classes=DEPTH_CLASSES)
         self.mode = Mode(mode)
 
     def set_setting(self, setting: Setting) -> None:
@@ -155,6 +159,8 @@ class Switchable(FlopAware):
             return LRULeaf(deepest_first=self.lru.deepest_first)
         if mode is Mode.DENSITY:
             return HitDensity(self.spec)
+        if mode is Mode.DEPTH:
+            return HitDensity(self.spec, depth_classes=DEPTH_CLASSES)
         return FlopAware(self.spec, self.alpha, self.recency)
 
     @property
@@ -166,22 +172,26 @@ class Switchable(FlopAware):
         super().on_lookup(path, hit, now)
         self.lru.on_lookup(path, hit, now)
         self.density.on_lookup(path, hit, now)
+        self.depth.on_lookup(path, hit, now)
 
     def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
         path, new = tuple(path), tuple(new)
         super().on_commit(path, new, now)
         self.lru.on_commit(path, new, now)
         self.density.on_commit(path, new, now)
+        self.depth.on_commit(path, new, now)
 
     def changed(self, node: Node) -> None:
         super().changed(node)
         self.lru.changed(node)
         self.density.changed(node)
+        self.depth.changed(node)
 
     def removed(self, node: Node) -> None:
         super().removed(node)
         self.lru.removed(node)
         self.density.removed(node)
+        self.depth.removed(node)
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
         if self.mode is not Mode.FLOP and self.recency is Recency.GREEDY_DUAL and self.slots:
@@ -193,4 +203,6 @@ class Switchable(FlopAware):
             return self.lru.victim(protected, now)
         if self.mode is Mode.DENSITY:
             return self.density.victim(protected, now)
+        if self.mode is Mode.DEPTH:
+            return self.depth.victim(protected, now)
         return super().victim(protected, now)

@@ -1,13 +1,15 @@
 """Registers `marconi+` and the variants its ablation compares (issue 8).
 
-- `marconi+`: hit-density eviction with GreedyDual-FLOP (and LRU) twins, Marconi's
-  admission plus message-boundary checkpoints, and shadow experts (`marconi.shadows`)
-  choosing among {no, first, last boundary} x {hit density, GreedyDual-FLOP}.
-- `marconi+-density` / `marconi+-gd`: one eviction alone (hit density / GreedyDual-FLOP)
-  with Marconi's admission, nothing adaptive.
-- `marconi+-no-gd` / `marconi+-no-density` / `marconi+-no-boundaries`: shadow experts
-  without the GreedyDual-FLOP experts / without hit density (the previous design:
-  GreedyDual-FLOP and LRU experts) / without boundary checkpoints.
+- `marconi+`: hit-density eviction with depth-classed hit-density, GreedyDual-FLOP (and
+  LRU) twins, Marconi's admission plus message-boundary checkpoints, and shadow experts
+  (`marconi.shadows`) choosing among {no, first, last boundary} x {hit density, hit
+  density by depth, GreedyDual-FLOP}.
+- `marconi+-density` / `marconi+-depth` / `marconi+-gd`: one eviction alone (hit density
+  / hit density by depth / GreedyDual-FLOP) with Marconi's admission, nothing adaptive.
+- `marconi+-no-depth` / `marconi+-no-gd` / `marconi+-no-density` /
+  `marconi+-no-boundaries`: shadow experts without the depth-classed experts (the
+  previous design) / without the GreedyDual-FLOP experts / without hit density at all
+  (the design before: GreedyDual-FLOP and LRU experts) / without boundary checkpoints.
 - `marconi+-guarded`: the first design, kept for the record: FLOP-aware eviction re-tuned
   by replaying sliding windows from snapshots with a guard (`marconi.retuner`).
 """
@@ -24,7 +26,7 @@ from marconi.policies.plus import Mode, Setting, StructureConfig, Structured, Sw
 PLAIN = StructureConfig(boundaries=0, partial=False)  # judicious; experts add boundaries
 
 
-def _shadow_tuner(modes: tuple[Mode, ...] = (Mode.DENSITY, Mode.FLOP),
+def _shadow_tuner(modes: tuple[Mode, ...] = (Mode.DENSITY, Mode.DEPTH, Mode.FLOP),
                   boundaries: bool = True) -> Callable[..., object]:
     """A factory of shadow tuners over the experts with these eviction modes (imported
     late: the tuner imports the cache)."""
@@ -65,13 +67,17 @@ def _plus(name: str, description: str, tuner: Callable[..., object] | None,
 
 
 MARCONI_PLUS = _plus(
-    "marconi+", "hit-density eviction, GreedyDual-FLOP and message-boundary admission, "
-    "chosen online by shadow experts", _shadow_tuner())
+    "marconi+", "hit-density eviction (leaves in one class or by depth), GreedyDual-FLOP "
+    "and message-boundary admission, chosen online by shadow experts", _shadow_tuner())
 _plus("marconi+-density", "hit-density eviction alone, judicious admission", None)
+_plus("marconi+-depth", "hit-density eviction with leaves classed by depth alone, "
+      "judicious admission", None, Mode.DEPTH)
 _plus("marconi+-gd", "GreedyDual-FLOP eviction alone, judicious admission", None, Mode.FLOP)
+_plus("marconi+-no-depth", "marconi+ without the depth-classed experts (the previous design)",
+      _shadow_tuner(modes=(Mode.DENSITY, Mode.FLOP)))
 _plus("marconi+-no-gd", "marconi+ without the GreedyDual-FLOP experts",
-      _shadow_tuner(modes=(Mode.DENSITY,)))
-_plus("marconi+-no-density", "marconi+ without hit density (the previous design: "
+      _shadow_tuner(modes=(Mode.DENSITY, Mode.DEPTH)))
+_plus("marconi+-no-density", "marconi+ without hit density (the design before: "
       "GreedyDual-FLOP and LRU experts)", _shadow_tuner(modes=(Mode.FLOP, Mode.LRU)),
       Mode.FLOP)
 _plus("marconi+-no-boundaries", "marconi+ without boundary checkpoints",
