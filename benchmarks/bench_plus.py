@@ -31,12 +31,14 @@ from marconi.workload.types import Trace
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 PEERS = ("sglang+", "sglang-2026", "vllm-2026", "marconi")
 MAIN = (*PEERS, "marconi+", "offline")
-ABLATION = ("marconi+", "marconi+-density", "marconi+-gd", "marconi+-no-gd",
-            "marconi+-no-density", "marconi+-no-boundaries", "marconi+-guarded", "marconi",
-            "sglang+", "offline")
+ABLATION = ("marconi+", "marconi+-density", "marconi+-depth", "marconi+-gd",
+            "marconi+-no-depth", "marconi+-no-gd", "marconi+-no-density",
+            "marconi+-no-boundaries", "marconi+-guarded", "marconi", "sglang+", "offline")
 LOAD = [("sharegpt", "2GB"), ("sharegpt", "5GB"), ("swe-agent", "20GB")]
 # (set, trace, capacity, model). Set 1 was run once the design was fixed and exposed a
-# weakness (fixed: hit density's recency prior); set 2 was run once, after that fix.
+# weakness (fixed: hit density's recency prior); set 2 was run once, after that fix;
+# set 3 once, after the depth-classed experts were chosen (on the sweep, the held-out
+# table and sets 1-2).
 FRESH = [
     (1, "sharegpt(turns=5,seed=1)", "2GB", "paper-7b"),
     (1, "sharegpt(turns=5,seed=1)", "6GB", "paper-7b"),
@@ -59,6 +61,13 @@ FRESH = [
     (2, "mooncake[10000:12000]", "50GB", "paper-7b"),
     (2, "mooncake[1000:3000]", "120GB", "paper-7b"),
     (2, "mooncake[5000:7000]", "25GB", "paper-7b"),
+    (3, "sharegpt(turns=4,seed=9)", "1GB", "paper-7b"),
+    (3, "sharegpt(turns=12,seed=10)", "3GB", "paper-7b"),
+    (3, "sharegpt(turns=6,seed=11)", "2GB", "paper-7b,ssm=32,attn=4,mlp=36"),
+    (3, "swe-agent(seed=7)", "30GB", "paper-7b"),
+    (3, "swe-agent(seed=8)", "40GB", "paper-7b,ssm=24,attn=12,mlp=36"),
+    (3, "mooncake[3000:5000]", "60GB", "paper-7b"),
+    (3, "mooncake[9000:11000]", "80GB", "paper-7b"),
 ]
 CONFIGS = [("sharegpt", c) for c in ("1GB", "2GB", "3GB", "5GB")] + \
     [("swe-agent", c) for c in ("10GB", "20GB", "40GB")] + \

@@ -24,11 +24,11 @@ import numpy as np
 from bench_plus import saved, trace
 
 from marconi.policies import System, register
-from marconi.policies.density import LEAF, PRIOR_HITS, HitDensity
+from marconi.policies.density import INTERIOR, LEAF, PRIOR_HITS, HitDensity
 from marconi.policies.eviction import FlopAware, Recency, Victim
 from marconi.policies.plus import Mode, Structured, Switchable
 from marconi.policies.plus_systems import PLAIN
-from marconi.shadows import DEFAULT_EXPERTS, Boundaries, Expert, ShadowConfig, ShadowTuner
+from marconi.shadows import DEFAULT_EXPERTS, ShadowConfig, ShadowTuner
 from marconi.sim.replay import SimConfig, simulate
 from marconi.sim.sweep import Cell, run_cell
 from marconi.spec import resolve_model
@@ -109,7 +109,32 @@ class FrozenLevel(Switchable):
             return self.lru.victim(protected, now)
         if self.mode is Mode.DENSITY:
             return self.density.victim(protected, now)
+        if self.mode is Mode.DEPTH:
+            return self.depth.victim(protected, now)
         return FlopAware.victim(self, protected, now)
+
+
+def _depth_classes(base: int, per_doubling: int, classes: int) -> type[Switchable]:
+    """marconi+'s eviction whose depth classes start at `base` tokens, `per_doubling`
+    classes per doubling, `classes` in all."""
+
+    class Classed(HitDensity):
+        def classify(self, node: Node) -> int:
+            if node.children:
+                return INTERIOR
+            steps = int(np.log2(max(node.depth, 1) / base) * per_doubling) if node.depth else 0
+            return 2 + min(max(steps, 0), classes - 1)
+
+    class Sized(Switchable):
+        def __init__(self, spec: object) -> None:
+            super().__init__(spec, 0.0, Mode.DENSITY, Recency.GREEDY_DUAL)  # type: ignore[arg-type]
+            self.depth = Classed(self.spec, depth_classes=classes)
+
+        def solo(self, mode: Mode) -> object:  # type: ignore[override]
+            return Classed(self.spec, depth_classes=classes) if mode is Mode.DEPTH \
+                else super().solo(mode)
+
+    return Sized
 
 
 class MarconiAlpha1(Switchable):
@@ -152,10 +177,13 @@ def _power(power: float) -> Callable[[object, float], FlopAware]:
 
 
 GD_FIRST = tuple(sorted(DEFAULT_EXPERTS, key=lambda e: e.mode is not Mode.FLOP))
-NONE_LAST_DG = tuple(Expert(b, m) for b in (Boundaries.NONE, Boundaries.LAST)
-                     for m in (Mode.DENSITY, Mode.FLOP))
 VARIANTS = (
-    "marconi+", "marconi+-density", "marconi+-gd", "marconi+-no-density",
+    "marconi+", "marconi+-density", "marconi+-depth", "marconi+-gd", "marconi+-no-depth",
+    "marconi+-no-density",
+    _variant("depth classes from 512 tokens", lambda spec, alpha: _depth_classes(
+        512, 1, 8)(spec), ShadowConfig()),
+    _variant("depth classes per half doubling", lambda spec, alpha: _depth_classes(
+        1024, 2, 16)(spec), ShadowConfig()),
     _variant("density, one class", lambda spec, alpha: OneClass(spec)),
     _variant("density, flat prior", lambda spec, alpha: FlatPrior(spec)),
     _variant("density, no prior exposure", lambda spec, alpha: NoPrior(spec)),
@@ -170,7 +198,7 @@ VARIANTS = (
     _variant("gd level frozen", lambda spec, alpha: FrozenLevel(
         spec, 0.0, Mode.DENSITY, Recency.GREEDY_DUAL), ShadowConfig()),
     _variant("marconi alpha 1 in place of gd", lambda spec, alpha: MarconiAlpha1(spec),
-             ShadowConfig(experts=NONE_LAST_DG)),
+             ShadowConfig()),
 )
 
 

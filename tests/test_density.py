@@ -111,9 +111,9 @@ class TestTable:
 
 
 class TestInCache:
-    def _run(self, seed: int = 0) -> PrefixCache:
+    def _run(self, seed: int = 0, system: str = "marconi+-density") -> PrefixCache:
         """Sessions that grow (their ends become interior nodes) and some that branch."""
-        cache = PrefixCache(SMALL, 4_000_000, "marconi+-density")
+        cache = PrefixCache(SMALL, 4_000_000, system)
         rng = np.random.default_rng(seed)
         sessions = [rng.integers(0, 50, 40).tolist() for _ in range(12)]
         for _ in range(300):
@@ -126,7 +126,7 @@ class TestInCache:
 
     @pytest.mark.parametrize("twin", ["density", "depth"])
     def test_scores_match_a_per_node_reference(self, twin: str) -> None:
-        cache = self._run()
+        cache = self._run(system=f"marconi+-{twin}")
         policy = getattr(cache.eviction, twin)
         assert isinstance(policy, HitDensity) and policy.counted > policy.every  # it learned
         now = cache.clock

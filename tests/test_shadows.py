@@ -139,6 +139,17 @@ class TestShadowTuner:
         with pytest.raises(ValueError, match="cannot run shadow experts"):
             apply(PrefixCache(SMALL, "1GB", "sglang+"), Expert(Boundaries.LAST, Mode.LRU))
 
+    def test_depth_expert_needs_the_depth_twin(self) -> None:
+        """Systems that never run the depth-classed expert keep no twin for it (less
+        work per event); asking one to run it is an error, not a silent fallback."""
+        cache = PrefixCache(SMALL, "1GB", "marconi+-no-depth")
+        assert cache.eviction.depth is None  # type: ignore[attr-defined]
+        with pytest.raises(ValueError, match="no depth-classed twin"):
+            apply(cache, Expert(Boundaries.NONE, Mode.DEPTH))
+        full = PrefixCache(SMALL, "1GB", "marconi+")
+        apply(full, Expert(Boundaries.NONE, Mode.DEPTH))
+        assert full.eviction.mode is Mode.DEPTH  # type: ignore[attr-defined]
+
     def test_warmup_needs_a_decisive_lead(self) -> None:
         tuner = ShadowTuner(ShadowConfig(every=1, warmup=1000, threshold=0.01))
         cache = PrefixCache(SMALL, "1GB", "marconi+", tuner=tuner)

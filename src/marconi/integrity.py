@@ -35,7 +35,8 @@ def check_integrity(cache: PrefixCache) -> None:
         if isinstance(cache.eviction, Switchable):  # marconi+: its twins too
             _check_lru(cache.eviction.lru, nodes)
             _check_flop_aware(cache.eviction.density, nodes)
-            _check_flop_aware(cache.eviction.depth, nodes)
+            if cache.eviction.depth is not None:
+                _check_flop_aware(cache.eviction.depth, nodes)
     elif isinstance(cache.eviction, LRULeaf):
         _check_lru(cache.eviction, nodes)
     elif isinstance(cache.eviction, TwoListLRU):

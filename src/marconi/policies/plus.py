@@ -141,14 +141,20 @@ class Switchable(FlopAware):
     free."""
 
     def __init__(self, spec: ModelSpec, alpha: float = 0.0, mode: Mode = Mode.FLOP,
-                 recency: Recency = Recency.TIME) -> None:
+                 recency: Recency = Recency.TIME, *, depth: bool = True) -> None:
         super().__init__(spec, alpha, recency)
         self.lru = LRULeaf(deepest_first=True)  # blocks touched together leave tail first
         self.density = HitDensity(spec)
-        self.depth = HitDensity(spec, depth_classes=DEPTH_CLASSES)
-        self.mode = Mode(mode)
+        # the depth-classed twin costs a third of the event work: left out (depth=False)
+        # where nothing will switch to Mode.DEPTH
+        self.depth = HitDensity(spec, depth_classes=DEPTH_CLASSES) if depth else None
+        self.mode = Mode.FLOP
+        self.set_setting(Setting(Mode(mode), alpha))
 
     def set_setting(self, setting: Setting) -> None:
+        if setting.mode is Mode.DEPTH and self.depth is None:
+            raise ValueError("this Switchable keeps no depth-classed twin (depth=False); "
+                             "it cannot run Mode.DEPTH")
         self.mode = setting.mode
         self.set_alpha(setting.alpha)
 
@@ -172,26 +178,30 @@ class Switchable(FlopAware):
         super().on_lookup(path, hit, now)
         self.lru.on_lookup(path, hit, now)
         self.density.on_lookup(path, hit, now)
-        self.depth.on_lookup(path, hit, now)
+        if self.depth is not None:
+            self.depth.on_lookup(path, hit, now)
 
     def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
         path, new = tuple(path), tuple(new)
         super().on_commit(path, new, now)
         self.lru.on_commit(path, new, now)
         self.density.on_commit(path, new, now)
-        self.depth.on_commit(path, new, now)
+        if self.depth is not None:
+            self.depth.on_commit(path, new, now)
 
     def changed(self, node: Node) -> None:
         super().changed(node)
         self.lru.changed(node)
         self.density.changed(node)
-        self.depth.changed(node)
+        if self.depth is not None:
+            self.depth.changed(node)
 
     def removed(self, node: Node) -> None:
         super().removed(node)
         self.lru.removed(node)
         self.density.removed(node)
-        self.depth.removed(node)
+        if self.depth is not None:
+            self.depth.removed(node)
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
         if self.mode is not Mode.FLOP and self.recency is Recency.GREEDY_DUAL and self.slots:
@@ -203,6 +213,6 @@ class Switchable(FlopAware):
             return self.lru.victim(protected, now)
         if self.mode is Mode.DENSITY:
             return self.density.victim(protected, now)
-        if self.mode is Mode.DEPTH:
+        if self.mode is Mode.DEPTH and self.depth is not None:
             return self.depth.victim(protected, now)
         return super().victim(protected, now)

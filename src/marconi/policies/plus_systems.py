@@ -50,41 +50,46 @@ def _guarded_tuner(multiplier: int = 5, objective: str = "flops") -> object:
                                 objective=Objective(objective)))
 
 
-def _switchable(mode: Mode) -> Callable[[object, float], Switchable]:
-    """Switchable eviction starting in `mode`, its FLOP order GreedyDual-FLOP (no alpha)."""
+def _switchable(mode: Mode, depth: bool) -> Callable[[object, float], Switchable]:
+    """Switchable eviction starting in `mode`, its FLOP order GreedyDual-FLOP (no alpha),
+    with the depth-classed twin only if something may switch to it (`depth`)."""
 
     def make(spec: object, alpha: float) -> Switchable:
-        return Switchable(spec, 0.0, mode, Recency.GREEDY_DUAL)  # type: ignore[arg-type]
+        return Switchable(spec, 0.0, mode, Recency.GREEDY_DUAL,  # type: ignore[arg-type]
+                          depth=depth)
 
     return make
 
 
 def _plus(name: str, description: str, tuner: Callable[..., object] | None,
-          mode: Mode = Mode.DENSITY) -> System:
+          mode: Mode = Mode.DENSITY, depth: bool = True) -> System:
     return register(System(
-        name=name, admission=lambda: Structured(PLAIN), eviction=_switchable(mode),
+        name=name, admission=lambda: Structured(PLAIN), eviction=_switchable(mode, depth),
         tuned=tuner is not None, tuner=tuner, description=description))
 
 
 MARCONI_PLUS = _plus(
     "marconi+", "hit-density eviction (leaves in one class or by depth), GreedyDual-FLOP "
     "and message-boundary admission, chosen online by shadow experts", _shadow_tuner())
-_plus("marconi+-density", "hit-density eviction alone, judicious admission", None)
+_plus("marconi+-density", "hit-density eviction alone, judicious admission", None,
+      depth=False)
 _plus("marconi+-depth", "hit-density eviction with leaves classed by depth alone, "
       "judicious admission", None, Mode.DEPTH)
-_plus("marconi+-gd", "GreedyDual-FLOP eviction alone, judicious admission", None, Mode.FLOP)
+_plus("marconi+-gd", "GreedyDual-FLOP eviction alone, judicious admission", None, Mode.FLOP,
+      depth=False)
 _plus("marconi+-no-depth", "marconi+ without the depth-classed experts (the previous design)",
-      _shadow_tuner(modes=(Mode.DENSITY, Mode.FLOP)))
+      _shadow_tuner(modes=(Mode.DENSITY, Mode.FLOP)), depth=False)
 _plus("marconi+-no-gd", "marconi+ without the GreedyDual-FLOP experts",
       _shadow_tuner(modes=(Mode.DENSITY, Mode.DEPTH)))
 _plus("marconi+-no-density", "marconi+ without hit density (the design before: "
       "GreedyDual-FLOP and LRU experts)", _shadow_tuner(modes=(Mode.FLOP, Mode.LRU)),
-      Mode.FLOP)
+      Mode.FLOP, depth=False)
 _plus("marconi+-no-boundaries", "marconi+ without boundary checkpoints",
       _shadow_tuner(boundaries=False))
 register(System(
     name="marconi+-guarded", admission=lambda: Structured(StructureConfig()),
-    eviction=lambda spec, alpha: Switchable(spec, alpha), tuned=True, uses_alpha=True,
+    eviction=lambda spec, alpha: Switchable(spec, alpha, depth=False), tuned=True,
+    uses_alpha=True,
     tuner=_guarded_tuner, description="first marconi+ design: FLOP-aware eviction re-tuned "
     "on sliding windows with a guard, LRU among the candidates"))
 
