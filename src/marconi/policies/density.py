@@ -69,6 +69,8 @@ class HitDensity(FlopAware):
     `DEPTH_BASE` tokens (classes 2, 3, ...; the deepest class takes everything beyond):
     how long a session has gone on predicts whether it goes on (a long chat usually
     continues; an agent near its step budget stops), and each class learns its own table.
+    As the prior swamps the time term (module doc), classes compare by the hits each
+    produced at ages >= a, not by per-entry rates.
     """
 
     COLUMNS: ClassVar[dict[str, type]] = {**FlopAware.COLUMNS, "cls": np.intp}
