@@ -33,7 +33,7 @@ from marconi.spec import ModelSpec
 from marconi.tree import Match, Node
 
 ATTENTION_BLOCK = 32  # tokens per node when the model has no SSM layer (vLLM's block size)
-DEPTH_CLASSES = 8  # Mode.DEPTH: leaf classes 1-2K, 2-4K, ..., >= 128K tokens deep
+DEPTH_CLASSES = 8  # Mode.DEPTH: leaves under 2K, 2-4K, ..., 64-128K, 128K+ tokens deep
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
