@@ -24,7 +24,7 @@ import numpy as np
 from bench_plus import saved, trace
 
 from marconi.policies import System, register
-from marconi.policies.density import INTERIOR, LEAF, PRIOR_HITS, HitDensity
+from marconi.policies.density import LEAF, PRIOR_HITS, HitDensity
 from marconi.policies.eviction import FlopAware, Recency, Victim
 from marconi.policies.plus import Mode, Structured, Switchable
 from marconi.policies.plus_systems import PLAIN
@@ -118,21 +118,13 @@ def _depth_classes(base: int, per_doubling: int, classes: int) -> type[Switchabl
     """marconi+'s eviction whose depth classes start at `base` tokens, `per_doubling`
     classes per doubling, `classes` in all."""
 
-    class Classed(HitDensity):
-        def classify(self, node: Node) -> int:
-            if node.children:
-                return INTERIOR
-            steps = int(np.log2(max(node.depth, 1) / base) * per_doubling) if node.depth else 0
-            return 2 + min(max(steps, 0), classes - 1)
-
     class Sized(Switchable):
         def __init__(self, spec: object) -> None:
             super().__init__(spec, 0.0, Mode.DENSITY, Recency.GREEDY_DUAL)  # type: ignore[arg-type]
-            self.depth = Classed(self.spec, depth_classes=classes)
 
-        def solo(self, mode: Mode) -> object:  # type: ignore[override]
-            return Classed(self.spec, depth_classes=classes) if mode is Mode.DEPTH \
-                else super().solo(mode)
+        def depth_policy(self) -> HitDensity:
+            return HitDensity(self.spec, depth_classes=classes, depth_base=base,
+                              per_doubling=per_doubling)
 
     return Sized
 

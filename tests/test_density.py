@@ -101,10 +101,14 @@ class TestTable:
         interior.children[b"x"] = leaf(1)
         assert deep.classify(interior) == INTERIOR
         assert HitDensity(SMALL).classify(leaf(10**6)) == LEAF
+        halves = HitDensity(SMALL, depth_classes=4, depth_base=512, per_doubling=2)
+        assert [halves.classify(leaf(d)) for d in (511, 512, 725, 1024, 1500, 10**6)] \
+            == [2, 2, 3, 4, 5, 5]
 
     @pytest.mark.parametrize("kwargs", [{"per_octave": 0}, {"buckets": 1}, {"every": 0},
                                         {"decay": 0.0}, {"decay": 1.5},
-                                        {"depth_classes": -1}])
+                                        {"depth_classes": -1}, {"depth_base": 0},
+                                        {"per_doubling": 0}])
     def test_arguments_validated(self, kwargs: dict) -> None:
         with pytest.raises(ValueError, match="HitDensity"):
             HitDensity(SMALL, **kwargs)

@@ -65,8 +65,9 @@ class HitDensity(FlopAware):
     Reuses FlopAware's candidate columns (`rec` holds the clock at the last touch, `eff`
     the FLOP efficiency) and adds each candidate's class (`cls`). Alpha is ignored.
 
-    With `depth_classes` > 0 leaves are classed by depth too, a class per doubling from
-    `DEPTH_BASE` tokens (classes 2, 3, ...; the deepest class takes everything beyond):
+    With `depth_classes` > 0 leaves are classed by depth too, `per_doubling` classes per
+    doubling from `depth_base` tokens (classes 2, 3, ...; the first takes everything
+    shallower, the last everything deeper):
     how long a session has gone on predicts whether it goes on (a long chat usually
     continues; an agent near its step budget stops), and each class learns its own table.
     As the prior swamps the time term (module doc), classes compare by the hits each
@@ -76,15 +77,18 @@ class HitDensity(FlopAware):
     COLUMNS: ClassVar[dict[str, type]] = {**FlopAware.COLUMNS, "cls": np.intp}
 
     def __init__(self, spec: ModelSpec, *, per_octave: int = 8, buckets: int = 192,
-                 every: int = 512, decay: float = 0.9, depth_classes: int = 0) -> None:
+                 every: int = 512, decay: float = 0.9, depth_classes: int = 0,
+                 depth_base: int = DEPTH_BASE, per_doubling: int = 1) -> None:
         super().__init__(spec, 0.0, Recency.TIME)
         if per_octave < 1 or buckets < 2 or every < 1 or not 0 < decay <= 1 \
-                or depth_classes < 0:
+                or depth_classes < 0 or depth_base < 1 or per_doubling < 1:
             raise ValueError("HitDensity needs per_octave >= 1, buckets >= 2, every >= 1, "
-                             "0 < decay <= 1 and depth_classes >= 0; got "
-                             f"{per_octave}, {buckets}, {every}, {decay}, {depth_classes}")
+                             "0 < decay <= 1, depth_classes >= 0, depth_base >= 1 and "
+                             f"per_doubling >= 1; got {per_octave}, {buckets}, {every}, "
+                             f"{decay}, {depth_classes}, {depth_base}, {per_doubling}")
         self.per_octave, self.every, self.decay = per_octave, every, decay
-        self.depth_classes = depth_classes
+        self.depth_classes, self.depth_base = depth_classes, depth_base
+        self.per_doubling = per_doubling
         self.start = 2.0 ** (np.arange(buckets) / per_octave) - 1  # first age of each bucket
         classes = 2 + depth_classes
         self.hits = np.zeros((classes, buckets))  # decayed counts of hits at each age
@@ -144,8 +148,8 @@ class HitDensity(FlopAware):
             return INTERIOR
         if not self.depth_classes:
             return LEAF
-        doublings = int(np.log2(max(node.depth, 1) / DEPTH_BASE)) if node.depth else 0
-        return 2 + min(max(doublings, 0), self.depth_classes - 1)
+        steps = int(np.log2(max(node.depth, 1) / self.depth_base) * self.per_doubling)
+        return 2 + min(max(steps, 0), self.depth_classes - 1)
 
     def changed(self, node: Node) -> None:
         super().changed(node)

@@ -147,7 +147,8 @@ class Switchable(FlopAware):
         self.density = HitDensity(spec)
         # the depth-classed twin costs a third of the event work: left out (depth=False)
         # where nothing will switch to Mode.DEPTH
-        self.depth = HitDensity(spec, depth_classes=DEPTH_CLASSES) if depth else None
+        self.depth = self.depth_policy() if depth else None
+        self.twins: tuple[Eviction, ...] = (self.lru, self.density, *filter(None, [self.depth]))
         self.mode = Mode.FLOP
         self.set_setting(Setting(Mode(mode), alpha))
 
@@ -158,6 +159,10 @@ class Switchable(FlopAware):
         self.mode = setting.mode
         self.set_alpha(setting.alpha)
 
+    def depth_policy(self) -> HitDensity:
+        """A fresh hit density with leaves classed by depth (the twin, or a shadow's)."""
+        return HitDensity(self.spec, depth_classes=DEPTH_CLASSES)
+
     def solo(self, mode: Mode) -> Eviction:
         """A fresh policy choosing the victims this one chooses in `mode`, without twins
         (what a shadow cache of that mode needs)."""
@@ -166,7 +171,7 @@ class Switchable(FlopAware):
         if mode is Mode.DENSITY:
             return HitDensity(self.spec)
         if mode is Mode.DEPTH:
-            return HitDensity(self.spec, depth_classes=DEPTH_CLASSES)
+            return self.depth_policy()
         return FlopAware(self.spec, self.alpha, self.recency)
 
     @property
@@ -176,32 +181,24 @@ class Switchable(FlopAware):
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         path = tuple(path)
         super().on_lookup(path, hit, now)
-        self.lru.on_lookup(path, hit, now)
-        self.density.on_lookup(path, hit, now)
-        if self.depth is not None:
-            self.depth.on_lookup(path, hit, now)
+        for twin in self.twins:
+            twin.on_lookup(path, hit, now)
 
     def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
         path, new = tuple(path), tuple(new)
         super().on_commit(path, new, now)
-        self.lru.on_commit(path, new, now)
-        self.density.on_commit(path, new, now)
-        if self.depth is not None:
-            self.depth.on_commit(path, new, now)
+        for twin in self.twins:
+            twin.on_commit(path, new, now)
 
     def changed(self, node: Node) -> None:
         super().changed(node)
-        self.lru.changed(node)
-        self.density.changed(node)
-        if self.depth is not None:
-            self.depth.changed(node)
+        for twin in self.twins:
+            twin.changed(node)
 
     def removed(self, node: Node) -> None:
         super().removed(node)
-        self.lru.removed(node)
-        self.density.removed(node)
-        if self.depth is not None:
-            self.depth.removed(node)
+        for twin in self.twins:
+            twin.removed(node)
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
         if self.mode is not Mode.FLOP and self.recency is Recency.GREEDY_DUAL and self.slots:
