@@ -28,8 +28,9 @@ ShareGPT slice until the table was learned).
 What the learned table really ranks by. Every age bucket, up to the oldest (2^24 ticks),
 holds pseudo-counts of `PRIOR_HITS` hits and `PRIOR_EVENTS` events. Spread over the whole
 age range they add a prior exposure of about 3.7e5 ticks to the remaining time of every
-young age (`prior_exposure`), while the decayed real counts amount to 2e4-7e4 ticks on
-the traces measured (ShareGPT, agents). So the denominator is nearly a constant and
+young age (`prior_exposure`), while the decayed real counts held 3.8e4 ticks (ShareGPT
+at 2 GB) and 7.9e4 (agents at 40 GB, 24:12 layers), median over relearns
+(`benchmarks/bench_plus_why.py`). So the denominator is nearly a constant and
 
     score(v) ~ eff(v) x (decayed hits seen at idle ages >= age(v))
 
@@ -39,7 +40,8 @@ observed hit score near zero (stale entries leave first). It is a heavily shrunk
 estimate (pseudo-counts only where events were seen) saved 17.6% instead of 26.0% on
 agents at 40 GB (24:12 layers) and 29.4% instead of 36.0% on ShareGPT at 2 GB
 (`benchmarks/bench_plus_variants.py`, variant "density, no prior exposure"): there the
-median leaf it evicted had been idle 2 ticks (26 with the prior), the freshest entries
+median leaf it evicted had been idle 2 ticks (26 with the prior; `bench_plus_why.py`),
+the freshest entries
 first, an MRU-like order that loses when the sessions' returns are random.
 """
 

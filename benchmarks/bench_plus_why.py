@@ -1,0 +1,141 @@
+"""Why marconi+ does what it does on one configuration: the figures behind the
+explanations in `policies/density.py` and experiments/RESULTS.md.
+
+    .venv/bin/python benchmarks/bench_plus_why.py TRACE CAPACITY MODEL
+
+TRACE as in bench_plus.py. Prints:
+- the workload's contention: sessions in flight at each arrival (median), and eviction
+  candidates at each victim choice (median);
+- hit density as built (`marconi+-density`) beside LHD's own estimate (the variant
+  "density, no prior exposure" of bench_plus_variants.py): FLOPs saved, the idle age of
+  the leaves each evicted (median, in clock ticks), and the real exposure its learned
+  table held at age 0 at each relearn (median / max) against the pseudo-counts' prior
+  exposure;
+- marconi+'s shadow experts: every switch, the leader's lead over the running expert at
+  each decision (the largest, and at the last decisions), and how far apart the
+  experts' final totals are.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Collection
+
+import numpy as np
+from bench_plus import trace
+from bench_plus_variants import NoPrior
+
+from marconi.policies import System, register
+from marconi.policies.density import HitDensity
+from marconi.policies.eviction import Recency, Victim
+from marconi.policies.plus import Mode, Structured, Switchable
+from marconi.policies.plus_systems import PLAIN
+from marconi.shadows import ShadowConfig, ShadowTuner
+from marconi.sim.replay import SimConfig, simulate
+from marconi.spec import resolve_model
+from marconi.tree import Node
+from marconi.workload.types import Trace
+
+RECORDS: dict[str, list[tuple[float, ...]]] = {"victims": [], "exposure": [], "leads": []}
+
+
+def traced(base: type[HitDensity]) -> type[HitDensity]:
+    """`base` recording each victim (idle age if a leaf, candidates) and each relearn."""
+
+    class Traced(base):  # type: ignore[valid-type, misc]
+        def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+            found = super().victim(protected, now)
+            if found is not None:
+                age = now - self.stamp.get(found.node, now) if found.node.is_leaf else -1
+                RECORDS["victims"].append((age, len(self.slots)))
+            return found
+
+        def learn(self) -> None:
+            n_above = np.cumsum(self.events[:, ::-1], axis=1)[:, ::-1]
+            nt_above = np.cumsum((self.events * self.start)[:, ::-1], axis=1)[:, ::-1]
+            real = (nt_above - n_above * self.start + n_above)[:, 0].sum()
+            RECORDS["exposure"].append((real,))
+            super().learn()
+
+    return Traced
+
+
+class LeadTuner(ShadowTuner):
+    """marconi+'s tuner, recording the leader's lead at each decision."""
+
+    def _decide(self, cache: object) -> None:
+        best = float(self.totals.max())
+        running = float(self.totals[self.current])
+        RECORDS["leads"].append((self.seen, best / running - 1 if running > 0 else 0.0))
+        super()._decide(cache)  # type: ignore[arg-type]
+
+
+def _register() -> None:
+    for name, base in (("why: density", HitDensity), ("why: no prior exposure", NoPrior)):
+        cls = traced(base)
+        register(System(name=name, admission=lambda: Structured(PLAIN),
+                        eviction=lambda spec, alpha, cls=cls: cls(spec),
+                        description="bench_plus_why"))
+    register(System(
+        name="why: marconi+", admission=lambda: Structured(PLAIN),
+        eviction=lambda spec, alpha: Switchable(spec, 0.0, Mode.DENSITY, Recency.GREEDY_DUAL),
+        tuned=True, tuner=lambda multiplier=5, objective="flops": LeadTuner(ShadowConfig()),
+        description="bench_plus_why"))
+
+
+def in_flight(loaded: Trace) -> float:
+    """Median over arrivals of the sessions begun and not yet ended."""
+    spans: dict[str, list[float]] = {}
+    for r in loaded:
+        spans.setdefault(r.session_id, []).append(r.arrival)
+    starts = np.sort([min(v) for v in spans.values()])
+    ends = np.sort([max(v) for v in spans.values()])
+    t = np.array([r.arrival for r in loaded])
+    return float(np.median(np.searchsorted(starts, t, side="right")
+                           - np.searchsorted(ends, t, side="left")))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trace")
+    parser.add_argument("capacity")
+    parser.add_argument("model")
+    args = parser.parse_args()
+    _register()
+    loaded = trace(args.trace)
+    spec = resolve_model(args.model)
+    print(f"{args.trace}, {args.capacity}, {args.model}: {len(loaded)} requests, "
+          f"sessions in flight at an arrival (median) {in_flight(loaded):.0f}")
+    for system in ("why: density", "why: no prior exposure"):
+        for key in RECORDS:
+            RECORDS[key].clear()
+        config = SimConfig(spec=spec, capacity=args.capacity, system=system, bounds=False)
+        saved = simulate(loaded, config).summary()["flops_saved_rate"]
+        victims = np.array(RECORDS["victims"]) if RECORDS["victims"] else np.zeros((1, 2))
+        leaf_ages = victims[victims[:, 0] >= 0, 0]
+        exposure = np.array(RECORDS["exposure"] or [(0.0,)])[:, 0]
+        prior = HitDensity(spec).prior_exposure(0)
+        print(f"{system[5:]:22s} FLOPs saved {100 * saved:6.2f}%  evicted leaves idle "
+              f"(median) {np.median(leaf_ages) if len(leaf_ages) else 0:.0f} ticks  "
+              f"candidates (median) {np.median(victims[:, 1]):.0f}  real exposure at age 0 "
+              f"median {np.median(exposure):.3g} / max {exposure.max():.3g} ticks "
+              f"(prior {prior:.3g})")
+    for key in RECORDS:
+        RECORDS[key].clear()
+    config = SimConfig(spec=spec, capacity=args.capacity, system="why: marconi+",
+                       bounds=False)
+    result = simulate(loaded, config)
+    tuning = result.tuning
+    totals = np.array(list(tuning["totals"].values()))
+    leads = RECORDS["leads"]
+    top = max(leads, key=lambda x: x[1]) if leads else (0, 0.0)
+    print(f"marconi+ FLOPs saved {100 * result.summary()['flops_saved_rate']:.2f}%; "
+          f"switches {tuning['switches']}; running at the end {tuning['expert']}")
+    print(f"  largest lead at a decision {100 * top[1]:+.1f}% (request {top[0]}); at the "
+          "last decisions " + ", ".join(f"{100 * d:+.1f}% ({s})" for s, d in leads[-3:]))
+    print(f"  final totals: best / worst expert {totals.max() / totals.min() - 1:+.2%}; "
+          + ", ".join(f"{e} {v / totals.max():.3f}" for e, v in tuning["totals"].items()))
+
+
+if __name__ == "__main__":
+    main()
