@@ -127,6 +127,43 @@ class TestCli:
         assert code == 0 and png.read_bytes()[:4] == b"\x89PNG"
         assert all(name in out for name in ("vanilla", "vllm+", "sglang+", "marconi"))
 
+    def test_compare_over_seeds(self, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        args = ["compare", "synthetic:agent", "--sessions", "12", "--capacity", "300MB",
+                "--systems", "sglang+,marconi+", "--seeds", "3", "--seed", "5", "--quiet",
+                "--no-bounds"]
+        assert main([*args, "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["seeds"] == [5, 6, 7] and out["baseline"] == "sglang+"
+        base, plus = out["systems"]
+        assert len(base["flops_saved_rate"]) == 3
+        assert len(set(base["flops_saved_rate"])) > 1  # the seeds move the arrivals
+        diff = np.subtract(plus["flops_saved_rate"], base["flops_saved_rate"])
+        vs = plus["flops_saved_vs_baseline"]
+        assert vs["mean"] == pytest.approx(diff.mean())
+        assert vs["low"] <= vs["mean"] <= vs["high"]
+        # each seed is the single-seed replay of that seed
+        assert main(["compare", "synthetic:agent", "--sessions", "12", "--capacity", "300MB",
+                     "--systems", "sglang+", "--seed", "6", "--quiet", "--no-bounds",
+                     "--json"]) == 0
+        single = json.loads(capsys.readouterr().out)[0]
+        assert single["flops_saved_rate"] == pytest.approx(base["flops_saved_rate"][1])
+        png = tmp_path / "seeds.png"
+        assert main([*args, "--plot", str(png)]) == 0
+        table = capsys.readouterr().out
+        assert "seeds 5-7" in table and "vs sglang+" in table
+        assert png.read_bytes()[:4] == b"\x89PNG"
+
+    def test_compare_seeds_on_a_trace_without_random_arrivals(
+            self, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        assert main(["compare", str(_artifact(tmp_path)), "--capacity", "1GB", "--quiet",
+                     "--systems", "sglang+,marconi", "--seeds", "2"]) == 0
+        assert "do not depend on --seed" in capsys.readouterr().out
+
+    def test_compare_seeds_must_be_positive(self, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture) -> None:
+        assert main(["compare", str(_artifact(tmp_path)), "--quiet", "--seeds", "0"]) == 2
+        assert "--seeds must be >= 2" in capsys.readouterr().err
+
     def test_analyze(self, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
         assert main(["analyze", str(_artifact(tmp_path)), "--json"]) == 0
         report = json.loads(capsys.readouterr().out)

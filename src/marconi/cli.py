@@ -7,6 +7,7 @@ end as one line `marconi: error: ...` and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -72,6 +73,10 @@ def _register_compare(sub: Any) -> None:
     p.add_argument("--systems", default=DEFAULT_COMPARE,
                    help=f"comma-separated, from: {', '.join(_system_names())}")
     p.add_argument("--plot", type=Path, help="write a PNG comparing the systems")
+    p.add_argument("--seeds", type=int, default=1, metavar="K",
+                   help="replay under K arrival seeds (--seed, --seed + 1, ...): each "
+                        "system's mean, and its paired margin over the first system with "
+                        "a 95%% confidence interval")
     p.set_defaults(func=cmd_compare)
 
 
@@ -128,6 +133,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     unknown = [s for s in names if s not in _system_names()]
     if unknown or not names:
         raise ValueError(f"--systems: unknown {unknown or names}; known: {_system_names()}")
+    if args.seeds != 1:
+        return _compare_seeds(args, names)
     trace = _trace(args)
     rows = [run(trace, _config(args, name, None), progress=not args.quiet).summary()
             for name in names]
@@ -141,6 +148,38 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from marconi.report.plot import compare_plot
 
         out = compare_plot(rows, args.plot, f"{trace.name} | {args.model} | {args.capacity}")
+        print(f"plot written to {out}", file=sys.stderr)
+    return 0
+
+
+def _compare_seeds(args: argparse.Namespace, names: list[str]) -> int:
+    """`compare --seeds K`: which system is better on average, not on one lucky draw."""
+    from marconi.report.seeds import SeedComparison
+
+    if args.seeds < 2:
+        raise ValueError(f"--seeds must be >= 2 (1 replays once), got {args.seeds}")
+    base = options_from_args(args)
+    comparison = SeedComparison(names)
+    for k in range(args.seeds):
+        trace = load_trace(args.trace, format=args.format,
+                           options=dataclasses.replace(base, seed=base.seed + k))
+        for name in names:
+            result = run(trace, _config(args, name, None), progress=not args.quiet)
+            comparison.add(base.seed + k, result.summary())
+        if not args.quiet:
+            print(f"seed {base.seed + k} done ({k + 1} of {args.seeds})", file=sys.stderr)
+    if args.json:
+        print(json.dumps(comparison.to_json(), indent=2))
+    else:
+        print(f"{trace.name}: model {args.model}, capacity {args.capacity}, "
+              f"seeds {base.seed}-{base.seed + args.seeds - 1}")
+        print(comparison.table())
+    if args.plot is not None:
+        from marconi.report.plot import compare_plot
+
+        out = compare_plot(comparison.mean_rows(), args.plot,
+                           f"{trace.name} | {args.model} | {args.capacity} | "
+                           f"mean of {args.seeds} seeds")
         print(f"plot written to {out}", file=sys.stderr)
     return 0
 
