@@ -13,7 +13,11 @@ TRACE as in bench_plus.py. Prints:
   exposure;
 - marconi+'s shadow experts: every switch, the leader's lead over the running expert at
   each decision (the largest, and at the last decisions), and how far apart the
-  experts' final totals are.
+  experts' final totals are;
+- the headroom of online eviction: Marconi's admission with an eviction told, for each
+  candidate, *whether* a later request uses it (not when), dead entries first, then the
+  least recently used or the least FLOP-efficient; beside sglang+ (LRU). What an online
+  policy could gain by predicting which sessions have ended.
 """
 
 from __future__ import annotations
@@ -25,12 +29,15 @@ import numpy as np
 from bench_plus import trace
 from bench_plus_variants import NoPrior
 
-from marconi.policies import System, register
+from marconi.policies import Action, System, register
+from marconi.policies.admission import Judicious
 from marconi.policies.density import HitDensity
 from marconi.policies.eviction import Recency, Victim
 from marconi.policies.plus import Mode, Structured, Switchable
 from marconi.policies.plus_systems import PLAIN
 from marconi.shadows import ShadowConfig, ShadowTuner
+from marconi.sim.future import FutureIndex
+from marconi.sim.offline import NEVER, FutureEviction
 from marconi.sim.replay import SimConfig, simulate
 from marconi.spec import resolve_model
 from marconi.tree import Node
@@ -68,6 +75,61 @@ class LeadTuner(ShadowTuner):
         running = float(self.totals[self.current])
         RECORDS["leads"].append((self.seen, best / running - 1 if running > 0 else 0.0))
         super()._decide(cache)  # type: ignore[arg-type]
+
+
+class KnowsWhether(FutureEviction):
+    """Evicts the candidates no later request uses first (it knows whether, not when),
+    then the least recently touched (`by_efficiency` False) or the one saving the fewest
+    FLOPs per byte."""
+
+    def __init__(self, spec: object, future: FutureIndex, by_efficiency: bool) -> None:
+        super().__init__(spec, future)  # type: ignore[arg-type]
+        self.by_efficiency = by_efficiency
+        self.touched: dict[Node, int] = {}
+
+    def on_lookup(self, path: object, hit: Node | None, now: int) -> None:
+        self.touched.update((node, now) for node in path)  # type: ignore[attr-defined]
+
+    def on_commit(self, path: object, new: object, now: int) -> None:
+        self.touched.update((node, now) for node in path)  # type: ignore[attr-defined]
+        super().on_commit(path, new, now)  # type: ignore[arg-type]
+
+    def removed(self, node: Node) -> None:
+        self.touched.pop(node, None)
+        super().removed(node)
+
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        slots, n = self.slots, len(self.slots)
+        nxt, weight = slots["next"], slots["weight"]
+        for slot in np.flatnonzero(nxt[:n] <= self.future.now).tolist():
+            nxt[slot], weight[slot] = self._score(slots.nodes[slot])
+        if self.by_efficiency:
+            order = weight[:n].copy()  # bytes freed per FLOP saved: largest first
+        else:
+            order = np.array([now - self.touched.get(node, 0) for node in slots.nodes[:n]],
+                             dtype=np.float64)
+        priority = order + (nxt[:n] >= NEVER) * 1e30
+        for node in protected:
+            if node in slots:
+                priority[slots.index[node]] = -np.inf
+        if not n or not np.isfinite(priority.max()):
+            return None
+        node = slots.nodes[int(np.argmax(priority))]
+        return Victim(node, Action.REMOVE if node.is_leaf else Action.MERGE)
+
+
+def knows_whether(loaded: Trace, config: SimConfig, by_efficiency: bool) -> float:
+    """FLOPs saved by Marconi's admission with a `KnowsWhether` eviction."""
+    future = FutureIndex([r.input_tokens for r in loaded])
+
+    def at(i: int) -> None:
+        future.now = i
+
+    system = System(name="why: knows whether", admission=Judicious,
+                    eviction=lambda spec, alpha: KnowsWhether(spec, future, by_efficiency),
+                    description="bench_plus_why")
+    return float(simulate(loaded, config, system=system, before=at)
+                 .summary()["flops_saved_rate"])
 
 
 def _register() -> None:
@@ -135,6 +197,11 @@ def main() -> None:
           "last decisions " + ", ".join(f"{100 * d:+.1f}% ({s})" for s, d in leads[-3:]))
     print(f"  final totals: best / worst expert {totals.max() / totals.min() - 1:+.2%}; "
           + ", ".join(f"{e} {v / totals.max():.3f}" for e, v in tuning["totals"].items()))
+    config = SimConfig(spec=spec, capacity=args.capacity, system="sglang+", bounds=False)
+    lru = simulate(loaded, config).summary()["flops_saved_rate"]
+    print(f"headroom: sglang+ (LRU) {100 * lru:.2f}%; told whether an entry is used again: "
+          f"then LRU {100 * knows_whether(loaded, config, False):.2f}%, then least "
+          f"FLOP-efficient {100 * knows_whether(loaded, config, True):.2f}%")
 
 
 if __name__ == "__main__":
