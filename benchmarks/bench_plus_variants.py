@@ -169,6 +169,7 @@ def _power(power: float) -> Callable[[object, float], FlopAware]:
 
 
 GD_FIRST = tuple(sorted(DEFAULT_EXPERTS, key=lambda e: e.mode is not Mode.FLOP))
+DEPTH_FIRST = tuple(sorted(DEFAULT_EXPERTS, key=lambda e: e.mode is not Mode.DEPTH))
 VARIANTS = (
     "marconi+", "marconi+-density", "marconi+-depth", "marconi+-gd", "marconi+-no-depth",
     "marconi+-no-density",
@@ -187,6 +188,8 @@ VARIANTS = (
     _variant("warm-up, no early switch", _switchable, ShadowConfig(), NoEarlySwitch),
     _variant("gd runs first", lambda spec, alpha: Switchable(
         spec, 0.0, Mode.FLOP, Recency.GREEDY_DUAL), ShadowConfig(experts=GD_FIRST)),
+    _variant("depth runs first", lambda spec, alpha: Switchable(
+        spec, 0.0, Mode.DEPTH, Recency.GREEDY_DUAL), ShadowConfig(experts=DEPTH_FIRST)),
     _variant("gd level frozen", lambda spec, alpha: FrozenLevel(
         spec, 0.0, Mode.DENSITY, Recency.GREEDY_DUAL), ShadowConfig()),
     _variant("marconi alpha 1 in place of gd", lambda spec, alpha: MarconiAlpha1(spec),
@@ -244,6 +247,17 @@ def sweep_table(workers: int, only: Collection[str] = ()) -> None:
         losses = sum(m < -0.01 for m in margins)
         print(f"| {name} | {wins} / {len(margins) - wins - losses} / {losses} | "
               f"{sum(margins):+.1f} | {min(margins):+.2f} |")
+    print("\nlosses (margin < -0.01 point):")
+    for i, name in enumerate(variants):
+        lost = [f"{_where(p)} {100 * (results[k * len(variants) + i] - best):+.2f}"
+                for k, (p, best) in enumerate(configs)
+                if 100 * (results[k * len(variants) + i] - best) < -0.01]
+        print(f"- {name}: {'; '.join(lost) or 'none'}")
+
+
+def _where(p: dict[str, str]) -> str:
+    model = p["model"].replace("paper-7b", "").lstrip(",")
+    return " ".join(x for x in (p["dataset"], p["capacity"], model, f"{p['sps']} sps") if x)
 
 
 def _one(job: tuple[str, str, str, str]) -> float:
