@@ -180,7 +180,8 @@ def _compare_seeds(args: argparse.Namespace, names: list[str]) -> int:
 
         out = compare_plot(comparison.mean_rows(), args.plot,
                            f"{trace.name} | {args.model} | {args.capacity} | "
-                           f"mean of {args.seeds} seeds")
+                           f"mean of {args.seeds} seeds (bars: min-max)",
+                           spread=comparison.spread())
         print(f"plot written to {out}", file=sys.stderr)
     return 0
 

@@ -93,3 +93,9 @@ class SeedComparison:
         self._complete()
         return [{"system": s, **{k: float(self.values(s, k).mean()) for k in MEANS}}
                 for s in self.systems]
+
+    def spread(self) -> list[dict[str, tuple[float, float]]]:
+        """Each system's (min, max) over the seeds of every averaged key (error bars)."""
+        self._complete()
+        return [{k: (float(self.values(s, k).min()), float(self.values(s, k).max()))
+                 for k in MEANS} for s in self.systems]
