@@ -17,12 +17,14 @@ TRACE as in bench_plus.py. Prints:
 - the headroom of online eviction: Marconi's admission with an eviction told, for each
   candidate, *whether* a later request uses it (not when), dead entries first, then the
   least recently used or the least FLOP-efficient; beside sglang+ (LRU). What an online
-  policy could gain by predicting which sessions have ended.
+  policy could gain by predicting which sessions have ended; and how well an input's depth
+  predicts it (the share of calls at each depth that are their session's last).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 from collections.abc import Collection
 
 import numpy as np
@@ -145,6 +147,24 @@ def _register() -> None:
         description="bench_plus_why"))
 
 
+def last_call_share(loaded: Trace) -> str:
+    """Per input-depth bin (doubling from 8K tokens): calls, and the share that end their
+    session."""
+    last: dict[str, int] = {}
+    for i, r in enumerate(loaded):
+        last[r.session_id] = i
+    final = np.zeros(len(loaded), dtype=bool)
+    final[list(last.values())] = True
+    depth = np.array([r.n_input for r in loaded])
+    edges = [0, 8192, 16384, 32768, 65536, np.inf]
+    out = []
+    for lo, hi in itertools.pairwise(edges):
+        mask = (depth >= lo) & (depth < hi)
+        if mask.any():
+            out.append(f"{lo // 1024:.0f}K+ {mask.sum()} calls {final[mask].mean():.1%}")
+    return "; ".join(out)
+
+
 def in_flight(loaded: Trace) -> float:
     """Median over arrivals of the sessions begun and not yet ended."""
     spans: dict[str, list[float]] = {}
@@ -202,6 +222,7 @@ def main() -> None:
     print(f"headroom: sglang+ (LRU) {100 * lru:.2f}%; told whether an entry is used again: "
           f"then LRU {100 * knows_whether(loaded, config, False):.2f}%, then least "
           f"FLOP-efficient {100 * knows_whether(loaded, config, True):.2f}%")
+    print(f"calls that end their session, by input depth: {last_call_share(loaded)}")
 
 
 if __name__ == "__main__":
