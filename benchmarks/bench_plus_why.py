@@ -31,7 +31,7 @@ import numpy as np
 from bench_plus import trace
 from bench_plus_variants import NoPrior
 
-from marconi.policies import Action, System, register
+from marconi.policies import System, register
 from marconi.policies.admission import Judicious
 from marconi.policies.density import HitDensity
 from marconi.policies.eviction import Recency, Victim
@@ -100,24 +100,14 @@ class KnowsWhether(FutureEviction):
         self.touched.pop(node, None)
         super().removed(node)
 
-    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+    def priority(self, now: int) -> np.ndarray:
         slots, n = self.slots, len(self.slots)
-        nxt, weight = slots["next"], slots["weight"]
-        for slot in np.flatnonzero(nxt[:n] <= self.future.now).tolist():
-            nxt[slot], weight[slot] = self._score(slots.nodes[slot])
         if self.by_efficiency:
-            order = weight[:n].copy()  # bytes freed per FLOP saved: largest first
+            order = slots["weight"][:n].copy()  # bytes freed per FLOP saved: largest first
         else:
             order = np.array([now - self.touched.get(node, 0) for node in slots.nodes[:n]],
                              dtype=np.float64)
-        priority = order + (nxt[:n] >= NEVER) * 1e30
-        for node in protected:
-            if node in slots:
-                priority[slots.index[node]] = -np.inf
-        if not n or not np.isfinite(priority.max()):
-            return None
-        node = slots.nodes[int(np.argmax(priority))]
-        return Victim(node, Action.REMOVE if node.is_leaf else Action.MERGE)
+        return order + (slots["next"][:n] >= NEVER) * 1e30
 
 
 def knows_whether(loaded: Trace, config: SimConfig, by_efficiency: bool) -> float:

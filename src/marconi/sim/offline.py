@@ -92,7 +92,7 @@ class FutureEviction(Eviction):
         nxt, weight = slots["next"], slots["weight"]
         for slot in np.flatnonzero(nxt[:n] <= self.future.now).tolist():
             nxt[slot], weight[slot] = self._score(slots.nodes[slot])
-        priority = (nxt[:n] - self.future.now) * weight[:n]
+        priority = self.priority(now)
         for node in protected:
             if node in slots:
                 priority[slots.index[node]] = -np.inf
@@ -100,6 +100,11 @@ class FutureEviction(Eviction):
             return None
         node = slots.nodes[int(np.argmax(priority))]
         return Victim(node, Action.REMOVE if node.is_leaf else Action.MERGE)
+
+    def priority(self, now: int) -> np.ndarray:
+        """Each candidate's claim to leave (the largest goes), its columns fresh."""
+        n = len(self.slots)
+        return (self.slots["next"][:n] - self.future.now) * self.slots["weight"][:n]
 
     def _score(self, node: Node) -> tuple[float, float]:
         """(next use, bytes freed per FLOP saved) of evicting `node` now."""
