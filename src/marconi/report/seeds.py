@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from marconi.report.table import align
 from marconi.sim.metrics import paired_margin
 
 MEANS = ("token_hit_rate", "request_hit_rate", "flops_saved_rate", "ttft_p50", "ttft_p95")
@@ -78,11 +79,7 @@ class SeedComparison:
             vs = "-" if system == first else str(paired_margin(saved, 100 * self.values(first)))
             cells.append((system, f"{saved.mean():.2f}%", f"{saved.min():.2f} - {saved.max():.2f}",
                           f"{hit.mean():.2f}%", vs))
-        widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-        lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                           for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-                 for row in cells]
-        lines.insert(1, "  ".join("-" * w for w in widths))
+        lines = [align(cells)]
         if all(np.ptp(self.values(s)) == 0 for s in self.systems):
             lines.append("every seed gave the same result: this trace's arrivals do not "
                          "depend on --seed")

@@ -37,7 +37,12 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]
     """Aligned text table, one row per summary."""
     cells = [[header for header, _, _ in columns]]
     cells += [[_cell(row.get(key), fmt) for _, key, fmt in columns] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    return align(cells)
+
+
+def align(cells: Sequence[Sequence[str]]) -> str:
+    """Rows of text cells, the first a header: first column left, others right-aligned."""
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                        for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
