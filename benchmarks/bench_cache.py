@@ -12,9 +12,10 @@ import time
 
 import numpy as np
 
-from marconi.cache import PrefixCache
-from marconi.policies import FlopAware
-from marconi.spec import PAPER_7B
+from marconi.core.spec import PAPER_7B
+from marconi.paper.eviction import FlopAware
+from marconi.plus.switchable import Switchable
+from marconi.systems import make_cache
 
 
 def conversations(sessions: int, turn: int, max_tokens: int, seed: int = 0) -> list[np.ndarray]:
@@ -29,7 +30,7 @@ def conversations(sessions: int, turn: int, max_tokens: int, seed: int = 0) -> l
 
 
 def time_requests(system: str, inputs: list[np.ndarray], out_tokens: int) -> dict[str, float]:
-    cache = PrefixCache(PAPER_7B, "10TB", system, alpha=1.0)
+    cache = make_cache(PAPER_7B, "10TB", system, alpha=1.0)
     lookups, commits = [], []
     for tokens in inputs:
         t0 = time.perf_counter()
@@ -54,7 +55,7 @@ def time_victim(candidates: int, repeats: int = 200, system: str = "marconi") ->
     FLOP-aware; `marconi+-density`: hit density, run by its Switchable's twin;
     `marconi+`: the whole Switchable in hit-density mode, which also advances
     GreedyDual's level, a second scoring pass)."""
-    cache = PrefixCache(PAPER_7B, "900TB", system, alpha=1.0 if system == "marconi" else None)
+    cache = make_cache(PAPER_7B, "900TB", system, alpha=1.0 if system == "marconi" else None)
     rng = np.random.default_rng(1)
     for i in range(candidates):
         tokens = rng.integers(0, 32_000, int(rng.integers(10, 2000)), dtype=np.int32)
@@ -62,8 +63,11 @@ def time_victim(candidates: int, repeats: int = 200, system: str = "marconi") ->
         cache.commit(tokens, len(tokens))
     policy = cache.eviction
     if system == "marconi+-density":
-        policy = getattr(policy, "density", policy)
-    assert isinstance(policy, FlopAware) and len(policy.candidates()) == candidates
+        assert isinstance(policy, Switchable)
+        policy = policy.density
+    candidates_of = policy.flop if isinstance(policy, Switchable) else policy
+    assert isinstance(candidates_of, FlopAware)
+    assert len(candidates_of.candidates()) == candidates
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()

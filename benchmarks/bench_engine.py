@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from marconi.engine.cli import main
+from marconi.commands.engine_bench import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -21,10 +21,10 @@ from concurrent.futures import ProcessPoolExecutor
 from functools import cache
 from pathlib import Path
 
+from marconi.core.spec import PAPER_7B, resolve_model
 from marconi.sim.metrics import gap_closed
-from marconi.sim.oracle import run
-from marconi.sim.replay import SimConfig
-from marconi.spec import PAPER_7B, resolve_model
+from marconi.sim.result import SimConfig
+from marconi.sim.run import run
 from marconi.workload import load_trace
 from marconi.workload.options import TraceOptions
 from marconi.workload.types import Trace
@@ -34,7 +34,7 @@ PEERS = ("sglang+", "sglang-2026", "vllm-2026", "marconi")
 MAIN = (*PEERS, "marconi+", "offline")
 ABLATION = ("marconi+", "marconi+-density", "marconi+-depth", "marconi+-gd",
             "marconi+-no-depth", "marconi+-no-gd", "marconi+-no-density",
-            "marconi+-no-boundaries", "marconi+-guarded", "marconi", "sglang+", "offline")
+            "marconi+-no-boundaries", "marconi", "sglang+", "offline")
 LOAD = [("sharegpt", "2GB"), ("sharegpt", "5GB"), ("swe-agent", "20GB")]
 # (set, trace, capacity, model). Set 1 was run once the design was fixed and exposed a
 # weakness (fixed: hit density's recency prior); set 2 was run once, after that fix;

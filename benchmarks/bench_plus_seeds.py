@@ -40,9 +40,9 @@ from bench_plus import DATA
 from bench_plus_variants import PEERS, _cell, configurations
 from tqdm import tqdm
 
+from marconi.core.spec import resolve_model
 from marconi.sim.metrics import PairedMargin, paired_margin
 from marconi.sim.sweep import run_cell
-from marconi.spec import resolve_model
 
 SYSTEMS = (*PEERS, "marconi+")
 

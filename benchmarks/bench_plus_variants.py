@@ -23,16 +23,19 @@ from pathlib import Path
 import numpy as np
 from bench_plus import saved, trace
 
-from marconi.policies import System, register
-from marconi.policies.density import LEAF, PRIOR_HITS, HitDensity
-from marconi.policies.eviction import FlopAware, Recency, Victim
-from marconi.policies.plus import Mode, Structured, Switchable
-from marconi.policies.plus_systems import PLAIN
-from marconi.shadows import DEFAULT_EXPERTS, ShadowConfig, ShadowTuner
-from marconi.sim.replay import SimConfig, simulate
+from marconi.core.policy import Eviction, Victim
+from marconi.core.spec import ModelSpec, resolve_model
+from marconi.core.tree import Node
+from marconi.paper.eviction import FlopAware
+from marconi.plus.admission import PLAIN, Structured
+from marconi.plus.density import LEAF, PRIOR_HITS, HitDensity
+from marconi.plus.greedy_dual import GreedyDualFlop
+from marconi.plus.shadows import DEFAULT_EXPERTS, ShadowConfig, ShadowTuner
+from marconi.plus.switchable import Mode, Switchable
+from marconi.sim.replay import simulate
+from marconi.sim.result import SimConfig
 from marconi.sim.sweep import Cell, run_cell
-from marconi.spec import resolve_model
-from marconi.tree import Node
+from marconi.systems import System, TunerOptions, register
 from marconi.workload import TraceOptions, load_trace
 
 SWEEP = Path(__file__).resolve().parents[1] / "experiments" / "results" / "sweep.csv"
@@ -91,7 +94,7 @@ class HitsAhead(HitDensity):
         self.events *= self.decay
 
 
-class CostPower(FlopAware):
+class CostPower(GreedyDualFlop):
     """GreedyDual-FLOP with cost eff^power."""
 
     power = 1.0
@@ -105,13 +108,7 @@ class FrozenLevel(Switchable):
     """marconi+'s eviction whose GreedyDual level does not follow the other experts."""
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
-        if self.mode is Mode.LRU:
-            return self.lru.victim(protected, now)
-        if self.mode is Mode.DENSITY:
-            return self.density.victim(protected, now)
-        if self.mode is Mode.DEPTH:
-            return self.depth.victim(protected, now)
-        return FlopAware.victim(self, protected, now)
+        return self.experts[self.mode].victim(protected, now)
 
 
 def _depth_classes(base: int, per_doubling: int, classes: int) -> type[Switchable]:
@@ -119,8 +116,8 @@ def _depth_classes(base: int, per_doubling: int, classes: int) -> type[Switchabl
     classes per doubling, `classes` in all."""
 
     class Sized(Switchable):
-        def __init__(self, spec: object) -> None:
-            super().__init__(spec, 0.0, Mode.DENSITY, Recency.GREEDY_DUAL)  # type: ignore[arg-type]
+        def __init__(self, spec: ModelSpec) -> None:
+            super().__init__(spec, Mode.DENSITY)
 
         def depth_policy(self) -> HitDensity:
             return HitDensity(self.spec, depth_classes=classes, depth_base=base,
@@ -129,14 +126,16 @@ def _depth_classes(base: int, per_doubling: int, classes: int) -> type[Switchabl
     return Sized
 
 
-class MarconiAlpha1(Switchable):
-    """marconi+'s eviction whose FLOP order is Marconi's score with alpha fixed at 1."""
-
-    def __init__(self, spec: object) -> None:
-        super().__init__(spec, 1.0, Mode.DENSITY, Recency.TIME)  # type: ignore[arg-type]
+class FixedAlpha(FlopAware):
+    """Marconi's score with an alpha no setting changes."""
 
     def set_alpha(self, alpha: float) -> None:
-        self.alpha = 1.0
+        return None
+
+
+def marconi_alpha_1(spec: ModelSpec) -> Switchable:
+    """marconi+'s eviction whose FLOP order is Marconi's score with alpha fixed at 1."""
+    return Switchable(spec, Mode.DENSITY, flop=FixedAlpha(spec, 1.0))
 
 
 class NoEarlySwitch(ShadowTuner):
@@ -147,25 +146,25 @@ class NoEarlySwitch(ShadowTuner):
             super()._decide(cache)  # type: ignore[arg-type]
 
 
-def _variant(name: str, eviction: Callable[[object, float], object],
+def _variant(name: str, eviction: Callable[[ModelSpec, float], Eviction],
              config: ShadowConfig | None = None, tuner_class: type = ShadowTuner) -> str:
-    def tuner(multiplier: int = 5, objective: str = "flops") -> object:
-        return tuner_class(config) if config is not None else None
+    def tuner(options: TunerOptions) -> ShadowTuner:
+        return tuner_class(config)  # type: ignore[no-any-return]
 
-    register(System(name=name, admission=lambda: Structured(PLAIN),
-                    eviction=eviction,  # type: ignore[arg-type]
-                    tuned=config is not None, tuner=tuner if config is not None else None,
+    register(System(name=name,
+                    policies=lambda spec, alpha: (Structured(PLAIN), eviction(spec, alpha)),
+                    tuner=tuner if config is not None else None,
                     description="benchmark variant"))
     return name
 
 
-def _switchable(spec: object, alpha: float) -> Switchable:
-    return Switchable(spec, 0.0, Mode.DENSITY, Recency.GREEDY_DUAL)  # type: ignore[arg-type]
+def _switchable(spec: ModelSpec, alpha: float) -> Switchable:
+    return Switchable(spec, Mode.DENSITY)
 
 
-def _power(power: float) -> Callable[[object, float], FlopAware]:
+def _power(power: float) -> Callable[[ModelSpec, float], GreedyDualFlop]:
     cls = type(f"CostPower{power}", (CostPower,), {"power": power})
-    return lambda spec, alpha: cls(spec, 0.0, Recency.GREEDY_DUAL)
+    return lambda spec, alpha: cls(spec)
 
 
 GD_FIRST = tuple(sorted(DEFAULT_EXPERTS, key=lambda e: e.mode is not Mode.FLOP))
@@ -186,13 +185,13 @@ VARIANTS = (
     _variant("lead 0.3%, no warm-up", _switchable, ShadowConfig(threshold=0.003, warmup=0)),
     _variant("lead 1%", _switchable, ShadowConfig(threshold=0.01)),
     _variant("warm-up, no early switch", _switchable, ShadowConfig(), NoEarlySwitch),
-    _variant("gd runs first", lambda spec, alpha: Switchable(
-        spec, 0.0, Mode.FLOP, Recency.GREEDY_DUAL), ShadowConfig(experts=GD_FIRST)),
-    _variant("depth runs first", lambda spec, alpha: Switchable(
-        spec, 0.0, Mode.DEPTH, Recency.GREEDY_DUAL), ShadowConfig(experts=DEPTH_FIRST)),
-    _variant("gd level frozen", lambda spec, alpha: FrozenLevel(
-        spec, 0.0, Mode.DENSITY, Recency.GREEDY_DUAL), ShadowConfig()),
-    _variant("marconi alpha 1 in place of gd", lambda spec, alpha: MarconiAlpha1(spec),
+    _variant("gd runs first", lambda spec, alpha: Switchable(spec, Mode.FLOP),
+             ShadowConfig(experts=GD_FIRST)),
+    _variant("depth runs first", lambda spec, alpha: Switchable(spec, Mode.DEPTH),
+             ShadowConfig(experts=DEPTH_FIRST)),
+    _variant("gd level frozen", lambda spec, alpha: FrozenLevel(spec, Mode.DENSITY),
+             ShadowConfig()),
+    _variant("marconi alpha 1 in place of gd", lambda spec, alpha: marconi_alpha_1(spec),
              ShadowConfig()),
 )
 

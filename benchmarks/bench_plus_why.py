@@ -31,18 +31,19 @@ import numpy as np
 from bench_plus import trace
 from bench_plus_variants import NoPrior
 
-from marconi.policies import System, register
-from marconi.policies.admission import Judicious
-from marconi.policies.density import HitDensity
-from marconi.policies.eviction import Recency, Victim
-from marconi.policies.plus import Mode, Structured, Switchable
-from marconi.policies.plus_systems import PLAIN
-from marconi.shadows import ShadowConfig, ShadowTuner
+from marconi.core.policy import Victim
+from marconi.core.spec import resolve_model
+from marconi.core.tree import Node
+from marconi.paper.admission import Judicious
+from marconi.plus.admission import PLAIN, Structured
+from marconi.plus.density import HitDensity
+from marconi.plus.shadows import ShadowConfig, ShadowTuner
+from marconi.plus.switchable import Mode, Switchable
 from marconi.sim.future import FutureIndex
 from marconi.sim.offline import NEVER, FutureEviction
-from marconi.sim.replay import SimConfig, simulate
-from marconi.spec import resolve_model
-from marconi.tree import Node
+from marconi.sim.replay import simulate
+from marconi.sim.result import SimConfig
+from marconi.systems import System, register
 from marconi.workload.types import Trace
 
 RECORDS: dict[str, list[tuple[float, ...]]] = {"victims": [], "exposure": [], "leads": []}
@@ -117,8 +118,9 @@ def knows_whether(loaded: Trace, config: SimConfig, by_efficiency: bool) -> floa
     def at(i: int) -> None:
         future.now = i
 
-    system = System(name="why: knows whether", admission=Judicious,
-                    eviction=lambda spec, alpha: KnowsWhether(spec, future, by_efficiency),
+    system = System(name="why: knows whether",
+                    policies=lambda spec, alpha: (Judicious(),
+                                                  KnowsWhether(spec, future, by_efficiency)),
                     description="bench_plus_why")
     return float(simulate(loaded, config, system=system, before=at)
                  .summary()["flops_saved_rate"])
@@ -127,14 +129,13 @@ def knows_whether(loaded: Trace, config: SimConfig, by_efficiency: bool) -> floa
 def _register() -> None:
     for name, base in (("why: density", HitDensity), ("why: no prior exposure", NoPrior)):
         cls = traced(base)
-        register(System(name=name, admission=lambda: Structured(PLAIN),
-                        eviction=lambda spec, alpha, cls=cls: cls(spec),
+        register(System(name=name,
+                        policies=lambda spec, alpha, cls=cls: (Structured(PLAIN), cls(spec)),
                         description="bench_plus_why"))
     register(System(
-        name="why: marconi+", admission=lambda: Structured(PLAIN),
-        eviction=lambda spec, alpha: Switchable(spec, 0.0, Mode.DENSITY, Recency.GREEDY_DUAL),
-        tuned=True, tuner=lambda multiplier=5, objective="flops": LeadTuner(ShadowConfig()),
-        description="bench_plus_why"))
+        name="why: marconi+",
+        policies=lambda spec, alpha: (Structured(PLAIN), Switchable(spec, Mode.DENSITY)),
+        tuner=lambda options: LeadTuner(ShadowConfig()), description="bench_plus_why"))
 
 
 def last_call_share(loaded: Trace) -> str:

@@ -15,10 +15,10 @@ import resource
 import time
 from pathlib import Path
 
-from marconi.policies import SYSTEMS
+from marconi.core.spec import PAPER_7B
 from marconi.sim import SimConfig
-from marconi.sim.oracle import run
-from marconi.spec import PAPER_7B
+from marconi.sim.run import run
+from marconi.systems import SYSTEMS
 from marconi.workload import TraceOptions, load_trace
 
 SWE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mini-swe-agent" / "trajs"

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from marconi.spec import ModelSpec
+import numpy as np
+
+from marconi.core.cache import PrefixCache
+from marconi.core.spec import ModelSpec
+from marconi.core.tuning import Tuner
 
 # bytes small enough that a handful of entries fill a cache: KV 256 B/token, state 81,920 B
 SMALL = ModelSpec(name="small", d_model=64, attention_layers=1, ssm_layers=8, mlp_layers=9,
@@ -32,3 +37,15 @@ class ListStore:
             self.released_kv.append(kv)
         if state is not None:
             self.released_states.append(state)
+
+
+def serve(cache: PrefixCache, tuner: Tuner | None, tokens: object, n_input: int,
+          boundaries: Sequence[int] = ()) -> int:
+    """One request as a driver runs it: lookup, commit input + output, then the tuner.
+    Returns the hit."""
+    arr = np.asarray(tokens, dtype=np.int32)
+    hit = cache.lookup(arr[:n_input], boundaries=boundaries).hit
+    cache.commit(arr, n_input, boundaries=boundaries)
+    if tuner is not None:
+        tuner.observe(cache, arr, n_input, boundaries)
+    return hit

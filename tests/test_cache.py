@@ -3,10 +3,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from marconi.cache import PrefixCache
-from marconi.integrity import check_integrity
-from marconi.policies import SYSTEMS
-from marconi.spec import PAPER_7B
+from marconi.core.cache import PrefixCache
+from marconi.core.integrity import check_integrity
+from marconi.core.spec import PAPER_7B
+from marconi.systems import SYSTEMS, make_cache
 from tests.helpers import SMALL, ListStore
 
 
@@ -24,7 +24,7 @@ class TestFigure4:
     """The paper's Figure 4 shapes."""
 
     def test_shared_prefix_checkpointed_on_second_hit_on_third(self) -> None:
-        cache = PrefixCache(PAPER_7B, "1TB", "marconi")
+        cache = make_cache(PAPER_7B, "1TB", "marconi")
         system = _seq(0, 100)
         first = cache.lookup(system + _seq(1000, 20))
         assert (first.hit, first.checkpoints) == (0, ())
@@ -37,20 +37,20 @@ class TestFigure4:
         assert third.hit == 100 and third.checkpoints == ()
 
     def test_conversation_resumes_at_last_token_of_previous_turn(self) -> None:
-        cache = PrefixCache(PAPER_7B, "1TB", "marconi")
+        cache = make_cache(PAPER_7B, "1TB", "marconi")
         turn1, out1 = _seq(0, 50), _seq(500, 30)
         _request(cache, turn1, out1)
         plan = cache.lookup(turn1 + out1 + _seq(900, 10))
         assert plan.hit == 80 and plan.node is not None and plan.node.has_state
 
     def test_at_most_two_states_per_request(self) -> None:
-        cache = PrefixCache(PAPER_7B, "1TB", "sglang+")
+        cache = make_cache(PAPER_7B, "1TB", "sglang+")
         _request(cache, _seq(0, 300), [1])
         result = cache.commit(_seq(0, 100) + _seq(5000, 300), 400)
         assert len(result.admitted) <= 2
 
     def test_exact_repeat_hits_whole_input(self) -> None:
-        cache = PrefixCache(PAPER_7B, "1TB", "sglang+")
+        cache = make_cache(PAPER_7B, "1TB", "sglang+")
         _request(cache, _seq(0, 40), [])
         assert cache.lookup(_seq(0, 40)).hit == 40
 
@@ -61,7 +61,7 @@ class TestFlopAware:
     def _fill(self, system: str, alpha: float | None) -> PrefixCache:
         long_bytes = 1000 * SMALL.kv_bytes_per_token + SMALL.ssm_bytes
         short_bytes = 10 * SMALL.kv_bytes_per_token + SMALL.ssm_bytes
-        cache = PrefixCache(SMALL, long_bytes + 2 * short_bytes + 40_000, system, alpha=alpha)
+        cache = make_cache(SMALL, long_bytes + 2 * short_bytes + 40_000, system, alpha=alpha)
         _request(cache, _seq(0, 1000), [])
         _request(cache, _seq(10_000, 10), [])
         _request(cache, _seq(20_000, 10), [])
@@ -84,7 +84,7 @@ class TestFlopAware:
 
     def test_one_child_node_evicted_by_merging(self) -> None:
         store = ListStore()
-        cache = PrefixCache(SMALL, "1TB", "marconi", alpha=0.0, store=store)
+        cache = make_cache(SMALL, "1TB", "marconi", alpha=0.0, store=store)
         turn1 = _seq(0, 20)
         _request(cache, turn1, [])
         _request(cache, turn1 + _seq(100, 20), [])  # chain: node@20 -> node@40
@@ -101,7 +101,7 @@ class TestCapacity:
     @pytest.mark.parametrize("system", list(SYSTEMS))
     def test_never_over_capacity(self, system: str) -> None:
         rng = np.random.default_rng(0)
-        cache = PrefixCache(SMALL, 600_000, system, alpha=0.5)
+        cache = make_cache(SMALL, 600_000, system, alpha=0.5)
         for _ in range(60):
             base = int(rng.integers(0, 4)) * 1000
             inp = _seq(base, int(rng.integers(5, 200))) + rng.integers(0, 9, 30).tolist()
@@ -110,19 +110,19 @@ class TestCapacity:
         check_integrity(cache)
 
     def test_too_big_is_refused_not_overflowed(self) -> None:
-        cache = PrefixCache(SMALL, 50_000, "sglang+")
+        cache = make_cache(SMALL, 50_000, "sglang+")
         result = cache.commit(_seq(0, 500), 500)
         assert result.refused and cache.bytes == 0 and cache.stats.refused_commits == 1
 
     def test_vanilla_caches_nothing(self) -> None:
-        cache = PrefixCache(PAPER_7B, "1TB", "vanilla")
+        cache = make_cache(PAPER_7B, "1TB", "vanilla")
         _request(cache, _seq(0, 10), [1])
         assert cache.lookup(_seq(0, 10)).hit == 0 and cache.bytes == 0
 
 
 class TestPins:
     def test_pinned_node_survives_pressure(self) -> None:
-        cache = PrefixCache(SMALL, 400_000, "sglang+")
+        cache = make_cache(SMALL, 400_000, "sglang+")
         _request(cache, _seq(0, 100), [])
         plan = cache.lookup([*_seq(0, 100), 7])
         cache.pin(plan.node)
@@ -134,7 +134,7 @@ class TestPins:
         check_integrity(cache)
 
     def test_unpin_without_pin(self) -> None:
-        cache = PrefixCache(SMALL, "1TB", "marconi")
+        cache = make_cache(SMALL, "1TB", "marconi")
         _request(cache, _seq(0, 10), [])
         node = cache.lookup(_seq(0, 10)).node
         with pytest.raises(ValueError, match="not pinned"):
@@ -145,7 +145,7 @@ class TestStore:
     @pytest.mark.parametrize("system", ["sglang+", "marconi", "vllm+"])
     def test_path_kv_spells_the_prefix(self, system: str) -> None:
         store = ListStore()
-        cache = PrefixCache(SMALL, 2_000_000, system, alpha=1.0, store=store)
+        cache = make_cache(SMALL, 2_000_000, system, alpha=1.0, store=store)
         rng = np.random.default_rng(1)
         for _ in range(40):
             inp = _seq(int(rng.integers(0, 3)) * 100, 60) + rng.integers(0, 5, 20).tolist()
@@ -160,19 +160,19 @@ class TestStore:
         assert len(store.released_states) == cache.stats.states_evicted > 0
 
     def test_uncaptured_state_not_admitted(self) -> None:
-        cache = PrefixCache(SMALL, "1TB", "sglang+", store=ListStore())
+        cache = make_cache(SMALL, "1TB", "sglang+", store=ListStore())
         result = cache.commit(_seq(0, 10), 10, states={}, kv=_seq(0, 10))
         assert result.admitted == () and cache.stats.states_not_captured == 1
         assert cache.lookup(_seq(0, 10)).hit == 0
 
     def test_unused_states_released(self) -> None:
         store = ListStore()
-        cache = PrefixCache(SMALL, "1TB", "sglang+", store=store)
+        cache = make_cache(SMALL, "1TB", "sglang+", store=store)
         cache.commit(_seq(0, 10), 10, states={10: "s10", 5: "s5"}, kv=_seq(0, 10))
         assert store.released_states == ["s5"]
 
     def test_required_states(self) -> None:
-        cache = PrefixCache(SMALL, "1TB", "marconi")
+        cache = make_cache(SMALL, "1TB", "marconi")
         _request(cache, _seq(0, 30), [])
         assert cache.required_states([*_seq(0, 10), 99], 11) == (10, 11)
         assert cache.required_states(_seq(0, 30), 30) == ()
@@ -183,24 +183,24 @@ class TestBadInput:
         ([], "empty token list"), ([1.5, 2.0], "must be integers"), ([[1, 2]], "flat list"),
         (["a"], "must be integers"), ([-1, 3], r"\[0, 2\*\*31\)")])
     def test_tokens(self, tokens: object, word: str) -> None:
-        cache = PrefixCache(SMALL, "1GB", "marconi")
+        cache = make_cache(SMALL, "1GB", "marconi")
         with pytest.raises(ValueError, match=word):
             cache.lookup(tokens)
 
     def test_negative_capacity(self) -> None:
         with pytest.raises(ValueError, match="-5"):
-            PrefixCache(SMALL, -5, "marconi")
+            make_cache(SMALL, -5, "marconi")
 
     def test_unknown_system(self) -> None:
         with pytest.raises(ValueError, match=r"unknown system .lfu.*sglang"):
-            PrefixCache(SMALL, "1GB", "lfu")
+            make_cache(SMALL, "1GB", "lfu")
 
     def test_negative_alpha(self) -> None:
         with pytest.raises(ValueError, match=r"-0\.5"):
-            PrefixCache(SMALL, "1GB", "marconi", alpha=-0.5)
+            make_cache(SMALL, "1GB", "marconi", alpha=-0.5)
 
     def test_n_input_out_of_range(self) -> None:
-        cache = PrefixCache(SMALL, "1GB", "marconi")
+        cache = make_cache(SMALL, "1GB", "marconi")
         with pytest.raises(ValueError, match="n_input=5"):
             cache.commit([1, 2], 5)
 
@@ -209,7 +209,7 @@ class TestTransformer:
     def test_every_matched_token_is_reused_without_ssm_layers(self) -> None:
         spec = SMALL.replace(ssm_layers=0, attention_layers=4)
         for system in ("sglang+", "vllm+", "marconi"):
-            cache = PrefixCache(spec, "1TB", system)
+            cache = make_cache(spec, "1TB", system)
             _request(cache, _seq(0, 100), [1, 2])
             assert cache.lookup([*_seq(0, 57), 999]).hit == 57
 
@@ -217,7 +217,7 @@ class TestTransformer:
 class TestEarlyStates:
     def test_chunk_boundary_state_stands_in_for_the_branch_point(self) -> None:
         store = ListStore()
-        cache = PrefixCache(SMALL, "1TB", "marconi", store=store)
+        cache = make_cache(SMALL, "1TB", "marconi", store=store)
         system = _seq(0, 100)
         _request(cache, [*system, *_seq(1000, 20)], [])
         second = [*system, *_seq(2000, 20)]
@@ -230,7 +230,7 @@ class TestEarlyStates:
         check_integrity(cache)
 
     def test_a_state_past_the_previous_position_only(self) -> None:
-        cache = PrefixCache(SMALL, "1TB", "sglang+", store=ListStore())
+        cache = make_cache(SMALL, "1TB", "sglang+", store=ListStore())
         result = cache.commit(_seq(0, 50), 50, states={30: "early"}, kv=_seq(0, 50))
         assert result.admitted == (30,)
         assert cache.stats.states_not_captured == 0

@@ -6,10 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from marconi.cache import PrefixCache
-from marconi.integrity import check_integrity
-from marconi.policies import SYSTEMS, Block
-from marconi.tree import Node
+from marconi.core.cache import PrefixCache
+from marconi.core.integrity import check_integrity
+from marconi.core.tree import Node
+from marconi.paper.admission import Block
+from marconi.systems import SYSTEMS, make_cache
 from tests.helpers import SMALL, ListStore
 
 PREFIXES = [[], [1, 2, 3, 4, 5, 6], [1, 2, 3, 9, 9], [7] * 12, [5, 6, 5, 6, 5]]
@@ -35,7 +36,7 @@ class CacheMachine(RuleBasedStateMachine):
     @initialize(system=st.sampled_from(sorted(SYSTEMS)), capacity=st.integers(0, 400_000),
                 alpha=st.sampled_from([0.0, 0.5, 2.0]))
     def make(self, system: str, capacity: int, alpha: float) -> None:
-        self.cache = PrefixCache(SMALL, capacity, system, alpha=alpha, store=ListStore())
+        self.cache = make_cache(SMALL, capacity, system, alpha=alpha, store=ListStore())
         self.pinned: list[Node] = []
         self.last: Node | None = None
 
@@ -127,7 +128,7 @@ class JudiciousReference:
 @given(st.lists(st.tuples(inputs, outputs), min_size=1, max_size=25),
        st.sampled_from(["sglang+", "marconi"]))
 def test_judicious_matches_list_reference(requests: list, system: str) -> None:
-    cache = PrefixCache(SMALL, "1TB", system)
+    cache = make_cache(SMALL, "1TB", system)
     ref = JudiciousReference()
     for inp, out in requests:
         plan = cache.lookup(inp)
@@ -142,7 +143,7 @@ def test_judicious_matches_list_reference(requests: list, system: str) -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(inputs, outputs), min_size=1, max_size=20), st.integers(1, 6))
 def test_block_admission_matches_list_reference(requests: list, block: int) -> None:
-    cache = PrefixCache(SMALL, "1TB", "vllm+")
+    cache = make_cache(SMALL, "1TB", "vllm+")
     cache.admission = Block(block)
     states: set[tuple[int, ...]] = set()
     for inp, out in requests:

@@ -1,4 +1,4 @@
-"""Hit-density eviction (`marconi.policies.density`): the learned table, the vectorized
+"""Hit-density eviction (`marconi.plus.density`): the learned table, the vectorized
 scores against a per-node reference, and what it buys on a real trace."""
 
 from __future__ import annotations
@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from marconi.cache import PrefixCache
-from marconi.integrity import check_integrity
-from marconi.policies.density import (
+from marconi.core.cache import PrefixCache
+from marconi.core.integrity import check_integrity
+from marconi.core.spec import PAPER_7B
+from marconi.core.tree import Node
+from marconi.plus.density import (
     DEPTH_BASE,
     INTERIOR,
     LEAF,
@@ -16,9 +18,10 @@ from marconi.policies.density import (
     PRIOR_HITS,
     HitDensity,
 )
-from marconi.sim.replay import SimConfig, simulate
-from marconi.spec import PAPER_7B
-from marconi.tree import Node
+from marconi.plus.switchable import Switchable
+from marconi.sim.replay import simulate
+from marconi.sim.result import SimConfig
+from marconi.systems import make_cache
 from marconi.workload import TraceOptions, load_trace
 from tests.helpers import SMALL
 
@@ -117,7 +120,7 @@ class TestTable:
 class TestInCache:
     def _run(self, seed: int = 0, system: str = "marconi+-density") -> PrefixCache:
         """Sessions that grow (their ends become interior nodes) and some that branch."""
-        cache = PrefixCache(SMALL, 4_000_000, system)
+        cache = make_cache(SMALL, 4_000_000, system)
         rng = np.random.default_rng(seed)
         sessions = [rng.integers(0, 50, 40).tolist() for _ in range(12)]
         for _ in range(300):
@@ -174,13 +177,14 @@ def test_depth_classes_pay_on_sharegpt() -> None:
 def test_greedy_dual_level_follows_density_evictions() -> None:
     """marconi+ runs hit density; its GreedyDual twin's level must still rise with every
     eviction, so that a switch to it finds a recency order and not efficiency alone."""
-    cache = PrefixCache(SMALL, 600_000, "marconi+-density")
-    policy = cache.eviction
+    cache = make_cache(SMALL, 600_000, "marconi+-density")
+    assert isinstance(cache.eviction, Switchable)
+    policy = cache.eviction.flop
     for i in range(60):
         inp = list(range(1000 * i, 1000 * i + 200))
         cache.lookup(inp)
         cache.commit([*inp, 1], len(inp))
     assert cache.stats.evictions > 0
-    assert policy.level > 0  # type: ignore[attr-defined]
-    levels = [policy.stamp.get(n, 0) for n in policy.candidates()]  # type: ignore[attr-defined]
+    assert policy.level > 0
+    levels = [policy.stamp.get(n, 0) for n in policy.candidates()]
     assert max(levels) > 0  # recent entries stamped above the old ones

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from marconi.policies import SYSTEMS
+from marconi.core.spec import PAPER_7B
 from marconi.sim.future import FutureIndex
-from marconi.sim.oracle import run
-from marconi.sim.replay import OFFLINE, SimConfig
-from marconi.spec import PAPER_7B
+from marconi.sim.result import OFFLINE, SimConfig
+from marconi.sim.run import run
+from marconi.systems import SYSTEMS
 from marconi.workload import load_trace
 from marconi.workload.options import TraceOptions
 

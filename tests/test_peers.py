@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marconi.cache import PrefixCache
-from marconi.integrity import check_integrity
-from marconi.policies import SYSTEMS, System
-from marconi.policies.mamba_align import Align, BlockLRU, VLLMConfig, vllm_block_tokens
-from marconi.policies.mamba_radix import BufferMode, MambaRadix, MambaRadixLRU, SGLangConfig
-from marconi.spec import PAPER_7B
+from marconi.core.cache import PrefixCache
+from marconi.core.integrity import check_integrity
+from marconi.core.spec import PAPER_7B
+from marconi.peers.mamba_align import Align, BlockLRU, VLLMConfig, vllm_block_tokens
+from marconi.peers.mamba_radix import BufferMode, MambaRadix, MambaRadixLRU, SGLangConfig
+from marconi.systems import SYSTEMS, make_cache
 from tests.helpers import SMALL, ListStore
 from tests.test_cache_properties import inputs, outputs, reference_hit, state_prefixes
 
@@ -30,16 +30,12 @@ def _request(cache: PrefixCache, inp: list[int], out: list[int] | None = None) -
 
 def _sglang(capacity: int | str = "1TB", **config: object) -> PrefixCache:
     cfg = SGLangConfig(**config)  # type: ignore[arg-type]
-    system = System(name="sglang-test", admission=lambda: MambaRadix(cfg),
-                    eviction=lambda spec, alpha: MambaRadixLRU(cfg))
-    return PrefixCache(SMALL, capacity, system)
+    return PrefixCache(SMALL, capacity, MambaRadix(cfg), MambaRadixLRU(cfg))
 
 
 def _vllm(block: int, capacity: int | str = "1TB", chunk: int = 8192) -> PrefixCache:
     cfg = VLLMConfig(block=block, chunk=chunk)
-    system = System(name="vllm-test", admission=lambda: Align(cfg),
-                    eviction=lambda spec, alpha: BlockLRU())
-    return PrefixCache(SMALL, capacity, system)
+    return PrefixCache(SMALL, capacity, Align(cfg), BlockLRU())
 
 
 class TestRegistry:
@@ -61,10 +57,10 @@ class TestVLLMAlign:
         # 16 * ceil(one layer's state / (16 * one layer's KV per token))
         assert vllm_block_tokens(SMALL) == 48  # 10,240 B state, 256 B/token
         assert vllm_block_tokens(PAPER_7B) == 80
-        assert PrefixCache(SMALL, "1TB", "vllm-2026").admission.block == 48  # type: ignore
+        assert make_cache(SMALL, "1TB", "vllm-2026").admission.block == 48  # type: ignore
 
     def test_no_hit_below_one_block(self) -> None:
-        cache = PrefixCache(SMALL, "1TB", "vllm-2026")
+        cache = make_cache(SMALL, "1TB", "vllm-2026")
         _request(cache, _seq(0, 47))
         assert cache.lookup(_seq(0, 47)).hit == 0 and cache.bytes == 0
         _request(cache, _seq(0, 47), [1])  # the output completes a block: a state at 48
@@ -118,7 +114,7 @@ class TestSGLangNoBuffer:
         assert result.admitted == (16, 32, 40, 43)
 
     def test_default_chunk_is_8192(self) -> None:
-        cache = PrefixCache(SMALL, "1TB", "sglang-2026")
+        cache = make_cache(SMALL, "1TB", "sglang-2026")
         assert cache.lookup(_seq(0, 20_000)).checkpoints == (8192, 16384, 20000)
 
     def test_chunks_start_at_the_hit(self) -> None:
@@ -167,7 +163,7 @@ class TestSGLangNoBuffer:
 
 class TestSGLangExtraBuffer:
     def test_branch_point_rounded_down_to_64(self) -> None:
-        cache = PrefixCache(SMALL, "1TB", "sglang-2026-extra")
+        cache = make_cache(SMALL, "1TB", "sglang-2026-extra")
         _request(cache, _seq(0, 150) + _seq(1000, 50))  # tracked at 192: kept up to it
         assert cache.stats.kv_bytes == 192 * KV
         plan = cache.lookup(_seq(0, 150) + _seq(2000, 150))
@@ -176,12 +172,12 @@ class TestSGLangExtraBuffer:
         assert cache.lookup(_seq(0, 150) + _seq(3000, 10)).hit == 128
 
     def test_short_request_not_cached(self) -> None:
-        cache = PrefixCache(SMALL, "1TB", "sglang-2026-extra")
+        cache = make_cache(SMALL, "1TB", "sglang-2026-extra")
         _request(cache, _seq(0, 50), [1, 2])
         assert cache.bytes == 0 and cache.lookup(_seq(0, 50)).hit == 0
 
     def test_decode_tracked_every_256(self) -> None:
-        cache = PrefixCache(SMALL, "1TB", "sglang-2026-extra")
+        cache = make_cache(SMALL, "1TB", "sglang-2026-extra")
         result = cache.commit(_seq(0, 200) + _seq(1000, 100), 200)
         assert result.admitted == (192, 256) and cache.stats.kv_bytes == 256 * KV
 

@@ -1,21 +1,20 @@
-"""marconi+ pieces: structured admission, switchable eviction, the guarded re-tuner (the
-first design, `marconi+-guarded`), concurrency-aware replay."""
+"""marconi+ pieces: structured admission, switchable eviction, concurrency-aware replay."""
 
 from __future__ import annotations
-
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from marconi.cache import PrefixCache
-from marconi.integrity import check_integrity
-from marconi.policies.plus import Mode, Setting, StructureConfig, Structured, Switchable
-from marconi.retuner import LRU, GuardedTuner, RetuneConfig, guard
-from marconi.shadows import Boundaries, Expert, apply
-from marconi.sim.replay import SimConfig, simulate
-from marconi.spec import PAPER_7B
+from marconi.core.cache import PrefixCache
+from marconi.core.integrity import check_integrity
+from marconi.core.spec import PAPER_7B
+from marconi.paper.eviction import LRULeaf
+from marconi.plus.admission import StructureConfig, Structured
+from marconi.plus.shadows import Boundaries, Expert, apply
+from marconi.plus.switchable import Mode, Setting, Switchable
+from marconi.sim.replay import simulate
+from marconi.sim.result import SimConfig
+from marconi.systems import make_cache
 from marconi.workload import load_trace
 from marconi.workload.types import Request, Trace
 from tests.helpers import SMALL
@@ -24,7 +23,7 @@ SYSTEM = list(range(1000, 1100))  # a 100-token shared system prompt
 
 
 def _hits(system: str, n: int = 3, expert: Expert | None = None) -> list[int]:
-    cache = PrefixCache(SMALL, "1TB", system)
+    cache = make_cache(SMALL, "1TB", system)
     if expert is not None:
         apply(cache, expert)
     hits = []
@@ -42,7 +41,7 @@ class TestStructured:
         assert _hits("sglang+") == [0, 0, 100]  # judicious: the third
 
     def test_partial_hit_admitted_on_repeat(self) -> None:
-        cache = PrefixCache(SMALL, "1TB", "marconi+-guarded")
+        cache = PrefixCache(SMALL, "1TB", Structured(StructureConfig()), LRULeaf())
         long = list(range(2000))
         cache.lookup(long)
         cache.commit(long, len(long))
@@ -58,23 +57,11 @@ class TestStructured:
             Structured(StructureConfig(boundaries=-1))
 
 
-class TestGuard:
-    def test_keeps_current_below_threshold(self) -> None:
-        cur, other = Setting(Mode.FLOP, 0.5), Setting(Mode.FLOP, 1.5)
-        assert guard({cur: 100.0, other: 100.5, LRU: 90.0}, cur, 0.01) == cur
-        assert guard({cur: 100.0, other: 102.0, LRU: 90.0}, cur, 0.01) == other
-
-    def test_ties_prefer_lru(self) -> None:
-        cur = Setting(Mode.FLOP, 1.0)
-        assert guard({cur: 1.0, LRU: 5.0, Setting(Mode.FLOP, 0.0): 5.0}, cur, 0.0) == LRU
-
-
 class TestSwitchable:
     def test_lru_mode_evicts_like_sglang(self) -> None:
-        caches = [PrefixCache(SMALL, 400_000, s, alpha=0.0, tuner=None)
-                  for s in ("sglang+", "marconi+")]
+        caches = [make_cache(SMALL, 400_000, s) for s in ("sglang+", "marconi+")]
         assert isinstance(caches[1].eviction, Switchable)
-        caches[1].eviction.set_setting(LRU)
+        caches[1].eviction.set_setting(Setting(Mode.LRU))
         rng = np.random.default_rng(0)
         for _ in range(60):
             inp = rng.integers(0, 4, 30).tolist()
@@ -83,56 +70,6 @@ class TestSwitchable:
             for c in caches:
                 c.commit([*inp, 1], len(inp))
             check_integrity(caches[1])
-
-
-class BlockingExecutor(ThreadPoolExecutor):
-    """Holds every task until `release` is set; `ran` counts the tasks that finished."""
-
-    def __init__(self) -> None:
-        super().__init__(max_workers=1)
-        self.release = threading.Event()
-        self.ran = 0
-
-    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def, override]
-        def blocked():  # type: ignore[no-untyped-def]
-            self.release.wait(10)
-            result = fn(*args, **kwargs)
-            self.ran += 1
-            return result
-
-        return super().submit(blocked)
-
-
-class TestTuner:
-    def _feed(self, cache: PrefixCache, n: int, seed: int = 0) -> None:
-        rng = np.random.default_rng(seed)
-        for _ in range(n):
-            inp = rng.integers(0, 50, 40).tolist()
-            cache.lookup(inp)
-            cache.commit([*inp, 1], len(inp))
-
-    def test_wait_false_never_blocks(self) -> None:
-        executor = BlockingExecutor()
-        tuner = GuardedTuner(RetuneConfig(min_window=4, max_window=8), executor=executor,
-                             wait=False)
-        cache = PrefixCache(SMALL, 300_000, "marconi+-guarded", tuner=tuner)
-        self._feed(cache, 60)
-        # every request was served while the replay sat blocked: no commit waited for it
-        assert tuner.busy and not tuner.history and executor.ran == 0
-        executor.release.set()
-        executor.submit(lambda: None).result()  # one worker: the replay has finished
-        self._feed(cache, 1, seed=1)
-        assert tuner.history and tuner.history[0].scores
-        check_integrity(cache)
-        executor.shutdown(wait=True)
-
-    def test_retunes_periodically_and_records(self) -> None:
-        tuner = GuardedTuner(RetuneConfig(min_window=8, max_window=8))
-        cache = PrefixCache(SMALL, 300_000, "marconi+-guarded", tuner=tuner)
-        self._feed(cache, 100)
-        assert len(tuner.history) >= 3
-        assert all(LRU in r.scores for r in tuner.history)
-        check_integrity(cache)
 
 
 def _request(i: int, arrival: float, tokens: list[int]) -> Request:
@@ -150,7 +87,7 @@ def test_concurrent_replay_commits_at_finish() -> None:
     for concurrent, hits in ((False, [0, 3011, 3011]), (True, [0, 0, 3011])):
         config = SimConfig(spec=PAPER_7B, capacity="100GB", system="sglang+",
                            concurrent=concurrent, bounds=False)
-        assert simulate(trace, config).records["hit"].tolist() == hits
+        assert simulate(trace, config).records.hit.tolist() == hits
 
 
 def test_readers_carry_boundaries() -> None:
@@ -158,3 +95,11 @@ def test_readers_carry_boundaries() -> None:
     assert all(r.boundaries == (1024,) for r in trace)
     chat = load_trace("synthetic:multi-turn:sessions=1,turns=3")
     assert chat[0].boundaries == (256,) and len(chat[2].boundaries) == 5
+
+
+def test_concurrent_replay_drives_the_tuner() -> None:
+    """The driver tunes: under overlap, marconi+'s shadows see every commit."""
+    trace = load_trace("synthetic:system-prompt:sessions=4")
+    config = SimConfig(spec=PAPER_7B, capacity="100GB", system="marconi+", concurrent=True,
+                       bounds=False)
+    assert simulate(trace, config).tuning["requests"] == len(trace)

@@ -3,19 +3,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from marconi.policies import (
-    SYSTEMS,
-    Block,
-    FlopAware,
-    Judicious,
-    LRULeaf,
-    Recency,
-    System,
-    get_system,
-    register,
-)
-from marconi.policies.admission import branch_point
-from marconi.tree import RadixTree
+from marconi.core.tree import RadixTree
+from marconi.paper.admission import Block, Judicious, branch_point
+from marconi.paper.eviction import FlopAware, LRULeaf, Recency
+from marconi.systems import SYSTEMS, System, get_system, register
 from tests.helpers import SMALL
 
 
@@ -42,13 +33,13 @@ class TestRegistry:
     @pytest.mark.parametrize("name", sorted(SYSTEMS))
     def test_every_system_builds_fresh_policies(self, name: str) -> None:
         system = get_system(name)
-        assert system.admission() is not system.admission()
-        assert system.eviction(SMALL, 0.5) is not system.eviction(SMALL, 0.5)
+        first, second = system.policies(SMALL, 0.5), system.policies(SMALL, 0.5)
+        assert first[0] is not second[0] and first[1] is not second[1]
 
     def test_duplicate_name_refused(self) -> None:
         with pytest.raises(ValueError, match="already registered"):
-            register(System(name="marconi", admission=Judicious,
-                            eviction=lambda spec, alpha: LRULeaf()))
+            register(System(name="marconi",
+                            policies=lambda spec, alpha: (Judicious(), LRULeaf())))
 
     def test_unknown_name_lists_known(self) -> None:
         with pytest.raises(ValueError, match=r"known systems: .*marconi"):

@@ -8,11 +8,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from marconi.cache import PrefixCache
-from marconi.integrity import check_integrity
-from marconi.policies import FlopAware, Recency
-from marconi.policies.plus import Mode
-from marconi.shadows import (
+from marconi.core.cache import PrefixCache
+from marconi.core.integrity import check_integrity
+from marconi.core.spec import PAPER_7B
+from marconi.plus.greedy_dual import GreedyDualFlop
+from marconi.plus.shadows import (
     ATTENTION_ONLY,
     DEFAULT_EXPERTS,
     Boundaries,
@@ -21,26 +21,28 @@ from marconi.shadows import (
     ShadowTuner,
     apply,
 )
-from marconi.sim.replay import SimConfig, simulate
-from marconi.spec import PAPER_7B
+from marconi.plus.switchable import Mode, Switchable
+from marconi.sim.replay import simulate
+from marconi.sim.result import SimConfig
+from marconi.systems import make_cache
 from marconi.workload import TraceOptions, load_trace
-from tests.helpers import SMALL
+from tests.helpers import SMALL, serve
 
 
 def _seq(start: int, n: int) -> list[int]:
     return list(range(start, start + n))
 
 
-def _request(cache: PrefixCache, inp: list[int], boundaries: tuple[int, ...] = ()) -> int:
-    hit = cache.lookup(inp, boundaries=boundaries).hit
-    cache.commit([*inp, 1], len(inp), boundaries=boundaries)
-    return hit
+def _request(cache: PrefixCache, inp: list[int], boundaries: tuple[int, ...] = (),
+             tuner: ShadowTuner | None = None) -> int:
+    return serve(cache, tuner, [*inp, 1], len(inp), boundaries)
 
 
 class TestGreedyDual:
     def _cache(self, capacity: int) -> PrefixCache:
-        cache = PrefixCache(SMALL, capacity, "marconi+-gd")
-        assert cache.eviction.recency is Recency.GREEDY_DUAL  # type: ignore[attr-defined]
+        cache = make_cache(SMALL, capacity, "marconi+-gd")
+        assert isinstance(cache.eviction, Switchable)
+        assert isinstance(cache.eviction.flop, GreedyDualFlop)
         return cache
 
     def test_keeps_the_long_sequence_lru_drops(self) -> None:
@@ -62,7 +64,8 @@ class TestGreedyDual:
             _request(cache, _seq(100_000 * (i + 1), 50))
         assert cache.lookup([*_seq(0, 900), 1]).hit == 0
         policy = cache.eviction
-        assert isinstance(policy, FlopAware) and policy.level > 0
+        assert isinstance(policy, Switchable) and isinstance(policy.flop, GreedyDualFlop)
+        assert policy.flop.level > 0
 
     def test_scale_free(self) -> None:
         """Multiplying every efficiency by a constant changes no decision."""
@@ -71,8 +74,8 @@ class TestGreedyDual:
         hits = []
         for scale in (1, 1000):
             cache = self._cache(400_000)
-            policy = cache.eviction
-            assert isinstance(policy, FlopAware)
+            assert isinstance(cache.eviction, Switchable)
+            policy = cache.eviction.flop
             base = policy.efficiency
             policy.efficiency = lambda node, base=base, k=scale: k * base(node)  # type: ignore[method-assign]
             hits.append([_request(cache, inp) for inp in work])
@@ -92,8 +95,8 @@ class TestShadowTuner:
 
     def test_switches_to_the_expert_that_hits(self) -> None:
         tuner = ShadowTuner(ShadowConfig(every=4))
-        cache = PrefixCache(SMALL, "1GB", "marconi+", tuner=tuner)
-        hits = [_request(cache, inp, b) for inp, b in self._twice()]
+        cache = make_cache(SMALL, "1GB", "marconi+")
+        hits = [_request(cache, inp, b, tuner) for inp, b in self._twice()]
         assert tuner.expert.boundaries is not Boundaries.NONE
         assert tuner.switches and hits[-1] == 200  # the live cache now hits the 2nd use
         assert tuner.seen == len(hits) and tuner.totals.max() > 0
@@ -103,8 +106,8 @@ class TestShadowTuner:
 
     def test_threshold_keeps_the_running_expert(self) -> None:
         tuner = ShadowTuner(ShadowConfig(every=1, threshold=0.01, warmup=0))
-        cache = PrefixCache(SMALL, "1GB", "marconi+", tuner=tuner)
-        _request(cache, _seq(0, 10))  # starts the shadows
+        cache = make_cache(SMALL, "1GB", "marconi+")
+        _request(cache, _seq(0, 10), tuner=tuner)  # starts the shadows
         tuner.totals[:] = 100.0
         tuner.totals[3] = 100.5  # leads by 0.5%: not enough
         tuner._decide(cache)
@@ -115,9 +118,9 @@ class TestShadowTuner:
 
     def test_report(self) -> None:
         tuner = ShadowTuner(ShadowConfig(every=2))
-        cache = PrefixCache(SMALL, "1GB", "marconi+", tuner=tuner)
+        cache = make_cache(SMALL, "1GB", "marconi+")
         for inp, b in self._twice()[:10]:
-            _request(cache, inp, b)
+            _request(cache, inp, b, tuner=tuner)
         report = tuner.report()
         assert report["requests"] == 10
         assert len(report["totals"]) == len(DEFAULT_EXPERTS)  # type: ignore[arg-type]
@@ -126,8 +129,8 @@ class TestShadowTuner:
         """No SSM layer: a node every 32 tokens, LRU tail first, no shadows to feed."""
         spec = dataclasses.replace(SMALL, ssm_layers=0)
         tuner = ShadowTuner()
-        cache = PrefixCache(spec, "1GB", "marconi+", tuner=tuner)
-        _request(cache, _seq(0, 100))
+        cache = make_cache(spec, "1GB", "marconi+")
+        _request(cache, _seq(0, 100), tuner=tuner)
         assert tuner.experts == ATTENTION_ONLY and not tuner.shadows
         assert cache.eviction.mode is Mode.LRU  # type: ignore[attr-defined]
         depths = sorted(n.depth for n in cache.tree.nodes() if n is not cache.tree.root)
@@ -137,23 +140,23 @@ class TestShadowTuner:
 
     def test_apply_needs_a_marconi_plus_cache(self) -> None:
         with pytest.raises(ValueError, match="cannot run shadow experts"):
-            apply(PrefixCache(SMALL, "1GB", "sglang+"), Expert(Boundaries.LAST, Mode.LRU))
+            apply(make_cache(SMALL, "1GB", "sglang+"), Expert(Boundaries.LAST, Mode.LRU))
 
     def test_depth_expert_needs_the_depth_twin(self) -> None:
         """Systems that never run the depth-classed expert keep no twin for it (less
         work per event); asking one to run it is an error, not a silent fallback."""
-        cache = PrefixCache(SMALL, "1GB", "marconi+-no-depth")
+        cache = make_cache(SMALL, "1GB", "marconi+-no-depth")
         assert cache.eviction.depth is None  # type: ignore[attr-defined]
-        with pytest.raises(ValueError, match="no depth-classed twin"):
+        with pytest.raises(ValueError, match="no depth-classed expert"):
             apply(cache, Expert(Boundaries.NONE, Mode.DEPTH))
-        full = PrefixCache(SMALL, "1GB", "marconi+")
+        full = make_cache(SMALL, "1GB", "marconi+")
         apply(full, Expert(Boundaries.NONE, Mode.DEPTH))
         assert full.eviction.mode is Mode.DEPTH  # type: ignore[attr-defined]
 
     def test_warmup_needs_a_decisive_lead(self) -> None:
         tuner = ShadowTuner(ShadowConfig(every=1, warmup=1000, threshold=0.01))
-        cache = PrefixCache(SMALL, "1GB", "marconi+", tuner=tuner)
-        _request(cache, _seq(0, 10))  # starts the shadows
+        cache = make_cache(SMALL, "1GB", "marconi+")
+        _request(cache, _seq(0, 10), tuner=tuner)  # starts the shadows
         tuner.totals[:] = 100.0
         tuner.totals[3] = 150.0  # leads by 50%: not enough during the warm-up
         tuner._decide(cache)
@@ -166,8 +169,8 @@ class TestShadowTuner:
         """Only the first-boundary shadow hits these prefixes (on their 2nd use): its lead
         is unbounded, so the live cache follows it before the warm-up ends."""
         tuner = ShadowTuner(ShadowConfig(every=4, warmup=1000))
-        cache = PrefixCache(SMALL, "1GB", "marconi+", tuner=tuner)
-        hits = [_request(cache, inp, b) for inp, b in self._twice()]
+        cache = make_cache(SMALL, "1GB", "marconi+")
+        hits = [_request(cache, inp, b, tuner) for inp, b in self._twice()]
         assert tuner.expert.boundaries is not Boundaries.NONE and hits[-1] == 200
 
     @pytest.mark.parametrize("kwargs", [{"experts": ()}, {"every": 0}, {"threshold": -1.0},

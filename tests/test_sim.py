@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from marconi.cli import main
-from marconi.policies import SYSTEMS
+from marconi.core.spec import PAPER_7B
 from marconi.sim import FlopsLatency, ProfileLatency, SimConfig, simulate
-from marconi.sim.oracle import ORACLE, run
-from marconi.spec import PAPER_7B
+from marconi.sim.result import ORACLE
+from marconi.sim.run import run
+from marconi.systems import SYSTEMS
 from marconi.workload import Trace, TraceOptions, load_trace
 
 CONTRACT = ("system", "requests", "input_tokens", "hit_tokens", "token_hit_rate",

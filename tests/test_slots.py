@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from marconi.policies.slots import Slots
-from marconi.tree import RadixTree
+from marconi.core.slots import Slots
+from marconi.core.tree import RadixTree
 
 
 def test_matches_a_dict_under_random_adds_and_drops() -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from marconi.spec import PAPER_7B, ModelSpec, resolve_model
+from marconi.core.spec import PAPER_7B, ModelSpec, resolve_model
 
 
 class TestPaper7B:

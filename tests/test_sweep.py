@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from marconi.policies import SYSTEMS
-from marconi.sim.replay import OFFLINE, REFERENCES
-from marconi.sim.results import ResultsFile
+from marconi.commands.sweep import coerce
+from marconi.sim.result import OFFLINE, REFERENCES
+from marconi.sim.results_file import ResultsFile
 from marconi.sim.sweep import Cell, expand, run_cell, run_sweep
-from marconi.sim.sweep_cli import coerce
+from marconi.systems import SYSTEMS
 
 VOLATILE = ("seconds", "wall_s")  # timings: the only fields allowed to differ between runs
 TRACE = "synthetic:multi-turn"
@@ -142,7 +142,7 @@ class TestRunSweep:
 
 def test_dask_local_cluster_matches_local_processes(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
-    from marconi.sim.sweep_cli import sweep_executor
+    from marconi.commands.sweep import sweep_executor
 
     cells = expand(_grid(system=["vllm+", "sglang+", "marconi", "marconi-oracle"]))
     local = run_sweep(cells, tmp_path / "local.csv", workers=2, progress=False)

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marconi.tree import RadixTree, first_mismatch
+from marconi.core.tree import RadixTree, first_mismatch
 
 
 def _key(tokens: list[int]) -> bytes:

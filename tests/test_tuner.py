@@ -7,10 +7,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from marconi.cache import PrefixCache
-from marconi.snapshot import restore, take
-from marconi.tuner import GRID, BootstrapTuner, Objective
-from tests.helpers import SMALL
+from marconi.core.cache import PrefixCache
+from marconi.core.snapshot import take
+from marconi.paper.admission import Judicious
+from marconi.paper.eviction import FlopAware
+from marconi.paper.tuner import GRID, BootstrapTuner, Objective, Policies
+from marconi.systems import make_cache
+from tests.helpers import SMALL, serve
 
 
 def _workload(n: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
@@ -31,10 +34,9 @@ def _workload(n: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
 
 
 def _run(tuner: BootstrapTuner, n: int = 120) -> PrefixCache:
-    cache = PrefixCache(SMALL, 700_000, "marconi", tuner=tuner)
+    cache = make_cache(SMALL, 700_000, "marconi")
     for inp, reply in _workload(n):
-        cache.lookup(inp)
-        cache.commit(inp + reply, len(inp))
+        serve(cache, tuner, inp + reply, len(inp))
     return cache
 
 
@@ -74,11 +76,10 @@ class TestBootstrap:
 
     def test_without_waiting_adopts_on_a_later_commit(self) -> None:
         tuner = BootstrapTuner(executor=InlineExecutor(), wait=False)
-        cache = PrefixCache(SMALL, 700_000, "marconi", tuner=tuner)
+        cache = make_cache(SMALL, 700_000, "marconi")
         launched_at = None
         for i, (inp, reply) in enumerate(_workload(120)):
-            cache.lookup(inp)
-            cache.commit(inp + reply, len(inp))
+            serve(cache, tuner, inp + reply, len(inp))
             if launched_at is None and tuner._futures:
                 launched_at = i
                 assert cache.alpha == 0.0  # results are ready, but not adopted mid-commit
@@ -93,12 +94,12 @@ class TestBootstrap:
 
     def test_replay_equals_live_run_for_same_alpha(self) -> None:
         """A replay from a snapshot reproduces what the live cache does."""
-        live = PrefixCache(SMALL, 700_000, "marconi", alpha=0.7)
+        live = make_cache(SMALL, 700_000, "marconi", alpha=0.7)
         work = _workload(80)
         for inp, reply in work[:40]:
             live.lookup(inp)
             live.commit(inp + reply, len(inp))
-        copy = restore(take(live), "marconi", 0.7)
+        copy = Policies(Judicious(), FlopAware(SMALL)).cache(take(live), 0.7)
         for inp, reply in work[40:]:
             assert live.lookup(inp).hit == copy.lookup(inp).hit
             live.commit(inp + reply, len(inp))
@@ -112,3 +113,12 @@ class TestBootstrap:
 def test_bad_settings(kwargs: dict, word: str) -> None:
     with pytest.raises(ValueError, match=word):
         BootstrapTuner(**kwargs)
+
+
+def test_the_cache_never_calls_a_tuner() -> None:
+    """Tuning is the driver's: commits alone leave alpha where it was."""
+    cache = make_cache(SMALL, 700_000, "marconi")
+    for inp, reply in _workload(120):
+        cache.lookup(inp)
+        cache.commit(inp + reply, len(inp))
+    assert cache.stats.evictions > 0 and cache.alpha == 0.0

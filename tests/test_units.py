@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from marconi.units import format_size, parse_size
+from marconi.core.units import format_size, parse_size
 
 
 @pytest.mark.parametrize("text,expected", [

@@ -1,4 +1,4 @@
-"""`marconi`: simulate, compare, analyze traces; engine-bench and serve when installed.
+"""`marconi`: simulate, compare, analyze traces; sweep, reproduce, engine-bench, serve.
 
 Every subcommand registers itself (`_register_*`) and sets `func`; errors in user input
 end as one line `marconi: error: ...` and exit status 2, never a traceback.
@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from marconi.policies import SYSTEMS
+from marconi.core.spec import ModelSpec, resolve_model
+from marconi.core.units import parse_size
 from marconi.report.table import table
 from marconi.sim.latency import DEFAULT_FLOPS_RATE, FlopsLatency, LatencyModel, ProfileLatency
-from marconi.sim.oracle import run
-from marconi.sim.replay import REFERENCES, SimConfig, SimResult
-from marconi.spec import ModelSpec, resolve_model
-from marconi.units import parse_size
+from marconi.sim.result import REFERENCES, SimConfig, SimResult
+from marconi.sim.run import run
+from marconi.systems import SYSTEMS
 from marconi.workload import Trace, load_trace, summarize
 from marconi.workload.cli_args import add_trace_arguments, options_from_args
 
@@ -94,7 +94,7 @@ def _register_analyze(sub: Any) -> None:
 
 def _model(text: str) -> ModelSpec:
     if text.endswith(".json") or Path(text).is_dir():
-        from marconi.spec import from_hf_config
+        from marconi.core.spec import from_hf_config
 
         return from_hf_config(text)
     return resolve_model(text)
@@ -211,10 +211,10 @@ def format_analysis(report: dict[str, Any]) -> str:
 
 def write_records(result: SimResult, path: Path) -> None:
     """Per-request records as CSV or Parquet (by extension)."""
-    from marconi.sim.metrics import ttft_seconds
+    from marconi.sim.result import ttft_seconds
 
     columns: dict[str, Any] = {"session": result.sessions, "arrival": result.arrivals}
-    columns |= dict(result.records) | {"ttft_s": ttft_seconds(result)}
+    columns |= result.records.columns() | {"ttft_s": ttft_seconds(result)}
     if path.suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -241,8 +241,8 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for register in (_register_simulate, _register_compare, _register_analyze):
         register(sub)
-    from marconi.experiments.cli import register as register_reproduce
-    from marconi.sim.sweep_cli import register as register_sweep
+    from marconi.commands.reproduce import register as register_reproduce
+    from marconi.commands.sweep import register as register_sweep
 
     register_sweep(sub)
     register_reproduce(sub)
@@ -251,12 +251,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _register_optional(sub: Any) -> None:
-    """Commands whose extras (torch, fastapi) may not be installed."""
-    for module in ("marconi.engine.cli", "marconi.server.cli"):
-        try:
-            __import__(module, fromlist=["register"]).register(sub)
-        except ImportError:
-            continue
+    """Commands whose extras (torch, fastapi) may not be installed: they say which extra
+    to install when run."""
+    from marconi.commands.engine_bench import register as register_engine_bench
+    from marconi.commands.serve import register as register_serve
+
+    register_engine_bench(sub)
+    register_serve(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 
+from marconi.commands.engine_bench import register
 from marconi.engine.bench import (
     agent,
     bench,
@@ -17,7 +18,6 @@ from marconi.engine.bench import (
     shared_prompt,
     text_tokens,
 )
-from marconi.engine.cli import register
 
 
 class TestWorkloads:

@@ -122,8 +122,8 @@ class TestChunkCapture:
 class TestBoundaries:
     def test_system_prompt_hits_on_its_second_use_and_stays_exact(self, get_model):
         """marconi+'s first-boundary checkpoint, captured during a real prefill."""
-        from marconi.policies.plus import Mode
-        from marconi.shadows import Boundaries, Expert, apply
+        from marconi.plus.shadows import Boundaries, Expert, apply
+        from marconi.plus.switchable import Mode
 
         model, rng = get_model("bamba"), np.random.default_rng(5)
         cached = Engine(model, "marconi+-gd")

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache, JambaConfig
 
+from marconi.core.spec import HF_FAMILIES, from_hf_config
 from marconi.engine import ARCHITECTURES, forward, snapshot_kv, snapshot_state, tiny_model
-from marconi.spec import HF_FAMILIES, from_hf_config
 
 
 def _measure(model, tokens: int = 20) -> tuple[int, int]:

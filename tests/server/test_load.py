@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from marconi.core.integrity import check_integrity
 from marconi.engine import HybridModel
-from marconi.integrity import check_integrity
 from tests.server.harness import Served, scrape, serve
 
 CLIENTS, REQUESTS_EACH, TURNS = 4, 50, 5

@@ -7,9 +7,9 @@ import argparse
 import numpy as np
 import pytest
 
+from marconi.commands.serve import config_from_args, register
 from marconi.engine import Engine, HybridModel
 from marconi.server.chat import Detokenizer, EmbeddedCodec, Message
-from marconi.server.cli import config_from_args, register
 from marconi.server.config import EMBEDDED_MODEL, ServerConfig
 
 
@@ -100,9 +100,9 @@ class TestEngineHook:
 
 class TestTuner:
     def test_each_system_gets_its_own_tuner(self) -> None:
+        from marconi.paper.tuner import BootstrapTuner
+        from marconi.plus.shadows import ShadowTuner
         from marconi.server.backend import _tuner
-        from marconi.shadows import ShadowTuner
-        from marconi.tuner import BootstrapTuner
 
         assert isinstance(_tuner(ServerConfig(system="marconi+")), ShadowTuner)
         bootstrap = _tuner(ServerConfig(system="marconi"))

@@ -22,7 +22,7 @@ from marconi.engine.models import (
 from marconi.engine.prefill import Capture, PrefillResult, capture_points, forward, prefill
 from marconi.engine.sampling import Sampling, sample
 from marconi.engine.state import KVBlock, SSMState, restore, snapshot_kv, snapshot_state
-from marconi.engine.store import KVSource, TensorStore
+from marconi.engine.tensor_store import KVSource, TensorStore
 
 __all__ = [
     "ARCHITECTURES", "Architecture", "Capture", "Engine", "Generation", "HybridModel",

@@ -16,18 +16,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
 
-from marconi.cache import Plan, PrefixCache
+from marconi.core.cache import Plan
+from marconi.core.tokens import Tokens, as_tokens
+from marconi.core.tuning import Tuner
 from marconi.engine.models import HybridModel
 from marconi.engine.prefill import Capture, PrefillResult, forward, prefill
 from marconi.engine.sampling import Sampling, sample
 from marconi.engine.state import SSMState, concat_kv, restore, snapshot_kv, snapshot_state
-from marconi.engine.store import KVSource, TensorStore
-from marconi.workload.types import Tokens, as_tokens
+from marconi.engine.tensor_store import KVSource, TensorStore
+from marconi.systems import get_system
 
 OnToken = Callable[[int], bool]  # called per generated token; False: stop after it
 
@@ -68,13 +69,18 @@ class Engine:
 
     def __init__(self, model: HybridModel, system: str = "marconi", capacity: int | str = "1GB",
                  *, capture: Capture = Capture.EXACT, alpha: float | None = None,
-                 tuner: Any = "auto") -> None:
+                 tuner: Tuner | None = None, tune: bool = True) -> None:
+        """`tuner` observes every commit; with none given and `tune`, the system's own
+        (none when `alpha` is fixed or the system has nothing to tune)."""
         self.model = model
         self.store = TensorStore(model)
         # each state keeps its next-token logits (float32): the capacity must bound them too
         spec = model.spec.replace(checkpoint_extra_bytes=4 * model.vocab_size)
-        self.cache = PrefixCache(spec, capacity, system, alpha=alpha, store=self.store,
-                                 tuner=tuner)
+        named = get_system(system)
+        self.cache = named.cache(spec, capacity, alpha=alpha, store=self.store)
+        if tuner is None and tune:
+            tuner = named.make_tuner(alpha)
+        self.tuner = tuner
         self.capture = capture
 
     def generate(self, prompt: object, max_new_tokens: int = 16,
@@ -121,6 +127,8 @@ class Engine:
         states = {p: self.store.track(s) for p, s in result.states.items()}
         committed = self.cache.commit(full, n_input, states=states, kv=KVSource(result.cache),
                                       boundaries=boundaries)
+        if self.tuner is not None:
+            self.tuner.observe(self.cache, full, n_input, boundaries)
         timings.commit = time.perf_counter() - t1
         return Generation(out, logits, plan.hit, n_input, committed.admitted, timings)
 

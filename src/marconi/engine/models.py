@@ -17,7 +17,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, PretrainedConfig
 from transformers.cache_utils import CacheLayerMixin, LinearAttentionCacheLayerMixin
 
-from marconi.spec import ModelSpec, from_hf_config
+from marconi.core.spec import ModelSpec, from_hf_config
 
 _TINY = {"vocab_size": 256, "hidden_size": 64, "num_attention_heads": 4,
          "num_key_value_heads": 2, "intermediate_size": 128, "max_position_embeddings": 4096}

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marconi.policies import SYSTEMS
-from marconi.sim.replay import REFERENCES
+from marconi.sim.result import REFERENCES
 from marconi.sim.sweep import Cell, expand
+from marconi.systems import SYSTEMS
 
 _NAMED_TRACES = ("sharegpt",)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from marconi.policies import SYSTEMS
+from marconi.systems import SYSTEMS
 
 Row = dict[str, Any]
 # Everything that defines a configuration except the caching system and its alpha settings:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from marconi.units import format_size
+from marconi.core.units import format_size
 
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     # (header, summary key, format)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
+from marconi.core.tuning import Tuner
 from marconi.engine import Engine, HybridModel, load_model, tiny_model
-from marconi.policies import get_system
 from marconi.server.chat import Codec, EmbeddedCodec, HFCodec
 from marconi.server.config import ServerConfig
-from marconi.tuner import BootstrapTuner
+from marconi.systems import TunerOptions, get_system
 
 EMBEDDED_VOCAB = 32000  # Mistral v1
 
@@ -49,22 +48,17 @@ def build_backend(config: ServerConfig, model: HybridModel | None = None) -> Bac
         model = model or embedded_model(config.seed)
         codec = EmbeddedCodec()
     engine = Engine(model, config.system, config.capacity, alpha=config.alpha,
-                    tuner=_tuner(config))
+                    tuner=_tuner(config), tune=False)
     return Backend(engine, codec, config.name)
 
 
-def _tuner(config: ServerConfig) -> Any:
-    """The bootstrap tuner, replaying on a background thread so requests never wait.
+def _tuner(config: ServerConfig) -> Tuner | None:
+    """The system's tuner, its replays on a background thread so requests never wait.
 
     (The library default uses processes and waits: right for the simulator, wrong inside
-    a server whose engine thread holds torch.) A system with its own tuner (marconi+'s
-    shadow experts: a token-level lookup and commit per expert after each request) runs it.
+    a server whose engine thread holds torch.) marconi+'s shadow experts run inline: a
+    token-level lookup and commit per expert after each request.
     """
-    system = get_system(config.system)
-    if config.alpha is not None or not system.tuned:
-        return None
-    if system.tuner is not None:
-        return system.tuner()
-    return BootstrapTuner(executor=ThreadPoolExecutor(max_workers=1,
-                                                      thread_name_prefix="marconi-tuner"),
-                          wait=False)
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marconi-tuner")
+    return get_system(config.system).make_tuner(
+        config.alpha, TunerOptions(executor=executor, wait=False))

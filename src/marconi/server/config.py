@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from marconi.policies import get_system
-from marconi.units import parse_size
+from marconi.core.units import parse_size
+from marconi.systems import get_system
 
 EMBEDDED_MODEL = "marconi-tiny-bamba"  # name served when no --model is given
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from marconi.core.spec import ModelSpec
 from marconi.sim.bounds import SeenTree
-from marconi.spec import ModelSpec
 from marconi.workload.types import Trace
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from marconi.tree import TOKEN_BYTES, Node, RadixTree
+from marconi.core.tree import TOKEN_BYTES, Node, RadixTree
 
 
 @dataclass(frozen=True, slots=True)

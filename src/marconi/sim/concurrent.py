@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from marconi.cache import Plan, PrefixCache
+from marconi.core.cache import Plan, PrefixCache
+from marconi.core.spec import ModelSpec
+from marconi.core.tuning import Tuner
 from marconi.sim.latency import FlopsLatency, LatencyModel
-from marconi.spec import ModelSpec
 from marconi.workload.types import Request
 
 Running = tuple[float, int, Request, Plan]  # finish time, index, request, its lookup
@@ -26,13 +27,15 @@ Running = tuple[float, int, Request, Plan]  # finish time, index, request, its l
 def replay_concurrent(requests: Iterable[Request], cache: PrefixCache, spec: ModelSpec,
                       latency: LatencyModel | None, decode_s: float,
                       record: Callable[[int, Request, int], None],
-                      before: Callable[[int], None] | None = None) -> None:
-    """Serve `requests` (arrival order) with overlap; `record(i, request, hit)` per lookup."""
+                      before: Callable[[int], None] | None = None,
+                      tuner: Tuner | None = None) -> None:
+    """Serve `requests` (arrival order) with overlap; `record(i, request, hit)` per lookup;
+    `tuner` observes each commit."""
     model = latency or FlopsLatency(spec)
     running: list[Running] = []
     for i, request in enumerate(requests):
         while running and running[0][0] <= request.arrival:
-            _finish(cache, heapq.heappop(running))
+            _finish(cache, tuner, heapq.heappop(running))
         if before is not None:
             before(i)
         plan = cache.lookup(request.input_tokens, boundaries=request.boundaries)
@@ -42,10 +45,13 @@ def replay_concurrent(requests: Iterable[Request], cache: PrefixCache, spec: Mod
         heapq.heappush(running, (request.arrival + ttft + decode_s * request.n_output, i,
                                  request, plan))
     while running:
-        _finish(cache, heapq.heappop(running))
+        _finish(cache, tuner, heapq.heappop(running))
 
 
-def _finish(cache: PrefixCache, item: Running) -> None:
+def _finish(cache: PrefixCache, tuner: Tuner | None, item: Running) -> None:
     _, _, request, plan = item
-    cache.commit(request.tokens(), request.n_input, boundaries=request.boundaries)
+    tokens = request.tokens()
+    cache.commit(tokens, request.n_input, boundaries=request.boundaries)
+    if tuner is not None:
+        tuner.observe(cache, tokens, request.n_input, request.boundaries)
     cache.unpin(plan.node)

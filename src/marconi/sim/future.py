@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from marconi.tree import TOKEN_BYTES, Node, RadixTree, first_mismatch
+from marconi.core.tree import TOKEN_BYTES, Node, RadixTree, first_mismatch
 
 Uses = list[int]  # ascending request indices
 

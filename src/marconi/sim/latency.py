@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from marconi.spec import ModelSpec
+from marconi.core.spec import ModelSpec
 
 # An A100's fp16 peak is 312 TFLOP/s; prefill typically achieves about half of it.
 DEFAULT_FLOPS_RATE = 1.5e14

@@ -1,4 +1,4 @@
-"""`offline`: a policy that knows the trace's future (an upper reference, issue 8).
+"""`offline`: a policy that knows the trace's future (an upper reference).
 
 Like `marconi-oracle`, it needs the whole trace, so the simulator handles it (`run`):
 
@@ -21,12 +21,14 @@ from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
-from marconi.policies import Action, Admission, Eviction, System, Victim
-from marconi.policies.slots import Slots
+from marconi.core.policy import Action, Admission, Eviction, Victim
+from marconi.core.slots import Slots
+from marconi.core.spec import ModelSpec
+from marconi.core.tree import Match, Node
 from marconi.sim.future import FutureIndex
-from marconi.sim.replay import OFFLINE, SimConfig, SimResult, simulate
-from marconi.spec import ModelSpec
-from marconi.tree import Match, Node
+from marconi.sim.replay import simulate
+from marconi.sim.result import OFFLINE, SimConfig, SimResult
+from marconi.systems import System
 from marconi.workload.types import Trace
 
 NEVER = 1e15  # distance of an entry no later request uses
@@ -145,9 +147,10 @@ def _state_below(node: Node) -> int:
     return cur.depth if cur is not None else 0
 
 
-def offline_system(spec: ModelSpec, future: FutureIndex) -> System:
-    return System(name=OFFLINE, admission=lambda: FutureAdmission(future),
-                  eviction=lambda s, alpha: FutureEviction(s, future),
+def offline_system(future: FutureIndex) -> System:
+    return System(name=OFFLINE,
+                  policies=lambda spec, alpha: (FutureAdmission(future),
+                                                FutureEviction(spec, future)),
                   description="knows the future: upper reference")
 
 
@@ -159,5 +162,5 @@ def offline(trace: Trace, config: SimConfig, *, progress: bool = False) -> SimRe
         future.now = i
 
     config = dataclasses.replace(config, system=OFFLINE, alpha=None)
-    return simulate(trace, config, progress=progress, system=offline_system(config.spec, future),
+    return simulate(trace, config, progress=progress, system=offline_system(future),
                     before=at)

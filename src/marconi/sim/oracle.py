@@ -9,8 +9,9 @@ import dataclasses
 import os
 from concurrent.futures import Executor, ProcessPoolExecutor
 
-from marconi.sim.replay import OFFLINE, ORACLE, SimConfig, SimResult, simulate
-from marconi.tuner import GRID
+from marconi.paper.tuner import GRID
+from marconi.sim.replay import simulate
+from marconi.sim.result import SimConfig, SimResult
 from marconi.workload.types import Trace
 
 
@@ -33,14 +34,3 @@ def oracle(trace: Trace, config: SimConfig, *, grid: tuple[float, ...] = GRID,
     best.config = dataclasses.replace(config, alpha=best_alpha)
     best.tuning = {"alpha": best_alpha, "scores": {str(a): s for a, s in scores.items()}}
     return best
-
-
-def run(trace: Trace, config: SimConfig, *, progress: bool = False) -> SimResult:
-    """`simulate`, or the oracle / offline reference when `config.system` names one."""
-    if config.system == ORACLE:
-        return oracle(trace, config)
-    if config.system == OFFLINE:
-        from marconi.sim.offline import offline
-
-        return offline(trace, config, progress=progress)
-    return simulate(trace, config, progress=progress)

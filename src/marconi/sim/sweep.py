@@ -30,15 +30,15 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from marconi.policies import SYSTEMS
+from marconi.core.spec import resolve_model
+from marconi.core.units import parse_size
 from marconi.sim.latency import FlopsLatency
-from marconi.sim.metrics import ttft_seconds
 from marconi.sim.offline import offline
 from marconi.sim.oracle import oracle
-from marconi.sim.replay import OFFLINE, ORACLE, REFERENCES, SimConfig, SimResult, simulate
-from marconi.sim.results import ResultsFile
-from marconi.spec import resolve_model
-from marconi.units import parse_size
+from marconi.sim.replay import simulate
+from marconi.sim.result import OFFLINE, ORACLE, REFERENCES, SimConfig, SimResult, ttft_seconds
+from marconi.sim.results_file import ResultsFile
+from marconi.systems import SYSTEMS
 from marconi.workload import Trace, TraceOptions, load_trace
 from marconi.workload.options import DEFAULT_TOKENIZER
 
@@ -155,8 +155,8 @@ def run_cell(cell: Cell) -> dict[str, Any]:
         result = _simulate(cell)
         row |= {"status": "ok", "error": ""} | summary_scalars(result.summary())
         if cell.records:
-            row["_records"] = {"n_input": result.records["n_input"],
-                               "hit": result.records["hit"], "ttft_s": ttft_seconds(result)}
+            row["_records"] = {"n_input": result.records.n_input,
+                               "hit": result.records.hit, "ttft_s": ttft_seconds(result)}
     except Exception as err:  # a failed cell is recorded, never fatal to the sweep
         row |= {"status": "error", "error": _error_text(err)}
     row["wall_s"] = time.perf_counter() - start

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from marconi.workload.buffers import TraceBuilder
 from marconi.workload.options import TraceOptions
-from marconi.workload.store import TraceBuilder
 from marconi.workload.types import Tokens
 
 ROLES = ("system", "user", "assistant", "tool")

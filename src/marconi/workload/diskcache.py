@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from marconi.workload.buffers import Built, TraceArrays
 from marconi.workload.options import TraceOptions
-from marconi.workload.store import Built, TraceArrays
 from marconi.workload.types import Trace
 
 CACHE_VERSION = 2  # bump when a reader's output changes for the same input (2: marks)

@@ -13,7 +13,7 @@ DEFAULT_TOKENIZER = "mistral-v1"
 class TraceOptions:
     """How to turn a source (file or generator) into a `Trace`.
 
-    Defaults follow the paper's recipe (DESIGN.md section 6). Knobs a format does not
+    Defaults follow the paper's recipe (docs/architecture.md, "Workloads"). Knobs a format does not
     use are ignored by it (e.g. the artifact JSONL is read unchanged).
     """
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from marconi.workload import diskcache
+from marconi.workload.buffers import Built
 from marconi.workload.errors import TraceError
 from marconi.workload.io import head_bytes
 from marconi.workload.options import TraceOptions
 from marconi.workload.readers import artifact, lmsys, mooncake, sharegpt, sweagent
-from marconi.workload.store import Built
 from marconi.workload.synthetic import GENERATORS, parse_params
 from marconi.workload.tokenizers import get_tokenizer
 from marconi.workload.types import Trace

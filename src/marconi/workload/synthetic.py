@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from marconi.workload.buffers import Built, TraceBuilder
 from marconi.workload.conversation import Conversation, add_conversation
 from marconi.workload.options import TraceOptions
-from marconi.workload.store import Built, TraceBuilder
 from marconi.workload.types import Tokens
 
 Params = dict[str, float]

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from marconi.workload.buffers import Built, TraceBuilder
 from marconi.workload.errors import TraceError
 from marconi.workload.io import iter_jsonl, number, require
 from marconi.workload.options import TraceOptions
-from marconi.workload.store import Built, TraceBuilder
 from marconi.workload.types import as_tokens
 
 FIELDS = ("session_id", "turn_id", "ts", "input_tokens", "output_tokens")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from marconi.workload.buffers import Built, TraceBuilder
 from marconi.workload.conversation import (
     OBSERVATION_NOTE,
     Arrivals,
@@ -15,7 +16,6 @@ from marconi.workload.conversation import (
     select_sessions,
 )
 from marconi.workload.options import TraceOptions
-from marconi.workload.store import Built, TraceBuilder
 from marconi.workload.tokenizers import encode_unique, get_tokenizer
 from marconi.workload.types import Tokens
 

@@ -10,13 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from marconi.workload.buffers import Built
 from marconi.workload.conversation import ROLES, Conversation
 from marconi.workload.errors import TraceError
 from marconi.workload.io import head_bytes, iter_jsonl
 from marconi.workload.options import TraceOptions
 from marconi.workload.readers.chat import build_chat_trace
 from marconi.workload.readers.sharegpt import iter_objects
-from marconi.workload.store import Built
 
 PARQUET_MAGIC = b"PAR1"
 _ROLE = {**{r: r for r in ROLES}, "human": "user", "gpt": "assistant"}

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from marconi.workload.buffers import Built, TraceBuilder
 from marconi.workload.errors import TraceError
 from marconi.workload.io import iter_jsonl, number, require
 from marconi.workload.options import TraceOptions
 from marconi.workload.pseudo import block_tokens, pseudo_tokens
-from marconi.workload.store import Built, TraceBuilder
 from marconi.workload.types import Tokens
 
 _OUTPUT_SALT = 0x6F7574  # keeps output ids apart from block ids

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from marconi.workload.buffers import Built
 from marconi.workload.conversation import Conversation
 from marconi.workload.errors import TraceError
 from marconi.workload.io import read_text
 from marconi.workload.options import TraceOptions
 from marconi.workload.readers.chat import build_chat_trace
-from marconi.workload.store import Built
 
 ROLE = {
     "human": "user",

@@ -1,0 +1,47 @@
+"""Overhead of marconi+'s online tuning, per request, on 2 cores.
+
+    .venv/bin/python benchmarks/bench_shadows.py
+
+Seconds spent feeding the shadow caches, per request and in total, beside the live
+cache's own replay time (the driver calls the tuner after each commit, never inside a
+lookup). Traces: ShareGPT at 2 GB and the mini-swe-agent trajectories at 20 GB (skipped
+when ../shared/data is absent).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from marconi.core.spec import PAPER_7B
+from marconi.sim.replay import simulate
+from marconi.sim.result import SimConfig
+from marconi.workload import load_trace
+from marconi.workload.options import TraceOptions
+from marconi.workload.types import Trace
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+
+
+def shadows(name: str, capacity: str, trace: Trace) -> None:
+    config = SimConfig(spec=PAPER_7B, capacity=capacity, system="marconi+", bounds=False)
+    result = simulate(trace, config)
+    spent = float(result.tuning["seconds"])
+    experts = len(result.tuning["totals"])
+    print(f"marconi+ {name} {capacity}: {len(trace)} requests, {experts} shadow experts: "
+          f"{1e3 * spent / len(trace):.2f} ms per request in shadows, {spent:.1f} s of "
+          f"{result.seconds:.1f} s in all; final expert {result.tuning['expert']}, "
+          f"{len(result.tuning['switches'])} switches")
+
+
+def main() -> None:
+    cases = [("sharegpt", "2GB", load_trace("sharegpt", options=TraceOptions(min_turns=10)))]
+    if DATA.exists():
+        cases.append(("swe-agent", "20GB", load_trace(DATA / "mini-swe-agent" / "trajs")))
+    print(f"cores: {os.cpu_count()}")
+    for case in cases:
+        shadows(*case)
+
+
+if __name__ == "__main__":
+    main()

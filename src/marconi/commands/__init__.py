@@ -1,0 +1,1 @@
+"""`marconi` subcommands: each registers its arguments without importing what it runs."""

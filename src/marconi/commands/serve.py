@@ -1,0 +1,66 @@
+"""`marconi serve`: wired into `marconi.cli` through `register(subparsers)`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from marconi.commands.extras import require
+from marconi.systems import SYSTEMS
+
+if TYPE_CHECKING:
+    from marconi.server.config import ServerConfig
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the `serve` command to a `marconi` argparse subparser set."""
+    p = subparsers.add_parser(
+        "serve", help="OpenAI-compatible server over the engine, with prefix-cache metrics",
+        description="Serve /v1/completions, /v1/chat/completions, /v1/models, /health and "
+                    "/metrics. With no --model: a tiny random-weight hybrid model, no download.")
+    p.add_argument("--model", type=Path, default=None,
+                   help="local Hugging Face checkpoint folder (config.json, safetensors, "
+                        "tokenizer files); default: the embedded tiny model")
+    p.add_argument("--served-model-name", default=None,
+                   help="name clients pass as `model` (default: the folder's name)")
+    p.add_argument("--cache-size", default="1GB", help="bound on cached KV + SSM state bytes")
+    p.add_argument("--system", default="marconi", choices=list(SYSTEMS))
+    p.add_argument("--alpha", type=float, default=None,
+                   help="fix alpha (FLOP-aware systems); default: bootstrap-tuned")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429")
+    p.add_argument("--max-tokens", type=int, default=16,
+                   help="completion length when a request gives none")
+    p.add_argument("--seed", type=int, default=0, help="random weights of the embedded model")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.set_defaults(func=run_command)
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    from marconi.server.config import ServerConfig
+
+    return ServerConfig(model=args.model, served_name=args.served_model_name,
+                        cache_size=args.cache_size, system=args.system, alpha=args.alpha,
+                        host=args.host, port=args.port, max_queue=args.max_queue,
+                        max_tokens=args.max_tokens, seed=args.seed)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    require("server", "fastapi", "uvicorn", "prometheus_client")
+    require("engine", "torch", "transformers")
+    import torch
+    import uvicorn
+
+    from marconi.server.app import create_app
+    from marconi.server.backend import build_backend
+
+    config = config_from_args(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    backend = build_backend(config)
+    uvicorn.run(create_app(backend, config), host=config.host, port=config.port,
+                log_level="info")
+    return 0

@@ -1,0 +1,45 @@
+"""A lazy min-heap of nodes: entries go stale instead of being removed (LRU mechanics).
+
+Policies that order nodes by a stamp push a fresh entry on every touch and let
+`lazy_min` skip entries whose stamp no longer matches when they surface; `compact`
+bounds the heap when stale entries pile up.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Collection
+
+from marconi.core.tree import Node
+
+HeapEntry = tuple[float, int, int, Node]  # (stamp, tie-break, node id, node)
+
+
+def lazy_min(heap: list[HeapEntry], valid: Callable[[HeapEntry], bool],
+             protected: Collection[Node]) -> HeapEntry | None:
+    """The smallest valid entry of a lazy heap whose node is not protected, or None.
+
+    Stale entries popped on the way are dropped; protected ones go back. The entry found
+    stays in the heap (valid until the cache evicts its node).
+    """
+    held, found = [], None
+    while heap:
+        entry = heapq.heappop(heap)
+        if not valid(entry):
+            continue
+        if entry[3] in protected:
+            held.append(entry)
+            continue
+        found = entry
+        heapq.heappush(heap, entry)
+        break
+    for entry in held:
+        heapq.heappush(heap, entry)
+    return found
+
+
+def compact(heap: list[HeapEntry], valid: Callable[[HeapEntry], bool]) -> list[HeapEntry]:
+    """A heap of the valid entries only."""
+    out = [e for e in heap if valid(e)]
+    heapq.heapify(out)
+    return out

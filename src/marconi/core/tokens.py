@@ -1,0 +1,24 @@
+"""Token sequences as the cache sees them: flat, contiguous int32 arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+Tokens = npt.NDArray[np.int32]
+
+
+def as_tokens(values: object, *, what: str = "tokens") -> Tokens:
+    """Return `values` as a 1-D int32 array, or raise ValueError naming `what`.
+
+    Accepts sequences of Python ints and integer numpy arrays; refuses floats,
+    bools, strings, nested lists and values outside int32.
+    """
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{what}: expected a flat list of token ids, got shape {arr.shape}")
+    if arr.size and (arr.dtype.kind not in "iu"):
+        raise ValueError(f"{what}: token ids must be integers, got dtype {arr.dtype}")
+    if arr.size and (arr.min() < 0 or arr.max() > np.iinfo(np.int32).max):
+        raise ValueError(f"{what}: token ids must be in [0, 2**31), got {arr.min()}..{arr.max()}")
+    return np.ascontiguousarray(arr, dtype=np.int32)

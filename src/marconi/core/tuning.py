@@ -1,0 +1,47 @@
+"""What a tuner is to the code that drives a cache, and the one way requests are scored.
+
+A tuner watches the requests a cache serves and changes its policies' knobs (Marconi's
+alpha, marconi+'s expert). The cache never calls it: the driver (the simulator, the
+concurrent replay, the engine) calls `observe` after each commit, so a commit's cost is
+the cache's own. `report` says what the tuner did, for `simulate --json`.
+
+```
+driver: plan = cache.lookup(input) ... cache.commit(input + output) -> tuner.observe(...)
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from enum import Enum
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from marconi.core.cache import PrefixCache
+
+TuningReport = Mapping[str, object]  # JSON-ready: numbers, strings, lists, dicts
+
+
+class Objective(Enum):
+    FLOPS = "flops"  # prefill FLOPs saved (what the paper's artifact optimizes)
+    TOKENS = "tokens"  # hit tokens (what the paper's text says)
+
+
+class Tuner(Protocol):
+    def observe(self, cache: PrefixCache, tokens: np.ndarray, n_input: int,
+                boundaries: Sequence[int] = ()) -> None:
+        """Called by the driver after `cache.commit(tokens, n_input)`."""
+
+    def report(self) -> TuningReport:
+        """What the tuner did so far ({} if nothing yet)."""
+
+
+def serve(cache: PrefixCache, tokens: np.ndarray, n_input: int, boundaries: Sequence[int],
+          objective: Objective) -> float:
+    """One request through a token-only cache: lookup, then commit input + output.
+    Returns what the hit is worth under `objective` (the unit every replay sums)."""
+    hit = cache.lookup(tokens[:n_input], boundaries=boundaries).hit
+    cache.commit(tokens, n_input, boundaries=boundaries)
+    return cache.spec.flops(hit) if objective is Objective.FLOPS else float(hit)

@@ -1,0 +1,196 @@
+"""The paper's evictions: LRU over leaves (SGLang+, vLLM+) and FLOP-aware (Marconi).
+
+See docs/architecture.md ("Eviction") for the rules they follow.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Collection, Iterable, Sequence
+from enum import Enum
+from typing import ClassVar
+
+import numpy as np
+
+from marconi.core.lazy_heap import HeapEntry, compact, lazy_min
+from marconi.core.policy import Action, Eviction, Victim, alive, check_alpha
+from marconi.core.slots import Slots
+from marconi.core.spec import ModelSpec
+from marconi.core.tree import Node
+
+
+class LRULeaf(Eviction):
+    """Leaves only, least recently used first (SGLang+ of the paper; vLLM+ with
+    `deepest_first`, where blocks touched together leave tail first).
+
+    A lookup or commit touches every node on the path. Lazy heap: stale entries are
+    skipped when popped.
+    """
+
+    def __init__(self, *, deepest_first: bool = False) -> None:
+        super().__init__()
+        self.deepest_first = deepest_first
+        self._heap: list[HeapEntry] = []
+
+    def _push(self, node: Node) -> None:
+        if node.is_leaf and not node.pins and alive(node):
+            depth = -node.depth if self.deepest_first else 0
+            heapq.heappush(self._heap, (self.stamp.get(node, 0), depth, node.id, node))
+
+    def _touch(self, nodes: Iterable[Node], now: int) -> None:
+        for node in nodes:
+            self.stamp[node] = now
+            self._push(node)
+
+    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
+        self._touch(path, now)
+
+    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        self._touch(path, now)
+
+    def changed(self, node: Node) -> None:
+        self._push(node)
+
+    def _valid(self, entry: HeapEntry) -> bool:
+        t, _, _, node = entry
+        return (alive(node) and node.is_leaf and not node.pins
+                and self.stamp.get(node, 0) == t)
+
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        entry = lazy_min(self._heap, self._valid, protected)
+        if len(self._heap) > 64 and len(self._heap) > 4 * len(self.stamp):
+            self._compact()
+        return Victim(entry[3], Action.REMOVE) if entry is not None else None
+
+    def _compact(self) -> None:
+        self._heap = compact(self._heap, self._valid)
+
+    def check(self, nodes: Sequence[Node]) -> None:
+        valid = {entry[3] for entry in self._heap if self._valid(entry)}
+        for node in nodes:
+            if node.is_leaf and not node.pins:
+                assert node in valid, f"leaf {node!r} missing from the LRU heap"
+
+
+class Recency(Enum):
+    TIME = "time"  # last access time (the paper)
+    INVERSE_AGE = "inverse-age"  # 1 / (now - t + 1) (the artifact's variant)
+
+
+class FlopAware(Eviction):
+    """Marconi: score S(v) = recency(v) + alpha * eff(v), lowest evicted first.
+
+    Candidates are unpinned nodes with at most one child. Both terms are min-max
+    normalized over the current candidates (all equal -> 1) and recomputed for every
+    victim. `eff(v) = (F(len(v)) - F(len(parent))) / bytes(v)`. Only the node a lookup
+    hits is touched; a commit stamps the nodes it creates.
+
+    Candidates live in dense numpy columns (`Slots`: `rec` the last touch, `eff` the
+    efficiency), so a victim among 10^4 candidates is a handful of vector operations.
+    Subclasses change what a touch stamps (`_time`) and how columns score (`scores`).
+    """
+
+    COLUMNS: ClassVar[dict[str, type]] = {"rec": np.float64, "eff": np.float64}  # per slot
+
+    def __init__(self, spec: ModelSpec, alpha: float = 0.0,
+                 recency: Recency = Recency.TIME) -> None:
+        super().__init__()
+        self.spec = spec
+        self.alpha = check_alpha(alpha)
+        self.recency = Recency(recency)
+        self.slots = Slots(self.COLUMNS)
+
+    def _time(self, now: int) -> float:
+        """What a touch stamps: the clock."""
+        return now
+
+    def set_alpha(self, alpha: float) -> None:
+        self.alpha = check_alpha(alpha)
+
+    def fresh(self, alpha: float) -> FlopAware:
+        """An empty policy like this one (same spec and recency) running `alpha`."""
+        return FlopAware(self.spec, alpha, self.recency)
+
+    def efficiency(self, node: Node) -> float:
+        """Prefill FLOPs the node saves over its parent, per byte it holds."""
+        parent_depth = node.parent.depth if node.parent is not None else 0
+        held = (self.spec.kv_bytes_per_token * node.edge_len
+                + (self.spec.ssm_bytes if node.has_state else 0))
+        saved = self.spec.flops(node.depth) - self.spec.flops(parent_depth)
+        return saved / held if held else 0.0
+
+    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
+        if hit is not None:
+            self.stamp[hit] = self._time(now)
+            self.changed(hit)
+
+    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        for node in new:
+            self.stamp[node] = self._time(now)
+            self.changed(node)
+
+    def changed(self, node: Node) -> None:
+        slots = self.slots
+        if alive(node) and not node.pins and len(node.children) <= 1:
+            slot = slots.index.get(node)
+            if slot is None:
+                slot = slots.add(node)
+            slots["rec"][slot] = self.stamp.get(node, 0)
+            slots["eff"][slot] = self.efficiency(node)
+        elif node in slots:
+            slots.drop(node)
+
+    def removed(self, node: Node) -> None:
+        super().removed(node)
+        if node in self.slots:
+            self.slots.drop(node)
+
+    def scores(self, now: int) -> np.ndarray:
+        """S(v) for every candidate, in slot order."""
+        n = len(self.slots)
+        rec, eff = self.slots["rec"][:n], self.slots["eff"][:n]
+        if self.recency is Recency.INVERSE_AGE:
+            rec = 1.0 / (now - rec + 1.0)
+        return _minmax(rec) + self.alpha * _minmax(eff)
+
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        if not self.slots:
+            return None
+        score = self.scores(now)
+        for node in protected:
+            slot = self.slots.index.get(node)
+            if slot is not None:
+                score[slot] = np.inf
+        slot = int(np.argmin(score))
+        if not np.isfinite(score[slot]):
+            return None
+        node = self.slots.nodes[slot]
+        self._chose(float(score[slot]))
+        return Victim(node, Action.REMOVE if node.is_leaf else Action.MERGE)
+
+    def _chose(self, score: float) -> None:
+        """Told the score of each victim chosen (GreedyDual raises its level to it)."""
+        return None
+
+    def candidates(self) -> list[Node]:
+        return list(self.slots.nodes)
+
+    def check(self, nodes: Sequence[Node]) -> None:
+        expected = {n for n in nodes if not n.pins and len(n.children) <= 1}
+        got = set(self.candidates())
+        assert got == expected, (f"candidates differ: extra {got - expected}, "
+                                 f"missing {expected - got}")
+        for node in got:
+            slot = self.slots.index[node]
+            assert self.slots.nodes[slot] is node, f"{node!r} is not in its slot"
+            assert self.slots["eff"][slot] == self.efficiency(node), (
+                f"stale efficiency for {node!r}")
+            assert self.slots["rec"][slot] == self.stamp.get(node, 0), (
+                f"stale recency for {node!r}")
+
+
+def _minmax(x: np.ndarray) -> np.ndarray:
+    lo, hi = x.min(), x.max()
+    if hi > lo:
+        return (x - lo) / (hi - lo)
+    return np.ones_like(x)

@@ -1,0 +1,154 @@
+"""The bootstrap alpha tuner (docs/architecture.md, "Tuner").
+
+alpha = 0 until the cache first evicts. Then, with `n0` the requests seen so far, the
+tuner snapshots the tree, records the next `multiplier * n0` requests, replays them
+from the snapshot under every alpha of the grid (in parallel, on any
+`concurrent.futures.Executor`) and adopts the best. Replays never block lookups unless
+`wait=True` asks for the result at once (the simulator does, to stay deterministic).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from marconi.core.cache import PrefixCache
+from marconi.core.policy import Admission
+from marconi.core.snapshot import Snapshot, rebuild, take
+from marconi.core.tuning import Objective, TuningReport, serve
+from marconi.paper.eviction import FlopAware
+
+GRID = tuple(round(0.1 * i, 1) for i in range(21))  # 0, 0.1, ..., 2.0
+
+Replay = tuple[np.ndarray, int]  # input + output tokens, input length
+
+
+@dataclass(frozen=True, slots=True)
+class Policies:
+    """Empty policies of the live cache, to copy for each replay (picklable)."""
+
+    admission: Admission
+    eviction: FlopAware
+
+    def cache(self, snapshot: Snapshot, alpha: float) -> PrefixCache:
+        """A fresh cache running these policies at `alpha`, holding the snapshot."""
+        cache = PrefixCache(snapshot.spec, snapshot.capacity, copy.deepcopy(self.admission),
+                            self.eviction.fresh(alpha))
+        rebuild(snapshot, cache)
+        return cache
+
+
+def replay(snapshot: Snapshot, policies: Policies, requests: Sequence[Replay],
+           alphas: Sequence[float], objective: Objective) -> dict[float, float]:
+    """Objective reached by each alpha when `requests` run from `snapshot`."""
+    out = {}
+    for alpha in alphas:
+        cache = policies.cache(snapshot, alpha)
+        out[alpha] = sum(serve(cache, tokens, n_input, (), objective)
+                         for tokens, n_input in requests)
+    return out
+
+
+@dataclass(slots=True)
+class Tuning:
+    """One finished tuning: when it started, what each alpha scored, what won."""
+
+    n0: int  # requests before the first eviction
+    window: int  # requests replayed
+    scores: dict[float, float] = field(default_factory=dict)
+    alpha: float = 0.0
+
+
+class BootstrapTuner:
+    """Chooses alpha for a FLOP-aware cache by replaying a bootstrap window."""
+
+    def __init__(self, *, grid: Sequence[float] = GRID, multiplier: int = 5,
+                 objective: Objective | str = Objective.FLOPS, executor: Executor | None = None,
+                 wait: bool = True) -> None:
+        if not grid or any(a < 0 for a in grid):
+            raise ValueError(f"alpha grid must be non-empty and >= 0, got {list(grid)!r}")
+        if not isinstance(multiplier, int) or multiplier < 1:
+            raise ValueError(f"bootstrap multiplier must be a positive integer, got {multiplier!r}")
+        self.grid = tuple(float(a) for a in grid)
+        self.multiplier = multiplier
+        self.objective = Objective(objective)
+        self.executor = executor
+        self.wait = wait
+        self.result: Tuning | None = None
+        self._snapshot: Snapshot | None = None
+        self._recorded: list[Replay] = []
+        self._futures: list[Future[dict[float, float]]] = []
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None and bool(self.result.scores) and not self._futures
+
+    def observe(self, cache: PrefixCache, tokens: np.ndarray, n_input: int,
+                boundaries: Sequence[int] = ()) -> None:
+        """Called by the driver after every commit (`boundaries` unused here)."""
+        if self.done:
+            return
+        if self._futures:
+            self._adopt_if_ready(cache)
+        elif self._snapshot is None:
+            if cache.stats.evictions:
+                n0 = cache.stats.commits
+                self.result = Tuning(n0=n0, window=self.multiplier * n0)
+                self._snapshot = take(cache)
+        else:
+            self._recorded.append((tokens, n_input))
+            if self.result is not None and len(self._recorded) >= self.result.window:
+                self._launch(cache)
+
+    def _launch(self, cache: PrefixCache) -> None:
+        assert self._snapshot is not None
+        eviction = cache.eviction
+        if not isinstance(eviction, FlopAware):
+            raise ValueError(f"the bootstrap tuner needs FLOP-aware eviction, cache "
+                             f"{cache.name!r} runs {type(eviction).__name__}")
+        policies = Policies(copy.deepcopy(cache.admission), eviction.fresh(0.0))
+        executor = self.executor or _local_pool(len(self.grid))
+        chunks = [self.grid[i :: _workers(executor)] for i in range(_workers(executor))]
+        self._futures = [executor.submit(replay, self._snapshot, policies,
+                                         self._recorded, chunk, self.objective)
+                         for chunk in chunks if chunk]
+        self._snapshot, self._recorded = None, []
+        if self.wait:
+            self._adopt(cache)
+        if self.executor is None:
+            executor.shutdown(wait=self.wait)
+
+    def _adopt_if_ready(self, cache: PrefixCache) -> None:
+        if all(f.done() for f in self._futures):
+            self._adopt(cache)
+
+    def _adopt(self, cache: PrefixCache) -> None:
+        assert self.result is not None
+        for future in self._futures:
+            self.result.scores.update(future.result())
+        self._futures = []
+        # best score; among ties the smallest alpha (closest to plain LRU)
+        best = max(self.result.scores.items(), key=lambda kv: (kv[1], -kv[0]))
+        self.result.alpha = best[0]
+        cache.eviction.set_alpha(best[0])
+
+    def report(self) -> TuningReport:
+        """When tuning started, the window, every alpha's score and the winner."""
+        r = self.result
+        if r is None:
+            return {}
+        return {"n0": r.n0, "window": r.window, "alpha": r.alpha if r.scores else None,
+                "scores": {str(a): s for a, s in sorted(r.scores.items())}}
+
+
+def _workers(executor: Executor) -> int:
+    return getattr(executor, "_max_workers", None) or os.cpu_count() or 1
+
+
+def _local_pool(tasks: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=max(1, min(tasks, os.cpu_count() or 1)))

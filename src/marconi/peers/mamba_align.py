@@ -1,0 +1,130 @@
+"""vLLM v1's hybrid prefix caching as of 2026 (`mamba_cache_mode="align"`), as a peer.
+
+vLLM caches whole blocks only. A Mamba state is cached where a block ends at the same
+time as a scheduled step, so for a prompt of `n_input` tokens after a hit `h`:
+
+```
+| hit | chunk ........ | chunk .... | ... |  tail of prompt  | output ...... |
+0     h   each chunk end (aligned)          a = n_input//B*B   every B in decode
+              + j: the shared-prefix junction, KV matched rounded down to B
+```
+The KV past the last full block is not cached, and the last full block always holds a
+state, so a commit keeps the sequence up to its last state. A hit needs a cached state
+and all KV before it, and leaves one prompt token to compute (hit <= n_input - 1).
+Eviction is LRU over freed blocks, a request's tail blocks first (`BlockLRU`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
+
+from marconi.core.policy import Action, Admission, Victim
+from marconi.core.spec import ModelSpec
+from marconi.core.tree import Match, Node
+from marconi.peers.mamba_radix import deepest_state
+from marconi.peers.two_lists import TwoListLRU
+
+ATTENTION_ALIGN = 16  # vLLM rounds the attention block size to a multiple of 16 tokens
+
+
+def vllm_block_tokens(spec: ModelSpec) -> int:
+    """The attention block size vLLM picks so that an attention page (one layer's KV
+    of a block) holds at least one Mamba page (one layer's state):
+    `16 * ceil(mamba_page / (16 * kv_bytes_per_token_per_layer))`."""
+    per_token = spec.kv_layer_bytes_per_token
+    return ATTENTION_ALIGN * -(-spec.ssm_layer_bytes // (ATTENTION_ALIGN * per_token))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VLLMConfig:
+    """Knobs of vLLM's align-mode Mamba prefix caching."""
+
+    block: int | None = None  # tokens per block; None: derived from the model spec
+    chunk: int = 8192  # max_num_batched_tokens: the longest prefill step
+    junctions: bool = True  # checkpoint at shared-prefix junctions (Marconi-style, #37898)
+
+    def __post_init__(self) -> None:
+        for name in ("block", "chunk"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"VLLMConfig.{name} must be a positive integer, got {value!r}")
+        if self.chunk is None:
+            raise ValueError("VLLMConfig.chunk must be a positive integer, got None")
+
+
+class Align(Admission):
+    """States at block-aligned chunk ends, the last aligned prompt boundary, shared-prefix
+    junctions and every block boundary of the output; full blocks only."""
+
+    truncates = True
+
+    def __init__(self, config: VLLMConfig | None = None) -> None:
+        self.config = config or VLLMConfig()
+
+    @property
+    def block(self) -> int:
+        if self.config.block is None:
+            raise ValueError("Align needs a block size: give one or call for_model(spec)")
+        return self.config.block
+
+    def for_model(self, spec: ModelSpec) -> Align:
+        if self.config.block is not None:
+            return self
+        return Align(replace(self.config, block=vllm_block_tokens(spec)))
+
+    def max_hit(self, n_input: int) -> int:
+        return n_input - 1
+
+    def prefill(self, match: Match, n_input: int, hit: int) -> list[int]:
+        """States saved while prefilling (hit, n_input] (may include `hit` itself)."""
+        b = self.block
+        step = max(b, self.config.chunk // b * b)  # steps are cut at block boundaries
+        out = list(range(hit + step, n_input, step))
+        out.append(n_input // b * b)
+        if self.config.junctions:
+            out.append(min(match.length, n_input - 1) // b * b)
+        return out
+
+    def checkpoints(self, match: Match, n_input: int, hit: int) -> tuple[int, ...]:
+        return tuple(sorted({p for p in self.prefill(match, n_input, hit) if p > hit}))
+
+    def positions(self, match: Match, n_total: int, n_input: int) -> tuple[int, ...]:
+        b = self.block
+        hit = deepest_state(match, self.max_hit(n_input))
+        out = {p for p in self.prefill(match, n_input, hit) if p > hit}
+        out.update(range((n_input // b + 1) * b, n_total + 1, b))
+        aligned_end = n_input // b * b
+        if aligned_end > 0:
+            out.add(aligned_end)  # held already when it is the hit: the commit refreshes it
+        return tuple(sorted(out))
+
+
+class BlockLRU(TwoListLRU):
+    """vLLM's free-block queue: one LRU over KV blocks and state blocks alike.
+
+    A request's blocks are freed together at its end, tail first, so at equal stamps
+    the deeper entry leaves first. A lookup refreshes the KV up to the hit and the state
+    it resumes from (the blocks the request takes); a commit refreshes the KV of the whole
+    sequence and the states it adds. A state leaves alone (the KV block stays); a KV
+    leaf leaves with its state. KV without a state after it stays until it is LRU.
+    """
+
+    shallow_first = False
+
+    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
+        self.now = now
+        if hit is not None:
+            nodes = list(path)
+            self.touch(nodes[: nodes.index(hit) + 1], now, states=False)
+            self.states.touch(hit, now)
+
+    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        self.now = now
+        self.touch(path, now, states=False)
+
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        kv, state = self.kv.peek(protected), self.states.peek(protected)
+        if state is not None and (kv is None or state[:3] <= kv[:3]):
+            return Victim(state[3], Action.DROP_STATE)
+        return Victim(kv[3], Action.REMOVE) if kv is not None else None

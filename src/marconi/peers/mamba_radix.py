@@ -1,0 +1,206 @@
+"""SGLang's hybrid prefix cache as of 2026 (`MambaRadixCache`), as a peer baseline.
+
+Admission (where the engine saves a state), per request whose lookup hit `h`:
+
+```
+no-buffer:     | hit | chunk | chunk | ... | last chunk | output |
+               0     h   h+C     h+2C        n_input     n_total
+               states at every chunk end, at n_input (after prefill) and n_total
+extra-buffer:  one tracked state per prefill chunk: the chunk's last multiple of T
+               (T = 64 tokens) or, in the chunk holding it, the branch point
+               floor(matched / T) * T; then every `decode_interval` tokens of decode;
+               the sequence is kept only up to the last tracked state.
+```
+Eviction: two LRU lists (`MambaRadixLRU`). See docs/peers.md for what is not modelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from marconi.core.policy import Action, Admission, Pressure, Victim, alive
+from marconi.core.tree import Match, Node
+from marconi.peers.two_lists import TwoListLRU
+
+
+class BufferMode(Enum):
+    NO_BUFFER = "no-buffer"  # --mamba-scheduler-strategy no_buffer (page size 1)
+    EXTRA_BUFFER = "extra-buffer"  # ping-pong track buffers, chunk-aligned states
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SGLangConfig:
+    """Knobs of SGLang's MambaRadixCache; defaults are SGLang's for an H100/H200."""
+
+    mode: BufferMode = BufferMode.NO_BUFFER  # auto picks no_buffer for Mamba2 models
+    chunk: int = 8192  # --chunked-prefill-size: 8192 below 160 GB of GPU memory
+    track: int = 64  # mamba_cache_chunk_size = max(mamba_chunk_size or FLA's 64, page)
+    decode_interval: int = 256  # --mamba-track-interval: decode states (extra-buffer)
+    state_share: float = 0.9 / 1.9  # states' share of capacity: --mamba-full-memory-ratio 0.9
+    max_states_per_path: int | None = None  # --mamba-max-states-per-path (off by default)
+
+    def __post_init__(self) -> None:
+        for name in ("chunk", "track", "decode_interval"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"SGLangConfig.{name} must be a positive integer, got {value!r}")
+        if not 0.0 <= self.state_share <= 1.0:
+            raise ValueError(f"SGLangConfig.state_share must be in [0, 1], got {self.state_share}")
+        cap = self.max_states_per_path
+        if cap is not None and (not isinstance(cap, int) or cap <= 0):
+            raise ValueError(f"SGLangConfig.max_states_per_path must be positive, got {cap!r}")
+        if not isinstance(self.mode, BufferMode):
+            raise ValueError(f"SGLangConfig.mode must be a BufferMode, got {self.mode!r}")
+
+
+def deepest_state(match: Match, limit: int) -> int:
+    """Depth of the deepest matched state within `limit` tokens (0: none)."""
+    return max((n.depth for n in match.path if n.has_state and n.depth <= limit), default=0)
+
+
+class MambaRadix(Admission):
+    """States at chunk ends and request ends; in extra-buffer mode, chunk-aligned."""
+
+    def __init__(self, config: SGLangConfig | None = None) -> None:
+        self.config = config or SGLangConfig()
+        self.truncates = self.config.mode is BufferMode.EXTRA_BUFFER
+
+    def branch(self, match: Match, n_input: int, hit: int) -> int | None:
+        """SGLang's `mamba_branching_seqlen`: KV matched past the hit, rounded down to T."""
+        matched = min(match.length, n_input)
+        aligned = matched // self.config.track * self.config.track
+        return aligned if matched > hit and aligned > 0 else None
+
+    def prefill(self, match: Match, n_input: int, hit: int) -> list[int]:
+        """States saved while prefilling (hit, n_input], one chunk at a time."""
+        c = self.config
+        starts = range(hit, n_input, c.chunk)
+        if c.mode is BufferMode.NO_BUFFER:
+            return [*(s + c.chunk for s in starts if s + c.chunk < n_input), n_input]
+        branch = self.branch(match, n_input, hit)
+        out = []
+        for s in starts:
+            e = min(s + c.chunk, n_input)
+            if branch is not None and s < branch <= e:
+                out.append(branch)  # forced track replaces the chunk's own
+            elif e - s >= c.track:
+                out.append(s + (e - s) // c.track * c.track)
+        return out
+
+    def checkpoints(self, match: Match, n_input: int, hit: int) -> tuple[int, ...]:
+        return tuple(p for p in self.prefill(match, n_input, hit) if p > hit)
+
+    def positions(self, match: Match, n_total: int, n_input: int) -> tuple[int, ...]:
+        hit = deepest_state(match, n_input)
+        out = set(self.prefill(match, n_input, hit))
+        if self.config.mode is BufferMode.NO_BUFFER:
+            out.add(n_total)
+        else:
+            step = self.config.decode_interval
+            last = n_total // step * step
+            if last > n_input:
+                out.add(last)  # the last state tracked during decode
+        return tuple(sorted(p for p in out if p > 0))
+
+
+class MambaRadixLRU(TwoListLRU):
+    """SGLang's two LRU lists under one byte capacity.
+
+    SGLang evicts from the KV list when the KV pool is full and from the mamba list
+    when the state pool is full. Here states get `state_share` of the capacity: when
+    they exceed it (counting the pending insert) the mamba list gives the victim,
+    otherwise the KV list; either falls back to the other when it has nothing.
+    - KV list: unpinned leaves, LRU; evicting one frees its KV and state.
+    - mamba list: unpinned nodes holding a state, LRU, nearer the root first on ties;
+      an inner node keeps its KV as a tombstone, a leaf leaves whole.
+    - a leaf left without a state (a tombstone whose children all left) is garbage.
+    A lookup refreshes the node it resumes from and its ancestors (SGLang's
+    `reset_node_and_parents_mru`), not the KV matched beyond it; a commit refreshes the
+    whole path.
+    """
+
+    def __init__(self, config: SGLangConfig | None = None) -> None:
+        super().__init__()
+        self.config = config or SGLangConfig()
+        self.tombstones: dict[Node, None] = {}  # leaves seen without a state (ordered set)
+        self.last_path: list[Node] = []  # the path the latest commit ran along
+        self._pressure: Pressure | None = None
+
+    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
+        self.now = now
+        if hit is not None:
+            nodes = list(path)
+            self.touch(nodes[: nodes.index(hit) + 1], now, states=True)
+
+    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        self.now = now
+        self.last_path = list(path)
+        self.touch(self.last_path, now, states=True)
+        for node in new:
+            self.changed(node)
+
+    def changed(self, node: Node) -> None:
+        super().changed(node)
+        if alive(node) and node.is_leaf and not node.has_state:
+            self.tombstones[node] = None
+
+    def pressure(self, pressure: Pressure) -> None:
+        self._pressure = pressure
+
+    def states_first(self) -> bool:
+        p = self._pressure
+        return p is not None and p.ssm_held + p.ssm_need > self.config.state_share * p.capacity
+
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        order = (self._state_victim, self._kv_victim)
+        for pick in order if self.states_first() else order[::-1]:
+            victim = pick(protected)
+            if victim is not None:
+                return victim
+        return None
+
+    def _kv_victim(self, protected: Collection[Node]) -> Victim | None:
+        entry = self.kv.peek(protected)
+        return Victim(entry[3], Action.REMOVE) if entry else None
+
+    def _state_victim(self, protected: Collection[Node]) -> Victim | None:
+        entry = self.states.peek(protected)
+        if entry is None:
+            return None
+        node = entry[3]
+        return Victim(node, Action.REMOVE if node.is_leaf else Action.DROP_STATE)
+
+    def garbage(self, protected: Collection[Node]) -> Victim | None:
+        kept, found = [], None
+        while self.tombstones and found is None:
+            node, _ = self.tombstones.popitem()
+            if not (alive(node) and node.is_leaf and not node.has_state and not node.pins):
+                continue  # gone, or no longer a stateless leaf; unpinning re-reports it
+            if node in protected:
+                kept.append(node)
+            else:
+                found = node
+        self.tombstones.update(dict.fromkeys(kept))
+        if found is not None:
+            return Victim(found, Action.REMOVE)
+        return self._excess_state(protected)
+
+    def _excess_state(self, protected: Collection[Node]) -> Victim | None:
+        """The LRU inner state on the last committed path beyond the per-path cap."""
+        cap = self.config.max_states_per_path
+        held = [n for n in self.last_path if alive(n) and n.has_state]
+        if cap is None or len(held) <= cap:
+            return None
+        inner = [n for n in held if n.children and not n.pins and n not in protected]
+        if not inner:
+            return None
+        oldest = min(inner, key=lambda n: (self.state_stamp.get(n, 0), n.depth, n.id))
+        return Victim(oldest, Action.DROP_STATE)
+
+    def check(self, nodes: Sequence[Node]) -> None:
+        super().check(nodes)
+        for node in nodes:
+            if node.is_leaf and not node.has_state and not node.pins:
+                assert node in self.tombstones, f"stateless leaf {node!r} not queued"

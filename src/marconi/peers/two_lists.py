@@ -1,0 +1,121 @@
+"""Two LRU lists over one tree: one for KV (leaves), one for SSM states (any node).
+
+Today's engines keep the attention KV and the Mamba states in separate pools, each with
+its own recency: SGLang's `MambaRadixCache` has a full-KV LRU list and a mamba LRU list,
+vLLM's block pool stamps KV blocks and state blocks separately. `TwoListLRU` is the
+bookkeeping both share; subclasses say what a lookup or commit touches and which list
+gives the next victim.
+
+Each list is a lazy heap of `(stamp, tie, id, node)`: an entry is stale once the node's
+stamp moved on or the node stopped qualifying, and is skipped when popped.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Collection, Iterable, Sequence
+
+from marconi.core.lazy_heap import HeapEntry, compact, lazy_min
+from marconi.core.policy import Eviction, alive
+from marconi.core.tree import Node
+
+Entry = HeapEntry
+
+
+def kv_candidate(node: Node) -> bool:
+    """A leaf whose KV may leave (removing it frees its state too)."""
+    return alive(node) and node.is_leaf and not node.pins
+
+
+def state_candidate(node: Node) -> bool:
+    """A node whose state may leave."""
+    return alive(node) and node.has_state and not node.pins
+
+
+class LazyLRU:
+    """One LRU list: stamps per node and a heap that tolerates stale entries."""
+
+    def __init__(self, stamps: dict[Node, float], qualifies: Callable[[Node], bool],
+                 shallow_first: bool) -> None:
+        self.stamps = stamps  # node -> last access (logical clock)
+        self.qualifies = qualifies
+        self.shallow_first = shallow_first  # tie at equal stamps: nearer the root goes first
+        self.heap: list[Entry] = []
+
+    def touch(self, node: Node, now: int) -> None:
+        self.stamps[node] = now
+        self.push(node)
+
+    def push(self, node: Node) -> None:
+        if self.qualifies(node):
+            tie = node.depth if self.shallow_first else -node.depth
+            heapq.heappush(self.heap, (self.stamps.get(node, 0), tie, node.id, node))
+
+    def valid(self, entry: Entry) -> bool:
+        node = entry[3]
+        return self.qualifies(node) and self.stamps.get(node, 0) == entry[0]
+
+    def peek(self, protected: Collection[Node]) -> Entry | None:
+        """The least recently used qualifying entry outside `protected` (not removed)."""
+        found = lazy_min(self.heap, self.valid, protected)
+        if len(self.heap) > 64 and len(self.heap) > 4 * len(self.stamps) + 64:
+            self.heap = compact(self.heap, self.valid)
+        return found
+
+    def members(self) -> set[Node]:
+        """Nodes with a valid entry (tests: every qualifying node must be one)."""
+        return {entry[3] for entry in self.heap if self.valid(entry)}
+
+
+class TwoListLRU(Eviction):
+    """A KV list (`self.kv`, stamps in `self.stamp`) and a state list (`self.states`).
+
+    A state newly gained by an existing node (a tombstone re-admitted) is stamped with
+    the clock of the commit that admitted it; a dropped state forgets its stamp.
+    """
+
+    shallow_first = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state_stamp: dict[Node, float] = {}
+        self.kv = LazyLRU(self.stamp, kv_candidate, self.shallow_first)
+        self.states = LazyLRU(self.state_stamp, state_candidate, self.shallow_first)
+        self.now = 0
+
+    def touch(self, nodes: Iterable[Node], now: int, *, states: bool) -> None:
+        """Refresh the KV of `nodes` and, with `states`, the states they hold."""
+        for node in nodes:
+            self.kv.touch(node, now)
+            if states and node.has_state:
+                self.states.touch(node, now)
+
+    def changed(self, node: Node) -> None:
+        if not node.has_state:
+            self.state_stamp.pop(node, None)
+        elif node not in self.state_stamp:
+            self.state_stamp[node] = self.now
+        self.kv.push(node)
+        self.states.push(node)
+
+    def removed(self, node: Node) -> None:
+        super().removed(node)
+        self.state_stamp.pop(node, None)
+
+    def restore(self, stamps: dict[Node, float]) -> None:
+        for node, t in stamps.items():
+            self.stamp[node] = t
+            if node.has_state:
+                self.state_stamp[node] = t
+            self.changed(node)
+
+    def check(self, nodes: Sequence[Node]) -> None:
+        kv, states = self.kv.members(), self.states.members()
+        stamped = set(self.state_stamp)
+        for node in nodes:
+            if node.is_leaf and not node.pins:
+                assert node in kv, f"leaf {node!r} missing from the KV list"
+            if node.has_state and not node.pins:
+                assert node in states, f"state of {node!r} missing from the state list"
+            assert (node in stamped) == node.has_state, f"state stamp of {node!r} out of step"
+        assert stamped <= set(nodes), "state stamps kept for nodes no longer in the tree"

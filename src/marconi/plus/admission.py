@@ -1,0 +1,118 @@
+"""marconi+'s admission: Marconi's judicious checkpoints plus what the input's structure
+and its history say will be reused.
+
+- a checkpoint at the end of the first message(s) the trace or chat template knows (a
+  system prompt: it then hits on its second occurrence, not its third), or at the
+  input's last message boundary;
+- a checkpoint where a lookup found KV beyond its hit (a partial hit) once that position
+  repeats and the tokens it would save outweigh the state's bytes;
+- for a model without SSM layers, a node every 32 tokens (vLLM's blocks).
+
+```
+| hit | ... boundary b (end of system prompt) ... | partial-hit m | ... | n_input |
+0    hit                                                                  n_input
+```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from marconi.core.spec import ModelSpec
+from marconi.core.tree import Match
+from marconi.paper.admission import Block, Judicious
+
+ATTENTION_BLOCK = 32  # tokens per node when the model has no SSM layer (vLLM's block size)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StructureConfig:
+    """Knobs of `Structured` admission (the ablation turns each off)."""
+
+    boundaries: int = 1  # leading message boundaries to checkpoint (0: off)
+    tail: bool = False  # checkpoint the input's last message boundary (its reusable end)
+    partial: bool = True  # checkpoint repeated partial hits
+    repeats: int = 2  # a partial-hit position is admitted on its `repeats`-th sighting
+    min_gain: float = 1.0  # partial hit must save >= min_gain x (state bytes in KV tokens)
+    memory: int = 4096  # partial-hit positions remembered (LRU)
+
+    def __post_init__(self) -> None:
+        if self.boundaries < 0:
+            raise ValueError(f"boundaries must be >= 0, got {self.boundaries!r}")
+        if self.repeats < 1 or self.memory < 1:
+            raise ValueError(f"repeats and memory must be >= 1, got {self.repeats}, {self.memory}")
+        if self.min_gain < 0:
+            raise ValueError(f"min_gain must be >= 0, got {self.min_gain!r}")
+
+
+class Structured(Judicious):
+    """Judicious admission plus message-boundary and learned partial-hit checkpoints.
+
+    Stateful (it remembers partial-hit positions): one instance per cache.
+    """
+
+    def __init__(self, config: StructureConfig | None = None) -> None:
+        self.config = config or StructureConfig()
+        self.min_tokens = 0.0  # set by `for_model`: the state's bytes in KV tokens
+        self.blocks: Block | None = None  # set by `for_model` when states hold no SSM layer
+        self._sightings: OrderedDict[bytes, int] = OrderedDict()
+
+    def use_boundaries(self, *, first: bool, last: bool) -> None:
+        """Checkpoint the first message boundary, the last, both or neither from now on
+        (marconi+'s shadow experts switch this)."""
+        self.config = dataclasses.replace(self.config, boundaries=int(first), tail=last)
+
+    def for_model(self, spec: ModelSpec) -> Structured:
+        self.min_tokens = self.config.min_gain * spec.ssm_bytes / max(spec.kv_bytes_per_token, 1)
+        # A Transformer has no state to size checkpoints by: a node per block costs nothing
+        # and lets eviction trim a prefix from its tail (vLLM's block cache).
+        self.blocks = Block(ATTENTION_BLOCK) if spec.ssm_layers == 0 else None
+        return self
+
+    def checkpoints_at(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
+                       tokens: bytes = b"") -> tuple[int, ...]:
+        extra = self._extra(match, n_input, hit, boundaries, tokens, learn=True)
+        if self.blocks is not None:
+            extra.update(self.blocks.checkpoints(match, n_input, hit))
+        return tuple(sorted({*self.checkpoints(match, n_input, hit), *extra}))
+
+    def positions_at(self, match: Match, n_total: int, n_input: int, boundaries: Sequence[int],
+                     tokens: bytes = b"") -> tuple[int, ...]:
+        hit = max((n.depth for n in match.path if n.has_state and n.depth <= n_input), default=0)
+        extra = self._extra(match, n_input, hit, boundaries, tokens, learn=False)
+        if self.blocks is not None:
+            extra.update(self.blocks.positions(match, n_total, n_input))
+        return tuple(sorted({*self.positions(match, n_total, n_input), *extra}))
+
+    def _extra(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
+               tokens: bytes, *, learn: bool) -> set[int]:
+        held = {n.depth for n in match.path if n.has_state}
+        lead = [*boundaries[: self.config.boundaries],
+                *(boundaries[-1:] if self.config.tail else ())]
+        out = {b for b in lead if hit < b < n_input and b not in held}
+        partial = self._partial(match, n_input, hit, tokens, learn=learn)
+        if partial is not None and partial not in held:
+            out.add(partial)
+        return out
+
+    def _partial(self, match: Match, n_input: int, hit: int, tokens: bytes, *,
+                 learn: bool) -> int | None:
+        """A position where KV matched well beyond the hit, seen `repeats` times."""
+        m = min(match.length, n_input)
+        if not self.config.partial or not tokens or m - hit < max(self.min_tokens, 1):
+            return None
+        key = hashlib.blake2b(tokens[: 4 * m], digest_size=16).digest()
+        count = self._sightings.get(key, 0) + (1 if learn else 0)
+        if learn:
+            self._sightings[key] = count
+            self._sightings.move_to_end(key)
+            if len(self._sightings) > self.config.memory:
+                self._sightings.popitem(last=False)
+        return m if count >= self.config.repeats else None
+
+
+PLAIN = StructureConfig(boundaries=0, partial=False)  # judicious; shadow experts add boundaries

@@ -1,0 +1,181 @@
+"""Shadow experts: `marconi+` picks its admission and eviction by what would have worked.
+
+Every expert is one way to run the cache: which message boundaries admission may
+checkpoint (none, the first, the last) and which eviction runs (hit density, hit density
+with leaves classed by depth, or GreedyDual-FLOP; LRU is there for ablations). Each has a
+*shadow*: a cache of the same spec and capacity that holds token ids only (no tensors,
+no store) and sees every request the live cache commits. Every `every` requests the
+live cache switches to the expert whose shadow has saved the most FLOPs so far, if it
+beats the running one by more than `threshold` (relative): follow the leader, with
+hysteresis against noise.
+Switching is not free (the live cache keeps what the old expert chose), so the lead must
+be decisive, 5%, and measured on enough requests: in the first 128 only a leader that
+saves twice as much as the running expert is followed (a system prompt's boundary expert
+on its second use, not the noise of a handful of hits); leads of a few tenths of a point
+flip between near-equal experts and cost more than they gain (experiments/RESULTS.md).
+A model without SSM layers runs one expert and no shadows (`ATTENTION_ONLY`).
+
+```
+request -> live cache (lookup, prefill, commit) -> observe -> every shadow: lookup + commit
+                 ^                                                  | totals
+                 +------------ every `every` requests: adopt the leader
+```
+Why shadows and not Marconi's replay of one bootstrap window: a window's best setting is
+often not the next window's, while a shadow's total is the policy's whole record on the
+real stream, and keeping it costs one token-level lookup and commit per expert per
+request: no tensors, no snapshots, no pauses. A shadow's memory is its radix tree, about
+4 bytes per cached token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from marconi.core.cache import PrefixCache
+from marconi.core.tuning import Objective, TuningReport, serve
+from marconi.plus.admission import Structured
+from marconi.plus.switchable import Mode, Setting, Switchable
+
+
+class Boundaries(Enum):
+    """Which message boundaries of the input admission may checkpoint (besides Marconi's)."""
+
+    NONE = "none"  # plain judicious admission
+    FIRST = "first"  # the end of the first message (a system prompt: hits on its 2nd use)
+    LAST = "last"  # the input's last boundary (reused when outputs are not: Mooncake-like)
+
+
+@dataclass(frozen=True, slots=True)
+class Expert:
+    boundaries: Boundaries
+    mode: Mode  # DENSITY / DEPTH: hit density (DEPTH: leaf classes by depth); FLOP:
+    # GreedyDual-FLOP; LRU: SGLang+'s LRU over leaves
+
+    def __str__(self) -> str:
+        return f"{self.boundaries.value}/{EVICTION_NAMES[self.mode]}"
+
+
+EVICTION_NAMES = {Mode.DENSITY: "density", Mode.DEPTH: "depth", Mode.FLOP: "gd",
+                  Mode.LRU: "lru"}
+EXPERTS = tuple(Expert(b, m) for b in Boundaries for m in EVICTION_NAMES)
+DEFAULT_EXPERTS = tuple(Expert(b, m) for b in Boundaries
+                        for m in (Mode.DENSITY, Mode.DEPTH, Mode.FLOP))
+# A Transformer (no SSM layer): a node per block and LRU, tail first, is vLLM's block
+# cache, which no state-sized policy beats there; nothing to choose.
+ATTENTION_ONLY = (Expert(Boundaries.NONE, Mode.LRU),)
+
+
+@dataclass(slots=True)
+class Switch:
+    at: int  # requests observed when the switch happened
+    expert: Expert
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShadowConfig:
+    experts: tuple[Expert, ...] = DEFAULT_EXPERTS  # the first runs until a leader emerges
+    every: int = 16  # requests between decisions
+    threshold: float = 0.05  # relative lead the leader needs over the running expert
+    warmup: int = 128  # requests before the lead rule applies (early totals: a few hits)
+    early_threshold: float = 1.0  # lead needed during warmup: a leader saving twice as much
+    objective: Objective = Objective.FLOPS
+
+    def __post_init__(self) -> None:
+        if not self.experts:
+            raise ValueError("ShadowConfig.experts must not be empty")
+        if self.every < 1:
+            raise ValueError(f"ShadowConfig.every must be >= 1, got {self.every!r}")
+        if self.warmup < 0 or self.early_threshold < 0:
+            raise ValueError("ShadowConfig.warmup and early_threshold must be >= 0, got "
+                             f"{self.warmup!r}, {self.early_threshold!r}")
+        if self.threshold < 0:
+            raise ValueError(f"ShadowConfig.threshold must be >= 0, got {self.threshold!r}")
+
+
+@dataclass(slots=True)
+class ShadowTuner:
+    """Feeds the shadows after every commit and switches the live cache to the leader."""
+
+    config: ShadowConfig = field(default_factory=ShadowConfig)
+    experts: tuple[Expert, ...] = ()  # what runs: config.experts, or ATTENTION_ONLY
+    shadows: list[PrefixCache] = field(default_factory=list)
+    totals: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    current: int = 0  # index of the running expert
+    seen: int = 0  # requests observed
+    seconds: float = 0.0  # spent feeding shadows (the tuner's whole overhead)
+    switches: list[Switch] = field(default_factory=list)
+
+    @property
+    def expert(self) -> Expert:
+        return (self.experts or self.config.experts)[self.current]
+
+    def observe(self, cache: PrefixCache, tokens: np.ndarray, n_input: int,
+                boundaries: Sequence[int] = ()) -> None:
+        """Called by the driver after each commit of the live cache."""
+        start = time.perf_counter()
+        if not self.experts:
+            self._start(cache)
+        for k, shadow in enumerate(self.shadows):
+            self.totals[k] += serve(shadow, tokens, n_input, boundaries, self.config.objective)
+        self.seen += 1
+        if self.seen % self.config.every == 0:
+            self._decide(cache)
+        self.seconds += time.perf_counter() - start
+
+    def _start(self, cache: PrefixCache) -> None:
+        experts = self.config.experts if cache.spec.ssm_layers else ATTENTION_ONLY
+        self.experts = experts
+        if len(experts) > 1:  # one expert: nothing to compare, no shadows to feed
+            self.shadows = [_shadow(cache, expert) for expert in experts]
+        self.totals = np.zeros(len(experts))
+        apply(cache, self.expert)
+
+    def _decide(self, cache: PrefixCache) -> None:
+        config = self.config
+        threshold = config.threshold if self.seen >= config.warmup else config.early_threshold
+        best = int(np.argmax(self.totals))
+        if self.totals[best] > self.totals[self.current] * (1 + threshold):
+            self.current = best
+            self.switches.append(Switch(self.seen, self.expert))
+            apply(cache, self.expert)
+
+    def report(self) -> TuningReport:
+        """What the tuner did, for `simulate --json`."""
+        return {"expert": str(self.expert), "requests": self.seen, "seconds": self.seconds,
+                "switches": [(s.at, str(s.expert)) for s in self.switches],
+                "totals": {str(e): float(t) for e, t in
+                           zip(self.experts, self.totals, strict=True)}}
+
+
+def _policies(cache: PrefixCache) -> tuple[Structured, Switchable]:
+    admission, eviction = cache.admission, cache.eviction
+    if not isinstance(admission, Structured) or not isinstance(eviction, Switchable):
+        raise ValueError(f"cache {cache.name!r} cannot run shadow experts: it needs "
+                         "Structured admission and Switchable eviction")
+    return admission, eviction
+
+
+def _shadow(cache: PrefixCache, expert: Expert) -> PrefixCache:
+    """An empty token-only cache like `cache` that runs `expert` alone: its eviction is the
+    one policy the expert uses, without the live cache's other experts (a third of the
+    work and memory; the victims are the same, as the others only watch)."""
+    admission, eviction = _policies(cache)
+    shadow_admission = Structured(admission.config)  # frozen: shared, then replaced
+    shadow_admission.use_boundaries(first=expert.boundaries is Boundaries.FIRST,
+                                    last=expert.boundaries is Boundaries.LAST)
+    return PrefixCache(cache.spec, cache.capacity, shadow_admission,
+                       eviction.solo(expert.mode), name=f"{cache.name} shadow {expert}")
+
+
+def apply(cache: PrefixCache, expert: Expert) -> None:
+    """Make `cache` (a marconi+ cache: Structured admission, Switchable eviction) run
+    `expert`. Switching is free: every eviction order is kept up to date all along."""
+    admission, eviction = _policies(cache)
+    admission.use_boundaries(first=expert.boundaries is Boundaries.FIRST,
+                             last=expert.boundaries is Boundaries.LAST)
+    eviction.set_setting(Setting(expert.mode))

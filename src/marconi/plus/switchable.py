@@ -1,0 +1,124 @@
+"""marconi+'s eviction: one policy per mode behind one interface, switchable at any time.
+
+`Switchable` feeds every event to GreedyDual-FLOP (`marconi.plus.greedy_dual`), an
+LRU-leaf policy and two hit-density policies (`marconi.plus.density`: leaves in one
+class, or classed by depth), so a tuner (`marconi.plus.shadows`) can switch among them
+without a pause: the one `mode` names chooses the victims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from marconi.core.policy import Eviction, Victim
+from marconi.core.spec import ModelSpec
+from marconi.core.tree import Node
+from marconi.paper.eviction import FlopAware, LRULeaf
+from marconi.plus.density import HitDensity
+from marconi.plus.greedy_dual import GreedyDualFlop
+
+DEPTH_CLASSES = 8  # Mode.DEPTH: leaves under 2K, 2-4K, ..., 64-128K, 128K+ tokens deep
+
+
+class Mode(Enum):
+    LRU = "lru"  # SGLang+: leaves, least recently used first (path touched)
+    FLOP = "flop"  # GreedyDual-FLOP (or Marconi's recency + alpha x FLOP efficiency)
+    DENSITY = "density"  # FLOP-weighted hit density (`marconi.plus.density`)
+    DEPTH = "depth"  # the same, leaves classed by depth as well (a class per doubling)
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """What a tuner chooses: an eviction mode and, for FLOP, an alpha."""
+
+    mode: Mode
+    alpha: float = 0.0
+
+    def __str__(self) -> str:
+        return self.mode.value if self.mode is not Mode.FLOP else f"{self.alpha:g}"
+
+
+class Switchable(Eviction):
+    """One eviction policy per mode, all fed the same events; `mode` picks the victim.
+
+    All stay consistent at all times, so switching is free. The FLOP expert is
+    GreedyDual-FLOP unless another FLOP-aware policy is given (`flop`).
+    """
+
+    def __init__(self, spec: ModelSpec, mode: Mode = Mode.FLOP, *,
+                 flop: FlopAware | None = None, depth: bool = True) -> None:
+        super().__init__()
+        self.spec = spec
+        self.flop = flop if flop is not None else GreedyDualFlop(spec)
+        self.stamp = self.flop.stamp  # what a snapshot of this policy records
+        self.lru = LRULeaf(deepest_first=True)  # blocks touched together leave tail first
+        self.density = HitDensity(spec)
+        # the depth-classed expert costs a third of the event work: left out (depth=False)
+        # where nothing will switch to Mode.DEPTH
+        self.depth = self.depth_policy() if depth else None
+        self.experts: dict[Mode, Eviction] = {Mode.FLOP: self.flop, Mode.LRU: self.lru,
+                                              Mode.DENSITY: self.density}
+        if self.depth is not None:
+            self.experts[Mode.DEPTH] = self.depth
+        self.alpha = self.flop.alpha
+        self.mode = Mode.FLOP
+        self.set_setting(Setting(Mode(mode), self.flop.alpha or 0.0))
+
+    def set_setting(self, setting: Setting) -> None:
+        if setting.mode not in self.experts:
+            raise ValueError("this Switchable keeps no depth-classed expert (depth=False); "
+                             "it cannot run Mode.DEPTH")
+        self.mode = setting.mode
+        self.set_alpha(setting.alpha)
+
+    def set_alpha(self, alpha: float) -> None:
+        self.flop.set_alpha(alpha)
+        self.alpha = self.flop.alpha
+
+    def depth_policy(self) -> HitDensity:
+        """A fresh hit density with leaves classed by depth (the expert, or a shadow's)."""
+        return HitDensity(self.spec, depth_classes=DEPTH_CLASSES)
+
+    def solo(self, mode: Mode) -> Eviction:
+        """A fresh policy choosing the victims this one chooses in `mode`, without the
+        others (what a shadow cache of that mode needs)."""
+        if mode is Mode.LRU:
+            return LRULeaf(deepest_first=self.lru.deepest_first)
+        if mode is Mode.DENSITY:
+            return HitDensity(self.spec)
+        if mode is Mode.DEPTH:
+            return self.depth_policy()
+        return self.flop.fresh(self.flop.alpha or 0.0)
+
+    @property
+    def setting(self) -> Setting:
+        return Setting(self.mode, (self.flop.alpha or 0.0) if self.mode is Mode.FLOP else 0.0)
+
+    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
+        path = tuple(path)
+        for expert in self.experts.values():
+            expert.on_lookup(path, hit, now)
+
+    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        path, new = tuple(path), tuple(new)
+        for expert in self.experts.values():
+            expert.on_commit(path, new, now)
+
+    def changed(self, node: Node) -> None:
+        for expert in self.experts.values():
+            expert.changed(node)
+
+    def removed(self, node: Node) -> None:
+        for expert in self.experts.values():
+            expert.removed(node)
+
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        if self.mode is not Mode.FLOP and isinstance(self.flop, GreedyDualFlop):
+            self.flop.follow(now)
+        return self.experts[self.mode].victim(protected, now)
+
+    def check(self, nodes: Sequence[Node]) -> None:
+        for expert in self.experts.values():
+            expert.check(nodes)

@@ -1,0 +1,160 @@
+"""What a replay is given (`SimConfig`) and what it returns (`SimResult`), and the JSON
+summary of `marconi simulate` (the CLI contract: docs/architecture.md, "Metrics")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from marconi.core.spec import ModelSpec
+from marconi.core.stats import CacheStats
+from marconi.core.tuning import TuningReport
+from marconi.core.units import parse_size
+from marconi.sim.analyze import taxonomy
+from marconi.sim.latency import FlopsLatency, LatencyModel
+from marconi.sim.metrics import hit_rate_by_length, rate
+from marconi.systems import get_system
+
+ORACLE = "marconi-oracle"  # best static alpha in hindsight: sim.oracle, not a cache policy
+OFFLINE = "offline"  # knows the trace's future: sim.offline, not a registered system
+REFERENCES = (ORACLE, OFFLINE)  # names the simulator handles itself
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimConfig:
+    spec: ModelSpec  # the model whose costs are simulated
+    capacity: int | str  # bytes for KV + SSM states: 2GB, 2GiB or an integer
+    system: str  # a registered system name
+    alpha: float | None = None  # fixes alpha; None: the system's default (bootstrap if tuned)
+    multiplier: int = 5  # bootstrap window = multiplier x requests before the first eviction
+    objective: str = "flops"  # what the tuner maximizes: flops or tokens
+    latency: LatencyModel | None = None  # TTFT model; None: FLOPs at the default rate
+    bounds: bool = True  # also replay the infinite caches for bounds and miss attribution
+    concurrent: bool = False  # states enter when a request finishes (arrival + TTFT + decode)
+    decode_s_per_token: float = 0.02  # decode time per output token (concurrent replay)
+
+    def __post_init__(self) -> None:
+        if self.system not in REFERENCES:
+            get_system(self.system)
+        parse_size(self.capacity)
+        if not self.decode_s_per_token >= 0:
+            raise ValueError(f"decode_s_per_token must be >= 0, got {self.decode_s_per_token!r}")
+
+
+@dataclass(slots=True)
+class Records:
+    """One row per request, one int64 column per field."""
+
+    n_input: np.ndarray  # input tokens
+    n_output: np.ndarray  # output tokens
+    hit: np.ndarray  # input tokens served from the cache
+    seen: np.ndarray  # longest prefix ever seen before (the infinite-cache bound)
+    from_inputs: np.ndarray  # of which seen as some earlier input (not only an output)
+    bound: np.ndarray  # hit of the same system with unbounded capacity
+    kv_bytes: np.ndarray  # KV bytes held after the request
+    ssm_bytes: np.ndarray  # SSM state bytes held after the request
+
+    @classmethod
+    def zeros(cls, n: int) -> Records:
+        return cls(**{f.name: np.zeros(n, dtype=np.int64) for f in fields(cls)})
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every column by name, in field order."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(slots=True)
+class SimResult:
+    config: SimConfig
+    trace: str
+    records: Records
+    sessions: list[str]
+    arrivals: np.ndarray
+    stats: CacheStats  # the cache's counters at the end of the replay
+    alpha: float
+    seconds: float
+    tuning: TuningReport = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return summarize(self)
+
+
+def summarize(result: SimResult) -> dict[str, Any]:
+    """The JSON of `marconi simulate` (the contract's keys first, then extras)."""
+    r, spec, stats = result.records, result.config.spec, result.stats
+    flops_saved = float(spec.flops_array(r.hit).sum())
+    flops_total = float(spec.flops_array(r.n_input).sum())
+    out: dict[str, Any] = {
+        "system": result.config.system,
+        "trace": result.trace,
+        "requests": len(r.n_input),
+        "input_tokens": int(r.n_input.sum()),
+        "hit_tokens": int(r.hit.sum()),
+        "token_hit_rate": rate(r.hit.sum(), r.n_input.sum()),
+        "request_hit_rate": rate((r.hit > 0).sum(), len(r.hit)),
+        "flops_saved": flops_saved,
+        "flops_total": flops_total,
+        "flops_saved_rate": rate(flops_saved, flops_total),
+        "alpha": result.alpha,
+        "states_admitted": stats.states_admitted,
+        "states_evicted": stats.states_evicted,
+        "evictions": stats.evictions,
+        "refused_commits": stats.refused_commits,
+        "peak_bytes": stats.peak_bytes,
+        "capacity": int(result.config.capacity) if isinstance(result.config.capacity, int)
+        else result.config.capacity,
+        "model": spec.name,
+        "seconds": result.seconds,
+    }
+    out |= _ttft(result)
+    out |= _memory(r)
+    if result.config.bounds:
+        out |= _bounds(r)
+    out["hit_rate_by_input_length"] = hit_rate_by_length(r.n_input, r.hit)
+    if result.tuning:
+        out["tuning"] = dict(result.tuning)
+    return out
+
+
+def ttft_seconds(result: SimResult) -> np.ndarray:
+    """Each request's TTFT under the replay's latency model."""
+    model = result.config.latency or FlopsLatency(result.config.spec)
+    return model.ttft(result.records.n_input, result.records.hit)
+
+
+def _ttft(result: SimResult) -> dict[str, float]:
+    t = ttft_seconds(result)
+    if not t.size:
+        return {"ttft_p5": 0.0, "ttft_p50": 0.0, "ttft_p95": 0.0, "ttft_mean": 0.0}
+    p5, p50, p95 = np.percentile(t, [5, 50, 95])
+    return {"ttft_p5": float(p5), "ttft_p50": float(p50), "ttft_p95": float(p95),
+            "ttft_mean": float(t.mean())}
+
+
+def _memory(r: Records) -> dict[str, float]:
+    if not r.kv_bytes.size:
+        return {"kv_bytes_mean": 0.0, "ssm_bytes_mean": 0.0}
+    return {"kv_bytes_mean": float(r.kv_bytes.mean()), "ssm_bytes_mean": float(r.ssm_bytes.mean()),
+            "kv_bytes_final": int(r.kv_bytes[-1]), "ssm_bytes_final": int(r.ssm_bytes[-1])}
+
+
+def _bounds(r: Records) -> dict[str, Any]:
+    """Infinite-cache bounds and where every missed token went.
+
+    ```
+    | hit | evicted (bound - hit) | not admitted (seen - bound) | cold (n - seen) |
+    0    hit                    bound                          seen              n
+    ```
+    """
+    n, hit, seen, bound = r.n_input, r.hit, r.seen, np.maximum(r.bound, r.hit)
+    total = n.sum()
+    return {
+        "bound_token_hit_rate": rate(seen.sum(), total),  # every prefix ever seen
+        "system_bound_token_hit_rate": rate(bound.sum(), total),  # same system, no limit
+        "miss_tokens": {"cold": int((n - seen).sum()),
+                        "not_admitted": int((seen - np.maximum(bound, hit)).clip(0).sum()),
+                        "evicted": int((bound - hit).clip(0).sum())},
+        "reuse_taxonomy": taxonomy(n, seen, r.from_inputs),
+    }

@@ -1,0 +1,248 @@
+"""Named systems: each a bundle of an admission and an eviction policy, and a tuner.
+
+```python
+cache = make_cache(PAPER_7B, "2GB", "marconi")     # a PrefixCache running the system
+tuner = get_system("marconi").make_tuner()         # the driver calls tuner.observe(...)
+```
+Every registration below is one line of metadata and a factory that imports its policy
+family when called, so listing the systems (CLI choices, tests parametrized over the
+registry) loads no policy module, and no policy module imports this one. Adding a
+policy: one module in its family, one `@system(...)` factory here (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from marconi.core.cache import PrefixCache
+from marconi.core.policy import Admission, Eviction, check_alpha
+from marconi.core.spec import ModelSpec
+from marconi.core.state_store import Freed, StateStore
+from marconi.core.tuning import Objective, Tuner
+
+Policies = tuple[Admission, Eviction]
+PolicyFactory = Callable[[ModelSpec, float], Policies]  # (spec, alpha) -> fresh policies
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TunerOptions:
+    """How a driver wants its tuner (the same knobs for every kind of tuner)."""
+
+    multiplier: int = 5  # bootstrap window = multiplier x requests before the first eviction
+    objective: Objective = Objective.FLOPS  # what the tuner maximizes
+    executor: Executor | None = None  # where replays run; None: the tuner's own choice
+    wait: bool = True  # block on a replay's result (deterministic runs) or adopt it later
+
+
+TunerFactory = Callable[[TunerOptions], Tuner]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class System:
+    """A named caching system."""
+
+    name: str  # what users type: --system NAME
+    policies: PolicyFactory  # fresh admission and eviction for one cache
+    tuner: TunerFactory | None = None  # what tunes it online; None: nothing to tune
+    uses_alpha: bool = False  # whether alpha means anything to its eviction
+    description: str = ""  # one line for --help and docs
+
+    @property
+    def tuned(self) -> bool:
+        return self.tuner is not None
+
+    def cache(self, spec: ModelSpec, capacity: int | str, *, alpha: float | None = None,
+              store: StateStore | None = None,
+              on_evict: Callable[[Freed], None] | None = None) -> PrefixCache:
+        """A fresh, empty cache running this system (`alpha`: fixed, else 0 until tuned)."""
+        admission, eviction = self.policies(spec, check_alpha(alpha or 0.0))
+        return PrefixCache(spec, capacity, admission, eviction, name=self.name, store=store,
+                           on_evict=on_evict)
+
+    def make_tuner(self, alpha: float | None = None,
+                   options: TunerOptions | None = None) -> Tuner | None:
+        """The tuner a driver should call after each commit; None when there is nothing to
+        tune (an untuned system, or alpha fixed by the user)."""
+        if self.tuner is None or alpha is not None:
+            return None
+        return self.tuner(options or TunerOptions())
+
+
+SYSTEMS: dict[str, System] = {}
+
+
+def register(system: System) -> System:
+    if system.name in SYSTEMS:
+        raise ValueError(f"system {system.name!r} is already registered")
+    SYSTEMS[system.name] = system
+    return system
+
+
+def system(name: str, description: str, *, tuner: TunerFactory | None = None,
+           uses_alpha: bool = False) -> Callable[[PolicyFactory], PolicyFactory]:
+    """Register the decorated policy factory as system `name`."""
+
+    def add(policies: PolicyFactory) -> PolicyFactory:
+        register(System(name=name, policies=policies, tuner=tuner, uses_alpha=uses_alpha,
+                        description=description))
+        return policies
+
+    return add
+
+
+def get_system(name: str | System) -> System:
+    """The registered system called `name`, or ValueError listing the known ones."""
+    if isinstance(name, System):
+        return name
+    try:
+        return SYSTEMS[name]
+    except (KeyError, TypeError):
+        known = ", ".join(SYSTEMS)
+        raise ValueError(f"unknown system {name!r}; known systems: {known}") from None
+
+
+def make_cache(spec: ModelSpec, capacity: int | str, system: str | System = "marconi", *,
+               alpha: float | None = None, store: StateStore | None = None,
+               on_evict: Callable[[Freed], None] | None = None) -> PrefixCache:
+    """A fresh `PrefixCache` running the named system (see `System.cache`)."""
+    return get_system(system).cache(spec, capacity, alpha=alpha, store=store,
+                                    on_evict=on_evict)
+
+
+# --- tuners -------------------------------------------------------------------------------
+
+
+def bootstrap(options: TunerOptions) -> Tuner:
+    """Marconi's bootstrap alpha tuner."""
+    from marconi.paper.tuner import BootstrapTuner
+
+    return BootstrapTuner(multiplier=options.multiplier, objective=options.objective,
+                          executor=options.executor, wait=options.wait)
+
+
+def shadows(modes: tuple[str, ...] = ("density", "depth", "flop"),
+            boundaries: bool = True) -> TunerFactory:
+    """marconi+'s shadow experts over these eviction modes (and every boundary choice, or
+    none when `boundaries` is False)."""
+
+    def make(options: TunerOptions) -> Tuner:
+        from marconi.plus.shadows import EXPERTS, Boundaries, ShadowConfig, ShadowTuner
+
+        experts = tuple(e for e in EXPERTS if e.mode.value in modes
+                        and (boundaries or e.boundaries is Boundaries.NONE))
+        return ShadowTuner(ShadowConfig(experts=experts, objective=options.objective))
+
+    return make
+
+
+# --- the paper's systems --------------------------------------------------------------------
+
+
+@system("vanilla", "no prefix caching")
+def _vanilla(spec: ModelSpec, alpha: float) -> Policies:
+    from marconi.paper.admission import NoAdmission
+    from marconi.paper.eviction import LRULeaf
+
+    return NoAdmission(), LRULeaf()
+
+
+@system("vllm+", "paper baseline: a checkpoint every 32-token block, LRU over blocks")
+def _vllm_plus(spec: ModelSpec, alpha: float) -> Policies:
+    from marconi.paper.admission import Block
+    from marconi.paper.eviction import LRULeaf
+
+    return Block(32), LRULeaf(deepest_first=True)
+
+
+@system("sglang+", "paper baseline: judicious admission, LRU over leaves")
+def _sglang_plus(spec: ModelSpec, alpha: float) -> Policies:
+    from marconi.paper.admission import Judicious
+    from marconi.paper.eviction import LRULeaf
+
+    return Judicious(), LRULeaf()
+
+
+@system("marconi", "the paper: judicious admission, FLOP-aware eviction, bootstrap alpha",
+        tuner=bootstrap, uses_alpha=True)
+def _marconi(spec: ModelSpec, alpha: float) -> Policies:
+    from marconi.paper.admission import Judicious
+    from marconi.paper.eviction import FlopAware
+
+    return Judicious(), FlopAware(spec, alpha)
+
+
+@system("marconi-inverse-age", "marconi with the artifact's recency 1/(now - t + 1)",
+        tuner=bootstrap, uses_alpha=True)
+def _marconi_inverse_age(spec: ModelSpec, alpha: float) -> Policies:
+    from marconi.paper.admission import Judicious
+    from marconi.paper.eviction import FlopAware, Recency
+
+    return Judicious(), FlopAware(spec, alpha, Recency.INVERSE_AGE)
+
+
+# --- today's engines (what each models: docs/peers.md) ---------------------------------------
+
+
+@system("sglang-2026", "SGLang MambaRadixCache (no-buffer): states at chunk, prefill and "
+        "request ends; KV and state LRU lists")
+def _sglang_2026(spec: ModelSpec, alpha: float) -> Policies:
+    from marconi.peers.mamba_radix import MambaRadix, MambaRadixLRU
+
+    return MambaRadix(), MambaRadixLRU()
+
+
+@system("sglang-2026-extra", "SGLang MambaRadixCache (extra-buffer): 64-aligned chunk and "
+        "branch states")
+def _sglang_2026_extra(spec: ModelSpec, alpha: float) -> Policies:
+    from marconi.peers.mamba_radix import BufferMode, MambaRadix, MambaRadixLRU, SGLangConfig
+
+    extra = SGLangConfig(mode=BufferMode.EXTRA_BUFFER)
+    return MambaRadix(extra), MambaRadixLRU(extra)
+
+
+@system("vllm-2026", "vLLM v1 align mode: block-aligned states, shared-prefix junctions, "
+        "block LRU")
+def _vllm_2026(spec: ModelSpec, alpha: float) -> Policies:
+    from marconi.peers.mamba_align import Align, BlockLRU
+
+    return Align(), BlockLRU()
+
+
+# --- marconi+ and its ablation ----------------------------------------------------------------
+
+
+def _plus(name: str, description: str, tuner: TunerFactory | None, mode: str = "density",
+          depth: bool = True) -> None:
+    """marconi+'s policies: judicious admission (experts add boundaries), Switchable
+    eviction starting in `mode`, its FLOP mode GreedyDual-FLOP, with the depth-classed
+    expert only if something may switch to it (`depth`)."""
+
+    def policies(spec: ModelSpec, alpha: float) -> Policies:
+        from marconi.plus.admission import PLAIN, Structured
+        from marconi.plus.switchable import Mode, Switchable
+
+        return Structured(PLAIN), Switchable(spec, Mode(mode), depth=depth)
+
+    register(System(name=name, policies=policies, tuner=tuner, description=description))
+
+
+_plus("marconi+", "hit-density eviction (leaves in one class or by depth), GreedyDual-FLOP "
+      "and message-boundary admission, chosen online by shadow experts", shadows())
+_plus("marconi+-density", "hit-density eviction alone, judicious admission", None,
+      depth=False)
+_plus("marconi+-depth", "hit-density eviction with leaves classed by depth alone, "
+      "judicious admission", None, "depth")
+_plus("marconi+-gd", "GreedyDual-FLOP eviction alone, judicious admission", None, "flop",
+      depth=False)
+_plus("marconi+-no-depth", "marconi+ without the depth-classed experts (the previous design)",
+      shadows(modes=("density", "flop")), depth=False)
+_plus("marconi+-no-gd", "marconi+ without the GreedyDual-FLOP experts",
+      shadows(modes=("density", "depth")))
+_plus("marconi+-no-density", "marconi+ without hit density (the design before: "
+      "GreedyDual-FLOP and LRU experts)", shadows(modes=("flop", "lru")), "flop", depth=False)
+_plus("marconi+-no-boundaries", "marconi+ without boundary checkpoints",
+      shadows(boundaries=False))
+
+MARCONI_PLUS = SYSTEMS["marconi+"]
