@@ -114,6 +114,42 @@ class TestCapacity:
         result = cache.commit(_seq(0, 500), 500)
         assert result.refused and cache.bytes == 0 and cache.stats.refused_commits == 1
 
+    @pytest.mark.parametrize("system", ["vllm+", "sglang+", "marconi", "sglang-2026",
+                                        "vllm-2026", "marconi+"])
+    def test_refusal_evicts_nothing(self, system: str) -> None:
+        """A sequence that cannot fit even in an empty cache is bypassed before any
+        eviction: what the cache held stays, and still hits."""
+        probe = make_cache(SMALL, "1TB", system)
+        for start in (0, 10_000):
+            _request(probe, _seq(start, 200), [1])
+        # room for the two 200-token entries, not for one of 3,000 tokens
+        cache = make_cache(SMALL, probe.bytes + 10_000, system)
+        for start in (0, 10_000):
+            _request(cache, _seq(start, 200), [1])
+        held = cache.bytes
+        assert held == probe.bytes
+        result = cache.commit(_seq(50_000, 3000), 3000)
+        assert result.refused and cache.stats.refused_commits == 1
+        assert cache.bytes == held and cache.stats.evictions == 0
+        assert cache.lookup([*_seq(0, 200), 1, 3]).hit > 0
+        check_integrity(cache)
+
+    def test_refusal_counts_pinned_bytes(self) -> None:
+        """What is pinned cannot be freed: a commit that fits only without it is refused
+        and leaves the unpinned entries alone."""
+        entry = 201 * SMALL.kv_bytes_per_token + SMALL.ssm_bytes
+        cache = make_cache(SMALL, 2 * entry + 10_000, "sglang+")
+        _request(cache, _seq(0, 200), [1])
+        _request(cache, _seq(10_000, 200), [1])
+        cache.pin(cache.lookup([*_seq(0, 200), 1, 5]).node)
+        result = cache.commit(_seq(50_000, 200), 200)  # fits beside one entry, not beside both
+        assert not result.refused and cache.stats.evictions == 1  # the unpinned one left
+        assert cache.lookup([*_seq(0, 200), 1, 5]).hit == 201
+        bigger = cache.commit(_seq(90_000, 300), 300)  # would need the pinned entry's bytes
+        assert bigger.refused and cache.stats.evictions == 1
+        assert cache.lookup([*_seq(50_000, 200), 2]).hit == 200
+        check_integrity(cache)
+
     def test_vanilla_caches_nothing(self) -> None:
         cache = make_cache(PAPER_7B, "1TB", "vanilla")
         _request(cache, _seq(0, 10), [1])

@@ -19,7 +19,7 @@ The cache runs the two policies it is given (`marconi.core.policy`); named syste
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from marconi.core.evicting import Evicting
@@ -79,6 +79,7 @@ class PrefixCache(Evicting):
         self.tree = RadixTree()
         self.stats = CacheStats()
         self.clock = 0
+        self.pinned: set[Node] = set()  # nodes with pins > 0 (what no eviction may free)
 
     # --- lookup --------------------------------------------------------------------
 
@@ -183,7 +184,9 @@ class PrefixCache(Evicting):
         return out
 
     def _make_room(self, match: Match, n: int, wanted: dict[int, Handle]) -> bool:
-        """Evict until the new tokens' KV and the wanted states fit; False if they can't."""
+        """Evict until the new tokens' KV and the wanted states fit; False, with nothing
+        evicted, if they could not fit even with every unpinned entry beside the path
+        gone (feasibility is decided before any eviction: docs/architecture.md)."""
         kv_need = (n - match.length) * self.spec.kv_bytes_per_token
         ssm_need = len(wanted) * self.spec.ssm_bytes
         if self.stats.bytes + kv_need + ssm_need <= self.capacity:
@@ -191,7 +194,18 @@ class PrefixCache(Evicting):
         protected = set(match.path)
         if match.partial is not None:
             protected.add(match.partial)
-        return self._evict_until(self.capacity - kv_need - ssm_need, protected, kv_need, ssm_need)
+        if self.floor(protected) + kv_need + ssm_need > self.capacity:
+            return False
+        if self._evict_until(self.capacity - kv_need - ssm_need, protected, kv_need, ssm_need):
+            return True
+        self.stats.evicted_then_refused += 1  # a policy that could not reach the floor
+        return False
+
+    def floor(self, protected: Collection[Node] = ()) -> int:
+        """Bytes no eviction can free: pinned nodes and `protected` ones (KV and state)."""
+        kv, ssm = self.spec.kv_bytes_per_token, self.spec.ssm_bytes
+        return sum(node.edge_len * kv + (ssm if node.has_state else 0)
+                   for node in self.pinned.union(protected))
 
     def _insert(self, key: bytes, match: Match, wanted: dict[int, Handle],
                 kv: Handle) -> CommitResult:
@@ -232,6 +246,8 @@ class PrefixCache(Evicting):
             node = segs[i]
             offset = cut - (node.depth - node.edge_len)
             head = self.tree.split(node, offset)
+            if head.pins:
+                self.pinned.add(head)
             head.kv, node.kv = self.store.kv_split(node.kv, offset)
             at[cut] = head
             created.append(head)
@@ -261,6 +277,7 @@ class PrefixCache(Evicting):
         for n in self.path(node):
             n.pins += 1
             if n.pins == 1:
+                self.pinned.add(n)
                 self.eviction.changed(n)
 
     def unpin(self, node: Node | None) -> None:
@@ -271,6 +288,7 @@ class PrefixCache(Evicting):
         for n in path:
             n.pins -= 1
             if n.pins == 0:
+                self.pinned.discard(n)
                 self.eviction.changed(n)
 
     def path(self, node: Node | None) -> list[Node]:

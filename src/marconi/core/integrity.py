@@ -22,6 +22,9 @@ def check_integrity(cache: PrefixCache) -> None:
     assert cache.stats.bytes <= cache.capacity, (
         f"{cache.stats.bytes} bytes held over capacity {cache.capacity}")
     assert cache.stats.peak_bytes >= cache.stats.bytes, "peak below current bytes"
+    pinned = {node for node in nodes if node.pins}
+    assert cache.pinned == pinned, f"pinned set differs: {cache.pinned ^ pinned}"
+    assert cache.stats.evicted_then_refused == 0, "a refused commit evicted entries first"
     for node in nodes:
         assert node.pins >= 0, f"{node!r} has negative pins"
         for child in node.children.values():

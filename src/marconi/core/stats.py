@@ -16,7 +16,8 @@ class CacheStats:
     states_evicted: int = 0
     states_not_captured: int = 0  # admission wanted a state the engine did not supply
     evictions: int = 0  # victims taken (leaves removed, nodes merged, states dropped)
-    refused_commits: int = 0  # sequences that could not fit even after evicting
+    refused_commits: int = 0  # sequences bypassed: they could not fit even in an empty cache
+    evicted_then_refused: int = 0  # of which some entries were evicted first (a policy bug)
     kv_bytes: int = 0  # held now
     ssm_bytes: int = 0  # held now
     peak_bytes: int = 0
