@@ -25,6 +25,7 @@ from marconi.report.grouping import (
     paired,
     pct,
     ratio,
+    refusal_note,
     variant,
 )
 
@@ -163,7 +164,18 @@ def _div(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-FIGURES: dict[str, FigureFn] = {
+def _noting_refusals(draw: FigureFn) -> FigureFn:
+    """`draw`, its table followed by a note of every run that refused commits."""
+
+    def noted(rows: list[Row], options: Mapping[str, Any], records: Records
+              ) -> tuple[Figure, str]:
+        fig, body = draw(rows, options, records)
+        return fig, body + refusal_note(rows)
+
+    return noted
+
+
+FIGURES: dict[str, FigureFn] = {name: _noting_refusals(draw) for name, draw in {
     "hit-rate": hit_rate,
     "gain": gain,
     "ttft": ttft,
@@ -171,6 +183,6 @@ FIGURES: dict[str, FigureFn] = {
     "length-bins": length_bins,
     "tuner": tuner,
     "plus-vs-peers": plus_vs_peers,
-}
+}.items()}
 
 __all__ = ["FIGURES", "by_config"]

@@ -88,3 +88,21 @@ def md_table(header: Sequence[str], body: Iterable[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
     return "\n".join(lines)
+
+
+def refusal_note(rows: Sequence[Row], share: float = 0.01) -> str:
+    """A note naming every system that refused more than `share` of its commits on some
+    configuration (those sequences were bypassed, too big for the capacity), with how
+    many configurations and the worst share; empty when none did."""
+    worst: dict[tuple[str, str], list[float]] = {}
+    for row in rows:
+        commits, refused = row.get("commits") or 0, row.get("refused_commits") or 0
+        if commits and refused > share * commits:
+            key = (str(row.get("dataset", row.get("trace"))), variant(row))
+            worst.setdefault(key, []).append(refused / commits)
+    if not worst:
+        return ""
+    parts = [f"{system} on {dataset}: {len(v)} configuration(s), up to {100 * max(v):.1f}%"
+             for (dataset, system), v in sorted(worst.items())]
+    return ("\n\nRefused commits (sequences too big for the capacity, bypassed and not "
+            "cached; their hit rates count them as misses): " + "; ".join(parts) + ".")

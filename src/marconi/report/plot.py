@@ -16,7 +16,7 @@ def compare_plot(rows: Sequence[dict[str, Any]], path: str | Path, title: str,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [row["system"] for row in rows]
+    names = [_label(row) for row in rows]
     panels = (("token hit rate (%)", "token_hit_rate", 100.0),
               ("FLOPs saved (%)", "flops_saved_rate", 100.0), ("P95 TTFT (s)", "ttft_p95", 1.0))
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
@@ -38,3 +38,12 @@ def compare_plot(rows: Sequence[dict[str, Any]], path: str | Path, title: str,
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+def _label(row: dict[str, Any]) -> str:
+    """The system's name, with its refused commits when it refused any (a run that
+    stored little of the trace must not pass for a cache that missed)."""
+    refused = row.get("refused_commits") or 0
+    if not refused:
+        return str(row["system"])
+    return f"{row['system']}\nrefused {refused}/{row.get('commits', '?')}"

@@ -18,6 +18,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("alpha", "alpha", ".1f"),
     ("states in", "states_admitted", "d"),
     ("evictions", "evictions", "d"),
+    ("refused", "refused_commits", "d"),  # commits bypassed: too big for the capacity
     ("peak", "peak_bytes", "bytes"),
     ("replay s", "seconds", ".2f"),
 )

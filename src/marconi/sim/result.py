@@ -101,6 +101,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "states_admitted": stats.states_admitted,
         "states_evicted": stats.states_evicted,
         "evictions": stats.evictions,
+        "commits": stats.commits,
         "refused_commits": stats.refused_commits,
         "peak_bytes": stats.peak_bytes,
         "capacity": int(result.config.capacity) if isinstance(result.config.capacity, int)
@@ -116,6 +117,21 @@ def summarize(result: SimResult) -> dict[str, Any]:
     if result.tuning:
         out["tuning"] = dict(result.tuning)
     return out
+
+
+REFUSAL_WARNING = 0.01  # share of commits refused above which a run is flagged
+
+
+def refusal_warning(summary: dict[str, Any]) -> str | None:
+    """A one-line warning when a run refused more than 1% of its commits: those sequences
+    were bypassed (too big for the capacity beside what is pinned), so its hit rates
+    describe a cache that stored little of the trace."""
+    commits, refused = summary.get("commits", 0), summary.get("refused_commits", 0)
+    if not commits or refused <= REFUSAL_WARNING * commits:
+        return None
+    return (f"warning: {summary['system']} refused {refused} of {commits} commits "
+            f"({100 * refused / commits:.1f}%): sequences too big for capacity "
+            f"{summary.get('capacity')} were not cached")
 
 
 def ttft_seconds(result: SimResult) -> np.ndarray:

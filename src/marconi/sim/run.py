@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import sys
+
 from marconi.sim.offline import offline
 from marconi.sim.oracle import oracle
 from marconi.sim.replay import simulate
-from marconi.sim.result import OFFLINE, ORACLE, SimConfig, SimResult
+from marconi.sim.result import OFFLINE, ORACLE, SimConfig, SimResult, refusal_warning
 from marconi.workload.types import Trace
 
 
-def run(trace: Trace, config: SimConfig, *, progress: bool = False) -> SimResult:
-    """`simulate`, or the oracle / offline reference when `config.system` names one."""
+def run(trace: Trace, config: SimConfig, *, progress: bool = False,
+        warn: bool = True) -> SimResult:
+    """`simulate`, or the oracle / offline reference when `config.system` names one.
+    `warn`: say on stderr when the run refused more than 1% of its commits."""
     if config.system == ORACLE:
-        return oracle(trace, config)
-    if config.system == OFFLINE:
-        return offline(trace, config, progress=progress)
-    return simulate(trace, config, progress=progress)
+        result = oracle(trace, config)
+    elif config.system == OFFLINE:
+        result = offline(trace, config, progress=progress)
+    else:
+        result = simulate(trace, config, progress=progress)
+    message = refusal_warning(result.summary()) if warn else None
+    if message is not None:
+        print(message, file=sys.stderr)
+    return result
