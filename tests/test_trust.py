@@ -4,6 +4,8 @@ models that never predict nothing for work done, bounded bookkeeping."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from marconi.core.spec import PAPER_7B
 from marconi.report.grouping import refusal_note
 from marconi.report.table import table
+from marconi.sim.latency import ProfileLatency, nonnegative_fit
 from marconi.sim.result import SimConfig, refusal_warning
 from marconi.sim.run import run
 from marconi.workload import load_trace
@@ -64,3 +67,44 @@ class TestRefusalsShown:
 
 def test_warning_counts_arrays_too() -> None:
     assert refusal_warning({"system": "x", "commits": np.int64(10), "refused_commits": 5})
+
+
+def _profile(tmp_path: Path, seconds: Callable[[float, float], float],
+             lengths: Sequence[int] = (16, 64, 128, 256, 400, 624)) -> Path:
+    path = tmp_path / "profile.csv"
+    rows = [(t, c, seconds(t, c)) for t in lengths for c in (0, 100, 600)]
+    path.write_text("tokens_to_prefill,cached_tokens,seconds\n"
+                    + "\n".join(f"{t},{c},{s:.6f}" for t, c, s in rows))
+    return path
+
+
+class TestProfileLatency:
+    def test_long_prefills_never_free(self, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+        """A concave profile measured to 624 tokens: an unconstrained quadratic turns
+        negative past ~2,000 tokens; TTFT must still grow with the work."""
+        model = ProfileLatency(_profile(tmp_path, lambda t, c: 0.005 + 4e-4 * t - 4e-7 * t * t),
+                               PAPER_7B)
+        t = np.array([1, 100, 624, 2000, 8000, 30000])
+        ttft = model.ttft(t, np.zeros_like(t))
+        assert (ttft > 0).all() and (np.diff(ttft) > 0).all()
+        assert ttft[-1] / ttft[2] == pytest.approx(PAPER_7B.flops(30000) / PAPER_7B.flops(624))
+        assert model.extrapolated == 3
+        assert "3 of 6 requests prefill more" in capsys.readouterr().err
+
+    @pytest.mark.parametrize("seed", range(5))
+    def test_non_decreasing_in_tokens(self, tmp_path: Path, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        a, b, q, d = rng.uniform(-1e-3, 1e-3, 4)
+        model = ProfileLatency(_profile(tmp_path, lambda t, c: abs(
+            a + b * t + q * 1e-3 * t * t + d * 1e-3 * t * c + rng.normal(0, 1e-4))), PAPER_7B)
+        assert (model.coef >= 0).all()
+        for cached in (0, 300, 5000):
+            t = np.arange(1, 3000, 7)
+            ttft = model.ttft(t + cached, np.full_like(t, cached))
+            assert (np.diff(ttft) >= 0).all() and (ttft > 0).all()
+
+    def test_nonnegative_fit_is_least_squares_when_feasible(self) -> None:
+        x = np.stack([np.ones(6), np.arange(6.0)], axis=1)
+        assert nonnegative_fit(x, 2 + 3 * np.arange(6.0)) == pytest.approx([2, 3])
+        assert nonnegative_fit(x, 5 - np.arange(6.0)) == pytest.approx([2.5, 0], abs=1e-9)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import sys
 from pathlib import Path
 from typing import Protocol
 
@@ -37,23 +38,89 @@ class FlopsLatency:
 
 class ProfileLatency:
     """A measured profile (the reference engine writes one): CSV with columns
-    `tokens_to_prefill, cached_tokens, seconds`, fitted by least squares to
-    seconds = a + b t + c t^2 + d t c, with t tokens to prefill and c cached tokens."""
+    `tokens_to_prefill, cached_tokens, seconds`.
+
+    Fitted to seconds = a + b t + q t^2 + d t c (t tokens to prefill, c cached) with every
+    coefficient >= 0, so predicted TTFT never falls as t grows; it is never below the
+    slowest measured seconds per prefilled token either, so work done never costs 0 s.
+    Beyond the longest measured prefill the fit is not trusted: TTFT there is the fit at
+    that length scaled by the model's FLOPs (`spec`), and a warning says how many requests
+    were extrapolated.
+
+    ```
+    seconds |        measured . . fit       FLOP-scaled ....
+            |      . ./                 ....
+            | . ./        ........
+            +--------------------|-------------------------> t
+                               t_max (longest measured prefill)
+    ```
+    """
 
     COLUMNS = ("tokens_to_prefill", "cached_tokens", "seconds")
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, spec: ModelSpec | None = None) -> None:
         rows = _read_profile(Path(path))
         t, c, s = (np.array(col, dtype=np.float64) for col in zip(*rows, strict=True))
-        features = np.stack([np.ones_like(t), t, t * t, t * c], axis=1)
-        self.coef, *_ = np.linalg.lstsq(features, s, rcond=None)
-        self.path = str(path)
+        self.coef = nonnegative_fit(_features(t, c), s)
+        measured = t > 0
+        self.per_token = float((s[measured] / t[measured]).min()) if measured.any() else 0.0
+        self.t_max = float(t.max())
+        self.spec, self.path = spec, str(path)
+        self.extrapolated = 0  # requests predicted beyond the measured range so far
+        self._warned = False
+
+    def _fit(self, t: np.ndarray, c: np.ndarray) -> np.ndarray:
+        return np.maximum(_features(t, c) @ self.coef, self.per_token * t)
 
     def ttft(self, n_input: np.ndarray, hit: np.ndarray) -> np.ndarray:
         c = np.asarray(hit, dtype=np.float64)
         t = np.asarray(n_input, dtype=np.float64) - c
-        a, b, q, d = self.coef
-        return np.maximum(a + b * t + q * t * t + d * t * c, 0.0)
+        out = self._fit(t, c)
+        beyond = t > self.t_max
+        if beyond.any():
+            out[beyond] = self._extrapolate(t[beyond], c[beyond])
+            self._warn(int(beyond.sum()), len(t))
+        return out
+
+    def _extrapolate(self, t: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """The fit at t_max, scaled by the FLOPs of prefilling t rather than t_max tokens
+        after c cached ones (by t itself when no model spec is known)."""
+        edge = self._fit(np.full_like(t, self.t_max), c)
+        if self.spec is None:
+            return edge * t / max(self.t_max, 1.0)
+        work = self.spec.flops_array(c + t) - self.spec.flops_array(c)
+        base = self.spec.flops_array(c + self.t_max) - self.spec.flops_array(c)
+        return edge * work / np.maximum(base, 1.0)
+
+    def _warn(self, n: int, total: int) -> None:
+        self.extrapolated += n
+        if not self._warned:
+            self._warned = True
+            how = "the model's FLOPs" if self.spec is not None else "tokens (no model given)"
+            print(f"warning: latency profile {self.path} measured prefills of up to "
+                  f"{self.t_max:.0f} tokens; {n} of {total} requests prefill more and are "
+                  f"extrapolated by {how}", file=sys.stderr)
+
+
+def _features(t: np.ndarray, c: np.ndarray) -> np.ndarray:
+    return np.stack([np.ones_like(t), t, t * t, t * c], axis=-1)
+
+
+def nonnegative_fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with every coefficient >= 0 (exact: the best feasible solution over
+    every subset of free columns; x has a handful of columns)."""
+    n = x.shape[1]
+    best, best_err = np.zeros(n), float(np.sum(y * y))
+    for mask in range(1, 2**n):
+        cols = [j for j in range(n) if mask >> j & 1]
+        coef, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
+        if (coef < 0).any():
+            continue
+        err = float(np.sum((x[:, cols] @ coef - y) ** 2))
+        if err < best_err:
+            best, best_err = np.zeros(n), err
+            best[cols] = coef
+    return best
 
 
 def _read_profile(path: Path) -> list[tuple[float, float, float]]:
