@@ -102,7 +102,7 @@ def _model(text: str) -> ModelSpec:
 
 def _latency(args: argparse.Namespace, spec: ModelSpec) -> LatencyModel:
     if args.latency_profile is not None:
-        return ProfileLatency(args.latency_profile)
+        return ProfileLatency(args.latency_profile, spec)
     return FlopsLatency(spec, args.flops_rate)
 
 
