@@ -3,6 +3,7 @@ models that never predict nothing for work done, bounded bookkeeping."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -11,12 +12,17 @@ import numpy as np
 import pytest
 
 from marconi.core.spec import PAPER_7B
+from marconi.paper.eviction import LRULeaf
+from marconi.peers.two_lists import TwoListLRU
+from marconi.plus.switchable import Switchable
 from marconi.report.grouping import refusal_note
 from marconi.report.table import table
 from marconi.sim.latency import ProfileLatency, nonnegative_fit
 from marconi.sim.result import SimConfig, refusal_warning
 from marconi.sim.run import run
+from marconi.systems import make_cache
 from marconi.workload import load_trace
+from tests.helpers import SMALL, ListStore
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +114,43 @@ class TestProfileLatency:
         x = np.stack([np.ones(6), np.arange(6.0)], axis=1)
         assert nonnegative_fit(x, 2 + 3 * np.arange(6.0)) == pytest.approx([2, 3])
         assert nonnegative_fit(x, 5 - np.arange(6.0)) == pytest.approx([2.5, 0], abs=1e-9)
+
+
+def _heaps(policy: object) -> list[tuple[int, int]]:
+    """(entries, bound) of every lazy heap a policy keeps."""
+    if isinstance(policy, Switchable):
+        return _heaps(policy.lru)
+    if isinstance(policy, LRULeaf):
+        return [(len(policy._heap), 2 * len(policy.stamp) + 65)]
+    assert isinstance(policy, TwoListLRU)
+    return [(len(lru.heap), 2 * len(lru.stamps) + 65) for lru in (policy.kv, policy.states)]
+
+
+@pytest.mark.parametrize("system", ["sglang+", "vllm+", "sglang-2026", "vllm-2026",
+                                    "marconi+"])
+def test_lazy_heaps_stay_bounded_without_evictions(system: str) -> None:
+    """Every touch pushes a heap entry; with nothing evicted, stale ones must still go
+    (they used to pile up by one or more per request, forever)."""
+    cache = make_cache(SMALL, "1TB", system)
+    prompts = [list(range(1000 * s, 1000 * s + 40)) for s in range(3)]
+    for i in range(600):
+        tokens = prompts[i % 3]
+        cache.lookup(tokens)
+        cache.commit([*tokens, 1], len(tokens))
+    assert cache.stats.evictions == 0
+    for entries, bound in _heaps(cache.eviction):
+        assert entries <= bound, f"{system}: {entries} heap entries for {bound} allowed"
+
+
+def test_state_handles_released_when_states_hold_no_bytes() -> None:
+    """An attention-only model's checkpoints cost 0 bytes; their handles must still be
+    given back to the store when their node leaves."""
+    spec = dataclasses.replace(SMALL, ssm_layers=0)
+    assert spec.ssm_bytes == 0
+    store = ListStore()
+    cache = make_cache(spec, 30 * spec.kv_bytes_per_token, "sglang+", store=store)
+    for start in (0, 1000):
+        tokens = list(range(start, start + 20))
+        wanted = cache.required_states(tokens, 20)
+        cache.commit(tokens, 20, states={p: ("state", start, p) for p in wanted}, kv=tokens)
+    assert cache.stats.evictions == 1 and ("state", 0, 20) in store.released_states

@@ -58,7 +58,7 @@ class Evicting:
     def _evict(self, victim: Victim) -> None:
         node, action = victim.node, victim.action
         state_bytes = self.spec.ssm_bytes if node.has_state else 0
-        state = node.state if state_bytes else None
+        state = node.state if node.has_state else None  # released even when it holds 0 B
         kv, kv_bytes = None, 0
         node.has_state, node.state = False, None
         if action is Action.REMOVE:

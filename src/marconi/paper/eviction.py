@@ -36,6 +36,8 @@ class LRULeaf(Eviction):
         if node.is_leaf and not node.pins and alive(node):
             depth = -node.depth if self.deepest_first else 0
             heapq.heappush(self._heap, (self.stamp.get(node, 0), depth, node.id, node))
+            if len(self._heap) > 2 * len(self.stamp) + 64:  # stale entries of past touches
+                self._compact()
 
     def _touch(self, nodes: Iterable[Node], now: int) -> None:
         for node in nodes:

@@ -50,6 +50,8 @@ class LazyLRU:
         if self.qualifies(node):
             tie = node.depth if self.shallow_first else -node.depth
             heapq.heappush(self.heap, (self.stamps.get(node, 0), tie, node.id, node))
+            if len(self.heap) > 2 * len(self.stamps) + 64:  # stale entries of past touches
+                self.heap = compact(self.heap, self.valid)
 
     def valid(self, entry: Entry) -> bool:
         node = entry[3]
