@@ -146,10 +146,25 @@ def test_block_admission_matches_list_reference(requests: list, block: int) -> N
     cache = make_cache(SMALL, "1TB", "vllm+")
     cache.admission = Block(block)
     states: set[tuple[int, ...]] = set()
+    seqs: list[tuple[int, ...]] = []
     for inp, out in requests:
         assert cache.lookup(inp).hit == reference_hit([list(s) for s in states], inp)
         full = inp + out
         cache.commit(full, len(inp))
+        seqs.append(tuple(full))
         states |= {tuple(full[:p]) for p in range(block, len(full) + 1, block)}
         states.add(tuple(full))
+        states -= grown(states, seqs, tuple(full), block)
     assert {tuple(p) for p in state_prefixes(cache)} == states
+
+
+def grown(states: set[tuple[int, ...]], seqs: list[tuple[int, ...]], full: tuple[int, ...],
+          block: int) -> set[tuple[int, ...]]:
+    """Partial-block states `full` extends that have one continuation: they grow in place."""
+    out = set()
+    for p in states:
+        if len(p) % block and len(p) < len(full) and full[: len(p)] == p:
+            nexts = {s[len(p)] for s in seqs if len(s) > len(p) and s[: len(p)] == p}
+            if len(nexts) == 1:
+                out.add(p)
+    return out

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from marconi.core.cache import PrefixCache
+from marconi.core.integrity import check_integrity
 from marconi.core.spec import PAPER_7B
 from marconi.paper.eviction import LRULeaf
 from marconi.peers.two_lists import TwoListLRU
@@ -154,3 +156,43 @@ def test_state_handles_released_when_states_hold_no_bytes() -> None:
         wanted = cache.required_states(tokens, 20)
         cache.commit(tokens, 20, states={p: ("state", start, p) for p in wanted}, kv=tokens)
     assert cache.stats.evictions == 1 and ("state", 0, 20) in store.released_states
+
+
+class TestVllmPlusPartialBlock:
+    def test_partial_block_grows_in_place(self) -> None:
+        """As in the paper's artifact: a sequence that extends an earlier one's final
+        partial block moves that block's state to its new end; no interior state stays
+        behind at the old end, and nothing counts as an eviction."""
+        store = ListStore()
+        cache = make_cache(SMALL, "1TB", "vllm+", store=store)
+        first = list(range(100))
+        cache.commit(first, 100, states=_handles(cache, first), kv=first)
+        assert _state_depths(cache) == [32, 64, 96, 100]
+        second = [*first, *range(500, 550)]
+        assert cache.lookup(second).hit == 100
+        cache.commit(second, 150, states=_handles(cache, second), kv=second)
+        assert _state_depths(cache) == [32, 64, 96, 128, 150]
+        assert cache.stats.states_replaced == 1 and cache.stats.evictions == 0
+        assert store.released_states == [("state", 100)]  # handed back to the engine
+        spelled = [t for n in cache.path(cache.lookup([*second, 7]).node) for t in n.kv]
+        assert spelled == second
+        check_integrity(cache)
+
+    def test_a_later_branch_splits_the_grown_block(self) -> None:
+        cache = make_cache(SMALL, "1TB", "vllm+")
+        first = list(range(100))
+        cache.commit(first, 100)
+        cache.commit([*first, 7, 8], 102)  # the partial block [96, 100) grows to 102
+        cache.commit([*first, 9, 9, 9], 103)  # branches at 100: a stateless split there
+        assert _state_depths(cache) == [32, 64, 96, 102, 103]
+        assert cache.stats.states_replaced == 1
+        assert cache.lookup([*first, 9]).hit == 96
+        check_integrity(cache)
+
+
+def _handles(cache: PrefixCache, tokens: list[int]) -> dict[int, tuple[str, int]]:
+    return {p: ("state", p) for p in cache.required_states(tokens, len(tokens))}
+
+
+def _state_depths(cache: PrefixCache) -> list[int]:
+    return sorted(n.depth for n in cache.tree.nodes() if n.has_state)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from marconi.core.evicting import Evicting
-from marconi.core.policy import Admission, Eviction
+from marconi.core.policy import Action, Admission, Eviction, Victim
 from marconi.core.spec import ModelSpec
 from marconi.core.state_store import Freed, Handle, NullStore, StateStore
 from marconi.core.stats import CacheStats
@@ -154,6 +154,7 @@ class PrefixCache(Evicting):
             self.eviction.on_commit(match.path, (), self.clock)
             return CommitResult((), None, refused=True)
         result = self._insert(key, match, wanted, kv)
+        self._grow_in_place(result)
         self._collect_garbage(set())
         self._release_unused(states, set(result.admitted))
         return result
@@ -232,6 +233,15 @@ class PrefixCache(Evicting):
         for node in changed:
             self.eviction.changed(node)
         return CommitResult(admitted, end, refused=False)
+
+    def _grow_in_place(self, result: CommitResult) -> None:
+        """Merge away the states the admission says this commit superseded."""
+        if result.node is None:
+            return
+        path = self.tree.path_to(result.node)
+        for node in self.admission.superseded(path, result.node.depth):
+            if node.has_state and len(node.children) == 1 and not node.pins:
+                self._evict(Victim(node, Action.MERGE), replaced=True)
 
     def _cut_existing(self, match: Match, cuts: list[int]) -> tuple[dict[int, Node], list[Node]]:
         """Make a node end at each cut inside the matched part; map depth -> node."""

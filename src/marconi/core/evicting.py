@@ -55,7 +55,9 @@ class Evicting:
         while (victim := self.eviction.garbage(protected)) is not None:
             self._evict(victim)
 
-    def _evict(self, victim: Victim) -> None:
+    def _evict(self, victim: Victim, *, replaced: bool = False) -> None:
+        """Carry out `victim`; `replaced`: the state was superseded by a commit, not
+        evicted for room (counted as `states_replaced`)."""
         node, action = victim.node, victim.action
         state_bytes = self.spec.ssm_bytes if node.has_state else 0
         state = node.state if node.has_state else None  # released even when it holds 0 B
@@ -80,6 +82,9 @@ class Evicting:
         if action is not Action.DROP_STATE:
             node.kv = None  # detached: policies may still hold the node object for a while
         self.store.release(kv, state)
-        self.stats.record_eviction(kv_bytes, state_bytes)
+        if replaced:
+            self.stats.record_replacement(state_bytes)
+        else:
+            self.stats.record_eviction(kv_bytes, state_bytes)
         if self.on_evict is not None:
             self.on_evict(Freed(action, node.depth, kv, state, kv_bytes + state_bytes))

@@ -60,6 +60,12 @@ class Admission(ABC):
     def positions(self, match: Match, n_total: int, n_input: int) -> tuple[int, ...]:
         """Positions in (0, n_total] that get a node with a state at commit, ascending."""
 
+    def superseded(self, path: Sequence[Node], n_total: int) -> tuple[Node, ...]:
+        """Nodes on a committed sequence's `path` whose state the sequence replaced (a
+        partial block that grew); the cache drops each one that has a single child by
+        merging it into that child. Default: none."""
+        return ()
+
 
 class Action(Enum):
     REMOVE = "remove"  # a leaf: free its KV and state, detach it

@@ -15,6 +15,7 @@ class CacheStats:
     states_admitted: int = 0
     states_evicted: int = 0
     states_not_captured: int = 0  # admission wanted a state the engine did not supply
+    states_replaced: int = 0  # states a commit superseded (a partial block that grew)
     evictions: int = 0  # victims taken (leaves removed, nodes merged, states dropped)
     refused_commits: int = 0  # sequences bypassed: they could not fit even in an empty cache
     evicted_then_refused: int = 0  # of which some entries were evicted first (a policy bug)
@@ -41,6 +42,10 @@ class CacheStats:
         self.evictions += 1
         self.states_evicted += ssm > 0
         self.kv_bytes -= kv
+        self.ssm_bytes -= ssm
+
+    def record_replacement(self, ssm: int) -> None:
+        self.states_replaced += 1
         self.ssm_bytes -= ssm
 
     def copy(self) -> CacheStats:

@@ -5,8 +5,10 @@ See docs/architecture.md ("Admission") for the rules they follow.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from marconi.core.policy import Admission
-from marconi.core.tree import Match
+from marconi.core.tree import Match, Node
 
 
 def branch_point(match: Match, n_tokens: int) -> int | None:
@@ -64,6 +66,20 @@ class Block(Admission):
         if not aligned or aligned[-1] != n_total:
             aligned.append(n_total)
         return tuple(aligned)
+
+    def superseded(self, path: Sequence[Node], n_total: int) -> tuple[Node, ...]:
+        """An earlier sequence's final partial block that this one extends: as in the
+        paper's artifact, the block grows in place (its state moves to the block's new
+        end) instead of staying behind as an interior node with a state.
+
+        ```
+        before:  | 32 | 64 | 96 |100|            states at 32, 64, 96, 100
+        commit:  | 32 | 64 | 96 |100| 128 | 150  states at 128, 150 added
+        after:   | 32 | 64 | 96 ---- 128 | 150  the partial block [96, 100) grew
+        ```
+        """
+        return tuple(n for n in path if n.has_state and n.depth % self.block
+                     and n.depth < n_total)
 
 
 class NoAdmission(Admission):
