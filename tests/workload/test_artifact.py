@@ -53,11 +53,13 @@ class TestArtifact:
         with pytest.raises(ValueError):
             trace[0].input_tokens[0] = 99
 
-    def test_empty_file_is_empty_trace(self, tmp_path: Path) -> None:
+    @pytest.mark.parametrize("format", [None, "artifact"])
+    def test_empty_file_is_an_error(self, tmp_path: Path, format: str | None) -> None:
         path = tmp_path / "empty.jsonl"
         path.write_text("\n")
-        trace = load_trace(path)
-        assert len(trace) == 0 and trace.sessions == 0
+        with pytest.raises(ValueError, match=r"empty.jsonl: no requests to replay: .*empty|"
+                                             r"empty.jsonl: no requests to replay: it holds no"):
+            load_trace(path, format=format)
 
     @pytest.mark.parametrize(
         ("line", "field", "reason"),

@@ -47,9 +47,40 @@ class TestLMSys:
 
     def test_default_min_turns_is_ten(self, files: Files) -> None:
         path = files.jsonl("lmsys.jsonl", _records())
-        assert len(load_trace(path, options=OPTS.with_(min_turns=None))) == 0
+        with pytest.raises(ValueError, match=r"no requests to replay: read 3 conversations, "
+                                             r"dropped 3 conversations with fewer than 10"):
+            load_trace(path, options=OPTS.with_(min_turns=None))
 
     def test_missing_conversation_names_line(self, files: Files) -> None:
         path = files.jsonl("lmsys.jsonl", [*_records(), {"conversation_id": "x"}])
         with pytest.raises(ValueError, match=r"lmsys.jsonl:4: field 'conversation'"):
             load_trace(path, format="lmsys", options=OPTS)
+
+
+class TestLMSysFolder:
+    """LMSys-Chat-1M's real layout: a folder of parquet shards (`data/train-*.parquet`)."""
+
+    def _folder(self, files: Files) -> object:
+        pa = pytest.importorskip("pyarrow")
+        import pyarrow.parquet as pq
+
+        data = files.root / "lmsys-chat-1m" / "data"
+        data.mkdir(parents=True)
+        rows = _records()
+        for i, part in enumerate((rows[:2], rows[2:])):
+            pq.write_table(pa.Table.from_pylist(part), data / f"train-0000{i}-of-00002.parquet")
+        return files.root / "lmsys-chat-1m"
+
+    @pytest.mark.parametrize("format", [None, "lmsys"])
+    def test_reads_every_shard_in_order(self, files: Files, format: str | None) -> None:
+        folder = self._folder(files)
+        assert infer_format(folder) == "lmsys"
+        trace = load_trace(folder, format=format, options=OPTS)
+        assert [r.session_id for r in trace if r.turn == 0] == ["id1", "id2"]
+        assert len(trace) == 5
+
+    def test_folder_without_shards_or_trajectories(self, files: Files) -> None:
+        (files.root / "empty").mkdir()
+        with pytest.raises(ValueError, match=r"empty: no requests to replay: the folder holds "
+                                             r"no trajectories"):
+            load_trace(files.root / "empty", options=OPTS)

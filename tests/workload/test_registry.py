@@ -5,7 +5,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from marconi.workload import FORMATS, TraceError, TraceOptions, infer_format, load_trace, summarize
+from marconi.workload import (
+    FORMATS,
+    Trace,
+    TraceError,
+    TraceOptions,
+    infer_format,
+    load_trace,
+    summarize,
+)
 from marconi.workload.cli_args import add_trace_arguments, options_from_args
 
 if TYPE_CHECKING:
@@ -85,6 +93,6 @@ class TestSummarize:
         assert s["input_tokens"] == sum(r.n_input for r in trace)
         assert s["max_input_tokens"] == max(r.n_input for r in trace)
 
-    def test_empty(self, files: Files) -> None:
-        s = summarize(load_trace(files.text("e.jsonl", ""), format="artifact"))
+    def test_empty(self) -> None:
+        s = summarize(Trace("empty", ()))
         assert s["requests"] == 0 and s["mean_input_tokens"] == 0.0

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -42,3 +43,41 @@ class TestTokenizers:
     def test_unknown_tokenizer(self) -> None:
         with pytest.raises(ValueError, match="unknown tokenizer 'nope'"):
             get_tokenizer("nope")
+
+    def test_hugging_face_folder_is_a_tokenizer(self, tmp_path: Path) -> None:
+        from tests.workload.test_openai import tokenizer_folder
+
+        folder = tokenizer_folder(tmp_path / "tok")
+        tok = get_tokenizer(str(folder))
+        vocab = json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"]
+        assert tok.encode_batch(["hello there"])[0].tolist() == [vocab["hello"], vocab["there"]]
+        assert tok.bos_id == 1  # tokenizer_config.json's bos_token
+        assert tok.identity != get_tokenizer(str(folder / "tokenizer.json")).identity
+
+    def test_folder_tokenizer_through_the_cli(self, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture) -> None:
+        from tests.workload.test_openai import tokenizer_folder
+
+        from marconi.cli import main
+
+        folder = tokenizer_folder(tmp_path / "tok", template=None)
+        trace = tmp_path / "chat.json"
+        conv = [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello there"}]
+        trace.write_text(json.dumps([{"id": "a", "conversations": conv * 2}]))
+        assert main(["simulate", str(trace), "--tokenizer", str(folder), "--min-turns", "1",
+                     "--json", "--quiet", "--no-trace-cache"]) == 0
+        assert json.loads(capsys.readouterr().out)["requests"] == 2
+
+    @pytest.mark.parametrize("content", ["", "{not json", '{"model": {}}'])
+    def test_unreadable_tokenizer_json_is_an_error_naming_it(
+            self, tmp_path: Path, capsys: pytest.CaptureFixture, content: str) -> None:
+        from marconi.cli import main
+
+        path = tmp_path / "empty.json"
+        path.write_text(content)
+        with pytest.raises(ValueError, match=r"empty.json: not a tokenizer.json"):
+            get_tokenizer(str(path))
+        assert main(["simulate", "sharegpt", "--tokenizer", str(path), "--quiet",
+                     "--sessions", "2", "--no-trace-cache"]) == 2
+        err = capsys.readouterr().err
+        assert "empty.json: not a tokenizer.json" in err and "Traceback" not in err

@@ -17,8 +17,10 @@ def _optional_int(text: str) -> int | None:
     return None if text.lower() in ("none", "all", "off") else int(text)
 
 
-def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add a "trace" argument group (`--format`, `--tokenizer`, `--sessions`, ...)."""
+def add_trace_arguments(parser: argparse.ArgumentParser, *, loading: bool = True) -> None:
+    """Add a "trace" argument group (`--format`, `--tokenizer`, `--sessions`, ...).
+    `loading=False` leaves out the flags about how, not what, to load (`--synthetic`, the
+    trace cache): a sweep's cells carry only what shapes the trace."""
     g = parser.add_argument_group("trace")
     add = g.add_argument
     add(
@@ -30,19 +32,23 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--tokenizer",
         default=_DEFAULTS.tokenizer,
-        help=f"{' | '.join(TOKENIZERS)} | path to tokenizer.json or sentencepiece .model",
+        help=f"{' | '.join(TOKENIZERS)} | a Hugging Face tokenizer folder (tokenizer.json + "
+        "tokenizer_config.json: its chat template renders request logs) | a tokenizer.json "
+        "or sentencepiece .model file",
     )
     add(
         "--sessions",
         type=_optional_int,
         default=_DEFAULTS.sessions,
-        help="keep the first N eligible sessions ('all' for no limit)",
+        help="keep the first N eligible sessions ('all' for no limit; request-level "
+        "formats such as Mooncake ignore it)",
     )
     add(
         "--min-turns",
         type=int,
         default=None,
-        help="minimum rounds per session (default: 10 for chat, 1 otherwise)",
+        help="minimum rounds per session (default: 10 for ShareGPT and LMSys chats, 1 for "
+        "agents and request logs)",
     )
     add(
         "--sps",
@@ -72,7 +78,8 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-input-tokens",
         type=_optional_int,
         default=_DEFAULTS.max_input_tokens,
-        help="drop requests with longer inputs, and later turns of their session",
+        help="drop requests with longer inputs, and later turns of their session ('none' "
+        "keeps all)",
     )
     add(
         "--collapse-observations",
@@ -80,6 +87,14 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="K",
         help="SWE-agent: keep only the last K tool observations in full",
+    )
+    add(
+        "--session-field",
+        default=None,
+        metavar="FIELD",
+        help="request logs: the field naming each request's session (e.g. user, "
+        "metadata.session_id); default: a request extending an earlier one's messages "
+        "continues its session",
     )
     add("--seed", type=int, default=_DEFAULTS.seed, help="seed for every random choice")
     add(
@@ -89,6 +104,8 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
         help="vocabulary of pseudo-random token ids (Mooncake, synthetic)",
     )
     add("--block-size", type=int, default=_DEFAULTS.block_size, help="Mooncake: tokens per hash id")
+    if not loading:
+        return
     add("--synthetic", default="", metavar="K=V,...", help="synthetic generator parameters")
     add("--no-trace-cache", action="store_true", help="do not read or write the trace cache")
     add("--trace-cache-dir", default=None, help="trace cache directory ($MARCONI_CACHE_DIR)")
@@ -109,6 +126,7 @@ def options_from_args(args: argparse.Namespace) -> TraceOptions:
         seed=args.seed,
         vocab_size=args.vocab_size,
         block_size=args.block_size,
+        session_field=args.session_field,
         params=parse_params(args.synthetic),
         use_cache=not args.no_trace_cache,
         cache_dir=args.trace_cache_dir,

@@ -9,7 +9,6 @@ and a session's requests are views into one buffer holding the conversation once
 from __future__ import annotations
 
 import enum
-import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -17,6 +16,7 @@ import numpy as np
 
 from marconi.workload.buffers import TraceBuilder
 from marconi.workload.options import TraceOptions
+from marconi.workload.report import LoadStats
 from marconi.workload.types import Tokens
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -68,10 +68,27 @@ def select_sessions(
     *,
     min_turns: int,
     rounds: Callable[[Conversation], int],
+    stats: LoadStats,
 ) -> list[Conversation]:
-    """The first `opts.sessions` conversations with `rounds(c) >= min_turns` (lazy source)."""
-    kept = (c for c in convs if rounds(c) >= min_turns and c.calls)
-    return list(itertools.islice(kept, opts.sessions))
+    """The first `opts.sessions` conversations with a call and `rounds(c) >= min_turns`.
+
+    The source is read lazily and no further than the limit; `stats` counts what was read
+    and what each filter dropped (and whether reading stopped at the limit).
+    """
+    stats.min_turns, stats.sessions = min_turns, opts.sessions
+    kept: list[Conversation] = []
+    for conv in convs:
+        if opts.sessions is not None and len(kept) == opts.sessions:
+            stats.stopped = True  # at least one more conversation was there, unread
+            break
+        stats.read += 1
+        if not conv.calls:
+            stats.no_call += 1
+        elif rounds(conv) < min_turns:
+            stats.short += 1
+        else:
+            kept.append(conv)
+    return kept
 
 
 def call_arrivals(

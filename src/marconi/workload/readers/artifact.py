@@ -12,14 +12,16 @@ from marconi.workload.buffers import Built, TraceBuilder
 from marconi.workload.errors import TraceError
 from marconi.workload.io import iter_jsonl, number, require
 from marconi.workload.options import TraceOptions
+from marconi.workload.report import META_KEY, LoadStats
 from marconi.workload.types import as_tokens
 
 FIELDS = ("session_id", "turn_id", "ts", "input_tokens", "output_tokens")
 
 
 def read(source: str | Path, options: TraceOptions) -> Built:
-    builder = TraceBuilder()
+    builder, stats = TraceBuilder(), LoadStats(unit="requests")
     for lineno, obj in iter_jsonl(source):
+        stats.read += 1
         values = {key: require(obj, key, path=source, line=lineno) for key in FIELDS}
         turn = values["turn_id"]
         if isinstance(turn, bool) or not isinstance(turn, int):
@@ -37,7 +39,9 @@ def read(source: str | Path, options: TraceOptions) -> Built:
             (base_in, base_in + n_in),
             (base_out, base_out + n_out),
         )
-    return builder.build(Path(source).name, {"format": "artifact", "source": str(source)})
+    meta: dict[str, object] = {"format": "artifact", "source": str(source),
+                               META_KEY: stats.as_meta()}
+    return builder.build(Path(source).name, meta)
 
 
 def _tokens(values: dict[str, object], key: str, source: str | Path, lineno: int) -> object:

@@ -16,6 +16,7 @@ from marconi.workload.conversation import (
     select_sessions,
 )
 from marconi.workload.options import TraceOptions
+from marconi.workload.report import META_KEY, LoadStats
 from marconi.workload.tokenizers import encode_unique, get_tokenizer
 from marconi.workload.types import Tokens
 
@@ -31,25 +32,29 @@ def build_trace(
     min_turns: int,
     rounds: Callable[[Conversation], int],
     fmt: str,
+    unit: str = "conversations",
 ) -> Built:
     """Select sessions, tokenize every message once, and lay requests out per session."""
-    chosen = select_sessions(convs, options, min_turns=min_turns, rounds=rounds)
+    stats = LoadStats(unit=unit, max_input_tokens=options.max_input_tokens)
+    chosen = select_sessions(convs, options, min_turns=min_turns, rounds=rounds, stats=stats)
     tokenizer = get_tokenizer(options.tokenizer)
     flat = encode_unique(tokenizer, [t for c in chosen for t in c.texts] + [OBSERVATION_NOTE])
-    builder, start, truncated = TraceBuilder(), 0, 0
+    builder, start = TraceBuilder(), 0
     for index, conv in enumerate(chosen):
         tokens = flat[start : start + len(conv.texts)]
         start += len(conv.texts)
         added = _add(
             builder, conv, tokens, call_arrivals(conv, index, options, kind), options, note=flat[-1]
         )
-        truncated += added < len(conv.calls)
+        stats.long_requests += len(conv.calls) - added  # cut at its first over-long input
+        stats.long_sessions += added < len(conv.calls)
     meta = {
         "format": fmt,
         "source": str(source),
         "tokenizer": tokenizer.name,
-        "sessions_truncated": truncated,
-    }  # sessions cut at their first over-long input
+        "sessions_truncated": stats.long_sessions,
+        META_KEY: stats.as_meta(),
+    }
     return builder.build(Path(source).name, meta)
 
 

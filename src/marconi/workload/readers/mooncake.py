@@ -20,6 +20,7 @@ from marconi.workload.errors import TraceError
 from marconi.workload.io import iter_jsonl, number, require
 from marconi.workload.options import TraceOptions
 from marconi.workload.pseudo import block_tokens, pseudo_tokens
+from marconi.workload.report import META_KEY, LoadStats
 from marconi.workload.types import Tokens
 
 _OUTPUT_SALT = 0x6F7574  # keeps output ids apart from block ids
@@ -90,7 +91,10 @@ def read(source: str | Path, options: TraceOptions) -> Built:
         builder.add_request(
             f"mc{row.line}", 0, row.arrival, (base, base + row.n_in), (out, out + row.n_out)
         )
-    meta = {"format": "mooncake", "source": str(source), "dropped_long": len(rows) - len(kept)}
+    stats = LoadStats(unit="requests", read=len(rows), max_input_tokens=limit,
+                      long_requests=len(rows) - len(kept))
+    meta = {"format": "mooncake", "source": str(source), "dropped_long": stats.long_requests,
+            META_KEY: stats.as_meta()}
     return builder.build(Path(source).name, meta)
 
 

@@ -87,4 +87,5 @@ def read(source: str | Path, options: TraceOptions) -> Built:
         min_turns=options.min_turns_or(1),
         rounds=lambda c: len(c.calls),
         fmt="swe-agent",
+        unit="trajectories",
     )
