@@ -9,9 +9,10 @@ if [ ! -x .venv/bin/python ]; then
     .venv/bin/python -m pip install -q --upgrade pip
 fi
 stamp=".venv/.marconi-installed-$extras"
-want=$(sha256sum pyproject.toml | cut -c1-16)
+want=$(cat pyproject.toml scripts/ci-lock.txt | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    # torch==2.13.0 is pinned: it resolves to the CPU build this machine class ships
-    .venv/bin/python -m pip install -q -e ".[$extras]"
+    # the package states ranges; scripts/ci-lock.txt pins what is installed here (torch
+    # 2.13.0 exactly: it resolves to the CPU build this machine class ships)
+    .venv/bin/python -m pip install -q -e ".[$extras]" -c scripts/ci-lock.txt
     echo "$want" > "$stamp"
 fi

@@ -6,11 +6,12 @@ import pytest
 
 from marconi.cli import main
 from marconi.experiments import load_experiments
-from marconi.experiments.config import load_experiment, plan
+from marconi.experiments.config import CONFIGS, load_experiment, plan
 from marconi.experiments.reproduce import reproduce
 from marconi.report.figures import FIGURES
+from tests.conftest import SHARED_DATA
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+EXPERIMENTS = CONFIGS  # shipped inside the package
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # one tiny config per figure kind, on synthetic traces (no data files needed)
@@ -60,10 +61,11 @@ class TestFigures:
 
 class TestConfig:
     def test_shipped_configs_load(self) -> None:
-        experiments = load_experiments([EXPERIMENTS])
+        data = SHARED_DATA if SHARED_DATA.is_dir() else None
+        experiments = load_experiments([EXPERIMENTS], data=data)
         assert {e.figure for e in experiments} == set(FIGURES)
         for name, (quick, warnings) in plan(experiments, quick=True).items():
-            missing = any("not found" in w for w in warnings)  # ../shared/data absent
+            missing = any("not found" in w for w in warnings)  # the data folder absent
             assert quick or missing, f"{name}: no quick cells"
 
     def test_across_covers_other_configurations_once(self, tmp_path: Path) -> None:
@@ -101,13 +103,14 @@ class TestConfig:
 def test_quick_reproduction(tmp_path: Path) -> None:
     """The CI-sized run of every shipped config (figures whose data is absent are skipped)."""
     out = tmp_path / "results"
-    assert main(["reproduce", str(EXPERIMENTS), "--quick", "--out", str(out), "--workers",
-                 "2", "--quiet"]) == 0
+    data = ["--data", str(SHARED_DATA)] if SHARED_DATA.is_dir() else []
+    assert main(["reproduce", "--quick", "--out", str(out), "--workers", "2", "--quiet",
+                 *data]) == 0
     drawn = sorted(p.stem for p in out.glob("*.png"))
     assert "fig07_hit_rate" in drawn and "fig13b_response_time" in drawn  # ShareGPT ones
     for name in drawn:
         _assert_png(out / f"{name}.png")
-    if (EXPERIMENTS.parents[1] / "shared" / "data").is_dir():
+    if data:
         assert len(drawn) == len(list(EXPERIMENTS.glob("*.toml")))
     summary = (out / "SUMMARY.md").read_text()
     assert "quick" in summary and "(0 failed)" in summary

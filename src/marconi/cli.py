@@ -14,17 +14,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from marconi import __version__
+from marconi.api import write_records
+from marconi.commands.extras import require, require_for_trace
+from marconi.commands.parsing import Parser, add_plugin_argument, load_plugins
 from marconi.core.spec import ModelSpec, resolve_model
-from marconi.core.units import parse_size
 from marconi.report.table import table
+from marconi.sim.capacity import check_capacity
 from marconi.sim.latency import DEFAULT_FLOPS_RATE, FlopsLatency, LatencyModel, ProfileLatency
-from marconi.sim.result import REFERENCES, SimConfig, SimResult
+from marconi.sim.result import REFERENCES, SimConfig
 from marconi.sim.run import run
 from marconi.systems import SYSTEMS
-from marconi.workload import Trace, load_trace, summarize
+from marconi.workload import Trace, TraceOptions, load_trace, summarize
 from marconi.workload.cli_args import add_trace_arguments, options_from_args
+from marconi.workload.report import describe
 
 DEFAULT_COMPARE = "vanilla,vllm+,sglang+,marconi"
 
@@ -51,6 +54,7 @@ def _add_cache_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip the infinite-cache bounds and miss attribution (faster)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_plugin_argument(p)
     add_trace_arguments(p)
 
 
@@ -106,20 +110,40 @@ def _latency(args: argparse.Namespace, spec: ModelSpec) -> LatencyModel:
     return FlopsLatency(spec, args.flops_rate)
 
 
-def _trace(args: argparse.Namespace) -> Trace:
-    return load_trace(args.trace, format=args.format, options=options_from_args(args))
+def _trace(args: argparse.Namespace, options: TraceOptions | None = None) -> Trace:
+    """Load the trace and say on stderr what was kept and what each filter dropped."""
+    trace = load_trace(args.trace, format=args.format,
+                       options=options or options_from_args(args))
+    print(describe(trace), file=sys.stderr)
+    return trace
 
 
 def _config(args: argparse.Namespace, system: str, alpha: float | None) -> SimConfig:
     spec = _model(args.model)
-    return SimConfig(spec=spec, capacity=parse_size(args.capacity), system=system, alpha=alpha,
-                     multiplier=args.multiplier, objective=args.objective,
+    return SimConfig(spec=spec, capacity=check_capacity(spec, args.capacity), system=system,
+                     alpha=alpha, multiplier=args.multiplier, objective=args.objective,
                      latency=_latency(args, spec), bounds=not args.no_bounds)
+
+
+def _preflight(args: argparse.Namespace, systems: Sequence[str]) -> None:
+    """Every check that needs no replay, before the first one starts: extras, output
+    paths, the capacity against the model."""
+    require_for_trace(args.trace, args.format)
+    if getattr(args, "plot", None) is not None:
+        require("plot", "matplotlib")
+    records = getattr(args, "records", None)
+    if records is not None and records.suffix not in (".csv", ".parquet"):
+        raise ValueError(f"--records: {records} must end in .csv or .parquet")
+    if records is not None and records.suffix == ".parquet":
+        require("traces", "pyarrow")
+    for system in systems:
+        _config(args, system, None)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     if args.alpha is not None and args.system in SYSTEMS and not SYSTEMS[args.system].uses_alpha:
         raise ValueError(f"--alpha: system {args.system!r} has no alpha")
+    _preflight(args, [args.system])
     config = _config(args, args.system, args.alpha)
     result = run(_trace(args), config, progress=not args.quiet)
     summary = result.summary()
@@ -134,6 +158,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     unknown = [s for s in names if s not in _system_names()]
     if unknown or not names:
         raise ValueError(f"--systems: unknown {unknown or names}; known: {_system_names()}")
+    _preflight(args, names)
     if args.seeds != 1:
         return _compare_seeds(args, names)
     trace = _trace(args)
@@ -162,8 +187,7 @@ def _compare_seeds(args: argparse.Namespace, names: list[str]) -> int:
     base = options_from_args(args)
     comparison = SeedComparison(names)
     for k in range(args.seeds):
-        trace = load_trace(args.trace, format=args.format,
-                           options=dataclasses.replace(base, seed=base.seed + k))
+        trace = _trace(args, dataclasses.replace(base, seed=base.seed + k))
         for name in names:
             result = run(trace, _config(args, name, None), progress=not args.quiet)
             comparison.add(base.seed + k, result.summary())
@@ -189,6 +213,7 @@ def _compare_seeds(args: argparse.Namespace, names: list[str]) -> int:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from marconi.sim.analyze import analyze
 
+    require_for_trace(args.trace, args.format)
     trace = _trace(args)
     report = analyze(trace, _model(args.model)) | {"trace_summary": summarize(trace)}
     if args.json:
@@ -209,35 +234,9 @@ def format_analysis(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_records(result: SimResult, path: Path) -> None:
-    """Per-request records as CSV or Parquet (by extension)."""
-    from marconi.sim.result import ttft_seconds
-
-    columns: dict[str, Any] = {"session": result.sessions, "arrival": result.arrivals}
-    columns |= result.records.columns() | {"ttft_s": ttft_seconds(result)}
-    if path.suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        pq.write_table(pa.table({k: list(v) if k == "session" else v
-                                 for k, v in columns.items()}), path)
-        return
-    if path.suffix != ".csv":
-        raise ValueError(f"--records: {path} must end in .csv or .parquet")
-    with path.open("w") as f:
-        f.write(",".join(columns) + "\n")
-        for row in zip(*columns.values(), strict=True):
-            f.write(",".join(_csv(v) for v in row) + "\n")
-
-
-def _csv(value: Any) -> str:
-    if isinstance(value, float | np.floating):
-        return repr(float(value))
-    return str(value)
-
-
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="marconi", description=__doc__.splitlines()[0])
+    p = Parser(prog="marconi", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"marconi {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     for register in (_register_simulate, _register_compare, _register_analyze):
         register(sub)
@@ -261,7 +260,14 @@ def _register_optional(sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        plugins = load_plugins(argv)  # before the parser lists the systems
+    except (ValueError, ImportError) as err:
+        print(f"marconi: error: {err}", file=sys.stderr)
+        return 2
     args = parser().parse_args(argv)
+    args.plugin = plugins
     try:
         return int(args.func(args))
     except (ValueError, FileNotFoundError) as err:

@@ -12,18 +12,27 @@ policy: one module in its family, one `@system(...)` factory here (docs/architec
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import os
+import sys
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
 from marconi.core.cache import PrefixCache
+from marconi.core.layout import Layout
 from marconi.core.policy import Admission, Eviction, check_alpha
 from marconi.core.spec import ModelSpec
 from marconi.core.state_store import Freed, StateStore
 from marconi.core.tuning import Objective, Tuner
+from marconi.core.units import parse_size
 
 Policies = tuple[Admission, Eviction]
 PolicyFactory = Callable[[ModelSpec, float], Policies]  # (spec, alpha) -> fresh policies
+LayoutFactory = Callable[[ModelSpec, int], Layout]  # (spec, capacity in bytes) -> layout
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,18 +57,30 @@ class System:
     tuner: TunerFactory | None = None  # what tunes it online; None: nothing to tune
     uses_alpha: bool = False  # whether alpha means anything to its eviction
     description: str = ""  # one line for --help and docs
+    engine_layout: LayoutFactory | None = None  # its engine's memory layout; None: bytes
 
     @property
     def tuned(self) -> bool:
         return self.tuner is not None
 
+    def layout(self, spec: ModelSpec, capacity: int | str, *, page_size: int | None = None,
+               state_slots: int | None = None) -> Layout:
+        """The memory layout a cache of this system runs: each knob given, else the
+        system's engine layout, else the single byte budget (docs/architecture.md)."""
+        base = self.engine_layout(spec, parse_size(capacity)) if self.engine_layout else Layout()
+        return Layout(page_size=base.page_size if page_size is None else page_size,
+                      state_slots=base.state_slots if state_slots is None else state_slots)
+
     def cache(self, spec: ModelSpec, capacity: int | str, *, alpha: float | None = None,
-              store: StateStore | None = None,
-              on_evict: Callable[[Freed], None] | None = None) -> PrefixCache:
-        """A fresh, empty cache running this system (`alpha`: fixed, else 0 until tuned)."""
+              store: StateStore | None = None, on_evict: Callable[[Freed], None] | None = None,
+              page_size: int | None = None, state_slots: int | None = None) -> PrefixCache:
+        """A fresh, empty cache running this system (`alpha`: fixed, else 0 until tuned;
+        `page_size`, `state_slots`: as in `layout`, 0 slots meaning one byte budget)."""
         admission, eviction = self.policies(spec, check_alpha(alpha or 0.0))
+        layout = self.layout(spec, capacity, page_size=page_size, state_slots=state_slots)
         return PrefixCache(spec, capacity, admission, eviction, name=self.name, store=store,
-                           on_evict=on_evict)
+                           on_evict=on_evict, page_size=layout.page_size,
+                           state_slots=layout.state_slots)
 
     def make_tuner(self, alpha: float | None = None,
                    options: TunerOptions | None = None) -> Tuner | None:
@@ -81,12 +102,13 @@ def register(system: System) -> System:
 
 
 def system(name: str, description: str, *, tuner: TunerFactory | None = None,
-           uses_alpha: bool = False) -> Callable[[PolicyFactory], PolicyFactory]:
+           uses_alpha: bool = False, engine_layout: LayoutFactory | None = None
+           ) -> Callable[[PolicyFactory], PolicyFactory]:
     """Register the decorated policy factory as system `name`."""
 
     def add(policies: PolicyFactory) -> PolicyFactory:
         register(System(name=name, policies=policies, tuner=tuner, uses_alpha=uses_alpha,
-                        description=description))
+                        description=description, engine_layout=engine_layout))
         return policies
 
     return add
@@ -103,12 +125,46 @@ def get_system(name: str | System) -> System:
         raise ValueError(f"unknown system {name!r}; known systems: {known}") from None
 
 
+def load_plugin(source: str) -> ModuleType:
+    """Import a module of user policies, whose `@system(...)` registrations then work by
+    name everywhere (`--plugin`): a module name importable from the working directory, or
+    a `.py` file. Loading the same plugin twice registers nothing twice."""
+    if source.endswith(".py") or Path(source).expanduser().is_file():
+        return _load_file(Path(source).expanduser())
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        return importlib.import_module(source)
+    except ModuleNotFoundError as err:
+        raise ValueError(f"plugin {source!r}: no module named {err.name!r} (give a module "
+                         "importable from here, or a .py file)") from None
+
+
+def _load_file(path: Path) -> ModuleType:
+    name = f"marconi_plugin_{path.resolve().stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise ValueError(f"plugin {str(path)!r}: no such Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
 def make_cache(spec: ModelSpec, capacity: int | str, system: str | System = "marconi", *,
                alpha: float | None = None, store: StateStore | None = None,
-               on_evict: Callable[[Freed], None] | None = None) -> PrefixCache:
+               on_evict: Callable[[Freed], None] | None = None, page_size: int | None = None,
+               state_slots: int | None = None) -> PrefixCache:
     """A fresh `PrefixCache` running the named system (see `System.cache`)."""
     return get_system(system).cache(spec, capacity, alpha=alpha, store=store,
-                                    on_evict=on_evict)
+                                    on_evict=on_evict, page_size=page_size,
+                                    state_slots=state_slots)
 
 
 # --- tuners -------------------------------------------------------------------------------

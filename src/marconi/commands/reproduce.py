@@ -1,13 +1,18 @@
-"""`marconi reproduce`: the paper's figures from `experiments/*.toml`."""
+"""`marconi reproduce`: the paper's figures from the experiment configs shipped with the
+package (`marconi/experiments/configs/*.toml`), or from config files given."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from marconi.commands.extras import require
 from marconi.commands.sweep import add_executor_arguments, sweep_executor
+
+DATA_ENV = "MARCONI_DATA"  # default of --data
 
 
 def register(sub: Any) -> None:
@@ -15,9 +20,13 @@ def register(sub: Any) -> None:
                        description="Run the experiment configs as one resumable sweep and "
                                    "draw each figure with its table.")
     p.add_argument("configs", nargs="*", type=Path,
-                   help="config files or folders (default: ./experiments)")
-    p.add_argument("--out", type=Path, default=Path("experiments/results"),
+                   help="config files or folders (default: the paper's, shipped with marconi)")
+    p.add_argument("--out", type=Path, default=Path("out/reproduce"),
                    help="output folder (sweep.csv, PNGs, tables, SUMMARY.md)")
+    p.add_argument("--data", type=Path, default=os.environ.get(DATA_ENV) or None,
+                   help="folder holding mini-swe-agent/trajs and mooncake/*.jsonl, where "
+                        f"configs' {{data}}/... traces are (${DATA_ENV}); without it those "
+                        "grids are skipped with a warning")
     p.add_argument("--quick", action="store_true", help="the CI-sized subset of every grid")
     p.add_argument("--only", default="", help="comma-separated config name prefixes (fig07,...)")
     add_executor_arguments(p)
@@ -25,15 +34,26 @@ def register(sub: Any) -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from marconi.experiments.config import load_experiments
+    require("plot", "matplotlib")  # the figures come after the sweep: check before it
+    if args.scheduler is not None:
+        require("distributed", "dask", "distributed")
+    from marconi.experiments.config import CONFIGS, load_experiments
     from marconi.experiments.reproduce import reproduce
 
+    if args.data is not None and not Path(args.data).is_dir():
+        raise ValueError(f"--data {args.data}: no such folder")
     only = [o.strip() for o in args.only.split(",") if o.strip()]
-    experiments = load_experiments(args.configs or [Path("experiments")], only)
+    experiments = load_experiments(args.configs or [CONFIGS], only,
+                                   data=None if args.data is None else Path(args.data))
     args.out.mkdir(parents=True, exist_ok=True)
-    with sweep_executor(args.scheduler, args.workers) as executor:
-        outcome = reproduce(experiments, args.out, quick=args.quick, executor=executor,
-                            workers=args.workers, progress=not args.quiet)
+    try:
+        with sweep_executor(args.scheduler, args.workers) as executor:
+            outcome = reproduce(experiments, args.out, quick=args.quick, executor=executor,
+                                workers=args.workers, progress=not args.quiet)
+    except KeyboardInterrupt:
+        print(f"marconi: interrupted; finished cells are kept in {args.out}: run the same "
+              "command again to resume", file=sys.stderr)
+        return 130
     print(outcome.summary.read_text())
     print(f"reproduce: {len(outcome.figures)} figures in {args.out} ({outcome.seconds:.0f} s, "
           f"{outcome.failed_cells} failed cells)", file=sys.stderr)

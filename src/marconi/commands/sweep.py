@@ -11,6 +11,8 @@ bootstrap tuner starts its own replay processes) and see the same trace paths.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import signal
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -19,11 +21,18 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from marconi.commands.extras import require, require_for_trace
+from marconi.commands.parsing import add_plugin_argument
 from marconi.report.table import COLUMNS, table
 from marconi.sim.sweep import Cell, expand, run_sweep
+from marconi.workload.cli_args import add_trace_arguments
 
-SWEEP_COLUMNS = (("dataset", "dataset", "s"), ("capacity", "capacity", "s"),
-                 ("model", "model", "s"), *COLUMNS)
+SWEEP_COLUMNS = (("trace", "trace_name", "s"), ("dataset", "dataset", "s"),
+                 ("capacity", "capacity", "s"), ("model", "model", "s"), *COLUMNS)
+# trace flags, named as the Cell fields they set for every cell (`--param` makes any an axis)
+TRACE_FLAGS = ("format", "tokenizer", "sessions", "min_turns", "sps", "typing_wpm",
+               "response_time", "mean_gap", "max_input_tokens", "collapse_observations",
+               "seed", "vocab_size", "block_size", "session_field")
 
 
 def register(sub: Any) -> None:
@@ -36,10 +45,13 @@ def register(sub: Any) -> None:
     p.add_argument("--capacities", default="2GB", help="comma-separated sizes")
     p.add_argument("--models", default="paper-7b", help="semicolon-separated model strings")
     p.add_argument("--param", action="append", default=[], metavar="KEY=V1,V2",
-                   help=f"any other axis, from: {', '.join(f.name for f in fields(Cell))}")
+                   help="any axis, trace knobs included: "
+                        f"{', '.join(f.name for f in fields(Cell))}")
     p.add_argument("--out", type=Path, required=True, help="results file (.csv or .parquet)")
     p.add_argument("--records-dir", type=Path, help="where cells with records=true save them")
     add_executor_arguments(p)
+    add_plugin_argument(p)
+    add_trace_arguments(p, loading=False)
     p.set_defaults(func=cmd_sweep)
 
 
@@ -52,16 +64,39 @@ def add_executor_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     cells = grid_from_args(args)
-    with sweep_executor(args.scheduler, args.workers) as executor:
-        rows = run_sweep(cells, args.out, executor=executor, workers=args.workers,
-                         progress=not args.quiet, records_dir=args.records_dir)
+    preflight(args.out, args.scheduler, sorted({c.trace for c in cells}))
+    try:
+        with sweep_executor(args.scheduler, args.workers) as executor:
+            rows = run_sweep(cells, args.out, executor=executor, workers=args.workers,
+                             progress=not args.quiet, records_dir=args.records_dir,
+                             plugins=args.plugin)
+    except KeyboardInterrupt:
+        print(f"marconi: interrupted; finished cells are kept in {args.out}: run the same "
+              "command again to resume", file=sys.stderr)
+        return 130
     failed = [r for r in rows if r["status"] != "ok"]
-    print(table([r for r in rows if r["status"] == "ok"], SWEEP_COLUMNS))
+    print(table([r | {"trace_name": _short(r["trace"])} for r in rows if r["status"] == "ok"],
+                SWEEP_COLUMNS))
     for row in failed:
         print(f"cell {row['cell_id']} ({row['system']}, {row['trace']}) failed: {row['error']}",
               file=sys.stderr)
     print(f"{len(rows)} rows in {args.out}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def preflight(out: Path, scheduler: str | None, traces: list[str]) -> None:
+    """The extras a sweep needs, checked before any cell runs."""
+    if out.suffix == ".parquet":
+        require("traces", "pyarrow")
+    if scheduler is not None:
+        require("distributed", "dask", "distributed")
+    for trace in traces:
+        require_for_trace(trace)
+
+
+def _short(trace: str) -> str:
+    """A trace as the table shows it: a path's last part, a name as given."""
+    return Path(trace).name if "/" in trace else trace
 
 
 def grid_from_args(args: argparse.Namespace) -> list[Cell]:
@@ -75,6 +110,7 @@ def grid_from_args(args: argparse.Namespace) -> list[Cell]:
     grid: dict[str, Any] = {"trace": list(args.trace), "system": _split(args.systems),
                             "capacity": _split(args.capacities),
                             "model": [m.strip() for m in args.models.split(";") if m.strip()]}
+    grid |= {name: getattr(args, name) for name in TRACE_FLAGS}
     for item in args.param:
         key, sep, values = item.partition("=")
         if not sep:
@@ -108,20 +144,47 @@ def coerce(name: str, text: str) -> Any:
 
 @contextmanager
 def sweep_executor(scheduler: str | None, workers: int | None) -> Iterator[Any]:
-    """None (local processes), a Dask cluster's executor, or a fresh loopback cluster's."""
+    """None (local processes), a Dask cluster's executor, or a fresh loopback cluster's.
+    Prints the Dask dashboard's address on stderr."""
     if scheduler is None:
         yield None
         return
+    require("distributed", "dask", "distributed")
     import dask
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     # workers must not be daemons: the bootstrap tuner forks its own replay processes
     with dask.config.set({"distributed.worker.daemon": False}):
         if scheduler != "local":
             with Client(scheduler) as client:
+                _dashboard(client)
                 yield client.get_executor()
             return
-        with LocalCluster(n_workers=workers or 2, threads_per_worker=1, processes=True,
-                          host="127.0.0.1", dashboard_address=None) as cluster, \
-                Client(cluster) as client:
+        with _local_cluster(workers or 2) as cluster, Client(cluster) as client:
+            _dashboard(client)
             yield client.get_executor()
+
+
+@contextmanager
+def _local_cluster(workers: int) -> Iterator[Any]:
+    """A loopback cluster whose processes ignore Ctrl-C (the sweep handles it): they are
+    started with SIGINT ignored, which a new interpreter keeps."""
+    from distributed import LocalCluster
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               host="127.0.0.1", dashboard_address="127.0.0.1:0")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    with cluster:
+        yield cluster
+
+
+def _dashboard(client: Any) -> None:
+    link = getattr(client, "dashboard_link", None)
+    if link and importlib.util.find_spec("bokeh") is not None:
+        print(f"sweep: Dask dashboard at {link}", file=sys.stderr)
+    else:
+        print("sweep: no Dask dashboard (it needs bokeh: pip install 'marconi[distributed]')",
+              file=sys.stderr)

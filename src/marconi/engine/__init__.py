@@ -10,6 +10,7 @@ Needs the `engine` extra (torch, transformers).
 
 from __future__ import annotations
 
+import marconi.engine._versions  # noqa: F401  (first: refuses a transformers too old)
 from marconi.engine.engine import Engine, Generation, Timings
 from marconi.engine.models import (
     ARCHITECTURES,

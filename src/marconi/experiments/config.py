@@ -13,8 +13,10 @@ capacity = ["2GB", "4GB"]
 [grid.quick]                     # replaces fields when --quick
 capacity = "2GB"
 ```
-Relative trace paths are relative to the config file. A grid whose trace is missing,
-and systems not registered in this build, are skipped with a warning.
+Relative trace paths are relative to the config file; `{data}/...` is relative to the
+data folder (`marconi reproduce --data DIR`). A grid whose trace is missing, and systems
+not registered in this build, are skipped with a warning. The paper's configs ship inside
+the package (`CONFIGS`), so `marconi reproduce` runs from any folder.
 
 Instead of grids, `across = ["sglang+", "marconi+", "offline"]` runs those systems on
 every configuration (workload, model, capacity) of the other experiments' cells: a
@@ -27,6 +29,7 @@ import dataclasses
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,8 @@ from marconi.sim.sweep import Cell, expand
 from marconi.systems import SYSTEMS
 
 _NAMED_TRACES = ("sharegpt",)
+DATA = "{data}"  # a trace path starting with it is under the data folder
+CONFIGS = Path(str(resources.files("marconi.experiments") / "configs"))  # the paper's
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,6 +54,7 @@ class Experiment:
     grids: tuple[Mapping[str, Any], ...] = ()  # sweep grids; `quick` sub-tables inside
     across: tuple[str, ...] = ()  # systems to run on every other experiment's configurations
     source: Path | None = None  # the config file (relative trace paths start there)
+    data: Path | None = None  # where `{data}/...` trace paths start; None: such grids skip
 
     def __post_init__(self) -> None:
         from marconi.report.figures import FIGURES
@@ -83,7 +89,10 @@ class Experiment:
         traces = [self._trace_path(t) for t in _as_list(out["trace"])]
         missing = [t for t in traces if t is None]
         if missing or not traces:
-            warnings.append(f"{self.name}: trace {out['trace']!r} not found; grid skipped")
+            hint = " (give the data folder: --data DIR)" if self.data is None \
+                and DATA in str(out["trace"]) else ""
+            warnings.append(f"{self.name}: trace {out['trace']!r} not found{hint}; grid "
+                            "skipped")
             return None
         out["trace"] = traces
         out["system"] = self._known(_as_list(out.get("system", [])), warnings)
@@ -99,7 +108,12 @@ class Experiment:
     def _trace_path(self, trace: str) -> str | None:
         if trace in _NAMED_TRACES or trace.startswith("synthetic:"):
             return trace
-        base = self.source.parent if self.source is not None else Path.cwd()
+        if trace.startswith(DATA):
+            if self.data is None:
+                return None
+            base, trace = self.data, trace[len(DATA):].lstrip("/")
+        else:
+            base = self.source.parent if self.source is not None else Path.cwd()
         path = (base / trace).resolve()
         return str(path) if path.exists() else None
 
@@ -129,26 +143,28 @@ def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
 
 
-def load_experiment(path: str | Path) -> Experiment:
+def load_experiment(path: str | Path, data: Path | None = None) -> Experiment:
     path = Path(path)
     with path.open("rb") as f:
-        data = tomllib.load(f)
+        content = tomllib.load(f)
     known = {"title", "figure", "paper", "options", "grid", "across"}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(content) - known)
     if unknown:
         raise ValueError(f"{path}: unknown key(s) {unknown}; known: {sorted(known)}")
-    return Experiment(name=path.stem, title=data.get("title", path.stem),
-                      figure=data.get("figure", ""), paper=data.get("paper", ""),
-                      options=data.get("options", {}), grids=tuple(data.get("grid", [])),
-                      across=tuple(data.get("across", ())), source=path)
+    return Experiment(name=path.stem, title=content.get("title", path.stem),
+                      figure=content.get("figure", ""), paper=content.get("paper", ""),
+                      options=content.get("options", {}), grids=tuple(content.get("grid", [])),
+                      across=tuple(content.get("across", ())), source=path, data=data)
 
 
-def load_experiments(paths: list[Path], only: list[str] | None = None) -> list[Experiment]:
-    """Every `*.toml` under the given files/folders, sorted by name; `only` filters by prefix."""
+def load_experiments(paths: list[Path], only: list[str] | None = None, *,
+                     data: Path | None = None) -> list[Experiment]:
+    """Every `*.toml` under the given files/folders, sorted by name; `only` filters by
+    prefix; `data` is where `{data}/...` traces start."""
     files: list[Path] = []
     for path in paths:
         files += sorted(path.glob("*.toml")) if path.is_dir() else [path]
-    experiments = [load_experiment(f) for f in files]
+    experiments = [load_experiment(f, data) for f in files]
     if only:
         experiments = [e for e in experiments if any(e.name.startswith(o) for o in only)]
     if not experiments:

@@ -13,113 +13,44 @@ parameters) however many cells use it. A cell that raises becomes a row with
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
 import os
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor, Future, as_completed
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from marconi.core.spec import resolve_model
 from marconi.core.units import parse_size
+from marconi.sim.cell import Cell, expand
 from marconi.sim.latency import FlopsLatency
 from marconi.sim.offline import offline
 from marconi.sim.oracle import oracle
+from marconi.sim.pool import load_plugins, sigterm_interrupts, stop, worker_pool
+from marconi.sim.progress import Progress
 from marconi.sim.replay import simulate
-from marconi.sim.result import OFFLINE, ORACLE, REFERENCES, SimConfig, SimResult, ttft_seconds
+from marconi.sim.result import OFFLINE, ORACLE, SimConfig, SimResult, ttft_seconds
 from marconi.sim.results_file import ResultsFile
-from marconi.systems import SYSTEMS
 from marconi.workload import Trace, TraceOptions, load_trace
-from marconi.workload.options import DEFAULT_TOKENIZER
+from marconi.workload.report import describe
 
 # summary parts left out of rows: nested, or already a cell column (system, trace, ...)
 ROW_SKIP = ("hit_rate_by_input_length", "reuse_taxonomy", "system", "capacity", "trace", "model")
+LOAD_REPORT = "_load"  # a row's private key: what its trace's load kept and dropped
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Cell:
-    """Every parameter of one simulator run; `cell_id` hashes them all."""
-
-    dataset: str = ""  # label for reports (sharegpt, swe-agent, ...); part of the id
-    trace: str  # file, folder, `sharegpt` or `synthetic:NAME`, as `load_trace` takes it
-    system: str  # a registered system, marconi-oracle or offline
-    capacity: str  # cache bytes for KV + states: 2GB, 2GiB or an integer
-    model: str = "paper-7b"  # preset with overrides, e.g. paper-7b,ssm=28,attn=7
-    sessions: int | None = 100  # first N eligible sessions (paper: 100); None: all
-    max_requests: int | None = None  # then keep the first N requests (Mooncake: no sessions)
-    sps: float = 1.0  # sessions per second
-    response_time: float = 0.0  # chat: model response time (s) before the user types
-    mean_gap: float = 5.0  # agents: mean Poisson gap between calls (s)
-    seed: int = 0  # arrivals and pseudo-random tokens
-    tokenizer: str = DEFAULT_TOKENIZER  # text formats only
-    alpha: float | None = None  # fixed alpha; None: the system's default (bootstrap)
-    multiplier: int = 5  # bootstrap window multiplier (5..15)
-    objective: str = "flops"  # what the tuner maximizes: flops or tokens
-    records: bool = False  # also return per-request records (n_input, hit, ttft)
-
-    def __post_init__(self) -> None:
-        if self.system not in REFERENCES and self.system not in SYSTEMS:
-            known = ", ".join([*SYSTEMS, *REFERENCES])
-            raise ValueError(f"unknown system {self.system!r}; known systems: {known}")
-        parse_size(self.capacity)
-        resolve_model(self.model)
-        if self.max_requests is not None and self.max_requests < 1:
-            raise ValueError(f"max_requests must be >= 1 or None, got {self.max_requests!r}")
-        if self.alpha is not None and self.alpha < 0:
-            raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
-        TraceOptions(sessions=self.sessions, sessions_per_second=self.sps, seed=self.seed,
-                     response_time_s=self.response_time, mean_gap_s=self.mean_gap)
-
-    @property
-    def cell_id(self) -> str:
-        """A stable 16-hex id of every parameter (field order and types do not matter)."""
-        text = json.dumps(self.params(), sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-    def params(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    def columns(self) -> dict[str, Any]:
-        """The parameters as result columns: `alpha` becomes `alpha_fixed`, since the
-        summary's `alpha` is the one the run ended with."""
-        out = {"cell_id": self.cell_id, **self.params()}
-        out["alpha_fixed"] = out.pop("alpha")
-        return out
-
-    def trace_key(self) -> tuple[Any, ...]:
-        """What shapes the trace (not the cache): cells sharing it share one load."""
-        return (self.trace, self.sessions, self.max_requests, self.sps, self.response_time,
-                self.mean_gap, self.seed, self.tokenizer)
-
-
-def expand(grid: Mapping[str, Any]) -> list[Cell]:
-    """Cells of the cartesian product of `grid` (a list value is an axis, else fixed)."""
-    names = [f.name for f in fields(Cell)]
-    unknown = sorted(set(grid) - set(names))
-    if unknown:
-        raise ValueError(f"unknown sweep parameter(s) {unknown}; known: {names}")
-    axes = {k: v if isinstance(v, list) else [v] for k, v in grid.items()}
-    return [Cell(**dict(zip(axes, combo, strict=True)))
-            for combo in itertools.product(*axes.values())]
+__all__ = ["Cell", "cell_trace", "expand", "run_cell", "run_sweep"]
 
 
 @lru_cache(maxsize=2)  # traces can be GBs; cells are submitted grouped by trace
 def _load(key: tuple[Any, ...]) -> Trace:
-    trace, sessions, requests, sps, response_time, mean_gap, seed, tokenizer = key
-    options = TraceOptions(sessions=sessions, sessions_per_second=sps, seed=seed,
-                           response_time_s=response_time, mean_gap_s=mean_gap,
-                           tokenizer=tokenizer)
-    loaded = load_trace(trace, options=options)
+    trace, format, requests, *options = key
+    loaded = load_trace(trace, format=format, options=TraceOptions(**dict(options)))
     if requests is None or requests >= len(loaded):
         return loaded
     return Trace(name=loaded.name, requests=loaded.requests[:requests], meta=loaded.meta)
@@ -143,15 +74,18 @@ def _simulate(cell: Cell) -> SimResult:
     return simulate(trace, config)
 
 
-def run_cell(cell: Cell) -> dict[str, Any]:
+def run_cell(cell: Cell, plugins: Sequence[str] = ()) -> dict[str, Any]:
     """One finished row: the cell's parameters, status, and the summary's scalars.
 
     Never raises for a failing simulation: the row says `status = error` instead. With
-    `cell.records`, the row's `_records` holds per-request arrays (not a column).
+    `cell.records`, the row's `_records` holds per-request arrays (not a column); its
+    `_load` says what the trace's load kept and dropped. `plugins` are loaded first.
     """
     row = cell.columns()
     start = time.perf_counter()
     try:
+        load_plugins(plugins)
+        row[LOAD_REPORT] = describe(cell_trace(cell))
         result = _simulate(cell)
         row |= {"status": "ok", "error": ""} | summary_scalars(result.summary())
         if cell.records:
@@ -208,36 +142,58 @@ def pending(cells: Iterable[Cell], done: Iterable[str]) -> Iterator[Cell]:
 
 def run_sweep(cells: Iterable[Cell], out: str | Path, *, executor: Executor | None = None,
               workers: int | None = None, progress: bool = True,
-              records_dir: str | Path | None = None) -> list[dict[str, Any]]:
+              records_dir: str | Path | None = None,
+              plugins: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Run every cell not already `ok` in `out`; return the grid's rows in grid order.
 
     Mutates `out`: rewritten atomically after each finished cell, so a kill loses at
     most the cells in flight. Failed cells are retried by the next run. With no
-    `executor`, a local process pool of `workers` (default: all cores) runs the cells.
+    `executor`, a local process pool of `workers` (default: all cores) runs the cells;
+    its workers never outlive this call (`sim.pool`). `plugins` (modules registering
+    systems) are loaded in every worker. Each trace's load report goes to stderr once.
     """
     cells = list(cells)
     store = ResultsFile(out)
     rows = {row["cell_id"]: row for row in store.read()}
     todo = list(pending(cells, (k for k, r in rows.items() if r.get("status") == "ok")))
     todo.sort(key=lambda cell: json.dumps(cell.trace_key(), default=str))  # one trace at a time
+    total = len({cell.cell_id for cell in cells})
     if progress:
-        total = len({cell.cell_id for cell in cells})
         print(f"sweep: {total} cells, {total - len(todo)} done, {len(todo)} to run",
               file=sys.stderr)
-    pool = executor or ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1)
+    pool = executor or worker_pool(workers, plugins)
+    bar = Progress(len(todo), "sweep", enabled=progress)
     try:
-        futures = {pool.submit(run_cell, cell): cell for cell in todo}
-        for future in tqdm(as_completed(futures), total=len(futures), desc="sweep",
-                           unit="cell", disable=not progress):
-            row = _finished(future, futures[future])
-            _save_records(row.pop("_records", None), records_dir, row["cell_id"])
-            rows[row["cell_id"]] = row
-            store.write(rows.values())
+        with sigterm_interrupts():
+            _collect(pool, todo, rows, store, bar, records_dir, tuple(plugins))
+    except KeyboardInterrupt:
+        if executor is None:
+            stop(pool)
+        raise
     finally:
+        bar.close()
         if executor is None:
             pool.shutdown(cancel_futures=True)
     rows = {row["cell_id"]: row for row in store.read()}  # as stored: same columns every row
     return [rows[cell.cell_id] for cell in cells if cell.cell_id in rows]
+
+
+def _collect(pool: Executor, todo: list[Cell], rows: dict[str, dict[str, Any]],
+             store: ResultsFile, bar: Progress, records_dir: str | Path | None,
+             plugins: tuple[str, ...]) -> None:
+    """Submit every cell, then save each row as it finishes."""
+    futures = {pool.submit(run_cell, cell, plugins): cell for cell in todo}
+    reported: set[str] = set()
+    for future in as_completed(futures):
+        row = _finished(future, futures[future])
+        _save_records(row.pop("_records", None), records_dir, row["cell_id"])
+        report = row.pop(LOAD_REPORT, None)
+        if report and report not in reported:
+            reported.add(report)
+            bar.write(report)
+        rows[row["cell_id"]] = row
+        store.write(rows.values())
+        bar.update(failed=row["status"] != "ok")
 
 
 def _finished(future: Future[dict[str, Any]], cell: Cell) -> dict[str, Any]:

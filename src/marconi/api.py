@@ -1,0 +1,116 @@
+"""The simulator from Python (notebooks): one call per replay, results as DataFrames.
+
+```python
+import marconi.api as mc
+result = mc.simulate("synthetic:multi-turn", system="marconi", capacity="2GB", sessions=20)
+result.summary["token_hit_rate"]     # the JSON of `marconi simulate`
+result.to_pandas()                   # one row per request (needs pandas)
+mc.compare("synthetic:agent", ["sglang+", "marconi"], capacity="1GB")   # one row per system
+```
+Trace knobs are `TraceOptions` fields (`sessions=`, `min_turns=`, `tokenizer=`, ...).
+A system registered from user code (`@marconi.systems.system(...)`, see
+docs/architecture.md) is usable here by name at once.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from marconi.core.spec import ModelSpec, resolve_model
+from marconi.sim.capacity import check_capacity
+from marconi.sim.latency import FlopsLatency
+from marconi.sim.result import SimConfig, SimResult, ttft_seconds
+from marconi.sim.run import run
+from marconi.workload import Trace, TraceOptions, load_trace
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["Result", "compare", "load", "simulate", "write_records"]
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One replay: its summary and its per-request records."""
+
+    result: SimResult  # everything the replay returned
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The JSON of `marconi simulate --json` (docs/architecture.md, "Metrics")."""
+        return self.result.summary()
+
+    def records(self) -> dict[str, np.ndarray]:
+        """One column per field, one row per request (what `--records` writes)."""
+        return record_columns(self.result)
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The records as a DataFrame (needs pandas)."""
+        return _pandas().DataFrame(self.records())
+
+
+def load(trace: str | Path | Trace, *, format: str | None = None, **options: Any) -> Trace:
+    """A trace from a path or name (`load_trace`), with `TraceOptions` fields as keywords."""
+    if isinstance(trace, Trace):
+        return trace
+    return load_trace(trace, format=format, options=TraceOptions(**options))
+
+
+def simulate(trace: str | Path | Trace, *, system: str = "marconi", capacity: str | int = "2GB",
+             model: str | ModelSpec = "paper-7b", alpha: float | None = None,
+             bounds: bool = True, format: str | None = None, **options: Any) -> Result:
+    """Replay `trace` through one system (`--system`), as `marconi simulate` does."""
+    spec = model if isinstance(model, ModelSpec) else resolve_model(model)
+    config = SimConfig(spec=spec, capacity=check_capacity(spec, capacity), system=system,
+                       alpha=alpha, latency=FlopsLatency(spec), bounds=bounds)
+    return Result(run(load(trace, format=format, **options), config))
+
+
+def compare(trace: str | Path | Trace, systems: Sequence[str], **kwargs: Any) -> pd.DataFrame:
+    """`simulate` once per system over one load of the trace: one summary row each."""
+    options = {k: kwargs.pop(k) for k in list(kwargs) if k in TraceOptions.__dataclass_fields__}
+    loaded = load(trace, format=kwargs.pop("format", None), **options)
+    rows = [simulate(loaded, system=name, **kwargs).summary for name in systems]
+    return _pandas().DataFrame([{k: v for k, v in row.items() if not isinstance(v, dict | list)}
+                                for row in rows])
+
+
+def record_columns(result: SimResult) -> dict[str, Any]:
+    columns: dict[str, Any] = {"session": np.array(result.sessions, dtype=object),
+                               "arrival": result.arrivals}
+    return columns | result.records.columns() | {"ttft_s": ttft_seconds(result)}
+
+
+def write_records(result: SimResult, path: Path) -> None:
+    """Per-request records as CSV (a real CSV writer: any session id survives) or Parquet."""
+    columns = record_columns(result)
+    if path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({k: v.tolist() for k, v in columns.items()}), path)
+        return
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        writer.writerows(zip(*(_cells(v) for v in columns.values()), strict=True))
+
+
+def _cells(column: np.ndarray) -> list[Any]:
+    if column.dtype.kind == "f":
+        return [repr(float(x)) for x in column]
+    return column.tolist()
+
+
+def _pandas() -> Any:
+    try:
+        import pandas
+    except ImportError:
+        raise ValueError("DataFrames need pandas: pip install 'marconi[api]'") from None
+    return pandas

@@ -1,0 +1,126 @@
+"""The CLI's conventions: help with defaults, --version, extras checked before any work,
+records written as real CSV, and errors instead of tracebacks."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from marconi import __version__
+from marconi.cli import main, parser
+from marconi.core.spec import PAPER_7B
+from marconi.sim import SimConfig, simulate
+from marconi.sim.oracle import oracle
+from marconi.sim.result import ORACLE
+from marconi.sim.sweep import InlineExecutor
+from marconi.workload import TraceOptions, load_trace
+
+TRACE = "synthetic:multi-turn:sessions=3"
+
+
+class TestHelp:
+    def test_version(self, capsys: pytest.CaptureFixture) -> None:
+        with pytest.raises(SystemExit) as exit_:
+            main(["--version"])
+        assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"marconi {__version__}"
+
+    @pytest.mark.parametrize(("command", "shown"), [
+        ("simulate", ["--capacity CAPACITY", "(default: 2GB)", "(default: 32768)",
+                      "(default: 100)", "(default: mistral-v1)"]),
+        ("sweep", ["(default: vllm+,sglang+,marconi)", "(default: 32768)"]),
+        ("reproduce", ["(default: out/reproduce)"]),
+    ])
+    def test_help_shows_defaults(self, command: str, shown: list[str]) -> None:
+        sub = parser()._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
+        text = " ".join(sub.format_help().split())
+        for piece in shown:
+            assert " ".join(piece.split()) in text, piece
+
+
+def _block(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
+    """Make these modules impossible to import, as if their extra were not installed."""
+    for module in modules:
+        monkeypatch.setitem(sys.modules, module, None)
+
+
+class TestExtrasFirst:
+    """A missing extra is named before any replay runs (stdout stays empty)."""
+
+    def _fails(self, capsys: pytest.CaptureFixture, argv: list[str], extra: str) -> None:
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        assert f"'{extra}' extra" in captured.err and f"marconi[{extra}]" in captured.err
+        assert captured.out == "" and "Traceback" not in captured.err
+
+    def test_plot(self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+                  tmp_path: Path) -> None:
+        _block(monkeypatch, "matplotlib")
+        self._fails(capsys, ["compare", TRACE, "--quiet", "--plot", str(tmp_path / "p.png")],
+                    "plot")
+
+    def test_records_parquet(self, monkeypatch: pytest.MonkeyPatch,
+                             capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+        _block(monkeypatch, "pyarrow")
+        self._fails(capsys, ["simulate", TRACE, "--quiet", "--records",
+                             str(tmp_path / "r.parquet")], "traces")
+
+    def test_parquet_input(self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+                           tmp_path: Path) -> None:
+        path = tmp_path / "lmsys.parquet"
+        path.write_bytes(b"PAR1" + b"\0" * 16)
+        _block(monkeypatch, "pyarrow")
+        self._fails(capsys, ["simulate", str(path), "--quiet"], "traces")
+
+    def test_scheduler(self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+                       tmp_path: Path) -> None:
+        _block(monkeypatch, "dask", "distributed")
+        self._fails(capsys, ["sweep", TRACE, "--scheduler", "local", "--quiet", "--out",
+                             str(tmp_path / "s.csv")], "distributed")
+        assert not (tmp_path / "s.csv").exists()
+
+    def test_reproduce(self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+                       tmp_path: Path) -> None:
+        _block(monkeypatch, "matplotlib")
+        self._fails(capsys, ["reproduce", "--quick", "--quiet", "--out", str(tmp_path)],
+                    "plot")
+        assert not (tmp_path / "sweep.csv").exists()  # refused before the sweep
+
+
+class TestErrors:
+    def test_a_named_trace_with_a_file_format(self, capsys: pytest.CaptureFixture) -> None:
+        assert main(["simulate", "sharegpt", "--format", "mooncake", "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert "'sharegpt' names a built-in trace" in err and "Traceback" not in err
+
+
+class TestRecords:
+    def test_csv_keeps_session_ids_with_commas_and_quotes(self, tmp_path: Path) -> None:
+        rows = [{"session_id": 'user,1 "vip"', "turn_id": t, "ts": float(t),
+                 "input_tokens": list(range(10 + 5 * t)), "output_tokens": [7, 8]}
+                for t in range(3)]
+        trace = tmp_path / "t.jsonl"
+        trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        out = tmp_path / "r.csv"
+        assert main(["simulate", str(trace), "--quiet", "--records", str(out),
+                     "--capacity", "1GB"]) == 0
+        with out.open(newline="") as f:
+            read = list(csv.DictReader(f))
+        assert [r["session"] for r in read] == ['user,1 "vip"'] * 3
+        assert [int(r["n_input"]) for r in read] == [10, 15, 20]
+        assert float(read[1]["arrival"]) == 1.0
+
+
+def test_oracle_reports_the_time_of_all_its_replays() -> None:
+    trace = load_trace("synthetic:agent", options=TraceOptions(sessions=12))
+    config = SimConfig(spec=PAPER_7B, capacity="300MB", system=ORACLE, bounds=False)
+    best = oracle(trace, config, executor=InlineExecutor())
+    one = simulate(trace, SimConfig(spec=PAPER_7B, capacity="300MB", system="marconi",
+                                    alpha=best.alpha, bounds=False))
+    assert len(best.tuning["scores"]) == 21
+    assert best.seconds > 5 * one.seconds  # 21 replays, not one
+    assert np.array_equal(best.records.hit, one.records.hit)

@@ -1,0 +1,126 @@
+"""`marconi sweep` as an operator runs it: trace flags, a trace column, stable cell ids,
+progress in log files, the Dask dashboard, and Ctrl-C / SIGTERM / SIGKILL that leave no
+worker behind. Every process started here is killed by the end of its test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from marconi.cli import main
+from marconi.sim.results_file import ResultsFile
+from marconi.sim.sweep import Cell
+
+TRACE = "synthetic:multi-turn"
+# a sweep long enough to interrupt: 36 cells of the oracle (21 replays each)
+LONG = [sys.executable, "-m", "marconi", "sweep", TRACE, "--param", "sessions=10",
+        "--systems", "marconi-oracle,marconi", "--param", "sps=0.5,1,2,4,8,16",
+        "--capacities", "200MB,400MB,800MB", "--workers", "2"]
+
+
+class TestFlags:
+    def test_trace_column_tells_two_traces_apart(self, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture) -> None:
+        assert main(["sweep", TRACE, "synthetic:agent", "--sessions", "3", "--systems",
+                     "sglang+", "--capacities", "1GB", "--out", str(tmp_path / "s.csv"),
+                     "--workers", "1", "--quiet"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].split()[0] == "trace"
+        assert sorted(line.split()[0] for line in lines[2:]) == ["synthetic:agent",
+                                                                 "synthetic:multi-turn"]
+
+    def test_any_trace_knob_is_a_param_and_a_flag(self, tmp_path: Path) -> None:
+        out = tmp_path / "s.csv"
+        assert main(["sweep", TRACE, "--sessions", "3", "--systems", "sglang+",
+                     "--capacities", "1GB", "--param", "min_turns=1,2",
+                     "--max-input-tokens", "5000", "--out", str(out), "--workers", "1",
+                     "--quiet"]) == 0
+        rows = ResultsFile(out).read()
+        assert sorted(r["min_turns"] for r in rows) == [1, 2]
+        assert {r["max_input_tokens"] for r in rows} == {5000}
+
+    def test_earlier_cell_ids_are_kept(self) -> None:
+        # ids computed before the trace knobs were added: old results files still match
+        assert Cell(trace=TRACE, system="marconi", capacity="1GB").cell_id == "b6ad38e8ded765ad"
+        assert Cell(trace="/work/shared/data/mini-swe-agent/trajs", dataset="swe-agent",
+                    system="marconi+", capacity="20GB", sessions=99,
+                    sps=0.5).cell_id == "39cc04e81063417e"
+        assert Cell(trace=TRACE, system="marconi", capacity="1GB",
+                    min_turns=2).cell_id != "b6ad38e8ded765ad"
+
+    def test_progress_in_a_log_file_is_lines_not_frames(self, tmp_path: Path) -> None:
+        log = tmp_path / "sweep.log"
+        with log.open("w") as stderr:
+            subprocess.run([sys.executable, "-m", "marconi", "sweep", TRACE, "--sessions", "3",
+                            "--systems", "sglang+,vllm+", "--capacities", "1GB", "--out",
+                            str(tmp_path / "s.csv"), "--workers", "1"],
+                           stdout=subprocess.DEVNULL, stderr=stderr, timeout=120, check=True)
+        text = log.read_text()
+        assert "\r" not in text
+        assert "sweep: 2/2 done" in text
+
+
+def test_dask_dashboard_address_is_printed(capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("distributed")
+    from marconi.commands.sweep import sweep_executor
+
+    with sweep_executor("local", 1):
+        pass
+    err = capsys.readouterr().err
+    assert "Dask dashboard at http://127.0.0.1:" in err or "no Dask dashboard" in err
+
+
+def _start(out: Path, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("w") as stderr:
+        return subprocess.Popen([*LONG, "--out", str(out)], stdout=subprocess.DEVNULL,
+                                stderr=stderr, start_new_session=True)
+
+
+def _wait_for_workers(proc: subprocess.Popen[bytes], out: Path) -> list[psutil.Process]:
+    """The sweep's descendants once it has finished a first cell (bounded wait)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if out.exists() and ResultsFile(out).read():
+            break
+        time.sleep(0.1)
+    return psutil.Process(proc.pid).children(recursive=True)
+
+
+def _gone(processes: list[psutil.Process], within: float = 15.0) -> list[psutil.Process]:
+    """Processes still alive after `within` seconds; kills them so none outlives the test."""
+    _, alive = psutil.wait_procs(processes, timeout=within)
+    for process in alive:
+        process.kill()
+    return alive
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_interrupt_or_kill_leaves_no_worker(tmp_path: Path, how: signal.Signals) -> None:
+    out, log = tmp_path / "s.csv", tmp_path / "err.log"
+    proc = _start(out, log)
+    try:
+        workers = _wait_for_workers(proc, out)
+        assert workers, "the sweep should have worker processes"
+        if how is signal.SIGINT:
+            os.killpg(proc.pid, how)  # Ctrl-C: the whole foreground group gets it
+        else:
+            os.kill(proc.pid, how)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert _gone(workers) == [], "workers outlived the sweep"
+    text = log.read_text()
+    assert "Traceback" not in text
+    if how is not signal.SIGKILL:
+        assert code == 130 and "interrupted; finished cells are kept" in text
+        assert len(text.splitlines()) < 10
+    assert ResultsFile(out).read()  # what finished is kept
