@@ -78,10 +78,31 @@ class TestFlopAware:
             policy.changed(node)
         return policy, tree
 
+    def _three_leaves(self, recency: Recency) -> tuple[FlopAware, list]:
+        """Leaves of 10, 100 and 10 tokens under the root, touched at 1, 2 and 3."""
+        tree = _tree([1] * 10, [2] * 100, [3] * 10)
+        policy = FlopAware(SMALL, alpha=1.0, recency=recency)
+        nodes = sorted(tree.nodes(), key=lambda n: n.tokens()[0])
+        for t, node in enumerate(nodes, start=1):
+            node.has_state = True
+            policy.stamp[node] = t
+            policy.changed(node)
+        return policy, nodes
+
     def test_scores_are_minmax_normalized(self) -> None:
-        policy, _ = self._policy()
-        scores = policy.scores(now=10)
-        assert scores.min() >= 0 and scores.max() <= 2
+        """recency (t - 1) / 2 plus efficiency, 0 for the short leaves, 1 for the long one."""
+        policy, nodes = self._three_leaves(Recency.TIME)
+        scores = dict(zip(policy.slots.nodes, policy.scores(now=10).tolist(), strict=True))
+        assert [scores[n] for n in nodes] == [0.0, 1.5, 1.0]
+        victim = policy.victim((), now=10)
+        assert victim is not None and victim.node is nodes[0]
+        assert policy.victim({nodes[0]}, now=10).node is nodes[2]  # type: ignore[union-attr]
+
+    def test_inverse_age_normalizes_one_over_age(self) -> None:
+        """At now=4 the ages 4, 3, 2 give 1/4, 1/3, 1/2: normalized 0, 1/3, 1."""
+        policy, nodes = self._three_leaves(Recency.INVERSE_AGE)
+        scores = dict(zip(policy.slots.nodes, policy.scores(now=4).tolist(), strict=True))
+        assert [scores[n] for n in nodes] == pytest.approx([0.0, 1 / 3 + 1.0, 1.0])
 
     def test_all_equal_normalize_to_one(self) -> None:
         policy = FlopAware(SMALL, alpha=0.5)
@@ -96,10 +117,17 @@ class TestFlopAware:
         held = 100 * SMALL.kv_bytes_per_token + SMALL.ssm_bytes
         assert policy.efficiency(long) == SMALL.flops(100) / held
 
-    def test_inverse_age_variant_selectable(self) -> None:
-        a, _ = self._policy(Recency.TIME)
-        b, _ = self._policy(Recency.INVERSE_AGE)
-        assert not np.allclose(a.scores(now=4), b.scores(now=4))
+    def test_efficiency_is_relative_to_the_parent(self) -> None:
+        """A child from 10 to 30 tokens saves F(30) - F(10) over 20 tokens of KV (and a
+        state when it holds one)."""
+        tree = _tree([1] * 10, [1] * 10 + [2] * 20, [1] * 10 + [3] * 5)
+        child = next(n for n in tree.nodes() if n.depth == 30)
+        policy = FlopAware(SMALL)
+        saved = SMALL.flops(30) - SMALL.flops(10)
+        assert policy.efficiency(child) == saved / (20 * SMALL.kv_bytes_per_token)
+        child.has_state = True
+        held = 20 * SMALL.kv_bytes_per_token + SMALL.ssm_bytes
+        assert policy.efficiency(child) == saved / held
 
     @pytest.mark.parametrize("alpha", [-0.1, float("nan"), float("inf")])
     def test_bad_alpha(self, alpha: float) -> None:
