@@ -23,13 +23,16 @@ from pathlib import Path
 from types import ModuleType
 
 from marconi.core.cache import PrefixCache
+from marconi.core.layout import Layout
 from marconi.core.policy import Admission, Eviction, check_alpha
 from marconi.core.spec import ModelSpec
 from marconi.core.state_store import Freed, StateStore
 from marconi.core.tuning import Objective, Tuner
+from marconi.core.units import parse_size
 
 Policies = tuple[Admission, Eviction]
 PolicyFactory = Callable[[ModelSpec, float], Policies]  # (spec, alpha) -> fresh policies
+LayoutFactory = Callable[[ModelSpec, int], Layout]  # (spec, capacity in bytes) -> layout
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,18 +57,30 @@ class System:
     tuner: TunerFactory | None = None  # what tunes it online; None: nothing to tune
     uses_alpha: bool = False  # whether alpha means anything to its eviction
     description: str = ""  # one line for --help and docs
+    engine_layout: LayoutFactory | None = None  # its engine's memory layout; None: bytes
 
     @property
     def tuned(self) -> bool:
         return self.tuner is not None
 
+    def layout(self, spec: ModelSpec, capacity: int | str, *, page_size: int | None = None,
+               state_slots: int | None = None) -> Layout:
+        """The memory layout a cache of this system runs: each knob given, else the
+        system's engine layout, else the single byte budget (docs/architecture.md)."""
+        base = self.engine_layout(spec, parse_size(capacity)) if self.engine_layout else Layout()
+        return Layout(page_size=base.page_size if page_size is None else page_size,
+                      state_slots=base.state_slots if state_slots is None else state_slots)
+
     def cache(self, spec: ModelSpec, capacity: int | str, *, alpha: float | None = None,
-              store: StateStore | None = None,
-              on_evict: Callable[[Freed], None] | None = None) -> PrefixCache:
-        """A fresh, empty cache running this system (`alpha`: fixed, else 0 until tuned)."""
+              store: StateStore | None = None, on_evict: Callable[[Freed], None] | None = None,
+              page_size: int | None = None, state_slots: int | None = None) -> PrefixCache:
+        """A fresh, empty cache running this system (`alpha`: fixed, else 0 until tuned;
+        `page_size`, `state_slots`: as in `layout`, 0 slots meaning one byte budget)."""
         admission, eviction = self.policies(spec, check_alpha(alpha or 0.0))
+        layout = self.layout(spec, capacity, page_size=page_size, state_slots=state_slots)
         return PrefixCache(spec, capacity, admission, eviction, name=self.name, store=store,
-                           on_evict=on_evict)
+                           on_evict=on_evict, page_size=layout.page_size,
+                           state_slots=layout.state_slots)
 
     def make_tuner(self, alpha: float | None = None,
                    options: TunerOptions | None = None) -> Tuner | None:
@@ -87,12 +102,13 @@ def register(system: System) -> System:
 
 
 def system(name: str, description: str, *, tuner: TunerFactory | None = None,
-           uses_alpha: bool = False) -> Callable[[PolicyFactory], PolicyFactory]:
+           uses_alpha: bool = False, engine_layout: LayoutFactory | None = None
+           ) -> Callable[[PolicyFactory], PolicyFactory]:
     """Register the decorated policy factory as system `name`."""
 
     def add(policies: PolicyFactory) -> PolicyFactory:
         register(System(name=name, policies=policies, tuner=tuner, uses_alpha=uses_alpha,
-                        description=description))
+                        description=description, engine_layout=engine_layout))
         return policies
 
     return add
@@ -143,10 +159,12 @@ def _load_file(path: Path) -> ModuleType:
 
 def make_cache(spec: ModelSpec, capacity: int | str, system: str | System = "marconi", *,
                alpha: float | None = None, store: StateStore | None = None,
-               on_evict: Callable[[Freed], None] | None = None) -> PrefixCache:
+               on_evict: Callable[[Freed], None] | None = None, page_size: int | None = None,
+               state_slots: int | None = None) -> PrefixCache:
     """A fresh `PrefixCache` running the named system (see `System.cache`)."""
     return get_system(system).cache(spec, capacity, alpha=alpha, store=store,
-                                    on_evict=on_evict)
+                                    on_evict=on_evict, page_size=page_size,
+                                    state_slots=state_slots)
 
 
 # --- tuners -------------------------------------------------------------------------------

@@ -1,18 +1,31 @@
-"""Eviction mechanics of `PrefixCache`: free what the policy chooses, keep books exact.
+"""Eviction mechanics of `PrefixCache`: make room, free what the policy chooses, keep the
+books exact.
 
 A mixin so that `cache.py` reads as the request's life (lookup, commit, pins); the policy
-(`marconi.core.policy.Eviction`) chooses victims, this carries them out.
+(`marconi.core.policy.Eviction`) chooses victims, this carries them out against the cache's
+layout (`marconi.core.layout`): one byte budget, or KV pages beside a state-slot pool.
+Feasibility comes before any eviction (docs/architecture.md, "Eviction").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
+from marconi.core.layout import Layout, PageBooks
 from marconi.core.policy import Action, Eviction, Pressure, Victim
 from marconi.core.spec import ModelSpec
 from marconi.core.state_store import Freed, StateStore
 from marconi.core.stats import CacheStats
-from marconi.core.tree import Node, RadixTree
+from marconi.core.tree import Match, Node, RadixTree
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """What a pending insert adds: KV bytes (whole pages when paged) and states."""
+
+    kv: int
+    states: int
 
 
 class Evicting:
@@ -20,29 +33,73 @@ class Evicting:
 
     spec: ModelSpec
     capacity: int
+    kv_capacity: int  # capacity less the state pool (all of it without a pool)
+    layout: Layout
+    books: PageBooks
     tree: RadixTree
     stats: CacheStats
     eviction: Eviction
     store: StateStore
     clock: int
+    pinned: set[Node]
     on_evict: Callable[[Freed], None] | None
-
 
     def evict(self, nbytes: int) -> int:
         """Free at least `nbytes` if possible (may free more); returns bytes freed.
 
-        evict(0) is always safe and does nothing.
+        evict(0) is always safe and does nothing. Pinned entries stay.
         """
         before = self.stats.bytes
-        self._evict_until(before - nbytes, set())
+        self._evict_while(lambda: self.stats.bytes > before - nbytes, set(), Need(0, 0))
         return before - self.stats.bytes
 
-    def _evict_until(self, target: int, protected: set[Node], kv_need: int = 0,
-                     ssm_need: int = 0) -> bool:
-        while self.stats.bytes > target:
-            self.eviction.pressure(Pressure(kv_held=self.stats.kv_bytes, kv_need=kv_need,
-                                            ssm_held=self.stats.ssm_bytes, ssm_need=ssm_need,
-                                            capacity=self.capacity))
+    def fits(self, need: Need) -> bool:
+        """Whether `need` fits beside what is held now (no side effects)."""
+        s = self.stats
+        if not self.layout.pooled:
+            return s.bytes + need.kv + need.states * self.spec.ssm_bytes <= self.capacity
+        return (s.kv_bytes + need.kv <= self.kv_capacity
+                and s.states + need.states <= self.layout.state_slots)
+
+    def floor(self, protected: Collection[Node] = ()) -> int:
+        """Bytes no eviction can free: pinned nodes and `protected` ones (KV and state)."""
+        kept = self.pinned.union(protected)
+        return sum(self.books.kv_bytes(node) for node in kept) \
+            + sum(node.has_state for node in kept) * self.spec.ssm_bytes
+
+    def _make_room(self, match: Match, n: int, states: int) -> bool:
+        """Evict until `n` tokens (`match.length` of them in the tree) and `states` new
+        states fit; False, with nothing evicted, if they could not fit even with every
+        unpinned entry beside the path gone."""
+        need = Need(self.books.need(match, n), states)
+        if self.fits(need):
+            return True
+        protected = set(match.path)
+        if match.partial is not None:
+            protected.add(match.partial)
+        if not self._feasible(need, protected):
+            return False
+        if self._evict_while(lambda: not self.fits(need), protected, need):
+            return True
+        self.stats.evicted_then_refused += 1  # a policy that could not reach the floor
+        return False
+
+    def _feasible(self, need: Need, protected: set[Node]) -> bool:
+        kept = self.pinned.union(protected)
+        kv = sum(self.books.kv_bytes(node) for node in kept) + need.kv
+        states = sum(node.has_state for node in kept) + need.states
+        if not self.layout.pooled:
+            return kv + states * self.spec.ssm_bytes <= self.capacity
+        return kv <= self.kv_capacity and states <= self.layout.state_slots
+
+    def _evict_while(self, short: Callable[[], bool], protected: set[Node], need: Need) -> bool:
+        """Evict the policy's victims while `short()`; False if the policy runs out."""
+        pooled, ssm = self.layout.pooled, self.spec.ssm_bytes
+        while short():
+            self.eviction.pressure(Pressure(
+                kv_held=self.stats.kv_bytes, kv_need=need.kv, ssm_held=self.stats.ssm_bytes,
+                ssm_need=need.states * ssm, capacity=self.kv_capacity,
+                ssm_capacity=self.layout.state_slots * ssm if pooled else None))
             victim = self.eviction.victim(protected, self.clock)
             if victim is None:
                 return False
@@ -59,32 +116,43 @@ class Evicting:
         """Carry out `victim`; `replaced`: the state was superseded by a commit, not
         evicted for room (counted as `states_replaced`)."""
         node, action = victim.node, victim.action
-        state_bytes = self.spec.ssm_bytes if node.has_state else 0
-        state = node.state if node.has_state else None  # released even when it holds 0 B
+        had_state = node.has_state
+        state_bytes = self.spec.ssm_bytes if had_state else 0
+        state = node.state if had_state else None  # released even when it holds 0 B
         kv, kv_bytes = None, 0
         node.has_state, node.state = False, None
         if action is Action.REMOVE:
-            kv, kv_bytes = node.kv, node.edge_len * self.spec.kv_bytes_per_token
-            parent = node.parent
-            self.tree.remove_leaf(node)
-            self.eviction.removed(node)
-            if parent is not None and parent is not self.tree.root:
-                self.eviction.changed(parent)
+            kv, kv_bytes = node.kv, self.books.kv_bytes(node)
+            self._remove(node)
         elif action is Action.MERGE:
-            (child,) = node.children.values()
-            child_kv = child.kv
-            self.tree.merge_into_child(node)
-            child.kv = self.store.kv_join(node.kv, child_kv)
-            self.eviction.removed(node)
-            self.eviction.changed(child)
+            kv_bytes = self._merge(node)
         else:
             self.eviction.changed(node)
         if action is not Action.DROP_STATE:
             node.kv = None  # detached: policies may still hold the node object for a while
         self.store.release(kv, state)
         if replaced:
-            self.stats.record_replacement(state_bytes)
+            self.stats.record_replacement(state_bytes, kv=kv_bytes)
         else:
-            self.stats.record_eviction(kv_bytes, state_bytes)
+            self.stats.record_eviction(kv_bytes, state_bytes, state=had_state)
         if self.on_evict is not None:
             self.on_evict(Freed(action, node.depth, kv, state, kv_bytes + state_bytes))
+
+    def _remove(self, leaf: Node) -> None:
+        parent = leaf.parent
+        self.books.removed(leaf)
+        self.tree.remove_leaf(leaf)
+        self.eviction.removed(leaf)
+        if parent is not None and parent.parent is not None:  # not a namespace's root
+            self.eviction.changed(parent)
+
+    def _merge(self, node: Node) -> int:
+        """Merge `node` into its only child; returns the KV bytes freed (a page copy)."""
+        (child,) = node.children.values()
+        child_kv = child.kv
+        freed = self.books.merge(node, child)
+        self.tree.merge_into_child(node)
+        child.kv = self.store.kv_join(node.kv, child_kv)
+        self.eviction.removed(node)
+        self.eviction.changed(child)
+        return freed

@@ -51,6 +51,12 @@ class Admission(ABC):
         that use structure override this; default: ignore them)."""
         return self.checkpoints(match, n_input, hit)
 
+    def preview(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
+                tokens: bytes = b"") -> tuple[int, ...]:
+        """`checkpoints_at` without learning from the call (`PrefixCache.peek`): a policy
+        whose `checkpoints_at` updates its own books overrides this; default: the same."""
+        return self.checkpoints_at(match, n_input, hit, boundaries, tokens)
+
     def positions_at(self, match: Match, n_total: int, n_input: int, boundaries: Sequence[int],
                      tokens: bytes = b"") -> tuple[int, ...]:
         """`positions`, told the input's message boundaries and token bytes."""
@@ -88,7 +94,8 @@ class Pressure:
     ssm_held: int
     kv_need: int = 0
     ssm_need: int = 0
-    capacity: int
+    capacity: int  # the budget KV counts against (states too when `ssm_capacity` is None)
+    ssm_capacity: int | None = None  # a state-slot pool's bytes; None: one byte budget
 
 
 def check_alpha(alpha: float) -> float:

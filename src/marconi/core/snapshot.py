@@ -6,16 +6,17 @@ replay runs, with the copy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from marconi.core.cache import PrefixCache
+from marconi.core.layout import Layout
 from marconi.core.spec import ModelSpec
-from marconi.core.tree import Node
+from marconi.core.tree import Node, Salt
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Structure, states and stamps of a cache; no handles, no pins."""
+    """Structure, states, stamps, layout and namespaces of a cache; no handles, no pins."""
 
     spec: ModelSpec
     capacity: int
@@ -24,6 +25,9 @@ class Snapshot:
     keys: tuple[bytes, ...]  # edges, int32 bytes
     has_state: tuple[bool, ...]
     stamps: tuple[float, ...]  # last access as the eviction policy knew it (0: never)
+    layout: Layout = field(default_factory=Layout)  # a replay runs the same layout
+    copies: tuple[bool, ...] = ()  # holds its own copy of the page it starts in
+    salts: tuple[Salt, ...] = ()  # namespace of each node hung under a root (else None)
 
 
 def take(cache: PrefixCache) -> Snapshot:
@@ -36,20 +40,33 @@ def take(cache: PrefixCache) -> Snapshot:
         parents=tuple(index.get(node.parent, -1) for node in nodes),  # type: ignore[arg-type]
         keys=tuple(node.key for node in nodes),
         has_state=tuple(node.has_state for node in nodes),
-        stamps=tuple(stamps.get(node, 0) for node in nodes))
+        stamps=tuple(stamps.get(node, 0) for node in nodes), layout=cache.layout,
+        copies=tuple(node in cache.books.copies for node in nodes),
+        salts=tuple(_salt(cache, node, index) for node in nodes))
+
+
+def _salt(cache: PrefixCache, node: Node, index: dict[Node, int]) -> Salt:
+    """The namespace of a node hung under a root; None for the others (and the default)."""
+    parent = node.parent
+    return cache.tree.salt_of(parent) if parent is not None and parent not in index else None
 
 
 def rebuild(snapshot: Snapshot, cache: PrefixCache) -> list[Node]:
-    """Fill an empty `cache` with the snapshot's tree, bytes, clock and stamps; returns
-    the new nodes in the snapshot's order (for policies with more state to restore)."""
+    """Fill an empty `cache` (built with the snapshot's layout) with the snapshot's tree,
+    bytes, clock and stamps; returns the new nodes in the snapshot's order (for policies
+    with more state to restore)."""
     cache.clock = snapshot.clock
     nodes: list[Node] = []
-    for parent, key, has_state in zip(snapshot.parents, snapshot.keys, snapshot.has_state,
-                                      strict=True):
-        node = cache.tree.insert(nodes[parent] if parent >= 0 else cache.tree.root, key)
+    salts = snapshot.salts or (None,) * len(snapshot.keys)
+    for parent, key, has_state, salt in zip(snapshot.parents, snapshot.keys,
+                                            snapshot.has_state, salts, strict=True):
+        node = cache.tree.insert(nodes[parent] if parent >= 0 else cache.tree.namespace(salt),
+                                 key)
         node.has_state = has_state
         nodes.append(node)
-    kv = sum(len(k) for k in snapshot.keys) // 4 * snapshot.spec.kv_bytes_per_token
-    cache.stats.add_bytes(kv=kv, ssm=sum(snapshot.has_state) * snapshot.spec.ssm_bytes)
+    cache.books.copies.update(n for n, c in zip(nodes, snapshot.copies, strict=False) if c)
+    states = sum(snapshot.has_state)
+    cache.stats.add_bytes(kv=sum(cache.books.kv_bytes(n) for n in nodes),
+                          ssm=states * snapshot.spec.ssm_bytes, states=states)
     cache.eviction.restore(dict(zip(nodes, snapshot.stamps, strict=True)))
     return nodes

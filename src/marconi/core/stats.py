@@ -19,8 +19,9 @@ class CacheStats:
     evictions: int = 0  # victims taken (leaves removed, nodes merged, states dropped)
     refused_commits: int = 0  # sequences bypassed: they could not fit even in an empty cache
     evicted_then_refused: int = 0  # of which some entries were evicted first (a policy bug)
-    kv_bytes: int = 0  # held now
+    kv_bytes: int = 0  # held now (whole pages under a paged layout)
     ssm_bytes: int = 0  # held now
+    states: int = 0  # held now (what a state-slot pool bounds)
     peak_bytes: int = 0
 
     @property
@@ -33,20 +34,25 @@ class CacheStats:
         self.hit_tokens += hit
         self.hit_requests += hit > 0
 
-    def add_bytes(self, *, kv: int, ssm: int) -> None:
+    def add_bytes(self, *, kv: int, ssm: int, states: int = 0) -> None:
         self.kv_bytes += kv
         self.ssm_bytes += ssm
+        self.states += states
         self.peak_bytes = max(self.peak_bytes, self.bytes)
 
-    def record_eviction(self, kv: int, ssm: int) -> None:
+    def record_eviction(self, kv: int, ssm: int, *, state: bool) -> None:
         self.evictions += 1
         self.states_evicted += ssm > 0
+        self.states -= state
         self.kv_bytes -= kv
         self.ssm_bytes -= ssm
 
-    def record_replacement(self, ssm: int) -> None:
+    def record_replacement(self, ssm: int, *, kv: int = 0) -> None:
+        """A state superseded by a commit (`kv`: a page copy its merge freed)."""
         self.states_replaced += 1
+        self.states -= 1
         self.ssm_bytes -= ssm
+        self.kv_bytes -= kv
 
     def copy(self) -> CacheStats:
         return replace(self)

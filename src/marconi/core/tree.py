@@ -7,6 +7,10 @@ their first token. Only on a mismatch does numpy find the first differing token.
 A node `v` stands for the prefix spelled from the root to the end of its edge;
 `v.depth` is that prefix's length. What a node holds (`kv`, `state`) is opaque here:
 the cache decides what it means and how it is split or joined.
+
+Namespaces (`salt`): each salt has a root of its own, so sequences under different salts
+never share a node; the default namespace (`None`) is `tree.root`. A root has no edge and
+no parent; an emptied namespace's root is dropped.
 """
 
 from __future__ import annotations
@@ -18,6 +22,14 @@ from typing import Any
 import numpy as np
 
 TOKEN_BYTES = 4  # edges hold int32 tokens
+Salt = str | bytes | int | None  # a cache-key namespace (LoRA adapter, tenant, media hash)
+
+
+def check_salt(salt: object) -> Salt:
+    """`salt` itself, or ValueError unless it is None, a str, bytes or an int."""
+    if salt is None or (isinstance(salt, str | bytes | int) and not isinstance(salt, bool)):
+        return salt
+    raise ValueError(f"salt must be None, a str, bytes or an int, got {type(salt).__name__}")
 
 
 class Node:
@@ -92,11 +104,27 @@ class RadixTree:
     def __init__(self) -> None:
         self._ids = itertools.count(1)
         self.root = Node(b"", None, 0)
-        self.size = 0  # nodes, root excluded
+        self.roots: dict[Salt, Node] = {None: self.root}  # one root per namespace
+        self._salts: dict[Node, Salt] = {self.root: None}  # the reverse map
+        self.size = 0  # nodes, roots excluded
 
-    def match(self, key: bytes) -> Match:
-        """Follow `key` (int32 bytes) from the root as far as it matches."""
-        node, pos, path = self.root, 0, []
+    def namespace(self, salt: Salt) -> Node:
+        """The root of namespace `salt`, created if absent."""
+        root = self.roots.get(salt)
+        if root is None:
+            root = self.roots[salt] = Node(b"", None, next(self._ids))
+            self._salts[root] = salt
+        return root
+
+    def salt_of(self, root: Node) -> Salt:
+        """The namespace whose root is `root`."""
+        return self._salts[root]
+
+    def match(self, key: bytes, salt: Salt = None) -> Match:
+        """Follow `key` (int32 bytes) from namespace `salt`'s root as far as it matches."""
+        node, pos, path = self.roots.get(salt), 0, []
+        if node is None:
+            return Match((), None, 0, 0)
         total = len(key)
         while pos < total:
             child = node.children.get(key[pos : pos + TOKEN_BYTES])
@@ -145,9 +173,12 @@ class RadixTree:
         """Detach a leaf from its parent."""
         if node.children or node.parent is None:
             raise ValueError(f"{node!r} is not a removable leaf")
-        del node.parent.children[node.key[:TOKEN_BYTES]]
+        parent = node.parent
+        del parent.children[node.key[:TOKEN_BYTES]]
         node.parent = None
         self.size -= 1
+        if parent.parent is None and not parent.children and parent is not self.root:
+            del self.roots[self._salts.pop(parent)]
 
     def merge_into_child(self, node: Node) -> Node:
         """Remove a one-child node; its only child takes over its edge. Returns the child."""
@@ -164,8 +195,9 @@ class RadixTree:
         return child
 
     def nodes(self) -> list[Node]:
-        """Every node but the root, parents before children (a full walk: tests only)."""
-        out, stack = [], list(self.root.children.values())
+        """Every node but the roots, parents before children (a full walk: tests only)."""
+        out = []
+        stack = [child for root in self.roots.values() for child in root.children.values()]
         while stack:
             node = stack.pop()
             out.append(node)
@@ -173,10 +205,10 @@ class RadixTree:
         return out
 
     def path_to(self, node: Node) -> list[Node]:
-        """Nodes from the root (excluded) down to `node`."""
+        """Nodes from its namespace's root (excluded) down to `node`."""
         path = []
         cur: Node | None = node
-        while cur is not None and cur is not self.root:
+        while cur is not None and cur.key:  # a root has no edge
             path.append(cur)
             cur = cur.parent
         path.reverse()
@@ -185,7 +217,11 @@ class RadixTree:
     def check(self) -> None:
         """Assert the tree is well formed (tests and debugging; walks everything)."""
         count = 0
-        stack = [self.root]
+        assert self.roots.get(None) is self.root, "the default namespace lost its root"
+        for root in self.roots.values():
+            assert root.parent is None and not root.key, f"{root!r} is not a root"
+            assert root is self.root or root.children, f"empty namespace root {root!r} kept"
+        stack = list(self.roots.values())
         while stack:
             node = stack.pop()
             for first, child in node.children.items():

@@ -37,8 +37,10 @@ class Policies:
 
     def cache(self, snapshot: Snapshot, alpha: float) -> PrefixCache:
         """A fresh cache running these policies at `alpha`, holding the snapshot."""
+        layout = snapshot.layout
         cache = PrefixCache(snapshot.spec, snapshot.capacity, copy.deepcopy(self.admission),
-                            self.eviction.fresh(alpha))
+                            self.eviction.fresh(alpha), page_size=layout.page_size,
+                            state_slots=layout.state_slots)
         rebuild(snapshot, cache)
         return cache
 

@@ -109,9 +109,10 @@ class MambaRadixLRU(TwoListLRU):
     """SGLang's two LRU lists under one byte capacity.
 
     SGLang evicts from the KV list when the KV pool is full and from the mamba list
-    when the state pool is full. Here states get `state_share` of the capacity: when
-    they exceed it (counting the pending insert) the mamba list gives the victim,
-    otherwise the KV list; either falls back to the other when it has nothing.
+    when the state pool is full. In a cache with a state-slot pool (SGLang's layout)
+    that is the rule; under one byte budget states get `state_share` of the capacity.
+    When states exceed their budget (counting the pending insert) the mamba list gives
+    the victim, otherwise the KV list; either falls back to the other when it has nothing.
     - KV list: unpinned leaves, LRU; evicting one frees its KV and state.
     - mamba list: unpinned nodes holding a state, LRU, nearer the root first on ties;
       an inner node keeps its KV as a tombstone, a leaf leaves whole.
@@ -150,8 +151,14 @@ class MambaRadixLRU(TwoListLRU):
         self._pressure = pressure
 
     def states_first(self) -> bool:
+        """Whether states are over their budget: the slot pool when the cache has one,
+        else `state_share` of the one byte budget."""
         p = self._pressure
-        return p is not None and p.ssm_held + p.ssm_need > self.config.state_share * p.capacity
+        if p is None:
+            return False
+        budget = self.config.state_share * p.capacity if p.ssm_capacity is None \
+            else p.ssm_capacity
+        return p.ssm_held + p.ssm_need > budget
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
         order = (self._state_victim, self._kv_victim)

@@ -80,6 +80,14 @@ class Structured(Judicious):
             extra.update(self.blocks.checkpoints(match, n_input, hit))
         return tuple(sorted({*self.checkpoints(match, n_input, hit), *extra}))
 
+    def preview(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
+                tokens: bytes = b"") -> tuple[int, ...]:
+        """`checkpoints_at` without remembering this sighting of a partial hit (a peek)."""
+        extra = self._extra(match, n_input, hit, boundaries, tokens, learn=True, store=False)
+        if self.blocks is not None:
+            extra.update(self.blocks.checkpoints(match, n_input, hit))
+        return tuple(sorted({*self.checkpoints(match, n_input, hit), *extra}))
+
     def positions_at(self, match: Match, n_total: int, n_input: int, boundaries: Sequence[int],
                      tokens: bytes = b"") -> tuple[int, ...]:
         hit = max((n.depth for n in match.path if n.has_state and n.depth <= n_input), default=0)
@@ -89,25 +97,26 @@ class Structured(Judicious):
         return tuple(sorted({*self.positions(match, n_total, n_input), *extra}))
 
     def _extra(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
-               tokens: bytes, *, learn: bool) -> set[int]:
+               tokens: bytes, *, learn: bool, store: bool = True) -> set[int]:
         held = {n.depth for n in match.path if n.has_state}
         lead = [*boundaries[: self.config.boundaries],
                 *(boundaries[-1:] if self.config.tail else ())]
         out = {b for b in lead if hit < b < n_input and b not in held}
-        partial = self._partial(match, n_input, hit, tokens, learn=learn)
+        partial = self._partial(match, n_input, hit, tokens, learn=learn, store=store)
         if partial is not None and partial not in held:
             out.add(partial)
         return out
 
     def _partial(self, match: Match, n_input: int, hit: int, tokens: bytes, *,
-                 learn: bool) -> int | None:
-        """A position where KV matched well beyond the hit, seen `repeats` times."""
+                 learn: bool, store: bool = True) -> int | None:
+        """A position where KV matched well beyond the hit, seen `repeats` times (`learn`:
+        counting this sighting, remembered unless `store` is False)."""
         m = min(match.length, n_input)
         if not self.config.partial or not tokens or m - hit < max(self.min_tokens, 1):
             return None
         key = hashlib.blake2b(tokens[: 4 * m], digest_size=16).digest()
         count = self._sightings.get(key, 0) + (1 if learn else 0)
-        if learn:
+        if learn and store:
             self._sightings[key] = count
             self._sightings.move_to_end(key)
             if len(self._sightings) > self.config.memory:

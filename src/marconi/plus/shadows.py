@@ -169,7 +169,8 @@ def _shadow(cache: PrefixCache, expert: Expert) -> PrefixCache:
     shadow_admission.use_boundaries(first=expert.boundaries is Boundaries.FIRST,
                                     last=expert.boundaries is Boundaries.LAST)
     return PrefixCache(cache.spec, cache.capacity, shadow_admission,
-                       eviction.solo(expert.mode), name=f"{cache.name} shadow {expert}")
+                       eviction.solo(expert.mode), name=f"{cache.name} shadow {expert}",
+                       page_size=cache.layout.page_size, state_slots=cache.layout.state_slots)
 
 
 def apply(cache: PrefixCache, expert: Expert) -> None:
