@@ -3,6 +3,7 @@ pool, both checked against a paged store whose pages really are shared and copie
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from marconi.core.integrity import check_integrity
 from marconi.core.layout import Layout
+from marconi.core.spec import PAPER_7B
 from marconi.core.tree import Node
 from marconi.systems import SYSTEMS, make_cache
 from tests.helpers import SMALL
@@ -189,3 +191,29 @@ class LayoutMachine(RuleBasedStateMachine):
 
 TestLayoutMachine = LayoutMachine.TestCase
 TestLayoutMachine.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+
+
+class TestSimulator:
+    def test_page_size_and_state_slots_reach_the_replay(self, capsys):
+        from marconi.cli import main
+
+        args = ["simulate", "synthetic:multi-turn", "--sessions", "8", "--capacity", "400MB",
+                "--system", "sglang+", "--json", "--quiet", "--no-bounds"]
+        runs = {}
+        for extra in ([], ["--page-size", "64"], ["--state-slots", "4"]):
+            assert main([*args, *extra]) == 0
+            runs[" ".join(extra)] = json.loads(capsys.readouterr().out)
+        plain, paged, slots = runs.values()
+        page = 64 * PAPER_7B.kv_bytes_per_token
+        assert paged["kv_bytes_final"] % page == 0 and plain["kv_bytes_final"] % page
+        assert slots["ssm_bytes_final"] <= 4 * PAPER_7B.ssm_bytes < plain["ssm_bytes_final"]
+
+    @pytest.mark.parametrize(("extra", "word"), [
+        (["--page-size", "0"], "page_size"), (["--state-slots", "-2"], "state_slots"),
+        (["--state-slots", "1000"], "exceeds capacity")])
+    def test_bad_layouts_exit_2_naming_the_field(self, capsys, extra, word):
+        from marconi.cli import main
+
+        assert main(["simulate", "synthetic:multi-turn", "--sessions", "2", "--quiet",
+                     "--capacity", "1GB", *extra]) == 2
+        assert word in capsys.readouterr().err

@@ -42,6 +42,12 @@ def _add_cache_arguments(p: argparse.ArgumentParser) -> None:
                    help="preset with optional overrides (paper-7b,ssm=28,attn=7,N=64) or a "
                         "local Hugging Face config.json")
     p.add_argument("--capacity", default="2GB", help="bytes for KV + SSM states: 2GB, 2GiB, 1e9")
+    p.add_argument("--page-size", type=int, default=None,
+                   help="tokens per KV page, KV held in whole pages (default: the system's "
+                        "engine layout, else 1: bytes per token)")
+    p.add_argument("--state-slots", type=int, default=None,
+                   help="SSM states in a pool of their own carved out of --capacity (0: "
+                        "states share the byte budget; default: the system's engine layout)")
     p.add_argument("--multiplier", type=int, default=5,
                    help="bootstrap window = this x requests before the first eviction (5..15)")
     p.add_argument("--objective", choices=("flops", "tokens"), default="flops",
@@ -122,7 +128,8 @@ def _config(args: argparse.Namespace, system: str, alpha: float | None) -> SimCo
     spec = _model(args.model)
     return SimConfig(spec=spec, capacity=check_capacity(spec, args.capacity), system=system,
                      alpha=alpha, multiplier=args.multiplier, objective=args.objective,
-                     latency=_latency(args, spec), bounds=not args.no_bounds)
+                     latency=_latency(args, spec), bounds=not args.no_bounds,
+                     page_size=args.page_size, state_slots=args.state_slots)
 
 
 def _preflight(args: argparse.Namespace, systems: Sequence[str]) -> None:

@@ -34,8 +34,10 @@ def simulate(trace: Trace, config: SimConfig, *, progress: bool = False,
     system = system or get_system(config.system)
     tuner = system.make_tuner(config.alpha, TunerOptions(
         multiplier=config.multiplier, objective=Objective(config.objective)))
-    cache = system.cache(config.spec, config.capacity, alpha=config.alpha)
-    bound = system.cache(config.spec, 2**62, alpha=config.alpha)
+    cache = system.cache(config.spec, config.capacity, alpha=config.alpha,
+                         page_size=config.page_size, state_slots=config.state_slots)
+    bound = system.cache(config.spec, 2**62, alpha=config.alpha, page_size=config.page_size,
+                         state_slots=0)  # no limit: no slot pool either
     seen = SeenTree()
     records = Records.zeros(len(trace))
     start = time.perf_counter()

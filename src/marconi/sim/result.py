@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from marconi.core.layout import Layout
 from marconi.core.spec import ModelSpec
 from marconi.core.stats import CacheStats
 from marconi.core.tuning import TuningReport
@@ -34,11 +35,18 @@ class SimConfig:
     bounds: bool = True  # also replay the infinite caches for bounds and miss attribution
     concurrent: bool = False  # states enter when a request finishes (arrival + TTFT + decode)
     decode_s_per_token: float = 0.02  # decode time per output token (concurrent replay)
+    page_size: int | None = None  # tokens per KV page; None: the system's engine layout
+    state_slots: int | None = None  # a state pool (0: one byte budget); None: the system's
 
     def __post_init__(self) -> None:
-        if self.system not in REFERENCES:
-            get_system(self.system)
-        parse_size(self.capacity)
+        capacity = parse_size(self.capacity)
+        if self.system not in REFERENCES:  # the layout it would run, checked against capacity
+            get_system(self.system).layout(self.spec, capacity, page_size=self.page_size,
+                                           state_slots=self.state_slots
+                                           ).kv_capacity(self.spec, capacity)
+        else:
+            Layout(page_size=1 if self.page_size is None else self.page_size,
+                   state_slots=0 if self.state_slots is None else self.state_slots)
         if not self.decode_s_per_token >= 0:
             raise ValueError(f"decode_s_per_token must be >= 0, got {self.decode_s_per_token!r}")
 
