@@ -47,7 +47,7 @@ class TestFigure4:
         cache = make_cache(PAPER_7B, "1TB", "sglang+")
         _request(cache, _seq(0, 300), [1])
         result = cache.commit(_seq(0, 100) + _seq(5000, 300), 400)
-        assert len(result.admitted) <= 2
+        assert result.admitted == (100, 400)  # the branch point and the end
 
     def test_exact_repeat_hits_whole_input(self) -> None:
         cache = make_cache(PAPER_7B, "1TB", "sglang+")
@@ -131,7 +131,9 @@ class TestCapacity:
         result = cache.commit(_seq(50_000, 3000), 3000)
         assert result.refused and cache.stats.refused_commits == 1
         assert cache.bytes == held and cache.stats.evictions == 0
-        assert cache.lookup([*_seq(0, 200), 1, 3]).hit > 0
+        resumed = [*_seq(0, 200), 1, 3]  # vLLM's align mode resumes at a block boundary
+        assert cache.lookup(resumed).hit == probe.lookup(resumed).hit \
+            == (192 if system == "vllm-2026" else 201)
         check_integrity(cache)
 
     def test_refusal_counts_pinned_bytes(self) -> None:
