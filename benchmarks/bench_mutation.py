@@ -1,0 +1,146 @@
+"""Mutation score of the core: how many planted bugs (mutmut's mutants) the tests kill.
+
+Mutated: the cache, tree, eviction mechanics, policy protocols and books, the paper's
+admission and eviction policies, and the engine's prefill, state snapshots and tensor
+store (docs/architecture.md, "Modules"). mutmut rewrites the files it mutates, so the
+whole run happens in a temporary copy of `src/` and `tests/`: the working tree is never
+touched; by default the copy is of HEAD, so uncommitted edits do not move the figure.
+Prints one row per module, the survivors, and last
+`mutation score: KILLED/TOTAL killed` (a timeout counts as killed: the tests noticed).
+
+    .venv/bin/python benchmarks/bench_mutation.py [--quick] [--max-children 2] [--keep]
+        [--worktree]
+
+`--quick` mutates a CI-sized sample (the tree and the paper's admission) against the fast
+core tests only. Figures and the survivors judged equivalent: benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MODULES = [f"core/{m}.py" for m in ("cache", "tree", "evicting", "policy", "stats", "slots",
+                                     "lazy_heap")] \
+    + ["paper/admission.py", "paper/eviction.py"] \
+    + [f"engine/{m}.py" for m in ("prefill", "state", "tensor_store")]
+TESTS = [f"tests/test_{m}.py" for m in ("tree", "slots", "cache", "cache_properties",
+                                        "policies")] \
+    + [f"tests/engine/test_{m}.py" for m in ("edits", "fuzz", "exactness", "store")]
+QUICK_MODULES = ["core/tree.py", "paper/admission.py"]
+QUICK_TESTS = ["tests/test_tree.py", "tests/test_policies.py", "tests/test_cache.py"]
+KILLED = {"killed", "timeout", "segfault"}  # the tests noticed the mutant
+
+
+def copy_tree(work: Path, worktree: bool) -> None:
+    """src/, tests/ and pyproject.toml (pytest's settings) into `work`: as committed at
+    HEAD (a reproducible figure), or as they are in the working tree."""
+    if not worktree:
+        archive = subprocess.run(["git", "archive", "HEAD", "src", "tests", "pyproject.toml"],
+                                 cwd=REPO, check=True, stdout=subprocess.PIPE).stdout
+        subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
+        return
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
+    for name in ("src", "tests"):
+        shutil.copytree(REPO / name, work / name, ignore=ignore)
+    shutil.copy2(REPO / "pyproject.toml", work / "pyproject.toml")
+
+
+def write_config(work: Path, modules: list[str], tests: list[str]) -> None:
+    """mutmut reads setup.cfg when pyproject.toml has no [tool.mutmut]: the copy's only."""
+    lines = ["[mutmut]", "source_paths = src/marconi", "process_isolation = forkserver",
+             "only_mutate ="]
+    lines += [f"    src/marconi/{m}" for m in modules]
+    lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in tests]
+    lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider"]
+    (work / "setup.cfg").write_text("\n".join(lines) + "\n")
+
+
+def mutmut(work: Path, *args: str) -> str:
+    """Run the mutmut next to this Python in `work` (torch kept to one thread per worker);
+    its output, or its last lines and an error if it fails."""
+    exe = Path(sys.executable).with_name("mutmut")
+    env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": ""}
+    out = subprocess.run([str(exe), *args], cwd=work, env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if out.returncode != 0:
+        print(out.stdout[-3000:], file=sys.stderr)
+        raise SystemExit(f"mutmut {args[0]} failed with exit code {out.returncode}")
+    return out.stdout
+
+
+def statuses(work: Path) -> dict[str, str]:
+    """Every mutant's name and verdict (`mutmut results --all true`)."""
+    out: dict[str, str] = {}
+    for line in mutmut(work, "results", "--all", "true").splitlines():
+        name, sep, status = line.strip().rpartition(": ")
+        if sep and name.startswith("marconi."):
+            out[name] = status.strip()
+    return out
+
+
+def module_of(mutant: str, modules: list[str]) -> str:
+    """The module file a mutant name (`marconi.core.tree.xǁRadixTreeǁsplit__mutmut_3`) is in."""
+    for module in modules:
+        dotted = "marconi." + module.removesuffix(".py").replace("/", ".") + "."
+        if mutant.startswith(dotted):
+            return module
+    return "?"
+
+
+def report(verdicts: dict[str, str], modules: list[str]) -> tuple[int, int]:
+    """Print a row per module and the survivors; returns (killed, total)."""
+    rows: dict[str, Counter[str]] = {m: Counter() for m in modules}
+    for name, status in verdicts.items():
+        rows.setdefault(module_of(name, modules), Counter())[status] += 1
+    print(f"{'module':24} {'killed':>7} {'survived':>9} {'no tests':>9} {'total':>6}")
+    for module, c in rows.items():
+        killed = sum(c[s] for s in KILLED)
+        print(f"{module:24} {killed:7d} {c['survived']:9d} {c['no tests']:9d} "
+              f"{sum(c.values()):6d}")
+    survivors = sorted(n for n, s in verdicts.items() if s not in KILLED)
+    print(f"\nnot killed ({len(survivors)}; `mutmut show NAME` in a --keep copy shows one):")
+    for name in survivors:
+        print(f"  {name}: {verdicts[name]}")
+    killed = sum(1 for s in verdicts.values() if s in KILLED)
+    return killed, len(verdicts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a CI-sized sample")
+    parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--keep", action="store_true", help="keep the temporary copy")
+    parser.add_argument("--worktree", action="store_true",
+                        help="mutate the working tree's files instead of HEAD's")
+    args = parser.parse_args(argv)
+    modules, tests = (QUICK_MODULES, QUICK_TESTS) if args.quick else (MODULES, TESTS)
+    work = Path(tempfile.mkdtemp(prefix="marconi-mutation-"))
+    t0 = time.perf_counter()
+    try:
+        copy_tree(work, args.worktree)
+        write_config(work, modules, tests)
+        mutmut(work, "run", "--max-children", str(args.max_children))
+        killed, total = report(statuses(work), modules)
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps({"modules": len(modules), "tests": len(tests),
+                      "seconds": round(time.perf_counter() - t0)}))
+    print(f"mutation score: {killed}/{total} killed")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
