@@ -53,7 +53,7 @@ class InlineExecutor(Executor):
 
 class TestBootstrap:
     def test_tunes_after_first_eviction(self) -> None:
-        tuner = BootstrapTuner(executor=ThreadPoolExecutor(2))
+        tuner = BootstrapTuner(executor=ThreadPoolExecutor(2), wait=True)
         cache = _run(tuner)
         assert tuner.done and tuner.result is not None
         assert tuner.result.window == 5 * tuner.result.n0 > 0
@@ -62,8 +62,8 @@ class TestBootstrap:
         assert tuner.result.scores[tuner.result.alpha] == best
         assert cache.alpha == tuner.result.alpha
 
-    def test_local_processes_by_default_and_deterministic(self) -> None:
-        first, second = BootstrapTuner(), BootstrapTuner()
+    def test_local_processes_when_waiting_and_deterministic(self) -> None:
+        first, second = BootstrapTuner(wait=True), BootstrapTuner(wait=True)
         _run(first)
         _run(second)
         assert first.result is not None and second.result is not None
@@ -87,7 +87,7 @@ class TestBootstrap:
         assert cache.alpha == tuner.result.alpha
 
     def test_token_objective(self) -> None:
-        tuner = BootstrapTuner(executor=ThreadPoolExecutor(1), objective="tokens")
+        tuner = BootstrapTuner(executor=ThreadPoolExecutor(1), objective="tokens", wait=True)
         _run(tuner)
         assert tuner.objective is Objective.TOKENS and tuner.result is not None
         assert all(float(s).is_integer() for s in tuner.result.scores.values())

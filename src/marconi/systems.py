@@ -42,7 +42,8 @@ class TunerOptions:
     multiplier: int = 5  # bootstrap window = multiplier x requests before the first eviction
     objective: Objective = Objective.FLOPS  # what the tuner maximizes
     executor: Executor | None = None  # where replays run; None: the tuner's own choice
-    wait: bool = True  # block on a replay's result (deterministic runs) or adopt it later
+    wait: bool = False  # adopt a replay's result on a later commit (never blocking one), or
+    # block on it (deterministic runs: the simulator asks for this)
 
 
 TunerFactory = Callable[[TunerOptions], Tuner]

@@ -3,17 +3,27 @@
 alpha = 0 until the cache first evicts. Then, with `n0` the requests seen so far, the
 tuner snapshots the tree, records the next `multiplier * n0` requests, replays them
 from the snapshot under every alpha of the grid (in parallel, on any
-`concurrent.futures.Executor`) and adopts the best. Replays never block lookups unless
-`wait=True` asks for the result at once (the simulator does, to stay deterministic).
+`concurrent.futures.Executor`) and adopts the best.
+
+By default a replay never blocks the driver: it runs on one background (daemon) thread,
+or on the executor the caller passes, and its alpha is adopted by a later `observe`, on
+the driver's thread. `wait=True` asks for the result at once (the simulator does, to stay
+deterministic); without an executor it then runs on local processes, started by
+`forkserver` rather than `fork` once torch is loaded (a fork of a process holding torch's
+thread pools may hang).
 """
 
 from __future__ import annotations
 
 import copy
+import multiprocessing
 import os
-from collections.abc import Sequence
+import sys
+import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -71,7 +81,7 @@ class BootstrapTuner:
 
     def __init__(self, *, grid: Sequence[float] = GRID, multiplier: int = 5,
                  objective: Objective | str = Objective.FLOPS, executor: Executor | None = None,
-                 wait: bool = True) -> None:
+                 wait: bool = False) -> None:
         if not grid or any(a < 0 for a in grid):
             raise ValueError(f"alpha grid must be non-empty and >= 0, got {list(grid)!r}")
         if not isinstance(multiplier, int) or multiplier < 1:
@@ -114,7 +124,7 @@ class BootstrapTuner:
             raise ValueError(f"the bootstrap tuner needs FLOP-aware eviction, cache "
                              f"{cache.name!r} runs {type(eviction).__name__}")
         policies = Policies(copy.deepcopy(cache.admission), eviction.fresh(0.0))
-        executor = self.executor or _local_pool(len(self.grid))
+        executor = self.executor or _local_executor(len(self.grid), self.wait)
         chunks = [self.grid[i :: _workers(executor)] for i in range(_workers(executor))]
         self._futures = [executor.submit(replay, self._snapshot, policies,
                                          self._recorded, chunk, self.objective)
@@ -152,5 +162,30 @@ def _workers(executor: Executor) -> int:
     return getattr(executor, "_max_workers", None) or os.cpu_count() or 1
 
 
-def _local_pool(tasks: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=max(1, min(tasks, os.cpu_count() or 1)))
+def _local_executor(tasks: int, wait: bool) -> Executor:
+    """Where replays run when the caller gave no executor: one background thread when
+    nobody waits, else local processes (never forked from a process holding torch)."""
+    if not wait:
+        return Background()
+    method = "forkserver" if "torch" in sys.modules else None
+    return ProcessPoolExecutor(max_workers=max(1, min(tasks, os.cpu_count() or 1)),
+                               mp_context=multiprocessing.get_context(method))
+
+
+class Background(Executor):
+    """Each task on a daemon thread of its own (an exiting process does not wait for a
+    replay nobody will adopt)."""
+
+    _max_workers = 1
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+
+        def run() -> None:
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as err:  # handed to whoever adopts the result
+                future.set_exception(err)
+
+        threading.Thread(target=run, name="marconi-tuner", daemon=True).start()
+        return future

@@ -32,8 +32,8 @@ def simulate(trace: Trace, config: SimConfig, *, progress: bool = False,
     `before(i)` is called before request `i` is served.
     """
     system = system or get_system(config.system)
-    tuner = system.make_tuner(config.alpha, TunerOptions(
-        multiplier=config.multiplier, objective=Objective(config.objective)))
+    tuner = system.make_tuner(config.alpha, TunerOptions(  # waits: a deterministic replay
+        multiplier=config.multiplier, objective=Objective(config.objective), wait=True))
     cache = system.cache(config.spec, config.capacity, alpha=config.alpha,
                          page_size=config.page_size, state_slots=config.state_slots)
     bound = system.cache(config.spec, 2**62, alpha=config.alpha, page_size=config.page_size,

@@ -1,0 +1,73 @@
+"""The library's default tuner never blocks a commit (docs/embedding.md, "Tuning")."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from marconi.paper.tuner import BootstrapTuner, _local_executor
+from marconi.systems import TunerOptions, get_system, make_cache
+from tests.helpers import SMALL, serve
+from tests.test_tuner import _workload
+
+
+def _until_launch(tuner: BootstrapTuner):
+    """Serve requests until the tuner launches its replays; returns the cache, the
+    requests left and how long the launching `observe` took."""
+    cache = make_cache(SMALL, 700_000, "marconi")
+    work = _workload(200)
+    for i, (inp, reply) in enumerate(work):
+        t0 = time.perf_counter()
+        serve(cache, tuner, inp + reply, len(inp))
+        if tuner._futures or tuner.done:
+            return cache, work[i + 1 :], time.perf_counter() - t0
+    raise AssertionError("the tuner never launched")
+
+
+def test_the_default_tuner_is_the_non_blocking_one():
+    tuner = get_system("marconi").make_tuner()
+    assert isinstance(tuner, BootstrapTuner)
+    assert (tuner.wait, tuner.executor) == (False, None)
+
+
+def test_a_commit_returns_while_the_replays_wait_behind_a_busy_executor():
+    """The replays queue behind a task holding the executor's only worker; the launching
+    commit returns at once, and a later one adopts the result once it is there."""
+    gate, pool = threading.Event(), ThreadPoolExecutor(1)
+    pool.submit(gate.wait, 30)
+    release = threading.Timer(10, gate.set)  # a tuner that blocked would wait for this
+    release.start()
+    tuner = get_system("marconi").make_tuner(options=TunerOptions(executor=pool))
+    cache, rest, seconds = _until_launch(tuner)
+    assert seconds < 5 and not any(f.done() for f in tuner._futures)
+    gate.set()
+    for f in tuner._futures:
+        f.result(timeout=60)
+    for inp, reply in rest[:1]:
+        serve(cache, tuner, inp + reply, len(inp))
+    assert tuner.done and tuner.result is not None and cache.alpha == tuner.result.alpha
+    release.cancel()
+
+
+def test_a_background_replay_scores_what_a_blocking_one_does():
+    background, blocking = BootstrapTuner(), BootstrapTuner(executor=ThreadPoolExecutor(2),
+                                                          wait=True)
+    cache, rest, _ = _until_launch(background)
+    for f in background._futures:
+        f.result(timeout=60)
+    serve(cache, background, rest[0][0] + rest[0][1], len(rest[0][0]))
+    _until_launch(blocking)
+    assert background.result is not None and blocking.result is not None
+    assert background.result.scores == blocking.result.scores
+
+
+def test_no_fork_from_a_process_holding_torch():
+    pytest.importorskip("torch")
+    assert "torch" in sys.modules
+    pool = _local_executor(4, wait=True)
+    assert pool._mp_context.get_start_method() == "forkserver"  # type: ignore[attr-defined]
+    pool.shutdown()
