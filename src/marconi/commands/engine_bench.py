@@ -2,10 +2,11 @@
 
 Runs three workloads (a multi-turn conversation, requests sharing a system prompt, an
 agent trajectory) through the reference engine under each system, and prints hit tokens,
-TTFT percentiles, bytes held and the cache's own overhead (lookup, restore, snapshot,
-commit). `--profile` writes a latency profile CSV (`tokens_to_prefill, cached_tokens,
-seconds`) that `marconi simulate --latency-profile` loads. (Wired into `marconi.cli`
-through `register(subparsers)`.)
+TTFT percentiles, bytes held, the summed TTFT against vanilla's on the same requests and
+the cache's own overhead as a share of it (lookup, restore, the split prefill's extra
+time, snapshots), then each part in ms. `--profile` writes a latency profile CSV
+(`tokens_to_prefill, cached_tokens, seconds`) that `marconi simulate --latency-profile`
+loads. (Wired into `marconi.cli` through `register(subparsers)`.)
 """
 
 from __future__ import annotations
@@ -65,8 +66,9 @@ def run_command(args: argparse.Namespace) -> int:
     if agent_dir is None:
         print(f"# agent workload skipped: {args.agent_data} not found")
     print(format_table(rows))
-    print(f"# TTFT in ms; overhead columns are ms summed over the run's requests; "
-          f"profile written to {args.profile}")
+    print("# ttft in ms; vs_vanilla: summed TTFT against vanilla's on the same requests; "
+          "overhead: the cache's share of it (lookup, restore, split prefill, snapshots); "
+          f"the last five columns in ms summed over the run; profile written to {args.profile}")
     return 0
 
 

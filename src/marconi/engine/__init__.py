@@ -20,6 +20,7 @@ from marconi.engine.models import (
     load_model,
     tiny_model,
 )
+from marconi.engine.paged_store import PagedStore, Slot
 from marconi.engine.prefill import Capture, PrefillResult, capture_points, forward, prefill
 from marconi.engine.sampling import Sampling, sample
 from marconi.engine.state import KVBlock, SSMState, restore, snapshot_kv, snapshot_state
@@ -27,7 +28,8 @@ from marconi.engine.tensor_store import KVSource, TensorStore
 
 __all__ = [
     "ARCHITECTURES", "Architecture", "Capture", "Engine", "Generation", "HybridModel",
-    "KVBlock", "KVSource", "PrefillResult", "SSMState", "Sampling", "TensorStore", "Timings",
+    "KVBlock", "KVSource", "PagedStore", "PrefillResult", "SSMState", "Sampling", "Slot",
+    "TensorStore", "Timings",
     "architecture", "capture_points", "forward", "load_model", "prefill", "restore", "sample",
     "snapshot_kv", "snapshot_state", "tiny_model",
 ]

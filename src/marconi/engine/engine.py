@@ -19,27 +19,43 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from transformers import DynamicCache
 
 from marconi.core.cache import Plan
+from marconi.core.layout import Layout
+from marconi.core.spec import ModelSpec
 from marconi.core.tokens import Tokens, as_tokens
 from marconi.core.tuning import Tuner
+from marconi.core.units import parse_size
 from marconi.engine.models import HybridModel
+from marconi.engine.paged_store import PagedStore
 from marconi.engine.prefill import Capture, PrefillResult, forward, prefill
 from marconi.engine.sampling import Sampling, sample
-from marconi.engine.state import SSMState, concat_kv, restore, snapshot_kv, snapshot_state
+from marconi.engine.state import SSMState, restore, snapshot_kv, snapshot_state
 from marconi.engine.tensor_store import KVSource, TensorStore
 from marconi.systems import get_system
+
+EngineStore = TensorStore | PagedStore  # a StateStore plus track / state / gather
 
 OnToken = Callable[[int], bool]  # called per generated token; False: stop after it
 
 
 @dataclass(slots=True)
 class Timings:
-    """Seconds spent per phase of one request; `ttft` is lookup through first logits."""
+    """Seconds spent per phase of one request; `ttft` is lookup through first logits.
+
+    ```
+    ttft = lookup + restore + prefill (= one piece + split) + snapshot + first sample
+    after the first token: decode, replay, commit
+    ```
+    """
 
     lookup: float = 0.0
     restore: float = 0.0
-    prefill: float = 0.0  # model forward over input[hit:]
+    prefill: float = 0.0  # model forward over input[hit:], in `segments` pieces
+    segments: int = 0  # forward calls of the prefill (1: not split)
+    split: float = 0.0  # of `prefill`, the cost of the pieces beyond one forward (measured
+    # only when the engine is asked to: `Engine(measure_split=True)`)
     snapshot: float = 0.0  # cloning captured states
     ttft: float = 0.0
     decode: float = 0.0
@@ -47,9 +63,14 @@ class Timings:
     commit: float = 0.0
 
     @property
+    def overhead_in_ttft(self) -> float:
+        """What the cache added before the first token: lookup, restore, split, snapshots."""
+        return self.lookup + self.restore + self.split + self.snapshot
+
+    @property
     def overhead(self) -> float:
-        """Cache bookkeeping: lookup, restore, snapshots, replay, commit."""
-        return self.lookup + self.restore + self.snapshot + self.replay + self.commit
+        """Everything the cache added: before the first token, then replay and commit."""
+        return self.overhead_in_ttft + self.replay + self.commit
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,19 +86,27 @@ class Generation:
 
 
 class Engine:
-    """A model plus a prefix cache backed by a `TensorStore`."""
+    """A model plus a prefix cache backed by a `TensorStore`, or by a `PagedStore` when the
+    cache's layout has pages or state slots."""
 
     def __init__(self, model: HybridModel, system: str = "marconi", capacity: int | str = "1GB",
                  *, capture: Capture = Capture.EXACT, alpha: float | None = None,
-                 tuner: Tuner | None = None, tune: bool = True) -> None:
+                 tuner: Tuner | None = None, tune: bool = True, page_size: int | None = None,
+                 state_slots: int | None = None, measure_split: bool = False) -> None:
         """`tuner` observes every commit; with none given and `tune`, the system's own
-        (none when `alpha` is fixed or the system has nothing to tune)."""
+        (none when `alpha` is fixed or the system has nothing to tune), which never blocks
+        a commit. `page_size`, `state_slots`: the cache's layout (None: the system's).
+        `measure_split`: after each split prefill, time one unsplit forward over the same
+        tokens (after the request: TTFT unaffected) to fill `Timings.split` (benchmarks)."""
         self.model = model
-        self.store = TensorStore(model)
+        self.measure_split = measure_split
         # each state keeps its next-token logits (float32): the capacity must bound them too
         spec = model.spec.replace(checkpoint_extra_bytes=4 * model.vocab_size)
         named = get_system(system)
-        self.cache = named.cache(spec, capacity, alpha=alpha, store=self.store)
+        layout = named.layout(spec, capacity, page_size=page_size, state_slots=state_slots)
+        self.store: EngineStore = _store(model, spec, parse_size(capacity), layout)
+        self.cache = named.cache(spec, capacity, alpha=alpha, store=self.store,
+                                 page_size=layout.page_size, state_slots=layout.state_slots)
         if tuner is None and tune:
             tuner = named.make_tuner(alpha)
         self.tuner = tuner
@@ -115,7 +144,8 @@ class Engine:
         first = sample(result.logits, sampling, 0)
         timings.ttft = time.perf_counter() - t0
         if forced is None:
-            base = plan.node.state if plan.node is not None and plan.hit == n_input else None
+            node = plan.node if plan.hit == n_input else None
+            base = self.store.state(node.state) if node is not None else None
             base = result.states.get(n_input, base)  # the state after the prompt
             out, logits = self._decode(tokens, result, base, first, steps, sampling, timings,
                                        on_token)
@@ -130,15 +160,15 @@ class Engine:
         if self.tuner is not None:
             self.tuner.observe(self.cache, full, n_input, boundaries)
         timings.commit = time.perf_counter() - t1
+        if self.measure_split:
+            self._measure_split(tokens, plan, timings)
         return Generation(out, logits, plan.hit, n_input, committed.admitted, timings)
 
     def _prefill(self, tokens: Tokens, plan: Plan, forced: Tokens | None,
                  timings: Timings) -> PrefillResult:
         """Restore the hit and prefill the rest, capturing the planned states."""
         t0 = time.perf_counter()
-        state: SSMState | None = plan.node.state if plan.node is not None else None
-        kv = concat_kv([n.kv for n in self.cache.path(plan.node)]) if state else None
-        cache = restore(self.model, kv, state)
+        cache, state = self._restore(plan)
         timings.restore = time.perf_counter() - t0
         n_input = len(tokens)
         if state is not None and plan.hit == n_input:  # exact repeat: nothing to compute
@@ -151,7 +181,24 @@ class Engine:
         result = prefill(self.model, torch.from_numpy(tokens).long(), cache, plan.hit, wanted,
                          self.capture)
         timings.prefill, timings.snapshot = result.forward_s, result.snapshot_s
+        timings.segments = result.segments
         return result
+
+    def _restore(self, plan: Plan) -> tuple[DynamicCache, SSMState | None]:
+        """A fresh model cache holding the hit's KV (the path's edges) and state."""
+        state = self.store.state(plan.node.state) if plan.node is not None else None
+        kv = self.store.gather([n.kv for n in self.cache.path(plan.node)]) if state else None
+        return restore(self.model, kv, state), state
+
+    def _measure_split(self, tokens: Tokens, plan: Plan, timings: Timings) -> None:
+        """`timings.split`: the prefill's time beyond one forward over input[hit:] from the
+        same restored state (the pieces' extra launches and shorter matmuls)."""
+        if timings.segments <= 1:
+            return
+        cache, _ = self._restore(plan)
+        t0 = time.perf_counter()
+        forward(self.model, cache, torch.from_numpy(tokens[plan.hit :]).long(), plan.hit)
+        timings.split = max(0.0, timings.prefill - (time.perf_counter() - t0))
 
     def _decode(self, tokens: Tokens, result: PrefillResult, base: SSMState | None, first: int,
                 steps: int, sampling: Sampling | None, timings: Timings,
@@ -215,3 +262,13 @@ class Engine:
             raise ValueError(f"prompt of {len(tokens)} tokens + {n_out} output tokens exceeds "
                              f"the model's limit of {self.model.max_context}")
         return tokens, forced
+
+
+def _store(model: HybridModel, spec: ModelSpec, capacity: int, layout: Layout) -> EngineStore:
+    """A `TensorStore` for the byte budget; a `PagedStore` sized by the layout otherwise
+    (pages: the KV budget in whole pages; slots: the pool's)."""
+    if layout == Layout():
+        return TensorStore(model)
+    pages = layout.kv_capacity(spec, capacity) // (layout.page_size * spec.kv_bytes_per_token)
+    return PagedStore(model, layout.page_size, pages=pages,
+                      slots=layout.state_slots if layout.pooled else None)

@@ -80,6 +80,7 @@ class PrefillResult:
     logits: torch.Tensor  # next-token logits after the last token
     states: dict[int, SSMState] = field(default_factory=dict)  # by the position they hold
     forward_s: float = 0.0  # model time
+    segments: int = 0  # forward calls: one more per capture point inside the range
     snapshot_s: float = 0.0  # cloning states out
 
 
@@ -102,6 +103,7 @@ def prefill(model: HybridModel, tokens: torch.Tensor, cache: DynamicCache, start
         if stop in cuts:
             result.states[stop] = snapshot_state(model, cache, stop, result.logits)
         result.forward_s += t1 - t0
+        result.segments += 1
         result.snapshot_s += time.perf_counter() - t1
         start = stop
     return result

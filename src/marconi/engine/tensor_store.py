@@ -9,6 +9,7 @@ against the spec and the cache's own accounting.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,14 @@ class TensorStore:
         self.state_bytes += state.nbytes
         self.logits_bytes += state.logits_bytes
         return state
+
+    def state(self, handle: SSMState) -> SSMState:
+        """The state behind a handle (here the handle itself)."""
+        return handle
+
+    def gather(self, handles: Sequence[KVBlock]) -> KVBlock | None:
+        """The K/V of consecutive edges as one block (None: no edge)."""
+        return concat_kv(list(handles))
 
     # --- StateStore protocol ----------------------------------------------------------
 
