@@ -12,7 +12,7 @@ from marconi.core.layout import Layout
 from marconi.core.spec import ModelSpec
 from marconi.core.stats import CacheStats
 from marconi.core.tuning import TuningReport
-from marconi.core.units import parse_size
+from marconi.core.units import format_size, parse_size
 from marconi.sim.analyze import taxonomy
 from marconi.sim.latency import FlopsLatency, LatencyModel
 from marconi.sim.metrics import hit_rate_by_length, rate
@@ -138,8 +138,12 @@ def refusal_warning(summary: dict[str, Any]) -> str | None:
     if not commits or refused <= REFUSAL_WARNING * commits:
         return None
     return (f"warning: {summary['system']} refused {refused} of {commits} commits "
-            f"({100 * refused / commits:.1f}%): sequences too big for capacity "
-            f"{summary.get('capacity')} were not cached")
+            f"({100 * refused / commits:.1f}%): sequences too big for a "
+            f"{_size(summary.get('capacity'))} cache were not cached")
+
+
+def _size(capacity: object) -> str:
+    return format_size(capacity) if isinstance(capacity, int) else str(capacity)
 
 
 def ttft_seconds(result: SimResult) -> np.ndarray:
