@@ -1,16 +1,22 @@
-"""A real uvicorn server on a free loopback port, in a thread, and a metrics scraper."""
+"""A real uvicorn server on a free loopback port, in a thread; a metrics scraper, a JSON
+poster and a log collector."""
 
 from __future__ import annotations
 
+import json
+import logging
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -40,11 +46,18 @@ def serve(hybrid: HybridModel, /, **config: object) -> Iterator[Served]:
     """Start a server with a fresh cache over `hybrid`; stop it on exit."""
     cfg = ServerConfig(**config)  # type: ignore[arg-type]
     backend = build_backend(cfg, hybrid)
+    with run_app(create_app(backend, cfg)) as url:
+        yield Served(url, backend, cfg)
+
+
+@contextmanager
+def run_app(app: FastAPI) -> Iterator[str]:
+    """Run `app` under uvicorn on a free loopback port, in a thread; yields its URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(backend, cfg), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -52,11 +65,61 @@ def serve(hybrid: HybridModel, /, **config: object) -> Iterator[Served]:
         assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
         time.sleep(0.02)
     try:
-        yield Served(f"http://127.0.0.1:{port}", backend, cfg)
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(START_TIMEOUT_S)
         sock.close()
+
+
+class Logged(logging.Handler):
+    """Collects what the server logs (uvicorn's loggers do not reach pytest's caplog)."""
+
+    NAMES = ("uvicorn", "uvicorn.error", "uvicorn.access", "marconi.server")
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    @property
+    def errors(self) -> list[str]:
+        """Records at ERROR or above, or carrying a traceback."""
+        return [r.getMessage() for r in self.records
+                if r.levelno >= logging.ERROR or r.exc_info]
+
+
+@contextmanager
+def logged() -> Iterator[Logged]:
+    """Collect the server's log records; enter it after `serve` (uvicorn's config replaces
+    the handlers of its loggers when a server is built)."""
+    handler = Logged()
+    loggers = [logging.getLogger(name) for name in Logged.NAMES]
+    ours, level = logging.getLogger("marconi.server"), logging.getLogger("marconi.server").level
+    ours.setLevel(logging.INFO)  # as `marconi serve` sets it
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        ours.setLevel(level)
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+def post(url: str, path: str, body: bytes | str,
+         timeout: float = 30) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """POST a JSON body with urllib: status, parsed JSON answer, headers."""
+    data = body.encode() if isinstance(body, str) else body
+    request = urllib.request.Request(f"{url}{path}", data=data,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read()), dict(response.headers)
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read()), dict(err.headers)
 
 
 def scrape(url: str) -> dict[str, float]:

@@ -1,16 +1,29 @@
-"""The server's parts without HTTP: codec, detokenizer, config, CLI, the engine hook."""
+"""The server's parts without HTTP (and the `serve` command as a process): codec,
+detokenizer, config, CLI, the engine hook, the scheduler, sampling."""
 
 from __future__ import annotations
 
 import argparse
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
 
 import numpy as np
 import pytest
+import torch
 
 from marconi.commands.serve import config_from_args, register
-from marconi.engine import Engine, HybridModel
+from marconi.engine import Engine, HybridModel, Sampling, sample
 from marconi.server.chat import Detokenizer, EmbeddedCodec, Message
 from marconi.server.config import EMBEDDED_MODEL, ServerConfig
+from marconi.server.metrics import ServerMetrics
+from marconi.server.scheduler import Event, Failed, Job, Scheduler
+from tests.server.harness import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +85,12 @@ class TestConfig:
         config = ServerConfig()
         assert config.name == EMBEDDED_MODEL and config.host == "127.0.0.1"
         assert config.capacity == 10**9
+        assert config.body_limit(4096) == 2**20 and config.body_limit(2**17) == 2**25
+        assert ServerConfig(max_body_size="4MB").body_limit(4096) == 4 * 10**6
+
+    def test_rejects_a_tiny_body_limit(self) -> None:
+        with pytest.raises(ValueError, match="max body size"):
+            ServerConfig(max_body_size=100)
 
 
 class TestCli:
@@ -83,6 +102,51 @@ class TestCli:
         config = config_from_args(args)
         assert (config.capacity, config.system, config.max_queue, config.max_tokens) == (
             64 * 10**6, "sglang+", 3, 5)
+        assert config.max_body_size is None
+        args = parser.parse_args(["serve", "--max-body-size", "2MB"])
+        assert config_from_args(args).body_limit(4096) == 2 * 10**6
+
+    def test_serve_says_what_it_serves_and_where(self) -> None:
+        """The real command: its first lines name the model, system, cache and URL."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        command = [sys.executable, "-m", "marconi", "serve", "--port", str(port),
+                   "--cache-size", "16MB", "--system", "sglang+", "--threads", "1"]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                   text=True)
+        try:
+            lines = _read_lines(process, 3, timeout=300)  # a loaded CI machine
+            wait_for(lambda: _healthy(f"http://127.0.0.1:{port}"), timeout=60,
+                     what="the server to answer /health")
+        finally:
+            process.send_signal(signal.SIGINT)
+            process.wait(30)
+        banner = "\n".join(lines)
+        for text in (EMBEDDED_MODEL, "context 4096 tokens", "system sglang+",
+                     "prefix cache 16.00 MB", f"http://127.0.0.1:{port}/v1"):
+            assert text in banner
+
+
+def _read_lines(process: subprocess.Popen[str], n: int, timeout: float) -> list[str]:
+    """The first `n` lines the process prints, waiting at most `timeout` seconds."""
+    assert process.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while len(lines) < n:
+        left = deadline - time.monotonic()
+        assert left > 0 and process.poll() is None, f"no banner; got {lines}"
+        if select.select([process.stdout], [], [], min(left, 1.0))[0]:
+            lines.append(process.stdout.readline())
+    return lines
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 class TestEngineHook:
@@ -101,11 +165,59 @@ class TestEngineHook:
 class TestTuner:
     def test_each_system_gets_its_own_tuner(self) -> None:
         from marconi.paper.tuner import BootstrapTuner
-        from marconi.plus.shadows import ShadowTuner
+        from marconi.plus.shadows import Boundaries, ShadowTuner
         from marconi.server.backend import _tuner
 
-        assert isinstance(_tuner(ServerConfig(system="marconi+")), ShadowTuner)
+        shadows = _tuner(ServerConfig(system="marconi+"))
+        assert isinstance(shadows, ShadowTuner)
+        assert shadows.expert.boundaries is Boundaries.FIRST  # a system prompt's end
+        assert len(set(shadows.config.experts)) == len(shadows.config.experts) == 9
+        plain = _tuner(ServerConfig(system="marconi+-no-boundaries"))
+        assert isinstance(plain, ShadowTuner) and plain.expert.boundaries is Boundaries.NONE
         bootstrap = _tuner(ServerConfig(system="marconi"))
         assert isinstance(bootstrap, BootstrapTuner) and not bootstrap.wait
         assert _tuner(ServerConfig(system="sglang+")) is None
         assert _tuner(ServerConfig(system="marconi", alpha=1.0)) is None
+
+
+class TestScheduler:
+    def test_a_failed_generation_is_counted_and_reported(self, model: HybridModel) -> None:
+        engine = Engine(model, "marconi", "16MB")
+        metrics = ServerMetrics(engine)
+        scheduler = Scheduler(engine, metrics, max_queue=2)
+        events: list[Event] = []
+        arrived = threading.Event()
+
+        def emit(event: Event) -> None:
+            events.append(event)
+            arrived.set()
+
+        scheduler.start()
+        try:  # a prompt past the vocabulary: the HTTP layer refuses it, the engine too
+            scheduler.submit(Job(prompt=[1, model.vocab_size], max_tokens=2, sampling=None,
+                                 stop_ids=frozenset(), emit=emit))
+            assert arrived.wait(30)
+        finally:
+            scheduler.stop()
+        assert isinstance(events[-1], Failed) and isinstance(events[-1].error, ValueError)
+        assert metrics.failed.labels(reason="invalid")._value.get() == 1
+
+
+class TestSample:
+    LOGITS = torch.tensor([0.5, 3.0, -1.0, 2.9])
+
+    @pytest.mark.parametrize("temperature", [1e-40, 1e-300, 5e-324])
+    def test_a_vanishing_temperature_is_the_argmax(self, temperature: float) -> None:
+        assert sample(self.LOGITS, Sampling(temperature=temperature), 0) == 1
+
+    def test_seeds_beyond_64_bits_wrap(self) -> None:
+        draws = [sample(self.LOGITS, Sampling(temperature=1.0, seed=s), 0)
+                 for s in (3, 3 + 2**64, 10**40)]
+        assert draws[0] == draws[1] and draws[2] in range(4)
+
+    def test_top_p_keeps_the_nucleus(self) -> None:
+        kept = {sample(self.LOGITS, Sampling(temperature=1.0, top_p=0.6, seed=s), 0)
+                for s in range(64)}
+        assert kept == {1, 3}  # 1 alone holds < 0.6 of the mass; 1 and 3 hold more
+        with pytest.raises(ValueError, match="top_p"):
+            Sampling(top_p=0.0)

@@ -6,8 +6,9 @@ import json
 import urllib.request
 from typing import Any
 
+from marconi.engine import HybridModel
 from marconi.server.chat import EmbeddedCodec, Message
-from tests.server.harness import Served, scrape
+from tests.server.harness import Served, scrape, serve
 
 SYSTEM = "You are a careful assistant who answers briefly and cites sources."
 
@@ -56,6 +57,17 @@ class TestSharedSystemPrompt:
         shared = _lcp(*prompts)  # the branch point checkpointed on the 2nd occurrence
         assert shared > len(codec.encode_prompt(SYSTEM))
         assert cached == [0, 0] + [shared] * (len(self.USERS) - 2)
+
+
+    def test_marconi_plus_hits_it_on_its_second_use(self, model: HybridModel) -> None:
+        """From a fresh server's first requests: the end of the system prompt (the first
+        message boundary) is checkpointed on its first use."""
+        with serve(model, cache_size="256MB", max_tokens=4, system="marconi+") as server:
+            cached = [_chat(server, [{"role": "system", "content": SYSTEM},
+                                     {"role": "user", "content": user}])
+                      .usage.prompt_tokens_details.cached_tokens for user in self.USERS[:3]]
+        _, ends = EmbeddedCodec().render([Message("system", SYSTEM), Message("user", "x")])
+        assert cached[:2] == [0, ends[0]] and cached[2] >= ends[0]
 
 
 class TestStreaming:

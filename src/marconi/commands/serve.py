@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429")
     p.add_argument("--max-tokens", type=int, default=16,
                    help="completion length when a request gives none")
+    p.add_argument("--max-body-size", default=None,
+                   help="largest request body, e.g. 4MB; larger gets 413 (default: 256 bytes "
+                        "per token of the model's context, at least 1 MiB)")
     p.add_argument("--seed", type=int, default=0, help="random weights of the embedded model")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.set_defaults(func=run_command)
@@ -45,7 +49,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(model=args.model, served_name=args.served_model_name,
                         cache_size=args.cache_size, system=args.system, alpha=args.alpha,
                         host=args.host, port=args.port, max_queue=args.max_queue,
-                        max_tokens=args.max_tokens, seed=args.seed)
+                        max_tokens=args.max_tokens, seed=args.seed,
+                        max_body_size=args.max_body_size)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -55,12 +60,24 @@ def run_command(args: argparse.Namespace) -> int:
     import uvicorn
 
     from marconi.server.app import create_app
-    from marconi.server.backend import build_backend
+    from marconi.server.backend import build_backend, describe
 
     config = config_from_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     backend = build_backend(config)
+    print(describe(backend, config), flush=True)
+    _log_to_stderr()
     uvicorn.run(create_app(backend, config), host=config.host, port=config.port,
                 log_level="info")
     return 0
+
+
+def _log_to_stderr() -> None:
+    """The server's own lines (a client gone, a crash) beside uvicorn's, from INFO up."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+    log = logging.getLogger("marconi.server")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False

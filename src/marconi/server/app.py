@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,19 +22,18 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from marconi.server import errors
 from marconi.server.backend import Backend
+from marconi.server.bodies import chat_body, completion_body, new_id
 from marconi.server.config import ServerConfig
+from marconi.server.guard import Guard
+from marconi.server.logprobs import chat_logprobs, completion_logprobs
 from marconi.server.metrics import ServerMetrics
 from marconi.server.scheduler import Scheduler
-from marconi.server.schemas import (
-    ChatRequest,
-    CompletionRequest,
-    chat_body,
-    completion_body,
-    new_id,
-)
+from marconi.server.schemas import ChatRequest, CompletionRequest
 from marconi.server.service import Service, Submission
 from marconi.server.streaming import ChunkStream
 
+log = logging.getLogger("marconi.server")
+CLIENT_GONE = 499  # nginx's "client closed request": logged, never received by anyone
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -49,9 +49,15 @@ def create_app(backend: Backend, config: ServerConfig) -> FastAPI:
         scheduler.start()
         yield
         scheduler.stop()
+        service.close()
+
+    def rejected(reason: str) -> None:
+        metrics.rejected.labels(reason=reason).inc()
 
     app = FastAPI(title="marconi", lifespan=lifespan)
-    errors.install(app)
+    errors.install(app, rejected)
+    app.add_middleware(Guard, max_body=config.body_limit(backend.max_context),
+                       rejected=rejected, crashed=metrics.failed.labels(reason="internal").inc)
     _routes(app, service)
     return app
 
@@ -68,30 +74,30 @@ async def _respond(service: Service, sub: Submission, body: CompletionRequest | 
         return StreamingResponse(stream.lines(), media_type="text/event-stream",
                                  headers=SSE_HEADERS)
     done = await service.collect(sub, request)
+    if done is None:
+        log.info("%s: the client disconnected; its request was cancelled", rid)
+        return Response(status_code=CLIENT_GONE)
+    logprobs = None
+    if (top := body.alternatives()) is not None:
+        entries = await service.logprobs(sub, done, top)
+        logprobs = chat_logprobs(entries) if chat else completion_logprobs(entries)
     make = chat_body if chat else completion_body
     return JSONResponse(make(rid, service.backend.name, done.text, done.reason,
-                             done.generation))
+                             done.generation, logprobs))
 
 
 def _routes(app: FastAPI, service: Service) -> None:
-    codec = service.backend.codec
-
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
-        if isinstance(body.prompt, str):
-            prompt = codec.encode_prompt(body.prompt)
-        else:
-            prompt = _token_prompt(body.prompt, service.backend.engine.model.vocab_size)
+        service.check_model(body.model)
+        prompt = await service.encode(body.prompt)
         sub = service.submit(body, prompt, body.max_tokens, "prompt")
         return await _respond(service, sub, body, request, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> Response:
         service.check_model(body.model)
-        try:
-            prompt, ends = codec.render([m.to_message() for m in body.messages])
-        except ValueError as err:
-            raise errors.bad_request(str(err), param="messages") from None
+        prompt, ends = await service.render([m.to_message() for m in body.messages])
         sub = service.submit(body, prompt, body.requested_tokens(), "messages", ends)
         return await _respond(service, sub, body, request, chat=True)
 
@@ -117,12 +123,3 @@ def _info_routes(app: FastAPI, service: Service) -> None:
     async def metrics() -> Response:
         return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-
-def _token_prompt(tokens: list[int], vocab: int) -> list[int]:
-    if not tokens:
-        raise errors.bad_request("prompt: must not be empty", param="prompt")
-    bad = [t for t in tokens if not 0 <= t < vocab]
-    if bad:
-        raise errors.bad_request(f"prompt: token id {bad[0]} outside the vocabulary "
-                                 f"[0, {vocab})", param="prompt")
-    return tokens

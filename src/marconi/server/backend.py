@@ -7,11 +7,14 @@ at once with no download. Its text is gibberish; its caching is real.
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from marconi.core.tuning import Tuner
+from marconi.core.units import format_size
 from marconi.engine import Engine, HybridModel, load_model, tiny_model
+from marconi.plus.shadows import Boundaries, Expert, ShadowTuner, apply
 from marconi.server.chat import Codec, EmbeddedCodec, HFCodec
 from marconi.server.config import ServerConfig
 from marconi.systems import TunerOptions, get_system
@@ -47,8 +50,11 @@ def build_backend(config: ServerConfig, model: HybridModel | None = None) -> Bac
     else:
         model = model or embedded_model(config.seed)
         codec = EmbeddedCodec()
-    engine = Engine(model, config.system, config.capacity, alpha=config.alpha,
-                    tuner=_tuner(config), tune=False)
+    tuner = _tuner(config)
+    engine = Engine(model, config.system, config.capacity, alpha=config.alpha, tuner=tuner,
+                    tune=False)
+    if isinstance(tuner, ShadowTuner) and model.spec.ssm_layers:
+        apply(engine.cache, tuner.expert)  # from the first request, not after it
     return Backend(engine, codec, config.name)
 
 
@@ -60,5 +66,38 @@ def _tuner(config: ServerConfig) -> Tuner | None:
     token-level lookup and commit per expert after each request.
     """
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marconi-tuner")
-    return get_system(config.system).make_tuner(
+    tuner = get_system(config.system).make_tuner(
         config.alpha, TunerOptions(executor=executor, wait=False))
+    return _boundary_first(tuner) if isinstance(tuner, ShadowTuner) else tuner
+
+
+def _boundary_first(tuner: ShadowTuner) -> ShadowTuner:
+    """marconi+'s shadows, started on the expert that checkpoints the first message's end.
+
+    The simulator's marconi+ starts on plain judicious admission and adopts the boundary
+    expert only once it leads by 2x (about 130 requests on a fresh server); a chat server
+    knows its requests start with system prompts, so it starts there (`build_backend`
+    applies it before the first request) and a system prompt hits on its second use. The
+    shadows still switch away if it does not pay.
+    """
+    experts = tuner.config.experts
+    first = Expert(Boundaries.FIRST, experts[0].mode)
+    if first not in experts:  # a system without boundary experts
+        return tuner
+    ordered = (first, *(e for e in experts if e != first))
+    return ShadowTuner(dataclasses.replace(tuner.config, experts=ordered))
+
+
+def describe(backend: Backend, config: ServerConfig) -> str:
+    """What `marconi serve` prints before it listens: model, system, limits, where."""
+    what = ("embedded tiny Bamba, random weights" if config.model is None
+            else f"from {config.model}")
+    spec = backend.engine.cache.spec
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    return "\n".join((
+        f"marconi serve: model `{backend.name}` ({what}; context {backend.max_context} "
+        f"tokens; {spec.attention_layers} attention + {spec.ssm_layers} SSM layers)",
+        f"  system {config.system}, prefix cache {format_size(config.capacity)} "
+        f"(KV + SSM states), queue {config.max_queue}, default max_tokens "
+        f"{config.max_tokens}, body limit {format_size(config.body_limit(backend.max_context))}",
+        f"  OpenAI base URL http://{host}:{config.port}/v1  (also /health, /metrics)"))

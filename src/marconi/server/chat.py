@@ -17,6 +17,7 @@ Two codecs behind one protocol:
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,11 +52,17 @@ class Codec(Protocol):
 
     def decode(self, tokens: Sequence[int]) -> str: ...
 
+    def token_bytes(self, token: int) -> bytes: ...
+
     def remember(self, text: str, tokens: Sequence[int]) -> None: ...
 
 
 class EmbeddedCodec:
-    """Mistral v1 sentencepiece + the template above; see the module docstring."""
+    """Mistral v1 sentencepiece + the template above; see the module docstring.
+
+    Thread-safe: the server renders on a tokenizer thread and remembers replies on the
+    event loop, so the memo is guarded by a lock.
+    """
 
     def __init__(self, memo_size: int = 4096) -> None:
         import sentencepiece
@@ -69,6 +76,7 @@ class EmbeddedCodec:
         self._markers = {r: self._encode(f"<|{r}|>") for r in ROLES}
         self._memo: OrderedDict[str, tuple[int, ...]] = OrderedDict()
         self._memo_size = memo_size
+        self._lock = threading.Lock()
 
     def _encode(self, text: str) -> list[int]:
         return [int(t) for t in self._sp.encode(text)] if text else []
@@ -88,20 +96,32 @@ class EmbeddedCodec:
         return tokens + self._markers["assistant"], tuple(ends)
 
     def _content(self, message: Message) -> list[int]:
-        if message.role == "assistant" and message.content in self._memo:
-            self._memo.move_to_end(message.content)
-            return list(self._memo[message.content])
+        if message.role == "assistant":
+            with self._lock:
+                if (known := self._memo.get(message.content)) is not None:
+                    self._memo.move_to_end(message.content)
+                    return list(known)
         return self._encode(message.content)
 
     def decode(self, tokens: Sequence[int]) -> str:
         return str(self._sp.decode([int(t) for t in tokens]))
 
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes `token` adds to a text (a byte-fallback piece: its one byte)."""
+        piece = str(self._sp.id_to_piece(token))
+        if self._sp.is_byte(token):
+            return bytes([int(piece[3:5], 16)])  # "<0xE2>"
+        if self._sp.is_control(token) or self._sp.is_unknown(token):
+            return b""
+        return piece.replace("\u2581", " ").encode()
+
     def remember(self, text: str, tokens: Sequence[int]) -> None:
         """Render `text` as these exact tokens when it comes back as an assistant message."""
-        self._memo[text] = tuple(int(t) for t in tokens)
-        self._memo.move_to_end(text)
-        while len(self._memo) > self._memo_size:
-            self._memo.popitem(last=False)
+        with self._lock:
+            self._memo[text] = tuple(int(t) for t in tokens)
+            self._memo.move_to_end(text)
+            while len(self._memo) > self._memo_size:
+                self._memo.popitem(last=False)
 
 
 class HFCodec:
@@ -135,6 +155,9 @@ class HFCodec:
 
     def decode(self, tokens: Sequence[int]) -> str:
         return str(self._tok.decode([int(t) for t in tokens], skip_special_tokens=True))
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.decode([token]).encode()
 
     def remember(self, text: str, tokens: Sequence[int]) -> None:
         """Nothing: a real template re-tokenizes replies (as vLLM and SGLang do)."""

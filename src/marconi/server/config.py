@@ -9,6 +9,10 @@ from marconi.core.units import parse_size
 from marconi.systems import get_system
 
 EMBEDDED_MODEL = "marconi-tiny-bamba"  # name served when no --model is given
+# A prompt that fits the context is at most 32 characters a token (the server refuses
+# longer text untokenized), and JSON spends at most 6 bytes on a character ("\u00e9").
+BODY_BYTES_PER_TOKEN = 256
+MIN_BODY_BYTES = 2**20  # chat history and fields around a short-context prompt
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -25,6 +29,14 @@ class ServerConfig:
     max_queue: int = 64  # requests allowed to wait; one more gets 429
     max_tokens: int = 16  # default completion length when a request sets none
     seed: int = 0  # random weights of the embedded model
+    max_body_size: int | str | None = None  # bytes of a request body; None: from the context
+
+    def body_limit(self, max_context: int) -> int:
+        """The request body limit: as set, or `BODY_BYTES_PER_TOKEN` per token of the
+        model's context (at least `MIN_BODY_BYTES`): room for any prompt that fits."""
+        if self.max_body_size is not None:
+            return parse_size(self.max_body_size)
+        return max(MIN_BODY_BYTES, BODY_BYTES_PER_TOKEN * max_context)
 
     def __post_init__(self) -> None:
         get_system(self.system)  # ValueError listing the known systems
@@ -37,6 +49,8 @@ class ServerConfig:
             raise ValueError(f"max queue must be >= 1, got {self.max_queue!r}")
         if self.max_tokens < 1:
             raise ValueError(f"max tokens must be >= 1, got {self.max_tokens!r}")
+        if self.max_body_size is not None and parse_size(self.max_body_size) < 1024:
+            raise ValueError(f"max body size must be >= 1KB, got {self.max_body_size!r}")
         if self.model is not None and not Path(self.model).is_dir():
             raise ValueError(f"--model {self.model}: not a folder (a local HF checkpoint)")
 

@@ -101,8 +101,11 @@ class ServerMetrics:
                                          registry=r)
         self.success = Counter(PREFIX + "request_success", "Finished requests.",
                                ["finished_reason"], registry=r)
-        self.rejected = Counter(PREFIX + "request_rejected", "Requests refused before running.",
+        self.rejected = Counter(PREFIX + "request_rejected",
+                                "Requests refused before running (each 4xx, by reason).",
                                 ["reason"], registry=r)
+        self.failed = Counter(PREFIX + "request_failure", "Requests whose generation failed.",
+                              ["reason"], registry=r)
         self.waiting = Gauge(PREFIX + "num_requests_waiting", "Requests queued.", registry=r)
         self.running = Gauge(PREFIX + "num_requests_running", "Requests running.", registry=r)
         r.register(_CacheCollector(self.view))
@@ -123,6 +126,12 @@ class ServerMetrics:
         self.generation_tokens.inc(len(gen.output))
         self.success.labels(finished_reason=reason).inc()
         self.e2e.observe(e2e)
+        self.publish(engine)
+
+    def failure(self, engine: Engine, error: Exception) -> None:
+        """Account one failed generation: `invalid` (the engine refused the request, a
+        400) or `internal` (a 500)."""
+        self.failed.labels(reason="invalid" if isinstance(error, ValueError) else "internal").inc()
         self.publish(engine)
 
     def track_queue(self, waiting: Callable[[], float], running: Callable[[], float]) -> None:

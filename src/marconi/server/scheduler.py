@@ -6,7 +6,9 @@ handler --submit--> [ queue (max_queue) ] --> worker thread: engine.generate(on_
    +------ events (Token..., Done | Failed), thread-safe ---+
 ```
 A full queue raises `QueueFull` (the app answers 429). A job whose client went away is
-marked `cancelled`: skipped if still waiting, stopped at its next token if running.
+marked `cancelled`: skipped if still waiting, stopped at its next token if running
+(either way counted as finished with reason `abort`). A generation that raises is
+counted as a failure and reported to its client; the worker lives on.
 """
 
 from __future__ import annotations
@@ -101,7 +103,8 @@ class Scheduler:
 
     def _run(self) -> None:
         while (job := self._queue.get()) is not None:
-            if job.cancelled.is_set():
+            if job.cancelled.is_set():  # its client left while it waited
+                self.metrics.success.labels(finished_reason="abort").inc()
                 continue
             self.running = 1
             try:
@@ -125,6 +128,7 @@ class Scheduler:
             gen = self.engine.generate(job.prompt, job.max_tokens, job.sampling,
                                        on_token=on_token, boundaries=job.boundaries)
         except Exception as err:  # reported to the client, the worker lives on
+            self.metrics.failure(self.engine, err)
             return Failed(err)
         reason = _finish_reason(job, gen)
         self.metrics.finished(self.engine, gen, reason, time.perf_counter() - job.arrival)

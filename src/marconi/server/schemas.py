@@ -1,19 +1,52 @@
-"""OpenAI request bodies (pydantic, strict types) and response bodies (plain dicts).
+"""OpenAI request bodies: pydantic models with strict types.
 
-Fields the server cannot honour are refused with a 400 naming them rather than ignored;
-unknown fields are ignored, as OpenAI-compatible servers do.
+Fields the server cannot honour are refused with a 400 naming them rather than ignored
+(`REFUSED`: each with the values that mean "not used", which pass); fields it does not
+know are ignored, as OpenAI-compatible servers do. Text must be valid Unicode: a lone
+surrogate (JSON's `"\\ud800"`) is refused here, before a tokenizer or a response body
+meets it.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from marconi.engine import Generation
 from marconi.server.chat import Message
+
+
+def _unicode(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"contains a lone surrogate (U+{ord(value[err.start]):04X}) at "
+                         f"character {err.start}; text must be valid Unicode") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_unicode)]
+Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]  # OpenAI's integer range
+
+_TOOLS = "this server's model cannot call tools (send no tools, or tool_choice \"none\")"
+REFUSED: dict[str, tuple[tuple[Any, ...], str]] = {  # field: (values that pass, why not)
+    "stop": ((None, "", []), "stop sequences are not supported by this server (the "
+             "model's end-of-sequence token still stops it)"),
+    "frequency_penalty": ((None, 0), "penalties are not supported by this server"),
+    "presence_penalty": ((None, 0), "penalties are not supported by this server"),
+    "logit_bias": ((None, {}), "logit_bias is not supported by this server"),
+    "echo": ((None, False), "echo is not supported by this server"),
+    "suffix": ((None, ""), "suffix (insertion) is not supported by this server"),
+    "best_of": ((None, 1), "best_of > 1 is not supported by this server"),
+    "response_format": ((None, {"type": "text"}), "only {\"type\": \"text\"} is supported"),
+    "tool_choice": ((None, "none", "auto"), _TOOLS),
+    "tools": ((None, []), _TOOLS),
+    "functions": ((None, []), _TOOLS),
+    "function_call": ((None, "none", "auto"), _TOOLS),
+    "modalities": ((None, ["text"]), "only text output is supported"),
+    "audio": ((None,), "audio output is not supported"),
+    "prediction": ((None,), "predicted outputs are not supported"),
+}
 
 
 class StreamOptions(BaseModel):
@@ -26,14 +59,14 @@ class TextPart(BaseModel):
     model_config = ConfigDict(strict=True)
 
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(strict=True)
 
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart] | None = None
+    content: Text | list[TextPart] | None = None
 
     def to_message(self) -> Message:
         if isinstance(self.content, list):
@@ -42,69 +75,80 @@ class ChatMessage(BaseModel):
 
 
 class _Common(BaseModel):
-    """Fields both endpoints share."""
+    """Fields both endpoints share, and the refusal of what neither can honour."""
 
     model_config = ConfigDict(strict=True)
 
-    model: str
+    model: Text
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=1)  # an extension, as in vLLM
-    seed: int | None = None
+    seed: Int64 | None = None
     n: int = Field(default=1, ge=1, le=1)  # one choice per request
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop: str | list[str] | None = None  # refused below; the model's EOS still stops
-    user: str | None = None
+    user: Text | None = None
+    stop: Any = None
+    frequency_penalty: Any = None
+    presence_penalty: Any = None
+    logit_bias: Any = None
 
-    @field_validator("stop")
+    @field_validator(*REFUSED, mode="before", check_fields=False)
     @classmethod
-    def _no_stop_strings(cls, value: str | list[str] | None) -> None:
-        if value:
-            raise ValueError("stop sequences are not supported by this server")
-        return None
+    def _refuse(cls, value: Any, info: ValidationInfo) -> Any:
+        name = info.field_name or ""
+        passes, why = REFUSED[name]
+        if name == "tools" and info.data.get("tool_choice") == "none":
+            return None  # tools the client says not to call: nothing to honour
+        if value not in passes:  # by equality: 0.0 passes as 0
+            raise ValueError(why)
+        return value
+
+    @field_validator("logprobs", check_fields=False)
+    @classmethod
+    def _no_streamed_logprobs(cls, value: Any, info: ValidationInfo) -> Any:
+        if value not in (None, False) and info.data.get("stream"):
+            raise ValueError("log probabilities are not available when streaming "
+                             "(stream: true)")
+        return value
 
 
 class CompletionRequest(_Common):
-    prompt: str | list[int] = Field(union_mode="left_to_right")
+    prompt: Text | list[int] = Field(union_mode="left_to_right")
+    logprobs: int | None = Field(default=None, ge=0, le=5)  # alternatives per token
+    echo: Any = None
+    suffix: Any = None
+    best_of: Any = None
+
+    def alternatives(self) -> int | None:
+        """Most likely tokens to list beside each chosen one; None: no log probabilities."""
+        return self.logprobs
 
 
 class ChatRequest(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    response_format: Any = None
+    tool_choice: Any = None  # before `tools`: "none" lets tools pass
+    tools: Any = None
+    functions: Any = None
+    function_call: Any = None
+    modalities: Any = None
+    audio: Any = None
+    prediction: Any = None
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _needs_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value and not info.data.get("logprobs"):
+            raise ValueError("top_logprobs needs logprobs: true")
+        return value
 
     def requested_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:24]}"
-
-
-def usage(gen: Generation) -> dict[str, Any]:
-    """OpenAI usage; `cached_tokens` = prompt tokens served from the prefix cache."""
-    n_out = len(gen.output)
-    return {"prompt_tokens": gen.n_input, "completion_tokens": n_out,
-            "total_tokens": gen.n_input + n_out,
-            "prompt_tokens_details": {"cached_tokens": gen.hit}}
-
-
-def completion_body(rid: str, model: str, text: str, reason: str,
-                    gen: Generation) -> dict[str, Any]:
-    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "text": text, "finish_reason": reason, "logprobs": None}],
-            "usage": usage(gen)}
-
-
-def chat_body(rid: str, model: str, text: str, reason: str, gen: Generation) -> dict[str, Any]:
-    message = {"role": "assistant", "content": text}
-    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": reason,
-                         "logprobs": None}],
-            "usage": usage(gen)}
-
-
-def error_body(message: str, kind: str, param: str | None = None,
-               code: str | None = None) -> dict[str, Any]:
-    """OpenAI's error shape."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    def alternatives(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None

@@ -1,28 +1,38 @@
 """From a validated request to a finished (or streamed) generation.
 
-`Service.submit` checks the model name and the context length, then queues a `Job`
-whose events cross from the worker thread into the request's asyncio queue. `collect`
-waits for the whole output (watching for a client that leaves); `events` yields text
-deltas as they come. Either way, a request whose client is gone is cancelled.
+Nothing slow runs on the event loop: `encode` and `render` refuse text that could never
+fit the context before tokenizing it, then tokenize on a tokenizer thread (both
+tokenizers release the GIL), so one huge prompt never stalls `/health` or other clients.
+`submit` checks the context length and queues a `Job` whose events cross from the worker
+thread into the request's asyncio queue. `collect` waits for the whole output (None when
+the client left); `deltas` yields text deltas as they come. Either way, a request whose
+client is gone is cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 from starlette.requests import Request
 
 from marconi.engine import Generation, Sampling
 from marconi.server.backend import Backend
-from marconi.server.chat import Detokenizer
+from marconi.server.chat import Detokenizer, Message
 from marconi.server.errors import ApiError, bad_request
+from marconi.server.logprobs import TokenLogprob, token_logprobs
 from marconi.server.metrics import ServerMetrics
 from marconi.server.scheduler import Done, Event, Failed, Job, QueueFull, Scheduler, Token
 from marconi.server.schemas import _Common
 
 POLL_S = 0.25  # how often a waiting non-streaming handler checks its client is still there
+CHARS_PER_TOKEN = 32  # text over this x the context is refused untokenized (Mistral
+# v1's longest piece is 16 characters: such a text cannot fit)
+RETRY_AFTER_S = 1  # what a 429 tells the client to wait: requests here take about that
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,21 +58,61 @@ class Service:
                  default_max_tokens: int) -> None:
         self.backend, self.scheduler, self.metrics = backend, scheduler, metrics
         self.default_max_tokens = default_max_tokens
+        # one thread: tokenizers need not be thread-safe, and a flood of big prompts
+        # queues here instead of taking every core from the engine
+        self._tokenizer = ThreadPoolExecutor(max_workers=1,
+                                             thread_name_prefix="marconi-tokenizer")
+
+    def close(self) -> None:
+        self._tokenizer.shutdown(wait=False, cancel_futures=True)
 
     def check_model(self, name: str) -> None:
         if name != self.backend.name:
             raise ApiError(404, f"The model `{name}` does not exist; this server serves "
                            f"`{self.backend.name}`.", param="model", code="model_not_found")
 
+    async def encode(self, prompt: str | list[int]) -> list[int]:
+        """A completion's prompt as token ids (a text tokenized off the event loop)."""
+        if isinstance(prompt, list):
+            return self._token_prompt(prompt)
+        self._check_chars(len(prompt), "prompt")
+        return await self._off_loop(self.backend.codec.encode_prompt, prompt)
+
+    async def render(self, messages: Sequence[Message]) -> tuple[list[int], tuple[int, ...]]:
+        """A chat's prompt and its message ends, rendered off the event loop."""
+        self._check_chars(sum(len(m.content) for m in messages), "messages")
+        try:
+            return await self._off_loop(self.backend.codec.render, messages)
+        except ValueError as err:
+            raise bad_request(str(err), param="messages") from None
+
+    async def _off_loop(self, fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._tokenizer, fn, *args)
+
+    def _check_chars(self, n: int, field: str) -> None:
+        limit = CHARS_PER_TOKEN * self.backend.max_context
+        if n > limit:
+            raise bad_request(
+                f"{field}: {n} characters cannot fit this model's maximum context length of "
+                f"{self.backend.max_context} tokens (text over {limit} characters is refused "
+                "before it is tokenized)", param=field, code="context_length_exceeded")
+
+    def _token_prompt(self, tokens: list[int]) -> list[int]:
+        vocab = self.backend.engine.model.vocab_size
+        bad = [t for t in tokens if not 0 <= t < vocab]
+        if bad:
+            raise bad_request(f"prompt: token id {bad[0]} outside the vocabulary "
+                              f"[0, {vocab})", param="prompt")
+        return tokens
+
     def submit(self, body: _Common, prompt: list[int], requested: int | None,
                field: str, boundaries: tuple[int, ...] = ()) -> Submission:
-        """Queue one generation; ApiError 400 (too long), 404 (model) or 429 (queue full)."""
-        self.check_model(body.model)
+        """Queue one generation; ApiError 400 (empty, too long) or 429 (queue full)."""
         if not prompt:
             raise bad_request(f"{field}: the prompt has no tokens", param=field)
         max_tokens = self._max_tokens(len(prompt), requested, field)
         sampling = Sampling(temperature=body.temperature or 0.0, top_k=body.top_k,
-                            seed=body.seed or 0)
+                            top_p=body.top_p or 1.0, seed=body.seed or 0)
         loop, events = asyncio.get_running_loop(), asyncio.Queue[Event]()
         eos = self.backend.codec.eos_id
         stop = frozenset() if eos is None else frozenset({eos})
@@ -72,8 +122,8 @@ class Service:
         try:
             self.scheduler.submit(job)
         except QueueFull as err:
-            self.metrics.rejected.labels(reason="queue_full").inc()
-            raise ApiError(429, str(err), "rate_limit_error", code="queue_full") from None
+            raise ApiError(429, str(err), "rate_limit_error", code="queue_full",
+                           headers={"Retry-After": str(RETRY_AFTER_S)}) from None
         return Submission(job, events, Detokenizer(self.backend.codec, stop))
 
     def _max_tokens(self, n_prompt: int, requested: int | None, field: str) -> int:
@@ -90,15 +140,15 @@ class Service:
                 param=field, code="context_length_exceeded")
         return wanted
 
-    async def collect(self, sub: Submission, request: Request) -> Finished:
-        """Wait for the whole output; cancels the job if the client disconnects."""
+    async def collect(self, sub: Submission, request: Request) -> Finished | None:
+        """Wait for the whole output; None (the job cancelled) if the client disconnects."""
         try:
             while True:
                 try:
                     event = await asyncio.wait_for(sub.events.get(), POLL_S)
                 except TimeoutError:
                     if await request.is_disconnected():
-                        raise asyncio.CancelledError from None
+                        return None
                     continue
                 if (done := self._step(sub, event)) is not None:
                     return done
@@ -123,14 +173,20 @@ class Service:
         finally:
             sub.job.cancelled.set()
 
+    async def logprobs(self, sub: Submission, done: Finished, top: int) -> list[TokenLogprob]:
+        """Log probabilities of the output's text tokens (computed off the event loop)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, token_logprobs, done.generation, self.backend.codec.token_bytes,
+            sub.job.stop_ids, top)
+
     def _step(self, sub: Submission, event: Event) -> Finished | None:
         """Feed one event; the `Finished` record at the end, ApiError on failure."""
         if isinstance(event, Token):
             sub.detok.push(event.token)
             return None
         if isinstance(event, Failed):
-            if isinstance(event.error, ValueError):
-                raise bad_request(str(event.error))
+            if isinstance(event.error, ValueError):  # counted as failures, not rejections
+                raise ApiError(400, str(event.error), rejects=False)
             raise ApiError(500, f"generation failed: {event.error}", "internal_error")
         assert isinstance(event, Done)
         sub.detok.flush()

@@ -16,8 +16,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from marconi.server.bodies import error_body, usage
 from marconi.server.errors import ApiError
-from marconi.server.schemas import error_body, usage
 from marconi.server.service import Finished, Service, Submission
 
 Choice = Callable[[str | None, str | None], dict[str, Any]]  # (text, finish_reason) -> choice

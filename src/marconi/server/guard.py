@@ -1,0 +1,93 @@
+"""ASGI middleware in front of the routes: a body-size limit and a last-resort 500.
+
+- A body declared (`Content-Length`) or found while reading to exceed `max_body` bytes
+  is refused with a 413 before any of it is parsed, so no client can make the event
+  loop parse or tokenize megabytes that could never fit the model's context. The rest
+  of it is read and dropped first (up to `DRAIN_BYTES`): a client still sending would
+  otherwise see its connection reset instead of the answer.
+- An exception no handler knows becomes a 500 in OpenAI's shape here, and the
+  connection stays usable: Starlette's own last-resort handler answers and then re-raises,
+  which makes uvicorn drop a keep-alive connection (the client's next request fails).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from marconi.server.errors import ApiError, BodyTooLarge, Rejected
+
+log = logging.getLogger("marconi.server")
+DRAIN_BYTES = 64 * 2**20  # past this a refused body is not read: the connection is closed
+
+
+class Guard:
+    """Wraps the app (inside Starlette's error middleware, outside the routes)."""
+
+    def __init__(self, app: ASGIApp, max_body: int, rejected: Rejected,
+                 crashed: Callable[[], object]) -> None:
+        self.app, self.max_body, self.rejected, self.crashed = app, max_body, rejected, crashed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_body:
+            await self._refuse(int(declared), scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, self._limited(receive), watched)
+        except Exception as err:
+            if started:  # mid-response: nothing left to answer with
+                raise
+            log.exception("request failed", exc_info=err)
+            self.crashed()
+            error = ApiError(500, f"internal error: {type(err).__name__}: {err}",
+                             "internal_error")
+            await error.response()(scope, receive, send)
+
+    async def _refuse(self, declared: int, scope: Scope, receive: Receive, send: Send) -> None:
+        drained = declared <= DRAIN_BYTES and await _drain(receive, DRAIN_BYTES)
+        error = BodyTooLarge(self.max_body, drained).error()
+        self.rejected(error.reason)
+        await error.response()(scope, receive, send)
+
+    def _limited(self, receive: Receive) -> Receive:
+        """`receive` that raises BodyTooLarge once the body read passes the limit."""
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_body:
+                drained = not message.get("more_body", False) or await _drain(
+                    receive, DRAIN_BYTES - seen)
+                raise BodyTooLarge(self.max_body, drained)
+            return message
+
+        return limited
+
+
+async def _drain(receive: Receive, budget: int) -> bool:
+    """Read the rest of a request's body, keeping none of it; False if the client left
+    or more than `budget` bytes remain."""
+    while budget >= 0:
+        message = await receive()
+        if message["type"] != "http.request":
+            return False
+        budget -= len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return budget >= 0
+    return False

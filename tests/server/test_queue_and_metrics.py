@@ -1,0 +1,105 @@
+"""The queue (429 with Retry-After), clients that leave (cancelled quietly), and metrics
+that account for every request: answered, failed or refused."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from typing import Any
+from urllib.parse import urlsplit
+
+import openai
+import pytest
+
+from marconi.engine import HybridModel
+from tests.server.harness import Served, logged, post, scrape, serve, wait_for
+
+ABORTED = "marconi:request_success_total{finished_reason=abort}"
+
+
+def _running(server: Served) -> float:
+    return scrape(server.url)["marconi:num_requests_running"]
+
+
+class TestQueueAndDisconnect:
+    def test_full_queue_gives_429_and_a_gone_client_frees_its_request(
+            self, model: HybridModel) -> None:
+        with serve(model, cache_size="64MB", max_queue=1) as server, logged() as log:
+            client = server.client()
+            long = client.chat.completions.create(  # runs until its client leaves
+                model=server.model, messages=[{"role": "user", "content": "go"}],
+                max_tokens=3000, stream=True)
+            chunks = iter(long)
+            while not next(chunks).choices[0].delta.content:
+                pass
+            queued: list[Any] = []
+            waiter = threading.Thread(target=lambda: queued.append(client.completions.create(
+                model=server.model, prompt="wait", max_tokens=2)))
+            waiter.start()
+            wait_for(lambda: scrape(server.url)["marconi:num_requests_waiting"] == 1,
+                     what="one queued request")
+            with pytest.raises(openai.RateLimitError) as err:
+                client.completions.create(model=server.model, prompt="full", max_tokens=2)
+            assert err.value.status_code == 429
+            assert err.value.body["code"] == "queue_full"  # type: ignore[index]
+            assert err.value.response.headers["retry-after"] == "1"
+            long.close()  # the client goes away mid-stream
+            waiter.join(60)
+            assert queued and queued[0].usage.completion_tokens == 2
+            metrics = scrape(server.url)
+        assert metrics[ABORTED] == 1
+        assert metrics["marconi:generation_tokens_total"] < 1500  # stopped early
+        assert metrics["marconi:request_rejected_total{reason=queue_full}"] == 1
+        assert metrics["marconi:num_requests_running"] == 0
+        assert log.errors == []
+
+    def test_a_waiting_client_that_leaves_is_cancelled_quietly(self, model: HybridModel) -> None:
+        """Non-streaming: the handler notices the client is gone, cancels the request and
+        logs one line, not a traceback."""
+        with serve(model, cache_size="64MB") as server, logged() as log:
+            body = json.dumps({"model": server.model, "prompt": "go", "max_tokens": 3000})
+            where = urlsplit(server.url)
+            sock = socket.create_connection((where.hostname, where.port), timeout=10)
+            sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                         f"application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}"
+                         .encode())
+            wait_for(lambda: _running(server) == 1, timeout=60, what="the request to run")
+            sock.close()
+            wait_for(lambda: scrape(server.url).get(ABORTED) == 1, timeout=60,
+                     what="the request to stop")
+            wait_for(lambda: log.errors or any("disconnected" in r.getMessage()
+                                               for r in log.records),
+                     timeout=60, what="the handler to notice")
+            assert scrape(server.url)["marconi:generation_tokens_total"] < 1500
+        assert log.errors == []
+
+
+class TestMetricsAddUp:
+    def test_every_request_is_counted_once(self, model: HybridModel) -> None:
+        with serve(model, cache_size="64MB", max_tokens=2) as server:
+            client, name = server.client(), server.model
+            client.completions.create(model=name, prompt="one")
+            client.chat.completions.create(model=name, messages=[{"role": "user",
+                                                                  "content": "two"}])
+            stream = client.completions.create(model=name, prompt="three", stream=True,
+                                               max_tokens=3000)
+            next(iter(stream))
+            stream.close()  # aborted
+            refused = [{"model": name, "prompt": "x", "echo": True},  # 400
+                       {"model": "gpt-9", "prompt": "x"},  # 404
+                       {"model": name, "prompt": "a " * 5000},  # 400, context length
+                       {"model": name, "prompt": "a" * 2**21}]  # 413
+            statuses = [post(server.url, "/v1/completions", json.dumps(b))[0] for b in refused]
+            assert statuses == [400, 404, 400, 413]
+            wait_for(lambda: scrape(server.url).get(ABORTED) == 1, what="the abort")
+            metrics = scrape(server.url)
+        counted = {k: v for k, v in metrics.items() if v and k.startswith((
+            "marconi:request_success_total", "marconi:request_failure_total",
+            "marconi:request_rejected_total"))}
+        assert counted == {
+            "marconi:request_success_total{finished_reason=length}": 2, ABORTED: 1,
+            "marconi:request_rejected_total{reason=invalid_request}": 1,
+            "marconi:request_rejected_total{reason=model_not_found}": 1,
+            "marconi:request_rejected_total{reason=context_length_exceeded}": 1,
+            "marconi:request_rejected_total{reason=body_too_large}": 1}
