@@ -8,9 +8,11 @@ touched; by default the copy is of HEAD, so uncommitted edits do not move the fi
 Prints one row per module, the survivors, and last
 `mutation score: KILLED/TOTAL killed` (a timeout counts as killed: the tests noticed).
 
-    .venv/bin/python benchmarks/bench_mutation.py [--quick] [--max-children 2] [--keep]
-        [--worktree]
+    .venv/bin/python benchmarks/bench_mutation.py [--quick] [--only core|engine]
+        [--max-children 2] [--keep] [--worktree]
 
+Two groups, each in its own copy: the core's mutants against the core's tests, the
+engine's against a bounded selection of engine tests (the fuzz's cases among them).
 `--quick` mutates a CI-sized sample (the tree and the paper's admission) against the fast
 core tests only. Figures and the survivors judged equivalent: benchmarks/RESULTS.md.
 """
@@ -26,18 +28,38 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MODULES = [f"core/{m}.py" for m in ("cache", "tree", "evicting", "policy", "stats", "slots",
-                                     "lazy_heap")] \
-    + ["paper/admission.py", "paper/eviction.py"] \
-    + [f"engine/{m}.py" for m in ("prefill", "state", "tensor_store")]
-TESTS = [f"tests/test_{m}.py" for m in ("tree", "slots", "cache", "cache_properties",
-                                        "policies")] \
-    + [f"tests/engine/test_{m}.py" for m in ("edits", "fuzz", "exactness", "store")]
-QUICK_MODULES = ["core/tree.py", "paper/admission.py"]
-QUICK_TESTS = ["tests/test_tree.py", "tests/test_policies.py", "tests/test_cache.py"]
+FUZZ = "tests/engine/test_fuzz.py::test_cached_runs_equal_a_plain_forward_under_pressure"
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Modules mutated together and the tests that judge them: the core against its own
+    fast tests, the engine against a bounded engine selection (every mutant that survives
+    reruns all the tests covering its function, so the selection bounds the wall time)."""
+
+    name: str
+    modules: tuple[str, ...]  # under src/marconi/
+    tests: tuple[str, ...]  # pytest paths or node ids
+
+
+CORE_MODULES = ("cache", "tree", "evicting", "policy", "stats", "slots", "lazy_heap")
+CORE_TESTS = ("tree", "slots", "cache", "cache_properties", "policies")
+CORE = Group("core", (*(f"core/{m}.py" for m in CORE_MODULES), "paper/admission.py",
+                      "paper/eviction.py"), tuple(f"tests/test_{m}.py" for m in CORE_TESTS))
+ENGINE = Group("engine", tuple(f"engine/{m}.py" for m in ("prefill", "state", "tensor_store")),
+               ("tests/engine/test_edits.py", "tests/engine/test_exactness.py::TestRestore",
+                "tests/engine/test_exactness.py::TestChunkCapture",
+                "tests/engine/test_exactness.py::TestExactRepeat",
+                "tests/engine/test_store.py::TestRelease",
+                f"{FUZZ}[bamba-chunk-sglang-2026]", f"{FUZZ}[falcon_h1-exact-vllm-2026]",
+                f"{FUZZ}[qwen3_next-exact-marconi-inverse-age]"))
+QUICK = Group("quick", ("core/tree.py", "paper/admission.py"),
+              ("tests/test_tree.py", "tests/test_policies.py", "tests/test_cache.py"))
 KILLED = {"killed", "timeout", "segfault"}  # the tests noticed the mutant
 
 
@@ -55,12 +77,12 @@ def copy_tree(work: Path, worktree: bool) -> None:
     shutil.copy2(REPO / "pyproject.toml", work / "pyproject.toml")
 
 
-def write_config(work: Path, modules: list[str], tests: list[str]) -> None:
+def write_config(work: Path, group: Group) -> None:
     """mutmut reads setup.cfg when pyproject.toml has no [tool.mutmut]: the copy's only."""
     lines = ["[mutmut]", "source_paths = src/marconi", "process_isolation = forkserver",
              "only_mutate ="]
-    lines += [f"    src/marconi/{m}" for m in modules]
-    lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in tests]
+    lines += [f"    src/marconi/{m}" for m in group.modules]
+    lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in group.tests]
     lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider"]
     (work / "setup.cfg").write_text("\n".join(lines) + "\n")
 
@@ -88,7 +110,7 @@ def statuses(work: Path) -> dict[str, str]:
     return out
 
 
-def module_of(mutant: str, modules: list[str]) -> str:
+def module_of(mutant: str, modules: Sequence[str]) -> str:
     """The module file a mutant name (`marconi.core.tree.xǁRadixTreeǁsplit__mutmut_3`) is in."""
     for module in modules:
         dotted = "marconi." + module.removesuffix(".py").replace("/", ".") + "."
@@ -97,7 +119,7 @@ def module_of(mutant: str, modules: list[str]) -> str:
     return "?"
 
 
-def report(verdicts: dict[str, str], modules: list[str]) -> tuple[int, int]:
+def report(verdicts: dict[str, str], modules: Sequence[str]) -> tuple[int, int]:
     """Print a row per module and the survivors; returns (killed, total)."""
     rows: dict[str, Counter[str]] = {m: Counter() for m in modules}
     for name, status in verdicts.items():
@@ -115,28 +137,36 @@ def report(verdicts: dict[str, str], modules: list[str]) -> tuple[int, int]:
     return killed, len(verdicts)
 
 
+def run_group(group: Group, worktree: bool, children: int, keep: bool) -> dict[str, str]:
+    """Every verdict of one group's mutants, from its own temporary copy."""
+    work = Path(tempfile.mkdtemp(prefix=f"marconi-mutation-{group.name}-"))
+    try:
+        copy_tree(work, worktree)
+        write_config(work, group)
+        mutmut(work, "run", "--max-children", str(children))
+        return statuses(work)
+    finally:
+        if keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a CI-sized sample")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--keep", action="store_true", help="keep the temporary copy")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary copies")
     parser.add_argument("--worktree", action="store_true",
                         help="mutate the working tree's files instead of HEAD's")
+    parser.add_argument("--only", choices=[CORE.name, ENGINE.name], help="one group")
     args = parser.parse_args(argv)
-    modules, tests = (QUICK_MODULES, QUICK_TESTS) if args.quick else (MODULES, TESTS)
-    work = Path(tempfile.mkdtemp(prefix="marconi-mutation-"))
-    t0 = time.perf_counter()
-    try:
-        copy_tree(work, args.worktree)
-        write_config(work, modules, tests)
-        mutmut(work, "run", "--max-children", str(args.max_children))
-        killed, total = report(statuses(work), modules)
-    finally:
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps({"modules": len(modules), "tests": len(tests),
+    groups = [QUICK] if args.quick else [g for g in (CORE, ENGINE) if args.only in (None, g.name)]
+    t0, verdicts = time.perf_counter(), {}
+    for group in groups:
+        verdicts |= run_group(group, args.worktree, args.max_children, args.keep)
+    killed, total = report(verdicts, [m for g in groups for m in g.modules])
+    print(json.dumps({"groups": [g.name for g in groups],
                       "seconds": round(time.perf_counter() - t0)}))
     print(f"mutation score: {killed}/{total} killed")
     return 0
