@@ -217,3 +217,21 @@ class TestSimulator:
         assert main(["simulate", "synthetic:multi-turn", "--sessions", "2", "--quiet",
                      "--capacity", "1GB", *extra]) == 2
         assert word in capsys.readouterr().err
+
+
+class TestEngineLayouts:
+    """The layouts the peers' engines use, at a given memory."""
+
+    def test_sglang_pools_its_share_of_the_memory(self):
+        from marconi.peers.mamba_radix import sglang_layout
+
+        layout = sglang_layout(PAPER_7B, 2 * 10**9)
+        assert layout == Layout(page_size=1, state_slots=35)  # 2e9 x 0.9 / 1.9 / 26.8 MB
+        assert layout.kv_capacity(PAPER_7B, 2 * 10**9) == 2 * 10**9 - 35 * PAPER_7B.ssm_bytes
+        assert sglang_layout(PAPER_7B, PAPER_7B.ssm_bytes) == Layout()  # no whole slot
+
+    def test_vllm_pages_are_its_blocks(self):
+        from marconi.peers.mamba_align import vllm_block_tokens, vllm_layout
+
+        assert vllm_layout(PAPER_7B, 10**9) == Layout(page_size=vllm_block_tokens(PAPER_7B))
+        assert vllm_block_tokens(PAPER_7B) == 80

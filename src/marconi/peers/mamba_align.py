@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 
+from marconi.core.layout import Layout
 from marconi.core.policy import Action, Admission, Victim
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Match, Node
@@ -34,6 +35,13 @@ def vllm_block_tokens(spec: ModelSpec) -> int:
     `16 * ceil(mamba_page / (16 * kv_bytes_per_token_per_layer))`."""
     per_token = spec.kv_layer_bytes_per_token
     return ATTENTION_ALIGN * -(-spec.ssm_layer_bytes // (ATTENTION_ALIGN * per_token))
+
+
+def vllm_layout(spec: ModelSpec, capacity: int) -> Layout:
+    """vLLM's memory for a hybrid model: one pool of equal pages, KV in blocks of
+    `vllm_block_tokens(spec)` tokens, states counted at their own size (the padding of a
+    state up to a page is not modelled: docs/peers.md)."""
+    return Layout(page_size=vllm_block_tokens(spec))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

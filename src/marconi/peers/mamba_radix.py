@@ -20,7 +20,9 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from marconi.core.layout import Layout
 from marconi.core.policy import Action, Admission, Pressure, Victim, alive
+from marconi.core.spec import ModelSpec
 from marconi.core.tree import Match, Node
 from marconi.peers.two_lists import TwoListLRU
 
@@ -53,6 +55,15 @@ class SGLangConfig:
             raise ValueError(f"SGLangConfig.max_states_per_path must be positive, got {cap!r}")
         if not isinstance(self.mode, BufferMode):
             raise ValueError(f"SGLangConfig.mode must be a BufferMode, got {self.mode!r}")
+
+
+def sglang_layout(spec: ModelSpec, capacity: int, config: SGLangConfig | None = None) -> Layout:
+    """SGLang's memory at `capacity` bytes: KV in pages of one token beside a mamba pool
+    holding `state_share` of the memory (`--mamba-full-memory-ratio` 0.9: states / KV).
+    The byte budget when that share holds no state (or the model has none)."""
+    share = (config or SGLangConfig()).state_share
+    slots = int(capacity * share / spec.ssm_bytes) if spec.ssm_bytes else 0
+    return Layout(page_size=1, state_slots=slots)
 
 
 def deepest_state(match: Match, limit: int) -> int:
