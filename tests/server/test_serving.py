@@ -41,6 +41,21 @@ class TestMultiTurn:
         assert cached[0] == 0 and cached == sorted(cached) and len(set(cached)) == 4
 
 
+    def test_a_regenerate_misses_only_the_last_message(self, server: Served) -> None:
+        """README: the state after a prompt alone is not admitted (measured not to pay), so
+        a temperature-0 repeat of a turn hits where the previous turn ended."""
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "Tell me a story."}]
+        first = _chat(server, messages)
+        messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                     {"role": "user", "content": "And then?"}]
+        turn, again = _chat(server, messages), _chat(server, messages)
+        previous = first.usage.prompt_tokens + first.usage.completion_tokens
+        assert again.choices[0].message.content == turn.choices[0].message.content
+        cached = again.usage.prompt_tokens_details.cached_tokens
+        assert cached == turn.usage.prompt_tokens_details.cached_tokens == previous
+        assert cached < again.usage.prompt_tokens
+
+
 class TestSharedSystemPrompt:
     USERS = ("Apples or pears?", "Bicycles are fast.", "Cats sleep a lot.",
              "Dolphins swim.", "Elephants remember.", "Foxes run.")
