@@ -122,8 +122,8 @@ def module_of(mutant: str, modules: Sequence[str]) -> str:
     return "?"
 
 
-def report(verdicts: dict[str, str], modules: Sequence[str]) -> tuple[int, int]:
-    """Print a row per module and the survivors; returns (killed, total)."""
+def print_table(verdicts: dict[str, str], modules: Sequence[str]) -> None:
+    """One row per module: killed, survived, not covered by any selected test, total."""
     rows: dict[str, Counter[str]] = {m: Counter() for m in modules}
     for name, status in verdicts.items():
         rows.setdefault(module_of(name, modules), Counter())[status] += 1
@@ -132,12 +132,20 @@ def report(verdicts: dict[str, str], modules: Sequence[str]) -> tuple[int, int]:
         killed = sum(c[s] for s in KILLED)
         print(f"{module:24} {killed:7d} {c['survived']:9d} {c['no tests']:9d} "
               f"{sum(c.values()):6d}")
+
+
+def report(verdicts: dict[str, str], modules: Sequence[str]) -> tuple[int, int]:
+    """Print the table and every mutant not killed; returns (killed, total)."""
+    unrun = [n for n, s in verdicts.items() if s == "not checked"]  # an interrupted run
+    verdicts = {n: s for n, s in verdicts.items() if s != "not checked"}
+    print_table(verdicts, modules)
     survivors = sorted(n for n, s in verdicts.items() if s not in KILLED)
     print(f"\nnot killed ({len(survivors)}; `mutmut show NAME` in a --keep copy shows one):")
     for name in survivors:
         print(f"  {name}: {verdicts[name]}")
-    killed = sum(1 for s in verdicts.values() if s in KILLED)
-    return killed, len(verdicts)
+    if unrun:
+        print(f"not run (left out of the score): {len(unrun)}")
+    return sum(1 for s in verdicts.values() if s in KILLED), len(verdicts)
 
 
 def run_group(group: Group, worktree: bool, children: int, keep: bool) -> dict[str, str]:
