@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from marconi.paper.tuner import BootstrapTuner, _local_executor
+from marconi.paper.tuner import BootstrapTuner, Inline, _local_executor
 from marconi.systems import TunerOptions, get_system, make_cache
 from tests.helpers import SMALL, serve
 from tests.test_tuner import _workload
@@ -66,8 +66,14 @@ def test_a_background_replay_scores_what_a_blocking_one_does():
 
 
 def test_no_fork_from_a_process_holding_torch():
+    """Once torch is loaded a waiting tuner replays on the calling thread (a fork may hang;
+    a forkserver's state breaks in a sweep's forked workers), with the same scores."""
     pytest.importorskip("torch")
     assert "torch" in sys.modules
-    pool = _local_executor(4, wait=True)
-    assert pool._mp_context.get_start_method() == "forkserver"  # type: ignore[attr-defined]
-    pool.shutdown()
+    assert isinstance(_local_executor(4, wait=True), Inline)
+    inline, threads = BootstrapTuner(wait=True), BootstrapTuner(
+        executor=ThreadPoolExecutor(2), wait=True)
+    _until_launch(inline)
+    _until_launch(threads)
+    assert inline.result is not None and threads.result is not None
+    assert inline.result.scores == threads.result.scores

@@ -8,15 +8,14 @@ from the snapshot under every alpha of the grid (in parallel, on any
 By default a replay never blocks the driver: it runs on one background (daemon) thread,
 or on the executor the caller passes, and its alpha is adopted by a later `observe`, on
 the driver's thread. `wait=True` asks for the result at once (the simulator does, to stay
-deterministic); without an executor it then runs on local processes, started by
-`forkserver` rather than `fork` once torch is loaded (a fork of a process holding torch's
-thread pools may hang).
+deterministic); without an executor it then runs on local processes, or on the calling
+thread once torch is loaded: a fork of a process holding torch's thread pools may hang,
+and a `forkserver`'s state does not survive the forks of a process pool (a sweep's).
 """
 
 from __future__ import annotations
 
 import copy
-import multiprocessing
 import os
 import sys
 import threading
@@ -164,12 +163,27 @@ def _workers(executor: Executor) -> int:
 
 def _local_executor(tasks: int, wait: bool) -> Executor:
     """Where replays run when the caller gave no executor: one background thread when
-    nobody waits, else local processes (never forked from a process holding torch)."""
+    nobody waits, else local processes, never forked from a process holding torch (the
+    calling thread then)."""
     if not wait:
         return Background()
-    method = "forkserver" if "torch" in sys.modules else None
-    return ProcessPoolExecutor(max_workers=max(1, min(tasks, os.cpu_count() or 1)),
-                               mp_context=multiprocessing.get_context(method))
+    if "torch" in sys.modules:
+        return Inline()
+    return ProcessPoolExecutor(max_workers=max(1, min(tasks, os.cpu_count() or 1)))
+
+
+class Inline(Executor):
+    """Each task at submit, on the calling thread."""
+
+    _max_workers = 1
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as err:  # raised again by whoever adopts the result
+            future.set_exception(err)
+        return future
 
 
 class Background(Executor):
