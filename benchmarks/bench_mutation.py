@@ -84,9 +84,9 @@ def write_config(work: Path, group: Group) -> None:
     lines += [f"    src/marconi/{m}" for m in group.modules]
     lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in group.tests]
     lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider"]
-    # a mutant that loops forever is stopped after 4 x (its tests' time + 5 s) of CPU
-    # time (mutmut doubles the multiplier); the default, 15, spent minutes on each
-    lines += ["timeout_multiplier = 2", "timeout_constant = 5"]
+    # a mutant still running after 4 x (its tests' time + 10 s) of wall time is stopped
+    # (and counted a timeout): room for a loaded machine, not mutmut's 15x per looping mutant
+    lines += ["timeout_multiplier = 4", "timeout_constant = 10"]
     (work / "setup.cfg").write_text("\n".join(lines) + "\n")
 
 
