@@ -55,8 +55,11 @@ class TestLoad:
             watcher = threading.Thread(target=_watch, args=(server, done, held))
             for thread in (*threads, watcher):
                 thread.start()
+            deadline = time.monotonic() + 600  # ~15 s on an idle machine
             for thread in threads:
-                thread.join(150)
+                thread.join(max(0.0, deadline - time.monotonic()))
+            # every client done before the scrape (a late one would make it stale)
+            assert not any(thread.is_alive() for thread in threads)
             done.set()
             watcher.join(10)
             metrics = scrape(server.url)

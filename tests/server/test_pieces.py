@@ -4,7 +4,8 @@ detokenizer, config, CLI, the engine hook, the scheduler, sampling."""
 from __future__ import annotations
 
 import argparse
-import select
+import contextlib
+import queue
 import signal
 import socket
 import subprocess
@@ -129,16 +130,20 @@ class TestCli:
 
 
 def _read_lines(process: subprocess.Popen[str], n: int, timeout: float) -> list[str]:
-    """The first `n` lines the process prints, waiting at most `timeout` seconds."""
+    """The first `n` lines the process prints, waiting at most `timeout` seconds (a
+    reader thread: a buffered pipe can hold lines that `select` no longer sees)."""
+    lines: queue.Queue[str] = queue.Queue()
     assert process.stdout is not None
-    lines: list[str] = []
+    stdout = process.stdout
+    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
+    out: list[str] = []
     deadline = time.monotonic() + timeout
-    while len(lines) < n:
+    while len(out) < n:
         left = deadline - time.monotonic()
-        assert left > 0 and process.poll() is None, f"no banner; got {lines}"
-        if select.select([process.stdout], [], [], min(left, 1.0))[0]:
-            lines.append(process.stdout.readline())
-    return lines
+        assert left > 0 and process.poll() is None, f"no banner; got {out}"
+        with contextlib.suppress(queue.Empty):
+            out.append(lines.get(timeout=min(left, 1.0)))
+    return out
 
 
 def _healthy(url: str) -> bool:

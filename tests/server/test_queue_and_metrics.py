@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from marconi.engine import HybridModel
+from marconi.server import service
 from tests.server.harness import Served, logged, post, scrape, serve, wait_for
 
 ABORTED = "marconi:request_success_total{finished_reason=abort}"
@@ -54,9 +55,12 @@ class TestQueueAndDisconnect:
         assert metrics["marconi:num_requests_running"] == 0
         assert log.errors == []
 
-    def test_a_waiting_client_that_leaves_is_cancelled_quietly(self, model: HybridModel) -> None:
+    def test_a_waiting_client_that_leaves_is_cancelled_quietly(
+            self, model: HybridModel, monkeypatch: pytest.MonkeyPatch) -> None:
         """Non-streaming: the handler notices the client is gone, cancels the request and
-        logs one line, not a traceback."""
+        logs one line, not a traceback. It looks at every token: with a poll longer than
+        the whole generation, only that check can notice."""
+        monkeypatch.setattr(service, "POLL_S", 600.0)
         with serve(model, cache_size="64MB") as server, logged() as log:
             body = json.dumps({"model": server.model, "prompt": "go", "max_tokens": 3000})
             where = urlsplit(server.url)

@@ -141,16 +141,20 @@ class Service:
         return wanted
 
     async def collect(self, sub: Submission, request: Request) -> Finished | None:
-        """Wait for the whole output; None (the job cancelled) if the client disconnects."""
+        """Wait for the whole output; None (the job cancelled) if the client disconnects.
+
+        The client is checked at every token and every `POLL_S` without one: tokens that
+        come faster than that must not hide a client that left.
+        """
         try:
             while True:
                 try:
-                    event = await asyncio.wait_for(sub.events.get(), POLL_S)
+                    event: Event | None = await asyncio.wait_for(sub.events.get(), POLL_S)
                 except TimeoutError:
-                    if await request.is_disconnected():
-                        return None
-                    continue
-                if (done := self._step(sub, event)) is not None:
+                    event = None
+                if await request.is_disconnected():
+                    return None
+                if event is not None and (done := self._step(sub, event)) is not None:
                     return done
         finally:
             sub.job.cancelled.set()  # a no-op once finished
