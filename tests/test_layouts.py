@@ -48,20 +48,10 @@ class TestArguments:
         with pytest.raises(ValueError, match="state_slots=3"):
             make_cache(SMALL, 2 * STATE, "marconi", state_slots=3)
 
-    @pytest.mark.parametrize("system", sorted(n for n, s in SYSTEMS.items()
-                                              if s.engine_layout is None))
+    @pytest.mark.parametrize("system", sorted(SYSTEMS))
     def test_defaults_are_the_single_byte_budget(self, system):
         cache = make_cache(SMALL, "1GB", system)
         assert cache.layout == Layout() and cache.kv_capacity == cache.capacity
-
-    @pytest.mark.parametrize(("system", "layout"), [
-        ("sglang-2026", Layout(page_size=1, state_slots=35)),
-        ("sglang-2026-extra", Layout(page_size=1, state_slots=35)),
-        ("vllm-2026", Layout(page_size=80))])
-    def test_peers_run_their_engines_layout_unless_told(self, system, layout):
-        assert make_cache(PAPER_7B, "2GB", system).layout == layout
-        plain = make_cache(PAPER_7B, "2GB", system, page_size=1, state_slots=0)
-        assert plain.layout == Layout()
 
 
 class TestPages:
