@@ -124,3 +124,30 @@ def test_interrupt_or_kill_leaves_no_worker(tmp_path: Path, how: signal.Signals)
         assert code == 130 and "interrupted; finished cells are kept" in text
         assert len(text.splitlines()) < 10
     assert ResultsFile(out).read()  # what finished is kept
+
+
+ORPHAN = """
+import sys, time
+from marconi.paper.tuner import _local_executor
+pool = _local_executor(2, wait=True)
+for _ in range(2):
+    pool.submit(time.sleep, 120)
+time.sleep(1)
+print(*(p.pid for p in pool._processes.values()), flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_killed_worker_takes_its_tuner_replays_with_it() -> None:
+    # a sweep's `stop` SIGKILLs a worker that may be running the bootstrap tuner's replay
+    # processes; they must not run on for minutes
+    proc = subprocess.Popen([sys.executable, "-c", ORPHAN], stdout=subprocess.PIPE, text=True)
+    try:
+        replays = [psutil.Process(int(pid)) for pid in proc.stdout.readline().split()]
+        assert len(replays) == 2
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _gone(replays, within=10) == [], "the tuner's replays outlived their worker"

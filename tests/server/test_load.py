@@ -137,6 +137,8 @@ def _others_running(server: Served) -> Iterator[None]:
     wait_for(lambda: len(answered) >= 2, what="the chat clients to start")
     try:
         yield
+        # a fast machine finishes the block within a few probes: it must span five
+        wait_for(lambda: len(latencies) >= 5, what="five /health probes")
     finally:
         done.set()
         for thread in threads:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from marconi.core.cache import PrefixCache
+from marconi.core.orphans import die_with_parent
 from marconi.core.policy import Admission
 from marconi.core.snapshot import Snapshot, rebuild, take
 from marconi.core.tuning import Objective, TuningReport, serve
@@ -169,7 +170,9 @@ def _local_executor(tasks: int, wait: bool) -> Executor:
         return Background()
     if "torch" in sys.modules:
         return Inline()
-    return ProcessPoolExecutor(max_workers=max(1, min(tasks, os.cpu_count() or 1)))
+    # its processes die with this one: a sweep's `stop` SIGKILLs the worker running us
+    return ProcessPoolExecutor(max_workers=max(1, min(tasks, os.cpu_count() or 1)),
+                               initializer=die_with_parent, initargs=(os.getpid(),))
 
 
 class Inline(Executor):

@@ -4,23 +4,22 @@
   the main process handles it (no worker tracebacks), then `stop` kills them.
 - SIGTERM of the main process raises `KeyboardInterrupt` in it (`sigterm_interrupts`),
   so the same cleanup runs.
-- SIGKILL of the main process runs no cleanup at all: each worker watches its parent and,
-  once reparented, kills its own children (the bootstrap tuner's replay pool) and exits.
+- SIGKILL of the main process (or of a worker, by `stop`) runs no cleanup at all: each
+  worker, and each of the bootstrap tuner's replay processes, watches its parent and, once
+  reparented, kills its own children and exits (`core.orphans`).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
 from types import FrameType
 
-WATCH_S = 0.5  # how often a worker checks that its parent is alive
+from marconi.core.orphans import die_with_parent
 
 
 def worker_pool(workers: int | None, plugins: Sequence[str] = ()) -> ProcessPoolExecutor:
@@ -32,7 +31,7 @@ def worker_pool(workers: int | None, plugins: Sequence[str] = ()) -> ProcessPool
 def init_worker(parent: int, plugins: Sequence[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
     load_plugins(plugins)
-    threading.Thread(target=_watch, args=(parent,), daemon=True, name="watch-parent").start()
+    die_with_parent(parent)
 
 
 def load_plugins(plugins: Sequence[str]) -> None:
@@ -40,14 +39,6 @@ def load_plugins(plugins: Sequence[str]) -> None:
 
     for plugin in plugins:
         load_plugin(plugin)
-
-
-def _watch(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(WATCH_S)
-    for child in multiprocessing.active_children():
-        child.kill()
-    os._exit(1)
 
 
 def stop(pool: Executor) -> None:
