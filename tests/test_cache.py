@@ -9,6 +9,10 @@ from marconi.core.spec import PAPER_7B
 from marconi.systems import SYSTEMS, make_cache
 from tests.helpers import SMALL, ListStore
 
+# the byte budget, for peers that default to their engine's layout (pages and slots under
+# the same refusal rule: tests/test_layouts.py)
+BYTES = {"page_size": 1, "state_slots": 0}
+
 
 def _seq(start: int, n: int) -> list[int]:
     return list(range(start, start + n))
@@ -119,11 +123,11 @@ class TestCapacity:
     def test_refusal_evicts_nothing(self, system: str) -> None:
         """A sequence that cannot fit even in an empty cache is bypassed before any
         eviction: what the cache held stays, and still hits."""
-        probe = make_cache(SMALL, "1TB", system)
+        probe = make_cache(SMALL, "1TB", system, **BYTES)
         for start in (0, 10_000):
             _request(probe, _seq(start, 200), [1])
         # room for the two 200-token entries, not for one of 3,000 tokens
-        cache = make_cache(SMALL, probe.bytes + 10_000, system)
+        cache = make_cache(SMALL, probe.bytes + 10_000, system, **BYTES)
         for start in (0, 10_000):
             _request(cache, _seq(start, 200), [1])
         held = cache.bytes

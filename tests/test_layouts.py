@@ -48,10 +48,20 @@ class TestArguments:
         with pytest.raises(ValueError, match="state_slots=3"):
             make_cache(SMALL, 2 * STATE, "marconi", state_slots=3)
 
-    @pytest.mark.parametrize("system", sorted(SYSTEMS))
+    @pytest.mark.parametrize("system", sorted(n for n, s in SYSTEMS.items()
+                                              if s.engine_layout is None))
     def test_defaults_are_the_single_byte_budget(self, system):
         cache = make_cache(SMALL, "1GB", system)
         assert cache.layout == Layout() and cache.kv_capacity == cache.capacity
+
+    @pytest.mark.parametrize(("system", "layout"), [
+        ("sglang-2026", Layout(page_size=1, state_slots=35)),
+        ("sglang-2026-extra", Layout(page_size=1, state_slots=35)),
+        ("vllm-2026", Layout(page_size=80))])
+    def test_peers_run_their_engines_layout_unless_told(self, system, layout):
+        assert make_cache(PAPER_7B, "2GB", system).layout == layout
+        plain = make_cache(PAPER_7B, "2GB", system, page_size=1, state_slots=0)
+        assert plain.layout == Layout()
 
 
 class TestPages:
@@ -235,3 +245,17 @@ class TestEngineLayouts:
 
         assert vllm_layout(PAPER_7B, 10**9) == Layout(page_size=vllm_block_tokens(PAPER_7B))
         assert vllm_block_tokens(PAPER_7B) == 80
+
+    def test_a_run_says_which_layout_it_ran(self, capsys):
+        from marconi.cli import main
+
+        args = ["simulate", "synthetic:multi-turn", "--sessions", "3", "--capacity", "2GB",
+                "--json", "--quiet", "--no-bounds", "--system"]
+        assert main([*args, "vllm-2026"]) == 0
+        out, err = capsys.readouterr()
+        assert (json.loads(out)["page_size"], json.loads(out)["state_slots"]) == (80, 0)
+        assert "layout: vllm-2026 runs KV in pages of 80 tokens" in err
+        assert main([*args, "sglang-2026", "--state-slots", "0"]) == 0
+        out, err = capsys.readouterr()
+        assert (json.loads(out)["page_size"], json.loads(out)["state_slots"]) == (1, 0)
+        assert "layout:" not in err  # the paper's single byte budget goes unremarked

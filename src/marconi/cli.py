@@ -18,6 +18,7 @@ from marconi import __version__
 from marconi.api import write_records
 from marconi.commands.extras import require, require_for_trace
 from marconi.commands.parsing import Parser, add_plugin_argument, load_plugins
+from marconi.core.layout import Layout
 from marconi.core.spec import ModelSpec, resolve_model
 from marconi.report.table import table
 from marconi.sim.capacity import check_capacity
@@ -132,6 +133,15 @@ def _config(args: argparse.Namespace, system: str, alpha: float | None) -> SimCo
                      page_size=args.page_size, state_slots=args.state_slots)
 
 
+def _say_layout(config: SimConfig) -> None:
+    """On stderr, the memory layout of a run that is not the single byte budget (a peer's
+    engine layout by default): its figures are not comparable to the paper's otherwise."""
+    layout = config.layout()
+    if layout != Layout():
+        print(f"layout: {config.system} runs {layout.in_words()} "
+              "(--page-size 1 --state-slots 0: the single byte budget)", file=sys.stderr)
+
+
 def _preflight(args: argparse.Namespace, systems: Sequence[str]) -> None:
     """Every check that needs no replay, before the first one starts: extras, output
     paths, the capacity against the model."""
@@ -144,7 +154,7 @@ def _preflight(args: argparse.Namespace, systems: Sequence[str]) -> None:
     if records is not None and records.suffix == ".parquet":
         require("traces", "pyarrow")
     for system in systems:
-        _config(args, system, None)
+        _say_layout(_config(args, system, None))
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

@@ -242,8 +242,23 @@ def _marconi_inverse_age(spec: ModelSpec, alpha: float) -> Policies:
 # --- today's engines (what each models: docs/peers.md) ---------------------------------------
 
 
+def _sglang_memory(spec: ModelSpec, capacity: int) -> Layout:
+    """SGLang's layout: KV per token beside a state pool of 0.9 / 1.9 of the memory."""
+    from marconi.peers.mamba_radix import sglang_layout
+
+    return sglang_layout(spec, capacity)
+
+
+def _vllm_memory(spec: ModelSpec, capacity: int) -> Layout:
+    """vLLM's layout for hybrid models: KV in pages of its attention block size."""
+    from marconi.peers.mamba_align import vllm_layout
+
+    return vllm_layout(spec, capacity)
+
+
 @system("sglang-2026", "SGLang MambaRadixCache (no-buffer): states at chunk, prefill and "
-        "request ends; KV and state LRU lists")
+        "request ends; KV and state LRU lists; its layout: a state pool beside the KV",
+        engine_layout=_sglang_memory)
 def _sglang_2026(spec: ModelSpec, alpha: float) -> Policies:
     from marconi.peers.mamba_radix import MambaRadix, MambaRadixLRU
 
@@ -251,7 +266,7 @@ def _sglang_2026(spec: ModelSpec, alpha: float) -> Policies:
 
 
 @system("sglang-2026-extra", "SGLang MambaRadixCache (extra-buffer): 64-aligned chunk and "
-        "branch states")
+        "branch states; its layout: a state pool beside the KV", engine_layout=_sglang_memory)
 def _sglang_2026_extra(spec: ModelSpec, alpha: float) -> Policies:
     from marconi.peers.mamba_radix import BufferMode, MambaRadix, MambaRadixLRU, SGLangConfig
 
@@ -260,7 +275,7 @@ def _sglang_2026_extra(spec: ModelSpec, alpha: float) -> Policies:
 
 
 @system("vllm-2026", "vLLM v1 align mode: block-aligned states, shared-prefix junctions, "
-        "block LRU")
+        "block LRU; its layout: KV in pages of its block size", engine_layout=_vllm_memory)
 def _vllm_2026(spec: ModelSpec, alpha: float) -> Policies:
     from marconi.peers.mamba_align import Align, BlockLRU
 

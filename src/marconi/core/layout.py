@@ -42,6 +42,13 @@ class Layout:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
+    def in_words(self) -> str:
+        """For a run's report: 'KV in pages of 80 tokens, one byte budget'."""
+        kv = "KV per token" if self.page_size == 1 else f"KV in pages of {self.page_size} tokens"
+        states = (f"{self.state_slots} state slots beside it" if self.pooled
+                  else "one byte budget")
+        return f"{kv}, {states}"
+
     @property
     def pooled(self) -> bool:
         """States have a pool of their own (and a count limit)."""

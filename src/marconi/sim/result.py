@@ -39,16 +39,20 @@ class SimConfig:
     state_slots: int | None = None  # a state pool (0: one byte budget); None: the system's
 
     def __post_init__(self) -> None:
-        capacity = parse_size(self.capacity)
-        if self.system not in REFERENCES:  # the layout it would run, checked against capacity
-            get_system(self.system).layout(self.spec, capacity, page_size=self.page_size,
-                                           state_slots=self.state_slots
-                                           ).kv_capacity(self.spec, capacity)
-        else:
-            Layout(page_size=1 if self.page_size is None else self.page_size,
-                   state_slots=0 if self.state_slots is None else self.state_slots)
+        self.layout().kv_capacity(self.spec, parse_size(self.capacity))  # fits the capacity
         if not self.decode_s_per_token >= 0:
             raise ValueError(f"decode_s_per_token must be >= 0, got {self.decode_s_per_token!r}")
+
+
+    def layout(self) -> Layout:
+        """The memory layout the replayed cache runs (the references: as given, else the
+        single byte budget)."""
+        if self.system not in REFERENCES:
+            return get_system(self.system).layout(self.spec, self.capacity,
+                                                  page_size=self.page_size,
+                                                  state_slots=self.state_slots)
+        return Layout(page_size=1 if self.page_size is None else self.page_size,
+                      state_slots=0 if self.state_slots is None else self.state_slots)
 
 
 @dataclass(slots=True)
@@ -115,6 +119,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "capacity": int(result.config.capacity) if isinstance(result.config.capacity, int)
         else result.config.capacity,
         "model": spec.name,
+        "page_size": result.config.layout().page_size,
+        "state_slots": result.config.layout().state_slots,
         "seconds": result.seconds,
     }
     out |= _ttft(result)

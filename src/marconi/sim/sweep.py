@@ -41,7 +41,8 @@ from marconi.workload import Trace, TraceOptions, load_trace
 from marconi.workload.report import describe
 
 # summary parts left out of rows: nested, or already a cell column (system, trace, ...)
-ROW_SKIP = ("hit_rate_by_input_length", "reuse_taxonomy", "system", "capacity", "trace", "model")
+ROW_SKIP = ("hit_rate_by_input_length", "reuse_taxonomy", "system", "capacity", "trace", "model",
+            "page_size", "state_slots")  # a cell's layout is its system's (docs/peers.md)
 LOAD_REPORT = "_load"  # a row's private key: what its trace's load kept and dropped
 
 __all__ = ["Cell", "cell_trace", "expand", "run_cell", "run_sweep"]
