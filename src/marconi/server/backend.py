@@ -59,11 +59,10 @@ def build_backend(config: ServerConfig, model: HybridModel | None = None) -> Bac
 
 
 def _tuner(config: ServerConfig) -> Tuner | None:
-    """The system's tuner, its replays on a background thread so requests never wait.
-
-    (The library default uses processes and waits: right for the simulator, wrong inside
-    a server whose engine thread holds torch.) marconi+'s shadow experts run inline: a
-    token-level lookup and commit per expert after each request.
+    """The system's tuner, its replays on one named background thread so requests never
+    wait (as the library's default does too; the simulator alone waits for each replay).
+    marconi+'s shadow experts run inline: a token-level lookup and commit per expert
+    after each request.
     """
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marconi-tuner")
     tuner = get_system(config.system).make_tuner(
