@@ -110,3 +110,95 @@ class TestArtifact:
         path = files.text("bad.jsonl", rows + '{"session_id": \n')
         with pytest.raises(ValueError, match=r"bad.jsonl:4: malformed JSON"):
             load_trace(path)
+
+
+def _plain_or_error(path: Path) -> object:
+    """The reference reader's answer: its trace rows, or its error message."""
+    from marconi.workload.buffers import TraceBuilder
+    from marconi.workload.readers import artifact
+    from marconi.workload.report import LoadStats
+
+    builder = TraceBuilder()
+    try:
+        artifact._read_plain(path, builder, LoadStats(unit="requests"))
+    except ValueError as err:
+        return str(err)
+    return _rows(builder.build(path.name).trace())
+
+
+def _rows(trace: object) -> list[tuple[object, ...]]:
+    return [(r.session_id, r.turn, r.arrival, r.input_tokens.tolist(), r.output_tokens.tolist())
+            for r in trace]  # type: ignore[attr-defined]
+
+
+def _loaded_or_error(path: Path) -> object:
+    try:
+        return _rows(load_trace(path, format="artifact", options=TraceOptions(use_cache=False)))
+    except ValueError as err:
+        return str(err)
+
+
+GOOD = '{"session_id": "a", "turn_id": 0, "ts": 1, "input_tokens": [1, 2], "output_tokens": [3]}'
+
+
+class TestFastPath:
+    """msgspec + numpy read well-formed files; anything else goes to the plain reader, so
+    the answer (trace or error message) is always the plain reader's."""
+
+    def test_a_well_formed_file_takes_the_fast_path(self, tmp_path: Path) -> None:
+        from tests.workload.test_pinned import artifact_file
+
+        from marconi.workload.buffers import TraceBuilder
+        from marconi.workload.io import read_bytes
+        from marconi.workload.readers import artifact
+        from marconi.workload.report import LoadStats
+
+        path = artifact_file(tmp_path)  # CRLF, blank lines, spaces in lists, non-ASCII
+        builder = TraceBuilder()
+        assert artifact._read_fast(read_bytes(path), builder, LoadStats(unit="requests"))
+        assert _rows(builder.build(path.name).trace()) == _plain_or_error(path)
+
+    @pytest.mark.parametrize(
+        "line",
+        [
+            GOOD.replace("[1, 2]", "[1.0, 2]"),
+            GOOD.replace("[1, 2]", "[1e2]"),
+            GOOD.replace("[1, 2]", "[-1, 2]"),
+            GOOD.replace("[1, 2]", "[-0, 2]"),
+            GOOD.replace("[1, 2]", "[2147483647]"),
+            GOOD.replace("[1, 2]", "[2147483648]"),
+            GOOD.replace("[1, 2]", "[18446744073709551617]"),
+            GOOD.replace("[1, 2]", "[[1], [2]]"),
+            GOOD.replace("[1, 2]", '["1"]'),
+            GOOD.replace("[1, 2]", "[true]"),
+            GOOD.replace("[1, 2]", "[01]"),
+            GOOD.replace("[1, 2]", "[+1]"),
+            GOOD.replace("[1, 2]", "[ ]"),
+            GOOD.replace("[1, 2]", "{}"),
+            GOOD.replace('"ts": 1', '"ts": NaN'),
+            GOOD.replace('"ts": 1', '"ts": true'),
+            GOOD.replace('"ts": 1', '"ts": 1e400'),
+            GOOD.replace('"turn_id": 0', '"turn_id": 0.0'),
+            GOOD.replace('"session_id": "a"', '"session_id": "\\ud800"'),
+            GOOD.replace('"session_id": "a"', '"session_id": "a\u2028b"'),
+            GOOD.replace('"session_id": "a"', '"session_id": "a\x0cb"'),
+            GOOD.replace('"session_id": "a"', '"session_id": null'),
+            GOOD + "\n\u3000\n" + GOOD,  # a blank line to str.strip, not to bytes.strip
+            GOOD + "\r" + GOOD,  # a lone CR splits lines
+            "\ufeff" + GOOD,
+            GOOD + " x",
+            "[1]",
+        ],
+    )
+    def test_anything_else_reads_as_the_plain_reader_reads_it(
+        self, tmp_path: Path, line: str
+    ) -> None:
+        path = tmp_path / "t.jsonl"
+        path.write_bytes((GOOD + "\n" + line + "\n").encode("utf-8", "surrogatepass"))
+        assert _loaded_or_error(path) == _plain_or_error(path)
+
+    def test_invalid_utf8_is_named_as_before(self, tmp_path: Path) -> None:
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(GOOD.encode() + b"\n" + GOOD.replace('"a"', '"\xff"').encode("latin-1"))
+        with pytest.raises(TraceError, match=r"t.jsonl: not UTF-8 text at byte \d+"):
+            load_trace(path, format="artifact")

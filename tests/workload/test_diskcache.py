@@ -62,3 +62,35 @@ class TestDiskCache:
         assert len(list((tmp_path / "mine").glob("*.npz"))) == 1
         load_trace(path, options=OPTS.with_(use_cache=False, cache_dir=str(tmp_path / "no")))
         assert not (tmp_path / "no").exists()
+
+
+class TestEveryFileFormatIsCached:
+    @pytest.mark.parametrize("fmt", ["artifact", "mooncake"])
+    def test_id_formats_load_from_the_cache_the_second_time(
+        self, files: Files, _isolated_cache: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+    ) -> None:
+        from marconi.workload.readers import artifact, mooncake
+
+        rows = ([{"session_id": "a", "turn_id": 0, "ts": 1.0, "input_tokens": [1, 2],
+                  "output_tokens": [3]}] if fmt == "artifact" else
+                [{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [0, 1]}])
+        path = files.jsonl(f"{fmt}.jsonl", rows)
+        first = load_trace(path, format=fmt)
+        assert len(list(_isolated_cache.glob("*.npz"))) == 1
+        reader = artifact if fmt == "artifact" else mooncake
+        monkeypatch.setattr(reader, "read", lambda *_: pytest.fail("parsed again"))
+        again = load_trace(path, format=fmt)
+        assert again.meta["cache"]
+        assert [r.tokens().tolist() for r in again] == [r.tokens().tolist() for r in first]
+
+    def test_session_names_survive_the_cache_byte_for_byte(
+        self, files: Files, _isolated_cache: Path
+    ) -> None:
+        """numpy's fixed-width strings drop trailing NULs: names are kept in the header."""
+        names = ["a\x00", "a", " b ", "\u00e9\u65e5"]
+        rows = [{"session_id": n, "turn_id": 0, "ts": float(i), "input_tokens": [i],
+                 "output_tokens": []} for i, n in enumerate(names)]
+        path = files.jsonl("names.jsonl", rows)
+        first, again = load_trace(path), load_trace(path)
+        assert "cache" in again.meta
+        assert [r.session_id for r in first] == [r.session_id for r in again] == names

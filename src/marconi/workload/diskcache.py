@@ -1,4 +1,5 @@
-"""Tokenized traces on disk, so a rerun does not tokenize again.
+"""Loaded traces on disk, so a rerun neither parses nor tokenizes again (every format
+read from a file; `registry.load_trace` decides).
 
 Files live in `$MARCONI_CACHE_DIR` (default `~/.cache/marconi/traces`), one `.npz` per
 (source files' path/size/mtime, format, options, tokenizer), named by its hash. Writes are
@@ -21,7 +22,9 @@ from marconi.workload.buffers import Built, TraceArrays
 from marconi.workload.options import TraceOptions
 from marconi.workload.types import Trace
 
-CACHE_VERSION = 2  # bump when a reader's output changes for the same input (2: marks)
+# bump when a reader's output or the file's layout changes (2: marks; 3: session names in
+# the JSON header, where numpy's fixed-width strings no longer drop a trailing NUL)
+CACHE_VERSION = 3
 ENV_VAR = "MARCONI_CACHE_DIR"
 
 
@@ -42,16 +45,16 @@ def load(path: Path) -> Trace | None:
     """The cached trace, or None when absent, unreadable or corrupt."""
     try:
         with np.load(path, allow_pickle=False) as z:
+            name, meta, names = json.loads(str(z["info"]))
             arrays = TraceArrays(
                 tokens=z["tokens"],
                 spans=z["spans"],
                 session_index=z["session_index"],
-                session_names=tuple(z["session_names"].tolist()),
+                session_names=tuple(names),
                 turns=z["turns"],
                 arrivals=z["arrivals"],
                 marks=z["marks"],
             )
-            name, meta = json.loads(str(z["info"]))
     except Exception:  # any damage means "rebuild": the cache is never the source of truth
         return None
     return arrays.to_trace(name, {**meta, "cache": str(path)})
@@ -69,11 +72,10 @@ def save(path: Path, built: Built) -> None:
                 tokens=arrays.tokens,
                 spans=arrays.spans,
                 session_index=arrays.session_index,
-                session_names=np.array(arrays.session_names, dtype=str),
                 turns=arrays.turns,
                 arrivals=arrays.arrivals,
                 marks=arrays.marks,
-                info=np.array(json.dumps([name, meta], default=str)),
+                info=np.array(json.dumps([name, meta, arrays.session_names], default=str)),
             )
         os.replace(tmp, path)
     except BaseException:

@@ -24,13 +24,18 @@ Reader = Callable[[Path | None, TraceOptions], Built]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FormatSpec:
-    """One trace format: how to read it and whether its result is worth caching on disk."""
+    """One trace format: how to read it, and whether it reads a file (every format that
+    does is cached on disk, see `diskcache`; generators are not)."""
 
     name: str
     read: Reader
-    tokenized: bool  # reads text through a tokenizer: cached on disk, key includes tokenizer
+    tokenized: bool  # reads text through a tokenizer: the cache key includes the tokenizer
     needs_path: bool = True  # False: generators, or a default file (ShareGPT)
     description: str = ""
+
+    @property
+    def reads_files(self) -> bool:
+        return not self.name.startswith("synthetic:")
 
 
 def _with_path(read: Callable[[Path, TraceOptions], Built]) -> Reader:
@@ -170,10 +175,10 @@ def load_trace(
 
     `path_or_name` is a file, a folder (trajectories, or LMSys parquet shards), `sharegpt`
     (the packaged file), or `synthetic:NAME[:k=v,...]`; `format` overrides inference.
-    Tokenized formats are cached on disk (see `diskcache`) unless `options.use_cache` is
-    False. What the load kept and dropped is in `trace.meta` (`report.describe`). Raises
-    `TraceError` (a ValueError) naming file, line and field for bad input, and naming the
-    reason when no request is left.
+    Every format that reads a file is cached on disk (see `diskcache`) unless
+    `options.use_cache` is False. What the load kept and dropped is in `trace.meta`
+    (`report.describe`). Raises `TraceError` (a ValueError) naming file, line and field
+    for bad input, and naming the reason when no request is left.
     """
     options = options or TraceOptions()
     source, fmt, params = _resolve(path_or_name, format)
@@ -187,10 +192,9 @@ def load_trace(
 
 
 def _read(spec: FormatSpec, source: Path | None, options: TraceOptions) -> Trace:
-    if spec.tokenized and options.use_cache:
-        key = diskcache.cache_key(
-            spec.name, _files(spec, source), options, get_tokenizer(options.tokenizer).identity
-        )
+    if spec.reads_files and options.use_cache:
+        tokenizer = get_tokenizer(options.tokenizer).identity if spec.tokenized else ""
+        key = diskcache.cache_key(spec.name, _files(spec, source), options, tokenizer)
         return diskcache.cached(
             diskcache.cache_dir(options) / f"{key}.npz", lambda: spec.read(source, options)
         )
