@@ -48,7 +48,8 @@ class Group:
 
 
 CORE_MODULES = ("cache", "tree", "evicting", "policy", "stats", "slots", "lazy_heap")
-CORE_TESTS = ("tree", "slots", "cache", "cache_properties", "policies")
+CORE_TESTS = ("tree", "slots", "cache", "cache_properties", "policies", "core_exact", "peek",
+              "namespaces")
 CORE = Group("core", (*(f"core/{m}.py" for m in CORE_MODULES), "paper/admission.py",
                       "paper/eviction.py"), tuple(f"tests/test_{m}.py" for m in CORE_TESTS))
 ENGINE = Group("engine", tuple(f"engine/{m}.py" for m in ("prefill", "state", "tensor_store")),

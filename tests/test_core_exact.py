@@ -1,6 +1,9 @@
 """Exact values the mutation pass (benchmarks/bench_mutation.py) found no test asserting:
 unpin really unpins, evict(0) frees nothing and evict returns what it freed, a merged-away
-node is detached, required_states reads the namespace it is given, a node's repr."""
+node is detached, required_states reads the namespace it is given, a node's repr; the
+tree's contracts (salts, ids, namespaces, match, split, insert, remove_leaf's cleanup,
+check's messages), Block's and Judicious's range ends, every stats counter, alpha
+handling, FlopAware.fresh/restore/removed, floor, a grown partial block, peek."""
 
 from __future__ import annotations
 
@@ -8,7 +11,11 @@ import numpy as np
 import pytest
 
 from marconi.core.integrity import check_integrity
-from marconi.core.tree import RadixTree
+from marconi.core.policy import Action, Victim, check_alpha
+from marconi.core.stats import CacheStats
+from marconi.core.tree import Match, RadixTree, check_salt
+from marconi.paper.admission import Block, Judicious, branch_point
+from marconi.paper.eviction import FlopAware, LRULeaf, Recency
 from marconi.systems import make_cache
 from tests.helpers import SMALL
 
@@ -74,3 +81,288 @@ class TestTree:
         assert repr(node) == f"Node(id={node.id}, depth=3, edge=3)"
         node.has_state = True
         assert repr(node) == f"Node(id={node.id}, depth=3, edge=3 state)"
+
+
+class TestTreeContracts:
+    def test_salts_are_none_str_bytes_or_int_and_never_bool(self) -> None:
+        for salt in (None, "a", b"a", 7):
+            assert check_salt(salt) == salt
+        for bad, name in ((True, "bool"), (1.5, "float"), ([1], "list")):
+            with pytest.raises(ValueError, match=f"salt must be None, a str, bytes or an int, "
+                                                 f"got {name}$"):
+                check_salt(bad)
+
+    def test_a_fresh_tree_and_node(self) -> None:
+        tree = RadixTree()
+        assert tree.root.id == 0 and tree.salt_of(tree.root) is None and tree.size == 0
+        leaf = tree.insert(tree.root, _key([1, 2]))
+        assert leaf.id == 1 and leaf.state is None and leaf.kv is None and leaf.pins == 0
+        assert not leaf.has_state and leaf.depth == 2 and leaf.parent is tree.root
+
+    def test_a_namespace_root_is_made_once_and_knows_its_salt(self) -> None:
+        tree = RadixTree()
+        tree.insert(tree.root, _key([1]))  # id 1
+        root = tree.namespace("a")
+        assert root is not tree.root and root.key == b"" and root.parent is None
+        assert root.id == 2 and root.depth == 0 and tree.salt_of(root) == "a"
+        assert tree.namespace("a") is root and tree.namespace(None) is tree.root
+        assert tree.roots == {None: tree.root, "a": root}
+
+    def test_match_reports_path_partial_offset_and_length(self) -> None:
+        tree = RadixTree()
+        top = tree.insert(tree.root, _key([1, 2, 3]))
+        low = tree.insert(top, _key([4, 5]))
+        other = tree.insert(tree.namespace("a"), _key([1, 2]))
+        assert tree.match(_key([1, 2, 3, 4, 5])) == Match((top, low), None, 0, 5)
+        assert tree.match(_key([1, 2, 3, 4, 5, 6])) == Match((top, low), None, 0, 5)
+        assert tree.match(_key([1, 2, 3, 4, 9])) == Match((top,), low, 1, 4)
+        assert tree.match(_key([1, 2, 3]), "absent") == Match((), None, 0, 0)
+        assert tree.match(_key([1, 2, 3]), "a") == Match((other,), None, 0, 2)
+        assert tree.path_to(low) == [top, low] and tree.path_to(tree.root) == []
+
+    def test_split_needs_an_offset_inside_the_edge(self) -> None:
+        tree = RadixTree()
+        leaf = tree.insert(tree.root, _key([1, 2, 3]))
+        for at in (0, 3):
+            with pytest.raises(ValueError, match=f"split offset {at} outside edge of length 3"):
+                tree.split(leaf, at)
+        head = tree.split(leaf, 1)
+        assert head.depth == 1 and leaf.parent is head and tree.size == 2
+        tree.remove_leaf(leaf)
+        detached = leaf  # an edge but no parent: not splittable
+        with pytest.raises(AssertionError, match=r"^the root has no edge to split$"):
+            tree.split(detached, 1)
+
+    def test_insert_refuses_an_empty_or_taken_edge(self) -> None:
+        tree = RadixTree()
+        tree.insert(tree.root, _key([1, 2]))
+        for key in (b"", _key([1, 5])):
+            with pytest.raises(ValueError,
+                               match=r"^insert needs a non-empty edge starting with a new token$"):
+                tree.insert(tree.root, key)
+
+    def test_removing_a_namespaces_last_leaf_drops_its_root(self) -> None:
+        tree = RadixTree()
+        root = tree.namespace("a")
+        first = tree.insert(root, _key([1, 2]))
+        second = tree.insert(root, _key([3]))
+        default = tree.insert(tree.root, _key([1]))
+        tree.remove_leaf(first)
+        assert first.parent is None and tree.roots["a"] is root and tree.size == 2
+        tree.remove_leaf(second)
+        assert "a" not in tree.roots and root not in tree._salts and tree.size == 1
+        tree.remove_leaf(default)  # the default namespace's root stays
+        assert tree.roots == {None: tree.root} and tree._salts == {tree.root: None}
+        tree.check()
+
+    def test_check_names_what_is_wrong(self) -> None:
+        def broken(corrupt) -> str:
+            tree = RadixTree()
+            top = tree.insert(tree.root, _key([1, 2]))
+            tree.insert(top, _key([3]))
+            corrupt(tree, top)
+            with pytest.raises(AssertionError) as err:
+                tree.check()
+            return str(err.value)
+
+        def lose_root(tree, top):
+            tree.roots[None] = top
+
+        def key_the_root(tree, top):
+            tree.root.key = _key([9])
+
+        def empty_namespace(tree, top):
+            tree.roots["a"] = tree.namespace("a")
+
+        def reparent(tree, top):
+            (child,) = top.children.values()
+            child.parent = tree.root
+
+        def empty_edge(tree, top):
+            (child,) = top.children.values()
+            child.key = b""
+
+        def refile(tree, top):
+            top.children[_key([8])] = top.children.pop(_key([3]))
+
+        def deepen(tree, top):
+            top.depth = 3
+
+        def miscount(tree, top):
+            tree.size = 5
+
+        assert broken(lose_root) == "the default namespace lost its root"
+        assert broken(key_the_root).endswith("is not a root")
+        assert broken(empty_namespace).startswith("empty namespace root Node(")
+        assert broken(reparent).endswith("has the wrong parent")
+        assert broken(empty_edge).endswith("has an empty edge")
+        assert broken(refile).endswith("is filed under another token")
+        assert broken(deepen).endswith("has a wrong depth")
+        assert broken(miscount) == "tree counts 5 nodes, holds 2"
+
+
+class TestAdmissionContracts:
+    def test_block_checkpoints_end_at_the_input(self) -> None:
+        block, empty = Block(4), Match((), None, 0, 0)
+        assert block.checkpoints(empty, 12, 0) == (4, 8, 12)
+        assert block.checkpoints(empty, 11, 0) == (4, 8)
+        assert block.checkpoints(empty, 12, 4) == (8, 12)
+        assert block.checkpoints(empty, 12, 5) == (8, 12)
+
+    def test_block_positions_end_at_the_sequence_once(self) -> None:
+        block, empty = Block(4), Match((), None, 0, 0)
+        assert block.positions(empty, 8, 8) == (4, 8)
+        assert block.positions(empty, 9, 8) == (4, 8, 9)
+        assert block.positions(empty, 3, 3) == (3,)
+
+    def test_block_sizes(self) -> None:
+        assert Block().block == 32 and Block(1).block == 1
+        for bad in (0, -1, 2.0):
+            with pytest.raises(ValueError, match="block size must be a positive integer"):
+                Block(bad)  # type: ignore[arg-type]
+
+    def test_a_partial_block_is_superseded_only_by_a_longer_sequence(self) -> None:
+        tree = RadixTree()
+        partial = tree.insert(tree.root, _key(_seq(0, 10)))
+        partial.has_state = True
+        assert Block(4).superseded([partial], 10) == ()
+        assert Block(4).superseded([partial], 12) == (partial,)
+
+    def test_judicious_checkpoints_lie_after_the_hit(self) -> None:
+        tree = RadixTree()
+        leaf = tree.insert(tree.root, _key(_seq(0, 8)))
+        leaves = Match((), leaf, 5, 5)  # the input leaves the edge after 5 tokens
+        assert Judicious().checkpoints(leaves, 9, 0) == (5,)
+        assert Judicious().checkpoints(leaves, 9, 5) == ()
+        assert Judicious().positions(leaves, 12, 9) == (5, 12)
+
+    def test_a_stateless_branch_node_is_a_branch_point(self) -> None:
+        tree = RadixTree()
+        branch = tree.insert(tree.root, _key([1, 2]))
+        tree.insert(branch, _key([3]))
+        tree.insert(branch, _key([4]))
+        at_branch = Match((branch,), None, 0, 2)
+        assert branch_point(at_branch, 5) == 2
+        branch.has_state = True
+        assert branch_point(at_branch, 5) is None
+        assert branch_point(at_branch, 2) is None
+
+
+class TestStats:
+    def test_every_counter_moves_by_what_it_is_told(self) -> None:
+        s = CacheStats()
+        s.record_lookup(10, 4)
+        s.record_lookup(6, 0)
+        s.add_bytes(kv=100, ssm=30, states=2)
+        s.add_bytes(kv=-50, ssm=0)
+        s.record_eviction(20, 15, state=True)
+        s.record_eviction(5, 0, state=False)
+        s.record_replacement(10, kv=3)
+        s.record_replacement(5)
+        assert s.as_dict() == {
+            "lookups": 2, "commits": 0, "input_tokens": 16, "hit_tokens": 4,
+            "hit_requests": 1, "states_admitted": 0, "states_evicted": 1,
+            "states_not_captured": 0, "states_replaced": 2, "evictions": 2,
+            "refused_commits": 0, "evicted_then_refused": 0, "kv_bytes": 22, "ssm_bytes": 0,
+            "states": -1, "peak_bytes": 130, "bytes": 22}
+
+    def test_a_copy_is_equal_and_independent(self) -> None:
+        s = CacheStats(lookups=3, kv_bytes=7, ssm_bytes=5)
+        c = s.copy()
+        assert c == s and c is not s and c.bytes == 12
+        c.lookups += 1
+        assert s.lookups == 3
+
+
+class TestPolicies:
+    def test_alpha_is_a_finite_number_at_least_zero(self) -> None:
+        assert check_alpha(1) == 1.0 and isinstance(check_alpha(1), float)
+        assert check_alpha(0) == 0.0
+        for bad in (True, -0.5, float("inf"), float("nan"), "1"):
+            with pytest.raises(ValueError, match="alpha must be a finite number >= 0, got"):
+                check_alpha(bad)  # type: ignore[arg-type]
+
+    def test_only_a_policy_with_an_alpha_sets_it(self) -> None:
+        with pytest.raises(ValueError, match=r"^LRULeaf has no alpha to set$"):
+            LRULeaf().set_alpha(1.0)
+        policy = FlopAware(SMALL, 0.5)
+        policy.set_alpha(2)
+        assert policy.alpha == 2.0
+        with pytest.raises(ValueError, match="alpha must be"):
+            policy.set_alpha(-1.0)
+        assert make_cache(SMALL, "1TB", "sglang+").alpha == 0.0
+        assert make_cache(SMALL, "1TB", "marconi", alpha=1.5).alpha == 1.5
+
+    def test_fresh_is_an_empty_policy_like_this_one(self) -> None:
+        policy = FlopAware(SMALL, 0.5, Recency.INVERSE_AGE)
+        tree = RadixTree()
+        policy.on_commit([], [tree.insert(tree.root, _key([1, 2]))], 3)
+        fresh = policy.fresh(1.25)
+        assert type(fresh) is FlopAware and fresh is not policy
+        assert fresh.spec is SMALL and fresh.recency is Recency.INVERSE_AGE
+        assert fresh.alpha == 1.25 and len(fresh.slots) == 0 and fresh.stamp == {}
+        assert len(policy.slots) == 1 and policy.alpha == 0.5
+
+    def test_restore_loads_stamps_into_the_victim_order(self) -> None:
+        tree = RadixTree()
+        a = tree.insert(tree.root, _key([1]))
+        b = tree.insert(tree.root, _key([2]))
+        for policy in (LRULeaf(), FlopAware(SMALL)):
+            policy.on_commit([], [a, b], 1)  # equal stamps: a (lower id) first
+            policy.restore({a: 9.0, b: 4.0})
+            assert policy.stamp == {a: 9.0, b: 4.0}
+            victim = policy.victim((), 10)
+            assert victim == Victim(b, Action.REMOVE), type(policy).__name__
+
+    def test_a_removed_node_leaves_the_books(self) -> None:
+        tree = RadixTree()
+        a = tree.insert(tree.root, _key([1]))
+        b = tree.insert(tree.root, _key([2]))
+        policy = FlopAware(SMALL)
+        policy.on_commit([], [a, b], 1)
+        tree.remove_leaf(a)
+        policy.removed(a)
+        assert policy.candidates() == [b] and policy.stamp == {b: 1}
+        policy.removed(a)  # twice is harmless
+        assert policy.victim((), 2) == Victim(b, Action.REMOVE)
+        assert policy.victim({b}, 2) is None
+
+
+class TestCacheBooks:
+    def test_floor_counts_pinned_and_protected_entries(self) -> None:
+        cache = make_cache(SMALL, "1TB", "sglang+")
+        cache.commit(_seq(0, 20), 20)
+        cache.commit(_seq(1000, 30), 30)
+        first = cache.lookup(_seq(0, 20)).node
+        second = cache.lookup(_seq(1000, 30)).node
+        assert cache.floor() == 0
+        cache.pin(first)
+        assert cache.floor() == ENTRY
+        assert cache.floor({second}) == ENTRY + 30 * SMALL.kv_bytes_per_token + SMALL.ssm_bytes
+        assert cache.floor({first}) == ENTRY  # pinned and protected counts once
+
+    def test_a_grown_partial_block_replaces_its_state(self) -> None:
+        cache = make_cache(SMALL, "1TB", "vllm+")  # blocks of 32
+        cache.commit(_seq(0, 40), 40)  # states at 32 and 40
+        held = cache.stats.copy()
+        assert held.states == 2 and held.ssm_bytes == 2 * SMALL.ssm_bytes
+        cache.commit(_seq(0, 70), 70)  # 40 grows in place: states at 32, 64, 70
+        s = cache.stats
+        assert (s.states_replaced, s.states, s.states_admitted, s.evictions) == (1, 3, 4, 0)
+        assert s.ssm_bytes == 3 * SMALL.ssm_bytes
+        assert s.kv_bytes == 70 * SMALL.kv_bytes_per_token
+        assert sorted(n.depth for n in cache.tree.nodes() if n.has_state) == [32, 64, 70]
+        check_integrity(cache)
+
+    def test_lookup_and_peek_plan_alike_but_only_lookup_counts(self) -> None:
+        cache = make_cache(SMALL, "1TB", "sglang+")
+        cache.commit(_seq(0, 20), 20)
+        probe = [*_seq(0, 20), 7, 8]
+        clock, stats = cache.clock, cache.stats.copy()
+        plan = cache.peek(probe)
+        assert plan.hit == 20 and plan.matched == 20 and plan.n_input == 22
+        assert plan.checkpoints == () and plan.node is not None and plan.node.depth == 20
+        assert cache.clock == clock and cache.stats == stats
+        assert cache.lookup(probe) == plan
+        assert cache.clock == clock + 1 and cache.stats.lookups == stats.lookups + 1
+        assert cache.stats.hit_tokens == stats.hit_tokens + 20
