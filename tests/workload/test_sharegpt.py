@@ -104,3 +104,34 @@ class TestShareGPTPackage:
         )
         assert starts == [float(i) for i in range(100)]
         assert list(r.arrival for r in trace) == sorted(r.arrival for r in trace)
+
+
+def _objects_or_error(read: object) -> object:
+    try:
+        return list(read)  # type: ignore[call-overload]
+    except ValueError as err:
+        return str(err)
+
+
+class TestIterObjects:
+    """A whole array goes through msgspec; whatever it refuses, the lazy `json` reader
+    reads: either way the objects (or the error) are the `json` reader's."""
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            json.dumps(_dataset([2, 3]), indent=2, ensure_ascii=False) + "\n",
+            json.dumps(_dataset([2, 3]))[:-40],  # cut: stops at the last whole object
+            '[{"id": 1, "x": NaN}, {"id": 2}]',  # json takes NaN, msgspec refuses it
+            '[{"id": 1}] trailing',  # json stops at "]"
+            '  [{"id": 1}, 5, "s", [1]]\u3000',
+            '[{"id": 1}, {"id": 2,}]',  # malformed and whole: an error naming the line
+            '{"id": 1}',
+            '\ufeff[{"id": 1}]',
+            "[]",
+        ],
+    )
+    def test_objects_are_those_json_reads(self, files: Files, text: str) -> None:
+        path = files.text("sg.json", text)
+        reference = _objects_or_error(sharegpt._iter_text(text, path))
+        assert _objects_or_error(sharegpt.iter_objects(path)) == reference

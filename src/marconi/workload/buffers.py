@@ -86,6 +86,14 @@ class TraceBuilder:
         self._rows: list[tuple[int, int, int, int, int, int, float]] = []
         self._sessions: dict[str, int] = {}
         self._marks: list[int] = []
+        self._adopted = False
+
+    def adopt(self, tokens: Tokens) -> int:
+        """`add_buffer` for an int32 array the caller hands over: when it is the only
+        buffer, the trace holds it as it is (no copy)."""
+        base = self.add_buffer(tokens)
+        self._adopted = len(self._buffers) == 1
+        return base
 
     def add_buffer(self, tokens: object) -> int:
         """Append a token buffer; returns its base offset for `add_request` spans."""
@@ -116,7 +124,10 @@ class TraceBuilder:
     def arrays(self) -> TraceArrays:
         rows = sorted(self._rows, key=lambda row: row[6])  # stable: ties keep insertion order
         table = np.array([row[:6] for row in rows], dtype=np.int64).reshape(len(rows), 6)
-        flat = np.concatenate(self._buffers) if self._buffers else np.zeros(0, np.int32)
+        if self._adopted and len(self._buffers) == 1:
+            flat = self._buffers[0]
+        else:
+            flat = np.concatenate(self._buffers) if self._buffers else np.zeros(0, np.int32)
         return TraceArrays(
             tokens=flat.astype(np.int32, copy=False),
             spans=np.ascontiguousarray(table[:, :4]),

@@ -58,13 +58,13 @@ def utf8(data: bytes, path: str | Path) -> bytes:
     return data
 
 
-def loads(data: bytes | str | memoryview) -> Any:
+def loads(data: str | bytes | memoryview | msgspec.Raw) -> Any:
     """`json.loads(data)`, faster: msgspec decodes, `json` decides whatever it refuses
     (NaN, numbers beyond a double, lone surrogates, deep nesting) and words the errors."""
     try:
         return _DECODE(data)
     except (msgspec.DecodeError, RecursionError):
-        return json.loads(bytes(data) if isinstance(data, memoryview) else data)
+        return json.loads(data if isinstance(data, str) else bytes(memoryview(data)))
 
 
 def read_json(path: str | Path) -> Any:

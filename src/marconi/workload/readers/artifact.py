@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from marconi.workload.buffers import Built, TraceBuilder
 from marconi.workload.errors import TraceError
@@ -28,7 +29,7 @@ from marconi.workload.types import Tokens, as_tokens
 
 FIELDS = ("session_id", "turn_id", "ts", "input_tokens", "output_tokens")
 _INT32_MAX = int(np.iinfo(np.int32).max)
-_COMMA = ord(",")
+_COMMA, _OPEN, _CLOSE = ord(","), ord("["), ord("]")
 
 
 def read(source: str | Path, options: TraceOptions) -> Built:
@@ -92,10 +93,15 @@ _decode_line = msgspec.json.Decoder(_Line).decode
 
 
 def _read_fast(data: bytes, builder: TraceBuilder, stats: LoadStats) -> bool:
-    """Fill `builder` as `_read_plain` would; False (builder half filled) when not sure."""
+    """Fill `builder` as `_read_plain` would (the same flat layout: each line's input, then
+    its output, in file order); False, with `builder` untouched, when not sure."""
     split = lines(data)
     if split is None:
         return False
+    # a list of k ids spans at least 2k - 1 bytes plus its brackets: the ids fit in half
+    # as many int32 as the file has bytes (pages never written are never allocated)
+    flat = _Flat(np.empty(len(data) // 2 + 1, np.int32))
+    rows: list[tuple[str, int, float, int, int, int]] = []
     try:
         with warnings.catch_warnings():
             # numpy < 2.3 warns (later ones raise) when text is left unparsed
@@ -107,39 +113,50 @@ def _read_fast(data: bytes, builder: TraceBuilder, stats: LoadStats) -> bool:
                     if bytes(line).strip():
                         return False
                     continue  # a blank line (only ASCII whitespace; others go plain)
-                _add(builder, row)
-                stats.read += 1
+                rows.append(_row(flat, row))
     except _NotSure:
         return False
+    base = builder.adopt(flat.buffer[: flat.size])
+    for sid, turn, ts, start_in, start_out, stop_out in rows:
+        builder.add_request(sid, turn, ts, (base + start_in, base + start_out),
+                            (base + start_out, base + stop_out))
+    stats.read += len(rows)
     return True
 
 
-def _add(builder: TraceBuilder, row: _Line) -> None:
+class _Flat:
+    """Token ids appended into one preallocated int32 buffer."""
+
+    def __init__(self, buffer: Tokens) -> None:
+        self.buffer, self.size = buffer, 0
+
+    def put(self, raw: msgspec.Raw) -> int:
+        """Append the ids of a JSON list; returns where they start."""
+        ids, start = _ids(raw), self.size
+        self.buffer[start : start + ids.shape[0]] = ids
+        self.size += ids.shape[0]
+        return start
+
+
+def _row(flat: _Flat, row: _Line) -> tuple[str, int, float, int, int, int]:
     turn, ts = row.turn_id, row.ts
     if isinstance(turn, bool) or not isinstance(turn, int):
         raise _NotSure
     if isinstance(ts, bool) or not isinstance(ts, int | float) or ts != ts:
         raise _NotSure
-    tokens_in, tokens_out = _ids(row.input_tokens), _ids(row.output_tokens)
-    base_in = builder.add_buffer(tokens_in)
-    base_out = builder.add_buffer(tokens_out)
-    builder.add_request(
-        str(row.session_id),
-        turn,
-        float(ts),
-        (base_in, base_out),
-        (base_out, base_out + tokens_out.shape[0]),
-    )
+    start_in, start_out = flat.put(row.input_tokens), flat.put(row.output_tokens)
+    return str(row.session_id), turn, float(ts), start_in, start_out, flat.size
 
 
-def _ids(raw: msgspec.Raw) -> Tokens:
-    """A JSON list of token ids (already valid JSON) as int32, parsed by numpy."""
-    text = bytes(memoryview(raw))
-    if text[:1] != b"[" or text[-1:] != b"]":
+def _ids(raw: msgspec.Raw) -> npt.NDArray[np.int64]:
+    """A JSON list of token ids (already valid JSON) as int64 in the int32 range, parsed
+    by numpy."""
+    view = memoryview(raw)
+    if len(view) < 2 or view[0] != _OPEN or view[-1] != _CLOSE:
         raise _NotSure
-    body = text[1:-1]
+    body = bytes(view[1:-1])
     if not body.strip():
-        return np.zeros(0, np.int32)
+        return np.zeros(0, np.int64)
     try:
         ids = np.fromstring(body, dtype=np.int64, sep=",")
     except (ValueError, DeprecationWarning):  # text numpy could not read to its end
@@ -149,4 +166,4 @@ def _ids(raw: msgspec.Raw) -> Tokens:
     commas = int(np.count_nonzero(np.frombuffer(body, np.uint8) == _COMMA))
     if ids.shape[0] != commas + 1 or int(ids.view(np.uint64).max()) > _INT32_MAX:
         raise _NotSure
-    return ids.astype(np.int32)
+    return ids

@@ -13,10 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from marconi.workload.buffers import Built
 from marconi.workload.conversation import Conversation
 from marconi.workload.errors import TraceError
-from marconi.workload.io import read_text
+from marconi.workload.io import loads, read_bytes, utf8
 from marconi.workload.options import TraceOptions
 from marconi.workload.readers.chat import build_chat_trace
 
@@ -43,12 +45,32 @@ def default_path() -> Path:
 
 
 def iter_objects(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Objects of a top-level JSON array; a file cut mid-array ends at its last whole object."""
-    text = read_text(path)
+    """Objects of a top-level JSON array; a file cut mid-array ends at its last whole object.
+
+    A whole array is checked by msgspec in one pass, its elements kept as raw JSON and
+    decoded only when reached; a cut file, or anything msgspec refuses, is read by
+    `json` one object at a time, which decides and words the errors."""
+    data = utf8(read_bytes(path), path)
+    try:
+        elements = _ELEMENTS(data)
+    except (msgspec.DecodeError, RecursionError):
+        elements = None
+    if elements is None:
+        yield from _iter_text(data.decode("utf-8"), path)
+        return
+    del data  # the raw elements keep what they need of it
+    for raw in elements:
+        yield loads(raw)
+
+
+_ELEMENTS = msgspec.json.Decoder(list[msgspec.Raw]).decode
+
+
+def _iter_text(text: str, path: str | Path) -> Iterator[dict[str, Any]]:
     pos, end = text.find("["), len(text)
     if pos < 0 or text[:pos].strip():
         raise TraceError("expected a JSON array of conversations", path=path, line=1)
-    complete, decoder = text.rstrip().endswith("]"), json.JSONDecoder()
+    complete, decoder = _last_char(text) == "]", json.JSONDecoder()
     pos += 1
     while True:
         while pos < end and text[pos] in _SKIP:
@@ -62,6 +84,14 @@ def iter_objects(path: str | Path) -> Iterator[dict[str, Any]]:
                 return  # the cut: everything before it was whole
             raise TraceError(f"malformed JSON: {err.msg}", path=path, line=err.lineno) from err
         yield obj
+
+
+def _last_char(text: str) -> str:
+    """`text.rstrip()[-1:]` without copying the text."""
+    end = len(text)
+    while end and text[end - 1].isspace():
+        end -= 1
+    return text[end - 1 : end]
 
 
 def conversations(path: str | Path) -> Iterator[Conversation]:
