@@ -71,3 +71,57 @@ class TestMooncake:
         assert 3000 < len(trace) <= 3993
         assert max(r.n_input for r in trace) <= 32768
         assert trace[0].input_tokens.base is trace[-1].input_tokens.base
+
+
+GOOD = '{"timestamp": 5, "input_length": 600, "output_length": 2, "hash_ids": [0, 1]}'
+
+
+class TestFastPath:
+    """msgspec reads well-formed rows; anything else goes to the plain reader, so the
+    answer (rows or error message) is always the plain reader's."""
+
+    @pytest.mark.parametrize(
+        "line",
+        [
+            GOOD,
+            GOOD.replace('"timestamp": 5', '"timestamp": 5.5, "extra": [1, {"a": null}]'),
+            GOOD.replace('"timestamp": 5', '"timestamp": true'),
+            GOOD.replace('"timestamp": 5', '"timestamp": NaN'),
+            GOOD.replace('"timestamp": 5', '"timestamp": 1e400'),
+            GOOD.replace('"input_length": 600', '"input_length": 600.0'),
+            GOOD.replace('"input_length": 600', '"input_length": -1'),
+            GOOD.replace('"input_length": 600', '"input_length": false'),
+            GOOD.replace("[0, 1]", "[0, true]"),
+            GOOD.replace("[0, 1]", "[0, -1]"),
+            GOOD.replace("[0, 1]", "[0, 1.0]"),
+            GOOD.replace("[0, 1]", "{}"),
+            GOOD.replace('"output_length": 2, ', ""),
+            GOOD + ' {"x": 1}',
+            "\u3000",
+            GOOD + "\r\n" + GOOD,
+            GOOD + "\r" + GOOD,
+            "[1]",
+        ],
+    )
+    def test_rows_are_the_plain_readers(self, tmp_path: Path, line: str) -> None:
+        from marconi.workload.readers import mooncake
+
+        path = tmp_path / "mc.jsonl"
+        path.write_text(GOOD + "\n\n" + line + "\n", encoding="utf-8")
+
+        def rows(parse: object) -> object:
+            try:
+                return [(r.line, r.arrival, r.n_in, r.n_out, r.ids)
+                        for r in parse(path)]  # type: ignore[operator]
+            except ValueError as err:
+                return str(err)
+
+        assert rows(mooncake._parse) == rows(mooncake._parse_plain)
+
+    def test_a_well_formed_file_takes_the_fast_path(self, files: Files) -> None:
+        from marconi.workload.io import lines, read_bytes
+        from marconi.workload.readers import mooncake
+
+        path = files.jsonl("mc.jsonl", ROWS)
+        split = lines(read_bytes(path))
+        assert split is not None and mooncake._parse_fast(split) is not None

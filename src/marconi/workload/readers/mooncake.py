@@ -12,12 +12,15 @@ buffer (in lexicographic order, a prefix sits right before a list that extends i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
 
 from marconi.workload.buffers import Built, TraceBuilder
 from marconi.workload.errors import TraceError
-from marconi.workload.io import iter_jsonl, number, require
+from marconi.workload.io import iter_jsonl, lines, number, read_bytes, require, utf8
 from marconi.workload.options import TraceOptions
 from marconi.workload.pseudo import block_tokens, pseudo_tokens
 from marconi.workload.report import META_KEY, LoadStats
@@ -34,6 +37,42 @@ class _Row:
 
 
 def _parse(source: str | Path) -> list[_Row]:
+    """The rows, read by msgspec against a typed row; any line it refuses sends the file
+    to the plain reader (`json` per line), which decides and words the error."""
+    data = utf8(read_bytes(source), source)
+    split = lines(data)
+    rows = None if split is None else _parse_fast(split)
+    return _parse_plain(source) if rows is None else rows
+
+
+class _Line(msgspec.Struct):
+    timestamp: Any  # checked as `number` checks it
+    input_length: Annotated[int, msgspec.Meta(ge=0)]
+    output_length: Annotated[int, msgspec.Meta(ge=0)]
+    hash_ids: list[Annotated[int, msgspec.Meta(ge=0)]]
+
+
+_decode_line = msgspec.json.Decoder(_Line).decode
+
+
+def _parse_fast(split: Iterable[memoryview]) -> list[_Row] | None:
+    rows = []
+    for line, text in enumerate(split, start=1):
+        try:
+            row = _decode_line(text)
+        except (msgspec.DecodeError, RecursionError):
+            if bytes(text).strip():
+                return None
+            continue  # a blank line (only ASCII whitespace; others go plain)
+        ts = row.timestamp
+        if isinstance(ts, bool) or not isinstance(ts, int | float) or ts != ts:
+            return None
+        rows.append(_Row(line, float(ts) / 1000.0, row.input_length, row.output_length,
+                         tuple(row.hash_ids)))
+    return rows
+
+
+def _parse_plain(source: str | Path) -> list[_Row]:
     rows = []
     for line, obj in iter_jsonl(source):
 
