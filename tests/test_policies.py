@@ -152,3 +152,27 @@ class TestLRU:
         victim = policy.victim({old}, now=3)
         assert victim is not None and victim.node is new
         assert policy.victim((), now=3).node is old  # type: ignore[union-attr]
+
+    def test_stale_tops_are_dropped_and_the_victim_stays(self) -> None:
+        """The victim is read at the top of the heap in place: entries of evicted or
+        re-touched nodes above it are dropped, the victim's own entry kept."""
+        tree = _tree([1, 2], [5] * 8, [7, 7, 7])
+        policy = LRULeaf()
+        a, b, c = sorted(tree.nodes(), key=lambda n: n.depth)
+        policy.on_commit([a, b, c], [], now=1)
+        policy.on_commit([a], [], now=2)  # a's entry at 1 is stale now
+        tree.remove_leaf(c)  # c's entry is of a node gone
+        first = policy.victim((), now=3)
+        assert first is not None and first.node is b
+        assert len(policy._heap) == 2  # b's entry and a's fresh one
+        assert policy.victim((), now=3).node is b  # type: ignore[union-attr]
+
+
+class TestHooks:
+    def test_overrides_names_the_hooks_a_policy_replaces(self) -> None:
+        from marconi.core.policy import overrides
+        from marconi.peers.mamba_radix import MambaRadixLRU
+
+        assert not overrides(LRULeaf(), "pressure") and not overrides(LRULeaf(), "garbage")
+        assert overrides(LRULeaf(), "victim")
+        assert overrides(MambaRadixLRU(), "pressure") and overrides(MambaRadixLRU(), "garbage")

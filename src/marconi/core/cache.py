@@ -74,6 +74,7 @@ class PrefixCache(Inserting):
         tokens per KV page; `state_slots`: a pool of that many states carved out of
         `capacity` (0: states share the byte budget). Defaults: the paper's byte budget."""
         self.spec = spec
+        self.ssm_bytes = spec.ssm_bytes
         self.capacity = parse_size(capacity)
         self.layout = Layout(page_size=page_size, state_slots=state_slots)
         self.kv_capacity = self.layout.kv_capacity(spec, self.capacity)

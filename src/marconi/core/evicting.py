@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from marconi.core.layout import Layout, PageBooks
-from marconi.core.policy import Action, Eviction, Pressure, Victim
+from marconi.core.policy import Action, Eviction, Pressure, Victim, overrides
 from marconi.core.spec import ModelSpec
 from marconi.core.state_store import Freed, StateStore
 from marconi.core.stats import CacheStats
@@ -32,6 +32,7 @@ class Evicting:
     """Needs the attributes below (set by `PrefixCache.__init__`)."""
 
     spec: ModelSpec
+    ssm_bytes: int  # one state's bytes: `spec.ssm_bytes`, read once (the spec is frozen)
     capacity: int
     kv_capacity: int  # capacity less the state pool (all of it without a pool)
     layout: Layout
@@ -57,7 +58,8 @@ class Evicting:
         """Whether `need` fits beside what is held now (no side effects)."""
         s = self.stats
         if not self.layout.pooled:
-            return s.bytes + need.kv + need.states * self.spec.ssm_bytes <= self.capacity
+            return s.kv_bytes + s.ssm_bytes + need.kv + need.states * self.ssm_bytes \
+                <= self.capacity
         return (s.kv_bytes + need.kv <= self.kv_capacity
                 and s.states + need.states <= self.layout.state_slots)
 
@@ -65,7 +67,7 @@ class Evicting:
         """Bytes no eviction can free: pinned nodes and `protected` ones (KV and state)."""
         kept = self.pinned.union(protected)
         return sum(self.books.kv_bytes(node) for node in kept) \
-            + sum(node.has_state for node in kept) * self.spec.ssm_bytes
+            + sum(node.has_state for node in kept) * self.ssm_bytes
 
     def _make_room(self, match: Match, n: int, states: int) -> bool:
         """Evict until `n` tokens (`match.length` of them in the tree) and `states` new
@@ -89,23 +91,33 @@ class Evicting:
         kv = sum(self.books.kv_bytes(node) for node in kept) + need.kv
         states = sum(node.has_state for node in kept) + need.states
         if not self.layout.pooled:
-            return kv + states * self.spec.ssm_bytes <= self.capacity
+            return kv + states * self.ssm_bytes <= self.capacity
         return kv <= self.kv_capacity and states <= self.layout.state_slots
 
     def _evict_while(self, short: Callable[[], bool], protected: set[Node], need: Need) -> bool:
-        """Evict the policy's victims while `short()`; False if the policy runs out."""
-        pooled, ssm = self.layout.pooled, self.spec.ssm_bytes
+        """Evict the policy's victims while `short()`; False if the policy runs out.
+
+        The hooks a policy leaves at their default (`pressure`, `garbage`) are not called:
+        a round can take a victim per block of a long sequence, each one counts."""
+        eviction = self.eviction
+        listens, collects = overrides(eviction, "pressure"), overrides(eviction, "garbage")
         while short():
-            self.eviction.pressure(Pressure(
-                kv_held=self.stats.kv_bytes, kv_need=need.kv, ssm_held=self.stats.ssm_bytes,
-                ssm_need=need.states * ssm, capacity=self.kv_capacity,
-                ssm_capacity=self.layout.state_slots * ssm if pooled else None))
-            victim = self.eviction.victim(protected, self.clock)
+            if listens:
+                eviction.pressure(self._pressure(need))
+            victim = eviction.victim(protected, self.clock)
             if victim is None:
                 return False
             self._evict(victim)
-            self._collect_garbage(protected)
+            if collects:
+                self._collect_garbage(protected)
         return True
+
+    def _pressure(self, need: Need) -> Pressure:
+        ssm = self.ssm_bytes
+        return Pressure(
+            kv_held=self.stats.kv_bytes, kv_need=need.kv, ssm_held=self.stats.ssm_bytes,
+            ssm_need=need.states * ssm, capacity=self.kv_capacity,
+            ssm_capacity=self.layout.state_slots * ssm if self.layout.pooled else None)
 
     def _collect_garbage(self, protected: set[Node]) -> None:
         """Evict what the policy says must go whatever the budget (e.g. stateless leaves)."""
@@ -117,7 +129,7 @@ class Evicting:
         evicted for room (counted as `states_replaced`)."""
         node, action = victim.node, victim.action
         had_state = node.has_state
-        state_bytes = self.spec.ssm_bytes if had_state else 0
+        state_bytes = self.ssm_bytes if had_state else 0
         state = node.state if had_state else None  # released even when it holds 0 B
         kv, kv_bytes = None, 0
         node.has_state, node.state = False, None

@@ -73,7 +73,7 @@ class Inserting(Evicting):
             at[pos].has_state, at[pos].state = True, handle
             changed.add(at[pos])
         admitted = tuple(sorted(wanted))
-        self.stats.add_bytes(kv=kv_bytes, ssm=len(admitted) * self.spec.ssm_bytes,
+        self.stats.add_bytes(kv=kv_bytes, ssm=len(admitted) * self.ssm_bytes,
                              states=len(admitted))
         self.stats.states_admitted += len(admitted)
         end = at[n]

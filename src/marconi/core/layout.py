@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from marconi.core.spec import ModelSpec
-from marconi.core.tree import Match, Node
+from marconi.core.tree import TOKEN_BYTES, Match, Node
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,6 +87,8 @@ class PageBooks:
 
     def kv_bytes(self, node: Node) -> int:
         """Bytes of KV `node`'s edge holds: the pages starting in it, and its copy."""
+        if self.layout.page_size == 1:  # per token, never a copy: the edge's tokens
+            return len(node.key) // TOKEN_BYTES * self.page_bytes
         start = node.depth - node.edge_len
         return (self.layout.starts(start, node.depth) + (node in self.copies)) * self.page_bytes
 

@@ -22,6 +22,10 @@ def lazy_min(heap: list[HeapEntry], valid: Callable[[HeapEntry], bool],
     Stale entries popped on the way are dropped; protected ones go back. The entry found
     stays in the heap (valid until the cache evicts its node).
     """
+    while heap and not valid(heap[0]):
+        heapq.heappop(heap)
+    if not heap or heap[0][3] not in protected:  # the usual case: read the top in place
+        return heap[0] if heap else None
     held, found = [], None
     while heap:
         entry = heapq.heappop(heap)

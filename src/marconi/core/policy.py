@@ -106,6 +106,12 @@ def check_alpha(alpha: float) -> float:
     return float(alpha)
 
 
+def overrides(policy: Eviction, hook: str) -> bool:
+    """Whether `policy`'s class replaces `Eviction`'s default `hook` (the cache skips the
+    call of a hook left at its default, which does nothing)."""
+    return getattr(type(policy), hook) is not getattr(Eviction, hook)
+
+
 def alive(node: Node) -> bool:
     """Still in the tree (evicted and merged-away nodes lose their parent)."""
     return node.parent is not None

@@ -33,7 +33,7 @@ class LRULeaf(Eviction):
         self._heap: list[HeapEntry] = []
 
     def _push(self, node: Node) -> None:
-        if node.is_leaf and not node.pins and alive(node):
+        if not node.children and not node.pins and node.parent is not None:  # a live leaf
             depth = -node.depth if self.deepest_first else 0
             heapq.heappush(self._heap, (self.stamp.get(node, 0), depth, node.id, node))
             if len(self._heap) > 2 * len(self.stamp) + 64:  # stale entries of past touches
@@ -55,7 +55,7 @@ class LRULeaf(Eviction):
 
     def _valid(self, entry: HeapEntry) -> bool:
         t, _, _, node = entry
-        return (alive(node) and node.is_leaf and not node.pins
+        return (node.parent is not None and not node.children and not node.pins  # live leaf
                 and self.stamp.get(node, 0) == t)
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
