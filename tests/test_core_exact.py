@@ -10,8 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from marconi.core.cache import PrefixCache
 from marconi.core.integrity import check_integrity
 from marconi.core.policy import Action, Victim, check_alpha
+from marconi.core.state_store import Freed
 from marconi.core.stats import CacheStats
 from marconi.core.tree import Match, RadixTree, check_salt
 from marconi.paper.admission import Block, Judicious, branch_point
@@ -366,3 +368,56 @@ class TestCacheBooks:
         assert cache.lookup(probe) == plan
         assert cache.clock == clock + 1 and cache.stats.lookups == stats.lookups + 1
         assert cache.stats.hit_tokens == stats.hit_tokens + 20
+
+
+class _Marks(Judicious):
+    """An admission that also checkpoints every message boundary and the end of the
+    token bytes it is shown (what structure-aware policies read)."""
+
+    def checkpoints_at(self, match, n_input, hit, boundaries, tokens=b""):
+        marks = {*boundaries, len(tokens) // 4}
+        return tuple(sorted(p for p in marks if hit < p <= n_input))
+
+    def positions_at(self, match, n_total, n_input, boundaries, tokens=b""):
+        return tuple(sorted({*boundaries, len(tokens) // 4, n_total} - {0}))
+
+
+class TestWhatPoliciesAreTold:
+    def test_peek_and_required_states_pass_boundaries_and_tokens_on(self) -> None:
+        cache = PrefixCache(SMALL, "1TB", _Marks(), LRULeaf())
+        assert cache.peek(_seq(0, 12), boundaries=(5,)).checkpoints == (5, 12)
+        assert cache.lookup(_seq(0, 12), boundaries=(5,)).checkpoints == (5, 12)
+        assert cache.required_states(_seq(0, 12), 10, boundaries=(5,)) == (5, 12)
+        assert _Marks().preview(Match((), None, 0, 0), 12, 0, (3,)) == (3,)
+        with pytest.raises(ValueError, match=r"^peek: empty token list$"):
+            cache.peek([])
+
+    def test_flop_aware_books_check_names_the_difference(self) -> None:
+        tree = RadixTree()
+        a = tree.insert(tree.root, _key([1]))
+        policy = FlopAware(SMALL)
+        policy.changed(a)  # a candidate never stamped: recency 0
+        policy.check([a])
+        b = tree.insert(tree.root, _key([2]))
+        with pytest.raises(AssertionError,
+                           match=r"^candidates differ: extra set\(\), missing \{Node\(id=2, "):
+            policy.check([a, b])
+        policy.changed(b)
+        tree.remove_leaf(a)
+        with pytest.raises(AssertionError, match=r"^candidates differ: extra \{Node\(id=1, "):
+            policy.check([b])
+
+
+class TestPagedMerges:
+    def test_merging_a_page_copy_keeps_the_books_exact(self) -> None:
+        freed: list[Freed] = []
+        cache = make_cache(SMALL, "1TB", "marconi", page_size=4, on_evict=freed.append)
+        cache.commit(_seq(0, 10), 10)
+        cache.commit([*_seq(0, 6), *_seq(50, 6)], 12)  # a branch at 6, inside page [4, 8)
+        cache.commit(_seq(100, 8), 8)
+        cache.lookup([*_seq(0, 6), *_seq(50, 6), 1])  # touches the branch's tail only
+        while cache.bytes:
+            cache.evict(1)
+            check_integrity(cache)
+        assert Action.MERGE in {f.action for f in freed}
+        assert sum(f.nbytes for f in freed) == cache.stats.peak_bytes
