@@ -9,7 +9,7 @@ from marconi.core.cache import PrefixCache
 from marconi.core.integrity import check_integrity
 from marconi.core.spec import PAPER_7B
 from marconi.paper.eviction import LRULeaf
-from marconi.plus.admission import StructureConfig, Structured
+from marconi.plus.admission import PLAIN, StructureConfig, Structured
 from marconi.plus.shadows import Boundaries, Expert, apply
 from marconi.plus.switchable import Mode, Setting, Switchable
 from marconi.sim.replay import simulate
@@ -103,3 +103,57 @@ def test_concurrent_replay_drives_the_tuner() -> None:
     config = SimConfig(spec=PAPER_7B, capacity="100GB", system="marconi+", concurrent=True,
                        bounds=False)
     assert simulate(trace, config).tuning["requests"] == len(trace)
+
+
+class TestMarconiMode:
+    """Switchable's MARCONI mode: Marconi's FLOP-aware score at an alpha the tuner sets."""
+
+    @staticmethod
+    def _work(n: int = 80) -> list[list[int]]:
+        rng = np.random.default_rng(3)
+        return [rng.integers(0, 6, int(rng.integers(20, 400))).tolist() for _ in range(n)]
+
+    def test_evicts_like_marconi_at_the_same_alpha(self) -> None:
+        for alpha in (0.5, 4.0):
+            marconi = make_cache(SMALL, 300_000, "marconi", alpha=alpha)
+            plus = PrefixCache(SMALL, 300_000, Structured(PLAIN),
+                               Switchable(SMALL, Mode.DENSITY, marconi=True))
+            assert isinstance(plus.eviction, Switchable)
+            plus.eviction.set_setting(Setting(Mode.MARCONI, alpha))
+            assert plus.eviction.setting == Setting(Mode.MARCONI, alpha)
+            for inp in self._work():
+                assert marconi.lookup(inp).hit == plus.lookup(inp).hit
+                marconi.commit([*inp, 1], len(inp))
+                plus.commit([*inp, 1], len(inp))
+            assert marconi.stats.evictions == plus.stats.evictions > 0
+            check_integrity(plus)
+
+    def test_switching_in_mid_run_finds_its_books_current(self) -> None:
+        """The FLOP-aware books (last touch, efficiency) follow the tree's events whoever
+        chooses the victims: after a run under hit density, the switched-in order is
+        Marconi's score over the current candidates."""
+        cache = PrefixCache(SMALL, 300_000, Structured(PLAIN),
+                            Switchable(SMALL, Mode.DENSITY, marconi=True))
+        policy = cache.eviction
+        assert isinstance(policy, Switchable) and policy.marconi is not None
+        work = self._work()
+        for inp in work[:50]:
+            cache.lookup(inp)
+            cache.commit([*inp, 1], len(inp))
+        assert cache.stats.evictions > 0
+        check_integrity(cache)  # every expert's books, the FLOP-aware one's among them
+        policy.set_setting(Setting(Mode.MARCONI, 2.0))
+        victim = policy.victim((), 10**6)
+        assert victim is not None
+        scores = policy.marconi.scores(10**6)
+        assert victim.node is policy.marconi.slots.nodes[int(np.argmin(scores))]
+        for inp in work[50:]:
+            cache.lookup(inp)
+            cache.commit([*inp, 1], len(inp))
+        check_integrity(cache)
+
+    def test_needs_the_expert(self) -> None:
+        with pytest.raises(ValueError, match="FLOP-aware"):
+            Switchable(SMALL, Mode.DENSITY).set_setting(Setting(Mode.MARCONI, 1.0))
+        with pytest.raises(ValueError, match="alpha"):
+            Switchable(SMALL, marconi=True).set_setting(Setting(Mode.MARCONI, -1.0))

@@ -173,8 +173,27 @@ class TestShadowTuner:
         hits = [_request(cache, inp, b, tuner) for inp, b in self._twice()]
         assert tuner.expert.boundaries is not Boundaries.NONE and hits[-1] == 200
 
+    def test_half_life_follows_the_recent_leader(self) -> None:
+        """With `half_life` the decision weighs each request's saving 2^(-age / H): an
+        expert far behind on the whole record but ahead lately is followed; without it,
+        the whole record decides."""
+        for half_life, followed in ((None, False), (64.0, True)):
+            tuner = ShadowTuner(ShadowConfig(every=1, warmup=0, half_life=half_life))
+            cache = make_cache(SMALL, "1GB", "marconi+")
+            _request(cache, _seq(0, 10), tuner=tuner)  # starts the shadows
+            tuner.totals[:] = 100.0
+            tuner.totals[3] = 50.0
+            tuner.recent[:] = 1.0
+            tuner.recent[3] = 2.0
+            tuner._decide(cache)
+            assert (tuner.expert == DEFAULT_EXPERTS[3]) is followed
+        tuner.recent[:] = 8.0
+        _request(cache, _seq(5000, 10), tuner=tuner)  # a miss everywhere: decay only
+        assert tuner.recent == pytest.approx(8.0 * 0.5 ** (1 / 64))
+
     @pytest.mark.parametrize("kwargs", [{"experts": ()}, {"every": 0}, {"threshold": -1.0},
-                                        {"warmup": -1}, {"early_threshold": -1.0}])
+                                        {"warmup": -1}, {"early_threshold": -1.0},
+                                        {"half_life": 0.0}])
     def test_config_validated(self, kwargs: dict) -> None:
         with pytest.raises(ValueError, match="ShadowConfig"):
             ShadowConfig(**kwargs)
@@ -188,3 +207,44 @@ def test_marconi_plus_beats_or_ties_the_paper_systems(name: str) -> None:
                                           bounds=False)).summary()["flops_saved"]
              for s in ("sglang+", "marconi", "marconi+")}
     assert saved["marconi+"] >= 0.99 * max(saved["sglang+"], saved["marconi"])
+
+
+def test_follows_a_flop_aware_expert_that_keeps_the_long_prefix() -> None:
+    """A long conversation returns after five one-off short requests each time: LRU
+    evicts it every time, Marconi's score at alpha 4 keeps it (a long prefix saves the
+    most FLOPs per byte). The shadows see it and the live cache switches to the
+    FLOP-aware expert."""
+    from marconi.plus.admission import PLAIN, Structured
+
+    long = _seq(0, 1000)
+    capacity = 1000 * SMALL.kv_bytes_per_token + 4 * (60 * SMALL.kv_bytes_per_token
+                                                      + SMALL.ssm_bytes)
+    fa = Expert(Boundaries.NONE, Mode.MARCONI, 4.0)
+    assert str(fa) == "none/marconi 4"
+    tuner = ShadowTuner(ShadowConfig(experts=(Expert(Boundaries.NONE, Mode.LRU), fa),
+                                     every=4))
+    cache = PrefixCache(SMALL, capacity, Structured(PLAIN),
+                        Switchable(SMALL, Mode.LRU, marconi=True))
+    hits = []
+    for i in range(30):
+        hits.append(_request(cache, [*long, 1, 900_000 + i], tuner=tuner))
+        for j in range(5):
+            _request(cache, _seq(10_000 * (5 * i + j + 1), 50), tuner=tuner)
+    assert tuner.expert == fa and cache.eviction.setting.alpha == 4.0  # type: ignore[attr-defined]
+    assert hits[-1] == 1001 and tuner.totals[0] == 0 < tuner.totals[1]
+    check_integrity(cache)
+    for shadow in tuner.shadows:
+        check_integrity(shadow)
+
+
+def test_marconi_plus_decides_from_the_past_only() -> None:
+    """Online: replaying the first k requests makes exactly the decisions the whole
+    trace's replay made on them (no expert, shadow or switch looks ahead)."""
+    trace = load_trace("synthetic:twice", options=TraceOptions(sessions=40, seed=2))
+    config = SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi+", bounds=False)
+    whole = simulate(trace, config)
+    assert whole.summary()["evictions"] > 0 and whole.tuning["switches"]
+    k = len(trace) // 2
+    part = simulate(trace.requests[:k], config)
+    assert np.array_equal(part.records.hit, whole.records.hit[:k])
+    assert [s for s in whole.tuning["switches"] if s[0] <= k] == part.tuning["switches"]

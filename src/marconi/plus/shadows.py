@@ -2,7 +2,9 @@
 
 Every expert is one way to run the cache: which message boundaries admission may
 checkpoint (none, the first, the last) and which eviction runs (hit density, hit density
-with leaves classed by depth, or GreedyDual-FLOP; LRU is there for ablations). Each has a
+with leaves classed by depth, or GreedyDual-FLOP; LRU, and Marconi's FLOP-aware score at
+a fixed alpha (`MARCONI_ALPHAS`), are there for ablations: as more experts they lost
+more than they won, experiments/RESULTS.md). Each has a
 *shadow*: a cache of the same spec and capacity that holds token ids only (no tensors,
 no store) and sees every request the live cache commits. Every `every` requests the
 live cache switches to the expert whose shadow has saved the most FLOPs so far, if it
@@ -13,6 +15,8 @@ be decisive, 5%, and measured on enough requests: in the first 128 only a leader
 saves twice as much as the running expert is followed (a system prompt's boundary expert
 on its second use, not the noise of a handful of hits); leads of a few tenths of a point
 flip between near-equal experts and cost more than they gain (experiments/RESULTS.md).
+`half_life` (off by default) decides on totals that forget: each request's saving
+weighted 2^(-age / half_life), so a leader of long ago is not followed for ever.
 A model without SSM layers runs one expert and no shadows (`ATTENTION_ONLY`).
 
 ```
@@ -54,15 +58,21 @@ class Boundaries(Enum):
 class Expert:
     boundaries: Boundaries
     mode: Mode  # DENSITY / DEPTH: hit density (DEPTH: leaf classes by depth); FLOP:
-    # GreedyDual-FLOP; LRU: SGLang+'s LRU over leaves
+    # GreedyDual-FLOP; LRU: SGLang+'s LRU over leaves; MARCONI: Marconi's FLOP-aware score
+    alpha: float = 0.0  # MARCONI only: the weight of FLOP efficiency against recency
 
     def __str__(self) -> str:
-        return f"{self.boundaries.value}/{EVICTION_NAMES[self.mode]}"
+        name = EVICTION_NAMES[self.mode]
+        if self.mode is Mode.MARCONI:
+            name += f" {self.alpha:g}"
+        return f"{self.boundaries.value}/{name}"
 
 
 EVICTION_NAMES = {Mode.DENSITY: "density", Mode.DEPTH: "depth", Mode.FLOP: "gd",
-                  Mode.LRU: "lru"}
-EXPERTS = tuple(Expert(b, m) for b in Boundaries for m in EVICTION_NAMES)
+                  Mode.LRU: "lru", Mode.MARCONI: "marconi"}
+MARCONI_ALPHAS = (0.5, 1.0, 2.0, 4.0)  # the FLOP-aware experts' alphas
+EXPERTS = (*(Expert(b, m) for b in Boundaries for m in EVICTION_NAMES if m is not Mode.MARCONI),
+           *(Expert(b, Mode.MARCONI, a) for b in Boundaries for a in MARCONI_ALPHAS))
 DEFAULT_EXPERTS = tuple(Expert(b, m) for b in Boundaries
                         for m in (Mode.DENSITY, Mode.DEPTH, Mode.FLOP))
 # A Transformer (no SSM layer): a node per block and LRU, tail first, is vLLM's block
@@ -84,6 +94,9 @@ class ShadowConfig:
     warmup: int = 128  # requests before the lead rule applies (early totals: a few hits)
     early_threshold: float = 1.0  # lead needed during warmup: a leader saving twice as much
     objective: Objective = Objective.FLOPS
+    # None: decide on each shadow's whole record; H: on its record with every request's
+    # saving weighted 2^(-age / H) (a recent leader is followed; ages in requests)
+    half_life: float | None = None
 
     def __post_init__(self) -> None:
         if not self.experts:
@@ -95,6 +108,8 @@ class ShadowConfig:
                              f"{self.warmup!r}, {self.early_threshold!r}")
         if self.threshold < 0:
             raise ValueError(f"ShadowConfig.threshold must be >= 0, got {self.threshold!r}")
+        if self.half_life is not None and not self.half_life > 0:
+            raise ValueError(f"ShadowConfig.half_life must be > 0, got {self.half_life!r}")
 
 
 @dataclass(slots=True)
@@ -105,6 +120,7 @@ class ShadowTuner:
     experts: tuple[Expert, ...] = ()  # what runs: config.experts, or ATTENTION_ONLY
     shadows: list[PrefixCache] = field(default_factory=list)
     totals: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    recent: np.ndarray = field(default_factory=lambda: np.zeros(0))  # decayed (half_life)
     current: int = 0  # index of the running expert
     seen: int = 0  # requests observed
     seconds: float = 0.0  # spent feeding shadows (the tuner's whole overhead)
@@ -120,8 +136,14 @@ class ShadowTuner:
         start = time.perf_counter()
         if not self.experts:
             self._start(cache)
+        half_life = self.config.half_life
+        if half_life is not None:
+            self.recent *= 0.5 ** (1.0 / half_life)
         for k, shadow in enumerate(self.shadows):
-            self.totals[k] += serve(shadow, tokens, n_input, boundaries, self.config.objective)
+            gain = serve(shadow, tokens, n_input, boundaries, self.config.objective)
+            self.totals[k] += gain
+            if half_life is not None:
+                self.recent[k] += gain
         self.seen += 1
         if self.seen % self.config.every == 0:
             self._decide(cache)
@@ -133,13 +155,15 @@ class ShadowTuner:
         if len(experts) > 1:  # one expert: nothing to compare, no shadows to feed
             self.shadows = [_shadow(cache, expert) for expert in experts]
         self.totals = np.zeros(len(experts))
+        self.recent = np.zeros(len(experts))
         apply(cache, self.expert)
 
     def _decide(self, cache: PrefixCache) -> None:
         config = self.config
         threshold = config.threshold if self.seen >= config.warmup else config.early_threshold
-        best = int(np.argmax(self.totals))
-        if self.totals[best] > self.totals[self.current] * (1 + threshold):
+        score = self.totals if config.half_life is None else self.recent
+        best = int(np.argmax(score))
+        if score[best] > score[self.current] * (1 + threshold):
             self.current = best
             self.switches.append(Switch(self.seen, self.expert))
             apply(cache, self.expert)
@@ -169,7 +193,8 @@ def _shadow(cache: PrefixCache, expert: Expert) -> PrefixCache:
     shadow_admission.use_boundaries(first=expert.boundaries is Boundaries.FIRST,
                                     last=expert.boundaries is Boundaries.LAST)
     return PrefixCache(cache.spec, cache.capacity, shadow_admission,
-                       eviction.solo(expert.mode), name=f"{cache.name} shadow {expert}",
+                       eviction.solo(expert.mode, expert.alpha),
+                       name=f"{cache.name} shadow {expert}",
                        page_size=cache.layout.page_size, state_slots=cache.layout.state_slots)
 
 
@@ -179,4 +204,4 @@ def apply(cache: PrefixCache, expert: Expert) -> None:
     admission, eviction = _policies(cache)
     admission.use_boundaries(first=expert.boundaries is Boundaries.FIRST,
                              last=expert.boundaries is Boundaries.LAST)
-    eviction.set_setting(Setting(expert.mode))
+    eviction.set_setting(Setting(expert.mode, expert.alpha))

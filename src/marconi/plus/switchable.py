@@ -1,9 +1,12 @@
 """marconi+'s eviction: one policy per mode behind one interface, switchable at any time.
 
 `Switchable` feeds every event to GreedyDual-FLOP (`marconi.plus.greedy_dual`), an
-LRU-leaf policy and two hit-density policies (`marconi.plus.density`: leaves in one
-class, or classed by depth), so a tuner (`marconi.plus.shadows`) can switch among them
-without a pause: the one `mode` names chooses the victims.
+LRU-leaf policy, two hit-density policies (`marconi.plus.density`: leaves in one
+class, or classed by depth) and Marconi's FLOP-aware eviction (`FlopAware`, its alpha set
+by the tuner), so a tuner (`marconi.plus.shadows`) can switch among them without a pause:
+the one `mode` names chooses the victims. Every policy's books (FlopAware's: the clock at
+each candidate's last touch and its FLOP efficiency) depend on the tree's events only,
+never on who chose the victims, so a switch finds each order as if it had run all along.
 """
 
 from __future__ import annotations
@@ -27,16 +30,19 @@ class Mode(Enum):
     FLOP = "flop"  # GreedyDual-FLOP (or Marconi's recency + alpha x FLOP efficiency)
     DENSITY = "density"  # FLOP-weighted hit density (`marconi.plus.density`)
     DEPTH = "depth"  # the same, leaves classed by depth as well (a class per doubling)
+    MARCONI = "marconi"  # Marconi's recency + alpha x FLOP efficiency at the setting's alpha
 
 
 @dataclass(frozen=True, slots=True)
 class Setting:
-    """What a tuner chooses: an eviction mode and, for FLOP, an alpha."""
+    """What a tuner chooses: an eviction mode and, for FLOP and MARCONI, an alpha."""
 
     mode: Mode
     alpha: float = 0.0
 
     def __str__(self) -> str:
+        if self.mode is Mode.MARCONI:
+            return f"marconi {self.alpha:g}"
         return self.mode.value if self.mode is not Mode.FLOP else f"{self.alpha:g}"
 
 
@@ -44,11 +50,14 @@ class Switchable(Eviction):
     """One eviction policy per mode, all fed the same events; `mode` picks the victim.
 
     All stay consistent at all times, so switching is free. The FLOP expert is
-    GreedyDual-FLOP unless another FLOP-aware policy is given (`flop`).
+    GreedyDual-FLOP unless another FLOP-aware policy is given (`flop`); the MARCONI
+    expert is Marconi's own score, kept only where something may switch to it
+    (`marconi`), its alpha set with the mode.
     """
 
     def __init__(self, spec: ModelSpec, mode: Mode = Mode.FLOP, *,
-                 flop: FlopAware | None = None, depth: bool = True) -> None:
+                 flop: FlopAware | None = None, depth: bool = True,
+                 marconi: bool = False) -> None:
         super().__init__()
         self.spec = spec
         self.flop = flop if flop is not None else GreedyDualFlop(spec)
@@ -62,16 +71,25 @@ class Switchable(Eviction):
                                               Mode.DENSITY: self.density}
         if self.depth is not None:
             self.experts[Mode.DEPTH] = self.depth
+        # Marconi's score at any alpha: one more set of candidate columns, fed every event
+        self.marconi = FlopAware(spec, 0.0) if marconi else None
+        if self.marconi is not None:
+            self.experts[Mode.MARCONI] = self.marconi
         self.alpha = self.flop.alpha
         self.mode = Mode.FLOP
         self.set_setting(Setting(Mode(mode), self.flop.alpha or 0.0))
 
     def set_setting(self, setting: Setting) -> None:
         if setting.mode not in self.experts:
-            raise ValueError("this Switchable keeps no depth-classed expert (depth=False); "
-                             "it cannot run Mode.DEPTH")
+            kept = "depth-classed" if setting.mode is Mode.DEPTH else "FLOP-aware (marconi)"
+            raise ValueError(f"this Switchable keeps no {kept} expert; it cannot run "
+                             f"{setting.mode}")
         self.mode = setting.mode
-        self.set_alpha(setting.alpha)
+        if setting.mode is Mode.MARCONI:
+            assert self.marconi is not None
+            self.marconi.set_alpha(setting.alpha)
+        else:
+            self.set_alpha(setting.alpha)
 
     def set_alpha(self, alpha: float) -> None:
         self.flop.set_alpha(alpha)
@@ -81,9 +99,11 @@ class Switchable(Eviction):
         """A fresh hit density with leaves classed by depth (the expert, or a shadow's)."""
         return HitDensity(self.spec, depth_classes=DEPTH_CLASSES)
 
-    def solo(self, mode: Mode) -> Eviction:
-        """A fresh policy choosing the victims this one chooses in `mode`, without the
-        others (what a shadow cache of that mode needs)."""
+    def solo(self, mode: Mode, alpha: float = 0.0) -> Eviction:
+        """A fresh policy choosing the victims this one chooses in `mode` (at `alpha` for
+        MARCONI), without the others (what a shadow cache of that mode needs)."""
+        if mode is Mode.MARCONI:
+            return FlopAware(self.spec, alpha)
         if mode is Mode.LRU:
             return LRULeaf(deepest_first=self.lru.deepest_first)
         if mode is Mode.DENSITY:
@@ -94,6 +114,8 @@ class Switchable(Eviction):
 
     @property
     def setting(self) -> Setting:
+        if self.mode is Mode.MARCONI and self.marconi is not None:
+            return Setting(self.mode, self.marconi.alpha or 0.0)
         return Setting(self.mode, (self.flop.alpha or 0.0) if self.mode is Mode.FLOP else 0.0)
 
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
