@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -135,3 +136,10 @@ class TestIterObjects:
         path = files.text("sg.json", text)
         reference = _objects_or_error(sharegpt._iter_text(text, path))
         assert _objects_or_error(sharegpt.iter_objects(path)) == reference
+
+    @pytest.mark.parametrize("tail", [b"]", b""])
+    def test_invalid_utf8_is_named_as_before(self, tmp_path: Path, tail: bytes) -> None:
+        path = tmp_path / "sg.json"
+        path.write_bytes(b'[{"id": "\xff"}, {"id": 2}' + tail)
+        with pytest.raises(ValueError, match=r"sg.json: not UTF-8 text at byte 9"):
+            list(sharegpt.iter_objects(path))

@@ -8,10 +8,12 @@ the way `str.splitlines` would split its text, or says it cannot.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import gzip
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,10 +82,11 @@ def read_json(path: str | Path) -> Any:
         raise TraceError(f"malformed JSON: {err.msg}", path=path, line=err.lineno) from err
 
 
-def lines(data: bytes) -> Iterator[memoryview] | None:
-    """The lines of UTF-8 `data`, numbered as `data.decode().splitlines()` numbers them,
-    as views (no copy); None when the text holds a line break other than "\n" and "\r\n"
-    (the caller then splits the decoded text)."""
+def lines(data: bytes, *, views: bool = True) -> Iterable[memoryview | bytes] | None:
+    """The lines of UTF-8 `data`, numbered as `data.decode().splitlines()` numbers them:
+    views into `data` (no copy), or with `views=False` a list of bytes (faster per line,
+    for files of many short lines); None when the text holds a line break other than
+    "\n" and "\r\n" (the caller then splits the decoded text)."""
     if any(b in data for b in _ODD_BREAKS):
         return None
     if not data.isascii() and any(b in data for b in _ODD_UTF8_BREAKS):
@@ -91,7 +94,24 @@ def lines(data: bytes) -> Iterator[memoryview] | None:
     crlf = b"\r" in data
     if crlf and data.count(b"\r") != data.count(b"\r\n"):
         return None
-    return _split(memoryview(data), crlf)
+    if views:
+        return _split(memoryview(data), crlf)
+    split = data.split(b"\n")
+    if split and not split[-1]:
+        split.pop()  # the final newline ends the last line; it starts none
+    return [line.removesuffix(b"\r") for line in split] if crlf else split
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside (parsing makes many objects and no cycles)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _split(view: memoryview, crlf: bool) -> Iterator[memoryview]:

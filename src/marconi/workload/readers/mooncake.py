@@ -20,7 +20,15 @@ import msgspec
 
 from marconi.workload.buffers import Built, TraceBuilder
 from marconi.workload.errors import TraceError
-from marconi.workload.io import iter_jsonl, lines, number, read_bytes, require, utf8
+from marconi.workload.io import (
+    gc_paused,
+    iter_jsonl,
+    lines,
+    number,
+    read_bytes,
+    require,
+    utf8,
+)
 from marconi.workload.options import TraceOptions
 from marconi.workload.pseudo import block_tokens, pseudo_tokens
 from marconi.workload.report import META_KEY, LoadStats
@@ -40,12 +48,13 @@ def _parse(source: str | Path) -> list[_Row]:
     """The rows, read by msgspec against a typed row; any line it refuses sends the file
     to the plain reader (`json` per line), which decides and words the error."""
     data = utf8(read_bytes(source), source)
-    split = lines(data)
-    rows = None if split is None else _parse_fast(split)
+    split = lines(data, views=False)
+    with gc_paused():
+        rows = None if split is None else _parse_fast(split)
     return _parse_plain(source) if rows is None else rows
 
 
-class _Line(msgspec.Struct):
+class _Line(msgspec.Struct, gc=False):
     timestamp: Any  # checked as `number` checks it
     input_length: Annotated[int, msgspec.Meta(ge=0)]
     output_length: Annotated[int, msgspec.Meta(ge=0)]
@@ -55,7 +64,7 @@ class _Line(msgspec.Struct):
 _decode_line = msgspec.json.Decoder(_Line).decode
 
 
-def _parse_fast(split: Iterable[memoryview]) -> list[_Row] | None:
+def _parse_fast(split: Iterable[memoryview | bytes]) -> list[_Row] | None:
     rows = []
     for line, text in enumerate(split, start=1):
         try:

@@ -50,17 +50,36 @@ def iter_objects(path: str | Path) -> Iterator[dict[str, Any]]:
     A whole array is checked by msgspec in one pass, its elements kept as raw JSON and
     decoded only when reached; a cut file, or anything msgspec refuses, is read by
     `json` one object at a time, which decides and words the errors."""
-    data = utf8(read_bytes(path), path)
-    try:
-        elements = _ELEMENTS(data)
-    except (msgspec.DecodeError, RecursionError):
-        elements = None
+    data = read_bytes(path)
+    elements = _whole_array(data)
     if elements is None:
-        yield from _iter_text(data.decode("utf-8"), path)
+        yield from _iter_text(_decoded(data, path), path)
         return
+    utf8(data, path)
     del data  # the raw elements keep what they need of it
     for raw in elements:
         yield loads(raw)
+
+
+def _whole_array(data: bytes) -> list[msgspec.Raw] | None:
+    """The elements, when `data` is one whole JSON array msgspec reads; else None (a cut
+    file is told by its last byte, without reading it all)."""
+    end = len(data)
+    while end and data[end - 1] in b" \t\r\n":
+        end -= 1
+    if data[end - 1 : end] != b"]":
+        return None
+    try:
+        return _ELEMENTS(data)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+
+
+def _decoded(data: bytes, path: str | Path) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise TraceError(f"not UTF-8 text at byte {err.start}", path=path) from err
 
 
 _ELEMENTS = msgspec.json.Decoder(list[msgspec.Raw]).decode
