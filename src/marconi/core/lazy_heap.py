@@ -43,7 +43,14 @@ def lazy_min(heap: list[HeapEntry], valid: Callable[[HeapEntry], bool],
 
 
 def compact(heap: list[HeapEntry], valid: Callable[[HeapEntry], bool]) -> list[HeapEntry]:
-    """A heap of the valid entries only."""
-    out = [e for e in heap if valid(e)]
+    """A heap of the valid entries only, one per node: the smallest, the one a search
+    surfaces first (a node pushed again at an unchanged stamp has several valid entries;
+    kept, they would fill the heap past any bound and force a compaction on every push)."""
+    best: dict[int, HeapEntry] = {}
+    for entry in heap:
+        kept = best.get(entry[2])
+        if (kept is None or entry[:2] < kept[:2]) and valid(entry):
+            best[entry[2]] = entry
+    out = list(best.values())
     heapq.heapify(out)
     return out
