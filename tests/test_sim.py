@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 
 from marconi.cli import main
+from marconi.core.cache import PrefixCache
 from marconi.core.spec import PAPER_7B
 from marconi.sim import FlopsLatency, ProfileLatency, SimConfig, simulate
+from marconi.sim.bounds import UNBOUNDED, KeepAll, unbounded
 from marconi.sim.result import ORACLE
 from marconi.sim.run import run
-from marconi.systems import SYSTEMS
+from marconi.systems import SYSTEMS, get_system
 from marconi.workload import Trace, TraceOptions, load_trace
 
 CONTRACT = ("system", "requests", "input_tokens", "hit_tokens", "token_hit_rate",
@@ -76,6 +78,50 @@ class TestSimulate:
         s = simulate(Trace("empty", ()), SimConfig(spec=PAPER_7B, capacity="1GB",
                                                    system="marconi")).summary()
         assert s["requests"] == 0 and s["token_hit_rate"] == 0.0 and s["ttft_p95"] == 0.0
+
+    def test_a_stream_replays_like_its_trace(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A generator of requests (no length known) gives the trace's records, its
+        sessions and arrivals, however often its records had to grow."""
+        monkeypatch.setattr("marconi.sim.replay.STREAM_ROWS", 5)  # grows 5 -> 10 -> ... -> 160
+        trace = _trace()
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", system="sglang+")
+        whole, stream = simulate(trace, config), simulate(iter(trace), config)
+        assert len(trace) == 120 and len(stream.records) == 120
+        for name, column in whole.records.columns().items():
+            assert np.array_equal(stream.records.columns()[name], column), name
+        assert stream.sessions == whole.sessions
+        assert np.array_equal(stream.arrivals, whole.arrivals)
+        assert stream.trace == "stream" and whole.trace == trace.name
+        drop = {"seconds", "trace"}
+        assert {k: v for k, v in stream.summary().items() if k not in drop} == {
+            k: v for k, v in whole.summary().items() if k not in drop}
+
+    @pytest.mark.parametrize("system", sorted(SYSTEMS))
+    def test_the_bound_is_the_system_without_a_limit(self, system: str) -> None:
+        """The same-system bound (its eviction keeping no books unless it collects
+        garbage) hits what the system itself hits at that capacity, request by request."""
+        trace = _trace("synthetic:agent")
+        run_ = simulate(trace, SimConfig(spec=PAPER_7B, capacity="1GB", system=system,
+                                         alpha=0.0))
+        alone = simulate(trace, SimConfig(spec=PAPER_7B, capacity=UNBOUNDED, system=system,
+                                          alpha=0.0, state_slots=0, bounds=False))
+        assert alone.stats.evictions == 0
+        assert np.array_equal(run_.records.bound, alone.records.hit)
+
+    def test_the_bound_keeps_no_eviction_books(self) -> None:
+        def bound(name: str) -> PrefixCache:
+            return unbounded(get_system(name).cache(PAPER_7B, UNBOUNDED, state_slots=0))
+
+        assert isinstance(bound("vllm+").eviction, KeepAll)
+        assert isinstance(bound("marconi").eviction, KeepAll)
+        assert not isinstance(bound("sglang-2026").eviction, KeepAll)  # collects garbage
+        with pytest.raises(AssertionError, match="never evicts"):
+            KeepAll().victim((), 0)
+
+    def test_a_concurrent_replay_refuses_a_stream(self) -> None:
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", system="sglang+", concurrent=True)
+        with pytest.raises(ValueError, match="whole trace"):
+            simulate(iter(_trace()), config)
 
     def test_oracle_is_best_fixed_alpha(self) -> None:
         config = SimConfig(spec=PAPER_7B, capacity="1GB", system=ORACLE)

@@ -8,11 +8,44 @@ taxonomy: purely input, input and output, neither.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
+from marconi.core.cache import PrefixCache
+from marconi.core.policy import Eviction, Victim, overrides
 from marconi.core.tree import TOKEN_BYTES, Node, RadixTree
+
+UNBOUNDED = 2**62  # bytes: the same-system bound's capacity, never reached
+
+
+class KeepAll(Eviction):
+    """The eviction of a cache that never runs out of room (the same-system bound): it is
+    never asked for a victim, so it keeps no books (a policy's stamps and heaps would hold
+    an entry for every node of the trace)."""
+
+    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
+        return None
+
+    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        return None
+
+    def changed(self, node: Node) -> None:
+        return None
+
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        raise AssertionError(f"an unbounded cache ({UNBOUNDED} bytes) never evicts")
+
+
+def unbounded(cache: PrefixCache) -> PrefixCache:
+    """`cache` (fresh, of capacity `UNBOUNDED`) with `KeepAll` for its eviction, unless
+    the policy evicts garbage whatever the budget (which the bound must do too): the hit of
+    a cache that never evicts depends on its admission only."""
+    assert cache.capacity == UNBOUNDED and cache.tree.size == 0
+    if not overrides(cache.eviction, "garbage"):
+        cache.eviction = KeepAll()
+    return cache
 
 
 @dataclass(frozen=True, slots=True)

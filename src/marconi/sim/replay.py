@@ -9,59 +9,72 @@ result.summary()      # the JSON of `marconi simulate --json`
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sized
 
 import numpy as np
 from tqdm import tqdm
 
 from marconi.core.cache import PrefixCache
 from marconi.core.tuning import Objective, Tuner
-from marconi.sim.bounds import SeenTree
+from marconi.sim.bounds import UNBOUNDED, SeenTree, unbounded
 from marconi.sim.concurrent import replay_concurrent
-from marconi.sim.result import Records, SimConfig, SimResult
+from marconi.sim.result import Records, SimConfig, SimResult, resized
 from marconi.systems import System, TunerOptions, get_system
 from marconi.workload.types import Request, Trace
 
+STREAM_ROWS = 4096  # rows a replay of a stream (no length known) starts its records with
 
-def simulate(trace: Trace, config: SimConfig, *, progress: bool = False,
+
+def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: bool = False,
              system: System | None = None, before: Callable[[int], None] | None = None
              ) -> SimResult:
     """Replay `trace` through one cache of `config.system`; deterministic.
 
+    `trace` may be any iterable of requests in arrival order, a stream too long to hold
+    in memory (not with `config.concurrent`): records grow as it is read, by doubling.
     `system` overrides the registered one (references built per trace, e.g. `offline`);
     `before(i)` is called before request `i` is served.
     """
+    if config.concurrent and not isinstance(trace, Sized):
+        raise ValueError("a concurrent replay needs the whole trace, not a stream")
     system = system or get_system(config.system)
     tuner = system.make_tuner(config.alpha, TunerOptions(  # waits: a deterministic replay
         multiplier=config.multiplier, objective=Objective(config.objective), wait=True))
     cache = system.cache(config.spec, config.capacity, alpha=config.alpha,
                          page_size=config.page_size, state_slots=config.state_slots)
-    bound = system.cache(config.spec, 2**62, alpha=config.alpha, page_size=config.page_size,
-                         state_slots=0)  # no limit: no slot pool either
+    bound = unbounded(system.cache(config.spec, UNBOUNDED, alpha=config.alpha,
+                                   page_size=config.page_size, state_slots=0))  # no pool
     seen = SeenTree()
-    records = Records.zeros(len(trace))
+    records = Records.zeros(len(trace) if isinstance(trace, Sized) else STREAM_ROWS)
+    arrivals, sessions = np.zeros(len(records)), []
     start = time.perf_counter()
     bar = tqdm(trace, desc=config.system, unit="req", leave=False,
                disable=None if progress else True)  # None: only on a terminal
     if config.concurrent:
         _concurrent(trace, config, cache, tuner, records, before)
     for i, request in enumerate(bar):
+        if i == len(records):  # a stream outgrew its records
+            records, arrivals = records.resized(2 * i), resized(arrivals, 2 * i)
+        sessions.append(request.session_id)
+        arrivals[i] = request.arrival
         if not config.concurrent:
             if before is not None:
                 before(i)
             _step(request, i, cache, tuner, records)
         if config.bounds:
             _bounds(request, i, bound, seen, records)
+    if len(sessions) < len(records):  # the stream's rows only
+        records, arrivals = records.resized(len(sessions)), resized(arrivals, len(sessions))
     seconds = time.perf_counter() - start
     return SimResult(
-        config=config, trace=trace.name, records=records,
-        sessions=[r.session_id for r in trace], arrivals=np.array([r.arrival for r in trace]),
-        stats=cache.stats.copy(), alpha=cache.alpha, seconds=seconds,
-        tuning=tuner.report() if tuner is not None else {})
+        config=config, trace=getattr(trace, "name", "stream"), records=records,
+        sessions=sessions, arrivals=arrivals, stats=cache.stats.copy(), alpha=cache.alpha,
+        seconds=seconds, tuning=tuner.report() if tuner is not None else {})
 
 
-def _concurrent(trace: Trace, config: SimConfig, cache: PrefixCache, tuner: Tuner | None,
-                records: Records, before: Callable[[int], None] | None) -> None:
+def _concurrent(trace: Iterable[Request], config: SimConfig, cache: PrefixCache,
+                tuner: Tuner | None, records: Records,
+                before: Callable[[int], None] | None) -> None:
     def record(i: int, request: Request, hit: int) -> None:
         records.n_input[i], records.n_output[i] = request.n_input, request.n_output
         records.hit[i] = hit

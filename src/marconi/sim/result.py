@@ -72,9 +72,25 @@ class Records:
     def zeros(cls, n: int) -> Records:
         return cls(**{f.name: np.zeros(n, dtype=np.int64) for f in fields(cls)})
 
+    def __len__(self) -> int:
+        return len(self.n_input)
+
+    def resized(self, n: int) -> Records:
+        """The first `n` rows, zeros after the current ones (a replay of a stream grows
+        its records by doubling, then keeps the rows it filled)."""
+        return Records(**{name: resized(column, n) for name, column in self.columns().items()})
+
     def columns(self) -> dict[str, np.ndarray]:
         """Every column by name, in field order."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def resized(column: np.ndarray, n: int) -> np.ndarray:
+    """`column` cut or padded with zeros to `n` rows (a copy)."""
+    out = np.zeros(n, dtype=column.dtype)
+    keep = min(n, len(column))
+    out[:keep] = column[:keep]
+    return out
 
 
 @dataclass(slots=True)
