@@ -12,7 +12,7 @@ import pytest
 
 from marconi.core.cache import PrefixCache
 from marconi.core.integrity import check_integrity
-from marconi.core.policy import Action, Victim, check_alpha
+from marconi.core.policy import Action, Pressure, Victim, check_alpha
 from marconi.core.state_store import Freed
 from marconi.core.stats import CacheStats
 from marconi.core.tree import Match, RadixTree, check_salt
@@ -372,14 +372,15 @@ class TestCacheBooks:
 
 class _Marks(Judicious):
     """An admission that also checkpoints every message boundary and the end of the
-    token bytes it is shown (what structure-aware policies read)."""
+    token bytes it is shown (at commit: their middle), as structure-aware policies read
+    them."""
 
     def checkpoints_at(self, match, n_input, hit, boundaries, tokens=b""):
         marks = {*boundaries, len(tokens) // 4}
         return tuple(sorted(p for p in marks if hit < p <= n_input))
 
     def positions_at(self, match, n_total, n_input, boundaries, tokens=b""):
-        return tuple(sorted({*boundaries, len(tokens) // 4, n_total} - {0}))
+        return tuple(sorted({*boundaries, len(tokens) // 8, n_total} - {0}))
 
 
 class TestWhatPoliciesAreTold:
@@ -387,7 +388,7 @@ class TestWhatPoliciesAreTold:
         cache = PrefixCache(SMALL, "1TB", _Marks(), LRULeaf())
         assert cache.peek(_seq(0, 12), boundaries=(5,)).checkpoints == (5, 12)
         assert cache.lookup(_seq(0, 12), boundaries=(5,)).checkpoints == (5, 12)
-        assert cache.required_states(_seq(0, 12), 10, boundaries=(5,)) == (5, 12)
+        assert cache.required_states(_seq(0, 12), 10, boundaries=(5,)) == (5, 6, 12)
         assert _Marks().preview(Match((), None, 0, 0), 12, 0, (3,)) == (3,)
         with pytest.raises(ValueError, match=r"^peek: empty token list$"):
             cache.peek([])
@@ -421,3 +422,52 @@ class TestPagedMerges:
             check_integrity(cache)
         assert Action.MERGE in {f.action for f in freed}
         assert sum(f.nbytes for f in freed) == cache.stats.peak_bytes
+
+
+class _Listening(LRULeaf):
+    """LRU over leaves that keeps every `Pressure` it is told (as two-list policies read
+    it to choose a list)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.told: list[Pressure] = []
+
+    def pressure(self, pressure: Pressure) -> None:
+        self.told.append(pressure)
+
+
+class TestPressure:
+    KV = 20 * SMALL.kv_bytes_per_token
+
+    def test_a_listening_policy_is_told_what_is_held_and_needed(self) -> None:
+        policy = _Listening()
+        cache = PrefixCache(SMALL, 2 * ENTRY, Judicious(), policy)
+        for start in (0, 1000, 2000):
+            cache.commit(_seq(start, 20), 20)
+        assert policy.told == [Pressure(kv_held=2 * self.KV, kv_need=self.KV,
+                                        ssm_held=2 * SMALL.ssm_bytes, ssm_need=SMALL.ssm_bytes,
+                                        capacity=2 * ENTRY, ssm_capacity=None)]
+        cache.evict(1)
+        assert policy.told[1] == Pressure(kv_held=2 * self.KV, ssm_held=2 * SMALL.ssm_bytes,
+                                          capacity=2 * ENTRY)
+
+    def test_a_state_pool_is_told_as_its_own_capacity(self) -> None:
+        policy = _Listening()
+        cache = PrefixCache(SMALL, 2 * ENTRY, Judicious(), policy, state_slots=2)
+        for start in (0, 1000, 2000):
+            cache.commit(_seq(start, 20), 20)
+        assert policy.told[0] == Pressure(
+            kv_held=2 * self.KV, kv_need=self.KV, ssm_held=2 * SMALL.ssm_bytes,
+            ssm_need=SMALL.ssm_bytes, capacity=2 * self.KV, ssm_capacity=2 * SMALL.ssm_bytes)
+
+
+class TestUnstamped:
+    def test_an_unstamped_leaf_is_a_victim_at_time_zero(self) -> None:
+        tree = RadixTree()
+        a = tree.insert(tree.root, _key([1]))
+        b = tree.insert(tree.root, _key([2]))
+        policy = LRULeaf()
+        policy.on_commit([b], [b], 5)
+        policy.changed(a)  # never stamped
+        assert policy.victim((), 6) == Victim(a, Action.REMOVE)
+        policy.check([a, b])
