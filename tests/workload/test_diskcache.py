@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from marconi.workload import TraceOptions, load_trace
+from marconi.workload import TraceOptions, diskcache, load_trace
 from marconi.workload.readers import sharegpt
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ class TestDiskCache:
     ) -> None:
         path = _conv(files)
         first = load_trace(path, options=OPTS)
-        assert len(list(_isolated_cache.glob("*.npz"))) == 1
+        assert len(list(_isolated_cache.glob(f"*{diskcache.SUFFIX}"))) == 1
 
         def boom(*_: object) -> None:
             raise AssertionError("parsed again")
@@ -42,13 +42,13 @@ class TestDiskCache:
         load_trace(path, options=OPTS.with_(typing_wpm=10))
         path.write_text(path.read_text().replace("hello", "howdy"))
         changed = load_trace(path, options=OPTS)
-        assert len(list(_isolated_cache.glob("*.npz"))) == 3
+        assert len(list(_isolated_cache.glob(f"*{diskcache.SUFFIX}"))) == 3
         assert "cache" not in changed.meta
 
     def test_corrupt_file_is_rebuilt(self, files: Files, _isolated_cache: Path) -> None:
         path = _conv(files)
         good = load_trace(path, options=OPTS)
-        (entry,) = _isolated_cache.glob("*.npz")
+        (entry,) = _isolated_cache.glob(f"*{diskcache.SUFFIX}")
         entry.write_bytes(entry.read_bytes()[:100])
         rebuilt = load_trace(path, options=OPTS)
         assert "cache" not in rebuilt.meta
@@ -59,7 +59,7 @@ class TestDiskCache:
     def test_cache_dir_option_and_opt_out(self, files: Files, tmp_path: Path) -> None:
         path = _conv(files)
         load_trace(path, options=OPTS.with_(cache_dir=str(tmp_path / "mine")))
-        assert len(list((tmp_path / "mine").glob("*.npz"))) == 1
+        assert len(list((tmp_path / "mine").glob(f"*{diskcache.SUFFIX}"))) == 1
         load_trace(path, options=OPTS.with_(use_cache=False, cache_dir=str(tmp_path / "no")))
         assert not (tmp_path / "no").exists()
 
@@ -76,7 +76,7 @@ class TestEveryFileFormatIsCached:
                 [{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [0, 1]}])
         path = files.jsonl(f"{fmt}.jsonl", rows)
         first = load_trace(path, format=fmt)
-        assert len(list(_isolated_cache.glob("*.npz"))) == 1
+        assert len(list(_isolated_cache.glob(f"*{diskcache.SUFFIX}"))) == 1
         reader = artifact if fmt == "artifact" else mooncake
         monkeypatch.setattr(reader, "read", lambda *_: pytest.fail("parsed again"))
         again = load_trace(path, format=fmt)

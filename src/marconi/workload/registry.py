@@ -195,9 +195,8 @@ def _read(spec: FormatSpec, source: Path | None, options: TraceOptions) -> Trace
     if spec.reads_files and options.use_cache:
         tokenizer = get_tokenizer(options.tokenizer).identity if spec.tokenized else ""
         key = diskcache.cache_key(spec.name, _files(spec, source), options, tokenizer)
-        return diskcache.cached(
-            diskcache.cache_dir(options) / f"{key}.npz", lambda: spec.read(source, options)
-        )
+        path = diskcache.cache_dir(options) / f"{key}{diskcache.SUFFIX}"
+        return diskcache.cached(path, lambda: spec.read(source, options))
     return spec.read(source, options).trace()
 
 
