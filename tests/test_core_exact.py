@@ -19,7 +19,7 @@ from marconi.core.tree import Match, RadixTree, check_salt
 from marconi.paper.admission import Block, Judicious, branch_point
 from marconi.paper.eviction import FlopAware, LRULeaf, Recency
 from marconi.systems import make_cache
-from tests.helpers import SMALL
+from tests.helpers import SMALL, ListStore
 
 ENTRY = 20 * SMALL.kv_bytes_per_token + SMALL.ssm_bytes  # one 20-token sequence, one state
 
@@ -471,3 +471,50 @@ class TestUnstamped:
         policy.changed(a)  # never stamped
         assert policy.victim((), 6) == Victim(a, Action.REMOVE)
         policy.check([a, b])
+
+
+class _Stubborn(LRULeaf):
+    """A broken policy that never names a victim."""
+
+    def victim(self, protected, now):
+        return None
+
+
+class TestFeasibility:
+    def test_an_exact_fit_beside_a_pinned_entry_is_feasible(self) -> None:
+        for slots in (0, 2):
+            cache = make_cache(SMALL, 2 * ENTRY, "sglang+", state_slots=slots)
+            cache.commit(_seq(0, 20), 20)
+            cache.commit(_seq(1000, 20), 20)
+            cache.pin(cache.lookup(_seq(0, 20)).node)
+            result = cache.commit(_seq(2000, 20), 20)
+            assert not result.refused and cache.stats.evictions == 1, slots
+            assert cache.bytes == 2 * ENTRY
+
+    def test_a_full_state_pool_refuses_before_evicting(self) -> None:
+        cache = make_cache(SMALL, "1TB", "sglang+", state_slots=1)
+        cache.commit(_seq(0, 20), 20)
+        cache.pin(cache.lookup(_seq(0, 20)).node)
+        assert cache.commit(_seq(1000, 20), 20).refused
+        s = cache.stats
+        assert (s.refused_commits, s.evicted_then_refused, s.evictions) == (1, 0, 0)
+
+    def test_a_policy_that_runs_out_gets_the_commit_refused(self) -> None:
+        cache = PrefixCache(SMALL, 2 * ENTRY, Judicious(), _Stubborn())
+        cache.commit(_seq(0, 20), 20)
+        cache.commit(_seq(1000, 20), 20)
+        assert cache.commit(_seq(2000, 20), 20).refused
+        s = cache.stats
+        assert (s.refused_commits, s.evicted_then_refused, s.evictions) == (1, 1, 0)
+        assert cache.bytes == 2 * ENTRY
+
+    def test_an_evicted_node_lets_go_of_its_kv(self) -> None:
+        cache = make_cache(SMALL, "1TB", "sglang+", store=ListStore())
+        cache.commit(_seq(0, 20), 20, kv=_seq(0, 20))
+        node = cache.lookup(_seq(0, 20)).node
+        assert node is not None and node.kv == _seq(0, 20)
+        cache.evict(1)
+        assert node.kv is None and node.state is None and not node.has_state
+
+    def test_flop_aware_starts_at_alpha_zero(self) -> None:
+        assert FlopAware(SMALL).alpha == 0.0 and FlopAware(SMALL).recency is Recency.TIME
