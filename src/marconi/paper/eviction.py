@@ -42,7 +42,8 @@ class LRULeaf(Eviction):
     def _touch(self, nodes: Iterable[Node], now: int) -> None:
         for node in nodes:
             self.stamp[node] = now
-            self._push(node)
+            if not node.children:  # only leaves enter the heap (a path is mostly interior)
+                self._push(node)
 
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         self._touch(path, now)
