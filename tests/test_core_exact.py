@@ -504,17 +504,21 @@ class TestFeasibility:
         cache.commit(_seq(0, 20), 20)
         cache.commit(_seq(1000, 20), 20)
         assert cache.commit(_seq(2000, 20), 20).refused
+        assert cache.commit(_seq(3000, 20), 20).refused
         s = cache.stats
-        assert (s.refused_commits, s.evicted_then_refused, s.evictions) == (1, 1, 0)
+        assert (s.refused_commits, s.evicted_then_refused, s.evictions) == (2, 2, 0)
         assert cache.bytes == 2 * ENTRY
 
     def test_an_evicted_node_lets_go_of_its_kv(self) -> None:
-        cache = make_cache(SMALL, "1TB", "sglang+", store=ListStore())
-        cache.commit(_seq(0, 20), 20, kv=_seq(0, 20))
+        store, freed = ListStore(), []
+        cache = make_cache(SMALL, "1TB", "sglang+", store=store, on_evict=freed.append)
+        cache.commit(_seq(0, 20), 20, states={20: "s20"}, kv=_seq(0, 20))
         node = cache.lookup(_seq(0, 20)).node
         assert node is not None and node.kv == _seq(0, 20)
         cache.evict(1)
         assert node.kv is None and node.state is None and not node.has_state
+        assert freed == [Freed(Action.REMOVE, 20, _seq(0, 20), "s20", ENTRY)]
+        assert store.released_kv == [_seq(0, 20)] and store.released_states == ["s20"]
 
     def test_flop_aware_starts_at_alpha_zero(self) -> None:
         assert FlopAware(SMALL).alpha == 0.0 and FlopAware(SMALL).recency is Recency.TIME
