@@ -202,3 +202,14 @@ class TestFastPath:
         path.write_bytes(GOOD.encode() + b"\n" + GOOD.replace('"a"', '"\xff"').encode("latin-1"))
         with pytest.raises(TraceError, match=r"t.jsonl: not UTF-8 text at byte \d+"):
             load_trace(path, format="artifact")
+
+    def test_the_warning_branch_of_older_numpy_reads_the_same(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from marconi.workload.readers import artifact
+
+        monkeypatch.setattr(artifact, "_FROMSTRING_RAISES", False)
+        path = tmp_path / "t.jsonl"
+        for line in (GOOD, GOOD.replace("[1, 2]", "[1.5, 2]")):
+            path.write_text(GOOD + "\n" + line + "\n")
+            assert _loaded_or_error(path) == _plain_or_error(path)

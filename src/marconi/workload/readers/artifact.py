@@ -12,7 +12,9 @@ which decides and words the error: both give the same trace, and the same errors
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from marconi.workload.types import Tokens, as_tokens
 
 FIELDS = ("session_id", "turn_id", "ts", "input_tokens", "output_tokens")
 _INT32_MAX = int(np.iinfo(np.int32).max)
+_FROMSTRING_RAISES = np.lib.NumpyVersion(np.__version__) >= "2.3.0"
 _COMMA, _OPEN, _CLOSE = ord(","), ord("["), ord("]")
 
 
@@ -103,9 +106,7 @@ def _read_fast(data: bytes, builder: TraceBuilder, stats: LoadStats) -> bool:
     flat = _Flat(np.empty(len(data) // 2 + 1, np.int32))
     rows: list[tuple[str, int, float, int, int, int]] = []
     try:
-        with warnings.catch_warnings():
-            # numpy < 2.3 warns (later ones raise) when text is left unparsed
-            warnings.simplefilter("error", DeprecationWarning)
+        with _unparsed_text_raises():
             for line in split:
                 try:
                     row = _decode_line(line)
@@ -122,6 +123,18 @@ def _read_fast(data: bytes, builder: TraceBuilder, stats: LoadStats) -> bool:
                             (base + start_out, base + stop_out))
     stats.read += len(rows)
     return True
+
+
+@contextlib.contextmanager
+def _unparsed_text_raises() -> Iterator[None]:
+    """numpy >= 2.3 raises when `fromstring` leaves text unparsed; older ones warn, and
+    the warning is made an error here (the filters are process-wide: only when needed)."""
+    if _FROMSTRING_RAISES:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        yield
 
 
 class _Flat:
