@@ -58,14 +58,15 @@ class _Line(msgspec.Struct, gc=False):
     timestamp: Any  # checked as `number` checks it
     input_length: Annotated[int, msgspec.Meta(ge=0)]
     output_length: Annotated[int, msgspec.Meta(ge=0)]
-    hash_ids: list[Annotated[int, msgspec.Meta(ge=0)]]
+    hash_ids: tuple[Annotated[int, msgspec.Meta(ge=0)], ...]
 
 
 _decode_line = msgspec.json.Decoder(_Line).decode
 
 
 def _parse_fast(split: Iterable[memoryview | bytes]) -> list[_Row] | None:
-    rows = []
+    rows: list[_Row] = []
+    append = rows.append
     for line, text in enumerate(split, start=1):
         try:
             row = _decode_line(text)
@@ -73,11 +74,11 @@ def _parse_fast(split: Iterable[memoryview | bytes]) -> list[_Row] | None:
             if bytes(text).strip():
                 return None
             continue  # a blank line (only ASCII whitespace; others go plain)
-        ts = row.timestamp
-        if isinstance(ts, bool) or not isinstance(ts, int | float) or ts != ts:
+        ts = row.timestamp  # what `number` accepts: an int or a float (no bool), not NaN
+        if type(ts) not in (int, float) or ts != ts:
             return None
-        rows.append(_Row(line, float(ts) / 1000.0, row.input_length, row.output_length,
-                         tuple(row.hash_ids)))
+        append(_Row(line, float(ts) / 1000.0, row.input_length, row.output_length,
+                    row.hash_ids))
     return rows
 
 
