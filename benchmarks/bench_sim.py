@@ -1,10 +1,10 @@
 """Replay speed of every system on the two workloads the issue names, with trace loading
 timed separately and the process's peak memory.
 
-    .venv/bin/python benchmarks/bench_sim.py [--no-bounds] [--systems a,b]
+    .venv/bin/python benchmarks/bench_sim.py [--no-bounds] [--systems a,b] [--swe-capacity 20GB]
 
 ShareGPT: first 100 sessions with >= 10 rounds at 5 GB. SWE-agent: the mini-swe-agent
-trajectories in ../shared/data at 40 GB (skipped when absent). Model paper-7b.
+trajectories in ../shared/data at 40 GB, or `--swe-capacity` (skipped when absent). Model paper-7b.
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--no-bounds", action="store_true", help="skip bounds (replay only)")
+    parser.add_argument("--swe-capacity", default="40GB",
+                        help="capacity of the SWE-agent replays (20GB: the vLLM+ speed target)")
     args = parser.parse_args()
     systems = args.systems.split(",")
     print(f"machine: {platform.machine()}, {platform.python_version()}, "
@@ -55,7 +57,7 @@ def main() -> None:
     bench("ShareGPT", "sharegpt", TraceOptions(min_turns=10), "5GB", systems,
           not args.no_bounds)
     if SWE.is_dir():
-        bench("SWE-agent", str(SWE), TraceOptions(sessions=None), "40GB", systems,
+        bench("SWE-agent", str(SWE), TraceOptions(sessions=None), args.swe_capacity, systems,
               not args.no_bounds)
     else:
         print(f"\nSWE-agent: skipped, {SWE} not present")
