@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from marconi.core.cache import PrefixCache
+from marconi.core.cache import CommitResult, PrefixCache
 from marconi.core.integrity import check_integrity
 from marconi.core.policy import Action, Pressure, Victim, check_alpha
 from marconi.core.state_store import Freed
@@ -522,3 +522,57 @@ class TestFeasibility:
 
     def test_flop_aware_starts_at_alpha_zero(self) -> None:
         assert FlopAware(SMALL).alpha == 0.0 and FlopAware(SMALL).recency is Recency.TIME
+
+
+class _FirstFive(Judicious):
+    """A state after the first five tokens only (`truncates`: keep nothing after it)."""
+
+    def __init__(self, truncates: bool) -> None:
+        self.truncates = truncates
+
+    def positions(self, match, n_total, n_input):
+        return (5,) if n_total >= 5 else ()
+
+
+class TestCommit:
+    def test_commit_counts_ticks_and_validates(self) -> None:
+        cache = make_cache(SMALL, "1TB", "sglang+")
+        cache.commit(_seq(0, 20), 0)  # an empty input is allowed: all output
+        cache.commit(_seq(0, 20), 20)
+        assert cache.clock == 2 and cache.stats.commits == 2
+        for call in ("commit", "lookup"):
+            with pytest.raises(ValueError, match=f"^{call}: empty token list$"):
+                getattr(cache, call)([], 0) if call == "commit" else cache.lookup([])
+        with pytest.raises(ValueError, match=r"^commit: n_input=21 outside \[0, 20\]$"):
+            cache.commit(_seq(0, 20), 21)
+
+    def test_a_one_token_hit_counts_as_a_hit(self) -> None:
+        cache = make_cache(SMALL, "1TB", "sglang+")
+        cache.commit([5], 1)
+        assert cache.lookup([5, 6]).hit == 1 and cache.stats.hit_requests == 1
+
+    def test_what_is_not_kept_is_released(self) -> None:
+        store = ListStore()
+        vanilla = make_cache(SMALL, "1TB", "vanilla", store=store)
+        assert vanilla.commit(_seq(0, 20), 20, states={20: "a"}) == CommitResult(
+            (), None, refused=False)
+        refusing = PrefixCache(SMALL, ENTRY - 1, Judicious(), LRULeaf(), store=store)
+        assert refusing.commit(_seq(0, 20), 20, states={20: "b"}) == CommitResult(
+            (), None, refused=True)
+        assert store.released_states == ["a", "b"] and store.released_kv == []
+
+    def test_commit_hands_the_admission_boundaries_and_tokens(self) -> None:
+        cache = PrefixCache(SMALL, "1TB", _Marks(), LRULeaf())
+        assert cache.commit(_seq(0, 12), 10, boundaries=(3,)).admitted == (3, 6, 12)
+
+    def test_only_a_truncating_admission_cuts_the_sequence(self) -> None:
+        for truncates, kept in ((False, 12), (True, 5)):
+            cache = PrefixCache(SMALL, "1TB", _FirstFive(truncates), LRULeaf())
+            result = cache.commit(_seq(0, 12), 12, salt="a")
+            assert result.admitted == (5,) and cache.tree.match(_key(_seq(0, 12)), "a").length \
+                == kept
+            again = cache.commit(_seq(0, 12), 12, salt="a")  # the same sequence: no new node
+            assert again.admitted == () and cache.tree.size == (2 if kept == 12 else 1)
+        cache = PrefixCache(SMALL, "1TB", _FirstFive(True), LRULeaf())
+        assert cache.commit(_seq(0, 4), 4) == CommitResult((), None, refused=False)
+        assert cache.tree.size == 0 and cache.bytes == 0
