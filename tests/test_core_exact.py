@@ -12,6 +12,7 @@ import pytest
 
 from marconi.core.cache import CommitResult, PrefixCache
 from marconi.core.integrity import check_integrity
+from marconi.core.layout import Layout
 from marconi.core.policy import Action, Pressure, Victim, check_alpha
 from marconi.core.state_store import Freed
 from marconi.core.stats import CacheStats
@@ -576,3 +577,19 @@ class TestCommit:
         cache = PrefixCache(SMALL, "1TB", _FirstFive(True), LRULeaf())
         assert cache.commit(_seq(0, 4), 4) == CommitResult((), None, refused=False)
         assert cache.tree.size == 0 and cache.bytes == 0
+
+
+class TestConstruction:
+    def test_defaults_and_layout_arguments_reach_the_cache(self) -> None:
+        cache = PrefixCache(SMALL, "1TB", Judicious(), LRULeaf())
+        assert cache.name == "custom" and cache.clock == 0
+        assert cache.layout == Layout(page_size=1, state_slots=0)
+        paged = PrefixCache(SMALL, "1TB", Judicious(), LRULeaf(), name="x", page_size=4,
+                            state_slots=3)
+        assert paged.name == "x" and paged.layout == Layout(page_size=4, state_slots=3)
+
+    def test_bad_tokens_name_the_call(self) -> None:
+        cache = PrefixCache(SMALL, "1TB", Judicious(), LRULeaf())
+        with pytest.raises(ValueError, match=r"^lookup: tokens: token ids must be integers, "
+                                             r"got dtype float64$"):
+            cache.lookup([1.5])
