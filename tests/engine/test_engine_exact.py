@@ -107,6 +107,10 @@ class TestTensorStore:
         state = store.track(done.states[10])
         assert store.state(state) is state
         assert (store.state_bytes, store.logits_bytes) == (state.nbytes, state.logits_bytes)
+        part = store.kv_slice(KVSource(done.cache), 2, 6)
+        assert part.tokens == 4 and store.kv_bytes == 4 * model.spec.kv_bytes_per_token
+        store.release(part, None)
+        assert store.kv_bytes == 0 and part.tokens == 0
         block = store.kv_slice(KVSource(done.cache), 0, 10)
         assert store.kv_bytes == block.nbytes == 10 * model.spec.kv_bytes_per_token
         assert store.nbytes == block.nbytes + state.nbytes + state.logits_bytes
