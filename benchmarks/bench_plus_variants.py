@@ -30,7 +30,14 @@ from marconi.paper.eviction import FlopAware
 from marconi.plus.admission import PLAIN, Structured
 from marconi.plus.density import LEAF, PRIOR_HITS, HitDensity
 from marconi.plus.greedy_dual import GreedyDualFlop
-from marconi.plus.shadows import DEFAULT_EXPERTS, ShadowConfig, ShadowTuner
+from marconi.plus.shadows import (
+    DEFAULT_EXPERTS,
+    MARCONI_ALPHAS,
+    Boundaries,
+    Expert,
+    ShadowConfig,
+    ShadowTuner,
+)
 from marconi.plus.switchable import Mode, Switchable
 from marconi.sim.replay import simulate
 from marconi.sim.result import SimConfig
@@ -167,6 +174,18 @@ def _power(power: float) -> Callable[[ModelSpec, float], GreedyDualFlop]:
     return lambda spec, alpha: cls(spec)
 
 
+def _with_marconi(spec: ModelSpec, alpha: float) -> Switchable:
+    """marconi+'s eviction that also keeps Marconi's FLOP-aware order (Mode.MARCONI)."""
+    return Switchable(spec, Mode.DENSITY, marconi=True)
+
+
+def _marconi_experts(alphas: tuple[float, ...], boundaries: tuple[Boundaries, ...] = (
+        Boundaries.NONE,)) -> tuple[Expert, ...]:
+    """marconi+'s experts and Marconi's eviction at each alpha as more experts."""
+    return DEFAULT_EXPERTS + tuple(Expert(b, Mode.MARCONI, a) for b in boundaries
+                                   for a in alphas)
+
+
 GD_FIRST = tuple(sorted(DEFAULT_EXPERTS, key=lambda e: e.mode is not Mode.FLOP))
 DEPTH_FIRST = tuple(sorted(DEFAULT_EXPERTS, key=lambda e: e.mode is not Mode.DEPTH))
 VARIANTS = (
@@ -193,6 +212,26 @@ VARIANTS = (
              ShadowConfig()),
     _variant("marconi alpha 1 in place of gd", lambda spec, alpha: marconi_alpha_1(spec),
              ShadowConfig()),
+    # FLOP-aware eviction at several alphas as more shadow experts (and decayed totals)
+    _variant("marconi 0.5/1/2/4 as experts", _with_marconi,
+             ShadowConfig(experts=_marconi_experts(MARCONI_ALPHAS))),
+    _variant("marconi 0.5/1/2/4 at every boundary", _with_marconi,
+             ShadowConfig(experts=_marconi_experts(MARCONI_ALPHAS, tuple(Boundaries)))),
+    _variant("marconi 0.5/1 as experts", _with_marconi,
+             ShadowConfig(experts=_marconi_experts((0.5, 1.0)))),
+    _variant("marconi 1 as an expert", _with_marconi,
+             ShadowConfig(experts=_marconi_experts((1.0,)))),
+    _variant("totals half-life 256", _switchable, ShadowConfig(half_life=256)),
+    _variant("totals half-life 512", _switchable, ShadowConfig(half_life=512)),
+    _variant("totals half-life 1024", _switchable, ShadowConfig(half_life=1024)),
+    _variant("marconi 0.5/1/2/4, half-life 256", _with_marconi,
+             ShadowConfig(experts=_marconi_experts(MARCONI_ALPHAS), half_life=256)),
+    _variant("marconi 0.5/1/2/4, half-life 512", _with_marconi,
+             ShadowConfig(experts=_marconi_experts(MARCONI_ALPHAS), half_life=512)),
+    _variant("marconi 0.5/1/2/4, half-life 1024", _with_marconi,
+             ShadowConfig(experts=_marconi_experts(MARCONI_ALPHAS), half_life=1024)),
+    _variant("marconi 0.5/1, half-life 512", _with_marconi,
+             ShadowConfig(experts=_marconi_experts((0.5, 1.0)), half_life=512)),
 )
 
 
