@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from marconi.engine.prefill import Capture, capture_points, prefill
-from marconi.engine.state import SSMState, concat_kv, restore, snapshot_kv
+from marconi.engine.state import KVBlock, SSMState, concat_kv, restore, snapshot_kv
 from marconi.engine.tensor_store import KVSource, TensorStore
 
 
@@ -127,3 +127,22 @@ class TestTensorStore:
         assert isinstance(state, SSMState) and state.nbytes == 0
         store.release(None, None)  # nothing to release
         assert store.nbytes == 0
+
+
+class TestRestoreShapes:
+    def test_a_state_of_one_token_needs_its_kv(self, get_model) -> None:
+        model = get_model("bamba")
+        state = prefill(model, _tokens(2), model.new_cache(), 0, [1]).states[1]
+        with pytest.raises(ValueError, match=r"^KV holds 0 tokens but the state is at 1$"):
+            restore(model, None, state)
+
+    def test_layers_must_match_the_model(self, get_model) -> None:
+        model = get_model("bamba")
+        done = prefill(model, _tokens(10), model.new_cache(), 0, [10])
+        state, block = done.states[10], snapshot_kv(model, done.cache, 0, 10)
+        short = SSMState(10, state.conv[:-1], state.recurrent[:-1], state.logits)
+        with pytest.raises(ValueError, match="zip"):
+            restore(model, block, short)
+        extra = KVBlock((*block.keys, block.keys[0]), (*block.values, block.values[0]))
+        with pytest.raises(ValueError, match="zip"):
+            restore(model, extra, state)
