@@ -5,11 +5,13 @@ messages, byte counters, and what a freed handle keeps."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
 from marconi.engine.prefill import Capture, capture_points, prefill
-from marconi.engine.state import KVBlock, SSMState, concat_kv, restore, snapshot_kv
+from marconi.engine.state import KVBlock, SSMState, concat_kv, restore, snapshot_kv, snapshot_state
 from marconi.engine.tensor_store import KVSource, TensorStore
 
 
@@ -146,3 +148,19 @@ class TestRestoreShapes:
         extra = KVBlock((*block.keys, block.keys[0]), (*block.values, block.values[0]))
         with pytest.raises(ValueError, match="zip"):
             restore(model, extra, state)
+
+
+class TestSnapshotsAndTimes:
+    def test_a_fresh_cache_has_no_state_to_snapshot(self, get_model) -> None:
+        model = get_model("bamba")
+        with pytest.raises(RuntimeError, match=r"^cache layer holds no tensor yet: run a "
+                                               r"forward pass first$"):
+            snapshot_state(model, model.new_cache(), 0, torch.zeros(1))
+
+    def test_times_are_summed_within_the_call(self, get_model) -> None:
+        model = get_model("bamba")
+        t0 = time.perf_counter()
+        done = prefill(model, _tokens(20), model.new_cache(), 0, [5, 10, 15, 20])
+        elapsed = time.perf_counter() - t0
+        assert done.segments == 4 and done.forward_s > 0 and done.snapshot_s > 0
+        assert done.forward_s + done.snapshot_s <= elapsed
