@@ -593,3 +593,13 @@ class TestConstruction:
         with pytest.raises(ValueError, match=r"^lookup: tokens: token ids must be integers, "
                                              r"got dtype float64$"):
             cache.lookup([1.5])
+
+
+class TestStatePool:
+    def test_kv_past_its_share_of_a_state_pool_evicts(self) -> None:
+        kv = 20 * SMALL.kv_bytes_per_token
+        cache = make_cache(SMALL, 2 * kv + 3 * SMALL.ssm_bytes, "sglang+", state_slots=3)
+        for start in (0, 1000, 2000):
+            cache.commit(_seq(start, 20), 20)
+        s = cache.stats
+        assert (s.evictions, s.kv_bytes, s.states) == (1, 2 * kv, 2)
