@@ -51,7 +51,8 @@ class Group:
 
 
 CORE_MODULES = ("cache", "tree", "evicting", "policy", "stats", "slots", "lazy_heap")
-CORE_TESTS = ("tree", "slots", "cache", "policies", "core_exact", "peek", "namespaces")
+CORE_TESTS = ("tree", "slots", "cache", "policies", "core_exact", "peek", "namespaces",
+              "lazy_heap")
 PROPERTIES = "tests/test_cache_properties.py"  # its stateful machine (18 s) is left out
 CORE = Group("core", (*(f"core/{m}.py" for m in CORE_MODULES), "paper/admission.py",
                       "paper/eviction.py"),
