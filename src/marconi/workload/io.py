@@ -140,19 +140,20 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if not text.strip():
                 continue
             obj = _json_line(text, path, lineno)
-        if not isinstance(obj, dict):
-            raise TraceError("each line must be a JSON object", path=path, line=lineno)
-        yield lineno, obj
+        yield lineno, _an_object(obj, path, lineno)
 
 
 def _iter_text(text: str, path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        obj = _json_line(line, path, lineno)
-        if not isinstance(obj, dict):
-            raise TraceError("each line must be a JSON object", path=path, line=lineno)
-        yield lineno, obj
+        yield lineno, _an_object(_json_line(line, path, lineno), path, lineno)
+
+
+def _an_object(obj: Any, path: str | Path, lineno: int) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise TraceError("each line must be a JSON object", path=path, line=lineno)
+    return obj
 
 
 def _json_line(line: str, path: str | Path, lineno: int) -> Any:
