@@ -112,6 +112,7 @@ class SimResult:
 def summarize(result: SimResult) -> dict[str, Any]:
     """The JSON of `marconi simulate` (the contract's keys first, then extras)."""
     r, spec, stats = result.records, result.config.spec, result.stats
+    layout = result.config.layout()
     flops_saved = float(spec.flops_array(r.hit).sum())
     flops_total = float(spec.flops_array(r.n_input).sum())
     out: dict[str, Any] = {
@@ -135,8 +136,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "capacity": int(result.config.capacity) if isinstance(result.config.capacity, int)
         else result.config.capacity,
         "model": spec.name,
-        "page_size": result.config.layout().page_size,
-        "state_slots": result.config.layout().state_slots,
+        "page_size": layout.page_size,
+        "state_slots": layout.state_slots,
         "seconds": result.seconds,
     }
     out |= _ttft(result)
