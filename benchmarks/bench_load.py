@@ -43,7 +43,9 @@ WORDS = _VOCAB.split(" ")
 PARSE = {
     "artifact": "from marconi.workload.readers import artifact as m\n#\n"
                 "n = len(m.read(P, TraceOptions()).arrays.turns)",
-    "mooncake": "from marconi.workload.readers import mooncake as m\n#\nn = len(m._parse(P))",
+    "mooncake": "from marconi.workload.io import gc_paused\n"
+                "from marconi.workload.readers import mooncake as m\n#\n"
+                "with gc_paused():  # as the reader calls it\n    n = len(m._parse(P))",
     "sharegpt": "from marconi.workload.readers import sharegpt as m\n#\n"
                 "n = sum(1 for _ in m.conversations(P))",
     "lmsys": "from marconi.workload.readers import lmsys as m\n#\n"

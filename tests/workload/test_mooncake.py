@@ -111,7 +111,7 @@ class TestFastPath:
 
         def rows(parse: object) -> object:
             try:
-                return [(r.line, r.arrival, r.n_in, r.n_out, r.ids)
+                return [(r.line, r.arrival, r.input_length, r.output_length, r.hash_ids)
                         for r in parse(path)]  # type: ignore[operator]
             except ValueError as err:
                 return str(err)

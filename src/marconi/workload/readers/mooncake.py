@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 
@@ -37,34 +37,48 @@ from marconi.workload.types import Tokens
 _OUTPUT_SALT = 0x6F7574  # keeps output ids apart from block ids
 
 
-class _Row:
-    __slots__ = ("arrival", "ids", "line", "n_in", "n_out")
+class _Row(msgspec.Struct, gc=False):
+    """One line: its JSON fields (decoded by msgspec against these types; anything it
+    refuses goes to the plain reader) and its line number. Untracked by the cyclic
+    garbage collector: a million rows are never scanned."""
 
-    def __init__(self, line: int, arrival: float, n_in: int, n_out: int, ids: tuple[int, ...]):
-        self.line, self.arrival, self.n_in, self.n_out, self.ids = line, arrival, n_in, n_out, ids
-
-
-def _parse(source: str | Path) -> list[_Row]:
-    """The rows, read by msgspec against a typed row; any line it refuses sends the file
-    to the plain reader (`json` per line), which decides and words the error."""
-    data = utf8(read_bytes(source), source)
-    split = lines(data, views=False)
-    with gc_paused():
-        rows = None if split is None else _parse_fast(split)
-    return _parse_plain(source) if rows is None else rows
-
-
-class _Line(msgspec.Struct, gc=False):
-    timestamp: Any  # checked as `number` checks it
+    timestamp: int | float  # milliseconds
     input_length: Annotated[int, msgspec.Meta(ge=0)]
     output_length: Annotated[int, msgspec.Meta(ge=0)]
     hash_ids: tuple[Annotated[int, msgspec.Meta(ge=0)], ...]
+    line: int = 0  # set after decoding: not a JSON field
+
+    @property
+    def arrival(self) -> float:
+        return float(self.timestamp) / 1000.0
 
 
-_decode_line = msgspec.json.Decoder(_Line).decode
+def _parse(source: str | Path) -> list[_Row]:
+    """The rows, read by msgspec against `_Row`; any line it refuses sends the file to the
+    plain reader (`json` per line), which decides and words the error. Call it with the
+    cyclic garbage collector paused (`gc_paused`) until the rows are dropped: they hold a
+    tuple per line that a collection would otherwise walk, and make no cycle."""
+    data = utf8(read_bytes(source), source)
+    split = lines(data, views=False)
+    rows = None if split is None else _parse_fast(split)
+    return _parse_plain(source) if rows is None else rows
 
 
-def _parse_fast(split: Iterable[memoryview | bytes]) -> list[_Row] | None:
+_decode_line = msgspec.json.Decoder(_Row).decode
+
+
+def _parse_fast(split: list[bytes] | Iterable[memoryview | bytes]) -> list[_Row] | None:
+    try:  # every line a row: one map in C, then the line numbers
+        rows = list(map(_decode_line, split))
+    except (msgspec.DecodeError, RecursionError):
+        return _parse_lines(split)
+    for line, row in enumerate(rows, start=1):
+        row.line = line
+    return rows
+
+
+def _parse_lines(split: Iterable[memoryview | bytes]) -> list[_Row] | None:
+    """Line by line: blank lines (ASCII whitespace only; others go plain) are skipped."""
     rows: list[_Row] = []
     append = rows.append
     for line, text in enumerate(split, start=1):
@@ -73,12 +87,9 @@ def _parse_fast(split: Iterable[memoryview | bytes]) -> list[_Row] | None:
         except (msgspec.DecodeError, RecursionError):
             if bytes(text).strip():
                 return None
-            continue  # a blank line (only ASCII whitespace; others go plain)
-        ts = row.timestamp  # what `number` accepts: an int or a float (no bool), not NaN
-        if type(ts) not in (int, float) or ts != ts:
-            return None
-        append(_Row(line, float(ts) / 1000.0, row.input_length, row.output_length,
-                    row.hash_ids))
+            continue
+        row.line = line
+        append(row)
     return rows
 
 
@@ -89,14 +100,14 @@ def _parse_plain(source: str | Path) -> list[_Row]:
         def get(key: str, obj: dict[str, object] = obj, line: int = line) -> object:
             return require(obj, key, path=source, line=line)
 
-        ts = number(get("timestamp"), "timestamp", path=source, line=line) / 1000.0
+        ts_ms = number(get("timestamp"), "timestamp", path=source, line=line)
         n_in, n_out = (_count(get(k), k, source, line) for k in ("input_length", "output_length"))
         ids = get("hash_ids")
         if not isinstance(ids, list) or not all(_is_int(h) for h in ids):
             raise TraceError(
                 "expected a list of integer ids", path=source, line=line, field="hash_ids"
             )
-        rows.append(_Row(line, ts, n_in, n_out, tuple(ids)))
+        rows.append(_Row(ts_ms, n_in, n_out, tuple(ids), line))
     return rows
 
 
@@ -117,28 +128,34 @@ def _blocks(ids: tuple[int, ...], opts: TraceOptions) -> Tokens:
 
 
 def read(source: str | Path, options: TraceOptions) -> Built:
+    with gc_paused():  # the rows are dropped inside (see `_parse`)
+        return _read(source, options)
+
+
+def _read(source: str | Path, options: TraceOptions) -> Built:
     rows = _parse(source)
     for row in rows:
-        if row.n_in > len(row.ids) * options.block_size:
+        if row.input_length > len(row.hash_ids) * options.block_size:
             raise TraceError(
-                f"input_length {row.n_in} exceeds {len(row.ids)} blocks of {options.block_size}",
+                f"input_length {row.input_length} exceeds {len(row.hash_ids)} blocks of "
+                f"{options.block_size}",
                 path=source,
                 line=row.line,
                 field="hash_ids",
             )
     limit = options.max_input_tokens
-    kept = [r for r in rows if limit is None or r.n_in <= limit]
+    kept = [r for r in rows if limit is None or r.input_length <= limit]
     builder, bases = TraceBuilder(), _input_buffers(kept, options)
     for row in kept:
         out = builder.add_buffer(
-            pseudo_tokens(
-                row.line, row.n_out, vocab=options.vocab_size, salt=options.seed ^ _OUTPUT_SALT
-            )
+            pseudo_tokens(row.line, row.output_length, vocab=options.vocab_size,
+                          salt=options.seed ^ _OUTPUT_SALT)
         )
-        base = bases(builder, row.ids)
-        builder.add_marks(base, range(options.block_size, row.n_in, options.block_size))
+        base = bases(builder, row.hash_ids)
+        builder.add_marks(base, range(options.block_size, row.input_length, options.block_size))
         builder.add_request(
-            f"mc{row.line}", 0, row.arrival, (base, base + row.n_in), (out, out + row.n_out)
+            f"mc{row.line}", 0, row.arrival, (base, base + row.input_length),
+            (out, out + row.output_length)
         )
     stats = LoadStats(unit="requests", read=len(rows), max_input_tokens=limit,
                       long_requests=len(rows) - len(kept))
@@ -154,7 +171,7 @@ def _input_buffers(
 
     Each id list is served by the longest list it is a prefix of, materialized once.
     """
-    unique = sorted({r.ids for r in rows})
+    unique = sorted({r.hash_ids for r in rows})
     owner: dict[tuple[int, ...], tuple[int, ...]] = {}
     for i in range(len(unique) - 1, -1, -1):
         nxt = unique[i + 1] if i + 1 < len(unique) else None
