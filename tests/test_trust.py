@@ -196,3 +196,37 @@ def _handles(cache: PrefixCache, tokens: list[int]) -> dict[int, tuple[str, int]
 
 def _state_depths(cache: PrefixCache) -> list[int]:
     return sorted(n.depth for n in cache.tree.nodes() if n.has_state)
+
+
+class TestBoundsBudget:
+    """The infinite-cache bounds hold every distinct prefix: past `bounds_tokens` a replay
+    drops them and says so, instead of growing with the trace or reporting half a bound."""
+
+    def test_seen_tree_counts_distinct_tokens(self) -> None:
+        from marconi.sim.bounds import SeenTree
+
+        seen = SeenTree()
+        for tokens in ([1, 2, 3], [1, 2, 4, 5], [1, 2], [1, 2, 4, 5, 6]):
+            seen.commit(np.array(tokens, dtype=np.int32), n_input=len(tokens))
+        assert seen.tokens == 6  # 1 2 3 | 4 5 | 6
+
+    def test_dropped_past_the_budget(self, capsys: pytest.CaptureFixture[str]) -> None:
+        trace = load_trace("synthetic:agent:sessions=2")
+        full = run(trace, SimConfig(spec=PAPER_7B, capacity="2GB", system="sglang+"))
+        budget = int(trace[0].n_input + trace[0].n_output)  # the first request fills it
+        small = run(trace, SimConfig(spec=PAPER_7B, capacity="2GB", system="sglang+",
+                                     bounds_tokens=budget))
+        err = capsys.readouterr().err
+        summary, reference = small.summary(), full.summary()
+        assert small.bounds_dropped == summary["bounds_dropped_at"] == 2
+        assert "infinite-cache bounds dropped after 2 requests " in err
+        assert "bound_token_hit_rate" not in summary and "miss_tokens" not in summary
+        assert "bounds_dropped_at" not in reference and "miss_tokens" in reference
+        assert summary["token_hit_rate"] == reference["token_hit_rate"]  # the replay itself
+
+    def test_kept_within_the_budget(self) -> None:
+        trace = load_trace("synthetic:agent:sessions=2")
+        exact = sum(int(r.n_input + r.n_output) for r in trace)  # an upper bound
+        result = run(trace, SimConfig(spec=PAPER_7B, capacity="2GB", system="sglang+",
+                                      bounds_tokens=exact))
+        assert result.bounds_dropped is None and "miss_tokens" in result.summary()

@@ -21,6 +21,7 @@ from marconi.commands.parsing import Parser, add_plugin_argument, load_plugins
 from marconi.core.layout import Layout
 from marconi.core.spec import ModelSpec, resolve_model
 from marconi.report.table import table
+from marconi.sim.bounds import BOUND_TOKENS
 from marconi.sim.capacity import check_capacity
 from marconi.sim.latency import DEFAULT_FLOPS_RATE, FlopsLatency, LatencyModel, ProfileLatency
 from marconi.sim.result import REFERENCES, SimConfig
@@ -59,10 +60,23 @@ def _add_cache_arguments(p: argparse.ArgumentParser) -> None:
                    help="measured TTFT profile CSV (engine-bench writes one) instead of FLOPs")
     p.add_argument("--no-bounds", action="store_true",
                    help="skip the infinite-cache bounds and miss attribution (faster)")
+    p.add_argument("--bounds-tokens", type=_count, default=BOUND_TOKENS, metavar="N",
+                   help="distinct tokens the bounds may hold; past it they are dropped, "
+                        "with a warning, so that memory stays bounded on huge traces")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     add_plugin_argument(p)
     add_trace_arguments(p)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
 
 
 def _register_simulate(sub: Any) -> None:
@@ -130,6 +144,7 @@ def _config(args: argparse.Namespace, system: str, alpha: float | None) -> SimCo
     return SimConfig(spec=spec, capacity=check_capacity(spec, args.capacity), system=system,
                      alpha=alpha, multiplier=args.multiplier, objective=args.objective,
                      latency=_latency(args, spec), bounds=not args.no_bounds,
+                     bounds_tokens=args.bounds_tokens,
                      page_size=args.page_size, state_slots=args.state_slots)
 
 

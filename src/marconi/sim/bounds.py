@@ -18,6 +18,9 @@ from marconi.core.policy import Eviction, Victim, overrides
 from marconi.core.tree import TOKEN_BYTES, Node, RadixTree
 
 UNBOUNDED = 2**62  # bytes: the same-system bound's capacity, never reached
+# Distinct tokens the bounds may hold (their two trees take ~10 bytes a token, ~1.3 GB
+# here): past it a replay drops its bounds and says so, rather than grow with the trace.
+BOUND_TOKENS = 2**27
 
 
 class KeepAll(Eviction):
@@ -58,6 +61,7 @@ class SeenTree:
     def __init__(self) -> None:
         self.tree = RadixTree()
         self._input_depth: dict[Node, int] = {}  # max input length of sequences through a node
+        self.tokens = 0  # distinct tokens held: every prefix committed, counted once
 
     def lookup(self, tokens: np.ndarray) -> Seen:
         match = self.tree.match(tokens.tobytes())
@@ -78,5 +82,6 @@ class SeenTree:
             path.append(match.partial)
         if match.length < len(tokens):
             path.append(self.tree.insert(parent, key[match.length * TOKEN_BYTES :]))
+            self.tokens += len(tokens) - match.length
         for node in path:
             self._input_depth[node] = max(self._input_depth.get(node, 0), n_input)

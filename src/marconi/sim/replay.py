@@ -42,9 +42,10 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
         multiplier=config.multiplier, objective=Objective(config.objective), wait=True))
     cache = system.cache(config.spec, config.capacity, alpha=config.alpha,
                          page_size=config.page_size, state_slots=config.state_slots)
-    bound = unbounded(system.cache(config.spec, UNBOUNDED, alpha=config.alpha,
-                                   page_size=config.page_size, state_slots=0))  # no pool
-    seen = SeenTree()
+    bound: PrefixCache | None = unbounded(system.cache(
+        config.spec, UNBOUNDED, alpha=config.alpha, page_size=config.page_size,
+        state_slots=0)) if config.bounds else None  # no pool
+    seen, dropped = SeenTree(), None
     records = Records.zeros(len(trace) if isinstance(trace, Sized) else STREAM_ROWS)
     arrivals, sessions = np.zeros(len(records)), []
     start = time.perf_counter()
@@ -61,15 +62,18 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
             if before is not None:
                 before(i)
             _step(request, i, cache, tuner, records)
-        if config.bounds:
+        if bound is not None:
             _bounds(request, i, bound, seen, records)
+            if seen.tokens > config.bounds_tokens:  # they would grow with the trace
+                bound, seen, dropped = None, SeenTree(), i + 1
     if len(sessions) < len(records):  # the stream's rows only
         records, arrivals = records.resized(len(sessions)), resized(arrivals, len(sessions))
     seconds = time.perf_counter() - start
     return SimResult(
         config=config, trace=getattr(trace, "name", "stream"), records=records,
         sessions=sessions, arrivals=arrivals, stats=cache.stats.copy(), alpha=cache.alpha,
-        seconds=seconds, tuning=tuner.report() if tuner is not None else {})
+        seconds=seconds, tuning=tuner.report() if tuner is not None else {},
+        bounds_dropped=dropped)
 
 
 def _concurrent(trace: Iterable[Request], config: SimConfig, cache: PrefixCache,

@@ -14,6 +14,7 @@ from marconi.core.stats import CacheStats
 from marconi.core.tuning import TuningReport
 from marconi.core.units import format_size, parse_size
 from marconi.sim.analyze import taxonomy
+from marconi.sim.bounds import BOUND_TOKENS
 from marconi.sim.latency import FlopsLatency, LatencyModel
 from marconi.sim.metrics import hit_rate_by_length, rate
 from marconi.systems import get_system
@@ -33,6 +34,8 @@ class SimConfig:
     objective: str = "flops"  # what the tuner maximizes: flops or tokens
     latency: LatencyModel | None = None  # TTFT model; None: FLOPs at the default rate
     bounds: bool = True  # also replay the infinite caches for bounds and miss attribution
+    # distinct tokens the bounds may hold; past it they are dropped (said in the summary)
+    bounds_tokens: int = BOUND_TOKENS
     concurrent: bool = False  # states enter when a request finishes (arrival + TTFT + decode)
     decode_s_per_token: float = 0.02  # decode time per output token (concurrent replay)
     page_size: int | None = None  # tokens per KV page; None: the system's engine layout
@@ -40,6 +43,8 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         self.layout().kv_capacity(self.spec, parse_size(self.capacity))  # fits the capacity
+        if self.bounds_tokens < 0:
+            raise ValueError(f"bounds_tokens must be >= 0, got {self.bounds_tokens!r}")
         if not self.decode_s_per_token >= 0:
             raise ValueError(f"decode_s_per_token must be >= 0, got {self.decode_s_per_token!r}")
 
@@ -104,6 +109,8 @@ class SimResult:
     alpha: float
     seconds: float
     tuning: TuningReport = field(default_factory=dict)
+    # requests replayed when the bounds outgrew `config.bounds_tokens` and were dropped
+    bounds_dropped: int | None = None
 
     def summary(self) -> dict[str, Any]:
         return summarize(self)
@@ -142,7 +149,9 @@ def summarize(result: SimResult) -> dict[str, Any]:
     }
     out |= _ttft(result)
     out |= _memory(r)
-    if result.config.bounds:
+    if result.bounds_dropped is not None:
+        out["bounds_dropped_at"] = result.bounds_dropped
+    elif result.config.bounds:
         out |= _bounds(r)
     out["hit_rate_by_input_length"] = hit_rate_by_length(r.n_input, r.hit)
     if result.tuning:
@@ -163,6 +172,16 @@ def refusal_warning(summary: dict[str, Any]) -> str | None:
     return (f"warning: {summary['system']} refused {refused} of {commits} commits "
             f"({100 * refused / commits:.1f}%): sequences too big for a "
             f"{_size(summary.get('capacity'))} cache were not cached")
+
+
+def bounds_warning(summary: dict[str, Any], limit: int) -> str | None:
+    """A one-line warning when a replay dropped its infinite-cache bounds."""
+    at = summary.get("bounds_dropped_at")
+    if at is None:
+        return None
+    return (f"warning: {summary['system']}: infinite-cache bounds dropped after {at:,} requests "
+            f"(they outgrew {limit:,} distinct tokens); no bound or miss attribution "
+            "is reported (--no-bounds skips them from the start)")
 
 
 def _size(capacity: object) -> str:

@@ -7,21 +7,32 @@ import sys
 from marconi.sim.offline import offline
 from marconi.sim.oracle import oracle
 from marconi.sim.replay import simulate
-from marconi.sim.result import OFFLINE, ORACLE, SimConfig, SimResult, refusal_warning
+from marconi.sim.result import (
+    OFFLINE,
+    ORACLE,
+    SimConfig,
+    SimResult,
+    bounds_warning,
+    refusal_warning,
+)
 from marconi.workload.types import Trace
 
 
 def run(trace: Trace, config: SimConfig, *, progress: bool = False,
         warn: bool = True) -> SimResult:
     """`simulate`, or the oracle / offline reference when `config.system` names one.
-    `warn`: say on stderr when the run refused more than 1% of its commits."""
+    `warn`: say on stderr when the run refused more than 1% of its commits, or dropped
+    its bounds (they outgrew `config.bounds_tokens`)."""
     if config.system == ORACLE:
         result = oracle(trace, config)
     elif config.system == OFFLINE:
         result = offline(trace, config, progress=progress)
     else:
         result = simulate(trace, config, progress=progress)
-    message = refusal_warning(result.summary()) if warn else None
-    if message is not None:
-        print(message, file=sys.stderr)
+    if warn:
+        summary = result.summary()
+        for message in (refusal_warning(summary),
+                        bounds_warning(summary, config.bounds_tokens)):
+            if message is not None:
+                print(message, file=sys.stderr)
     return result
