@@ -206,6 +206,31 @@ class TestCli:
                      "--systems", "sglang+,marconi", "--seeds", "2"]) == 0
         assert "do not depend on --seed" in capsys.readouterr().out
 
+    def test_compare_seeds_shows_refusals(self, capsys: pytest.CaptureFixture) -> None:
+        # vLLM+ keeps a state every 32 tokens: at 2 GB no agent call fits, on any seed
+        args = ["compare", "synthetic:agent", "--sessions", "2", "--capacity", "2GB",
+                "--systems", "sglang+,vllm+", "--seeds", "2", "--quiet", "--no-bounds"]
+        assert main([*args, "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        sglang, vllm = out["systems"]
+        assert vllm["refused_commits"] == vllm["commits"] == 80
+        assert sglang["refused_commits"] == 0 and sglang["commits"] == 80
+        assert main(args) == 0
+        table = capsys.readouterr().out
+        assert "refused (all seeds)" in table
+        assert [line.split()[0] for line in table.splitlines() if " 80/80 " in line] == ["vllm+"]
+
+        from marconi.report.plot import _label
+        from marconi.report.seeds import SeedComparison
+
+        seeds = SeedComparison(["vllm+"])
+        for seed in (1, 2):
+            seeds.add(seed, {"system": "vllm+", "refused_commits": 40, "commits": 40,
+                             **{k: 0.0 for k in ("token_hit_rate", "request_hit_rate",
+                                                  "flops_saved_rate", "ttft_p50",
+                                                  "ttft_p95")}})
+        assert _label(seeds.mean_rows()[0]) == "vllm+\nrefused 80/80"
+
     def test_compare_seeds_must_be_positive(self, tmp_path: Path,
                                             capsys: pytest.CaptureFixture) -> None:
         assert main(["compare", str(_artifact(tmp_path)), "--quiet", "--seeds", "0"]) == 2

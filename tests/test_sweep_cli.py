@@ -46,6 +46,18 @@ class TestFlags:
         assert sorted(r["min_turns"] for r in rows) == [1, 2]
         assert {r["max_input_tokens"] for r in rows} == {5000}
 
+    def test_a_refusing_cell_is_warned_on_stderr(self, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture) -> None:
+        # vLLM+ keeps a state every 32 tokens: at 2 GB no agent call fits
+        assert main(["sweep", "synthetic:agent", "--sessions", "2", "--systems",
+                     "vllm+,sglang+", "--capacities", "2GB", "--out", str(tmp_path / "s.csv"),
+                     "--workers", "1", "--quiet"]) == 0
+        warnings = [line for line in capsys.readouterr().err.splitlines()
+                    if line.startswith("warning:")]
+        assert len(warnings) == 1, warnings
+        assert "vllm+ refused 40 of 40 commits" in warnings[0]
+        assert "synthetic:agent" in warnings[0]
+
     def test_earlier_cell_ids_are_kept(self) -> None:
         # ids computed before the trace knobs were added: old results files still match
         assert Cell(trace=TRACE, system="marconi", capacity="1GB").cell_id == "b6ad38e8ded765ad"

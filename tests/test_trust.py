@@ -112,6 +112,36 @@ class TestProfileLatency:
             ttft = model.ttft(t + cached, np.full_like(t, cached))
             assert (np.diff(ttft) >= 0).all() and (ttft > 0).all()
 
+    @pytest.mark.parametrize(("seconds", "why"), [
+        (0.0, "work done never takes 0 s"), (-0.01, "must be a finite number >= 0"),
+        (float("inf"), "must be a finite number >= 0"), (float("nan"), "finite number")])
+    def test_a_profile_of_free_or_broken_work_is_refused(self, tmp_path: Path, seconds: float,
+                                                        why: str) -> None:
+        path = _profile(tmp_path, lambda t, c: 0.001 * t)
+        lines = path.read_text().splitlines()
+        lines[3] = f"64,0,{seconds}"  # line 4 of the file
+        path.write_text("\n".join(lines))
+        with pytest.raises(ValueError, match=f"profile.csv, line 4: .*{why}"):
+            ProfileLatency(path, PAPER_7B)
+
+    def test_the_cli_extrapolates_by_the_models_flops(self, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+        import json
+
+        from marconi.cli import main
+
+        path = _profile(tmp_path, lambda t, c: 0.005 + 4e-4 * t)
+        assert main(["simulate", "synthetic:agent", "--sessions", "2", "--system", "vanilla",
+                     "--capacity", "0", "--latency-profile", str(path), "--json", "--quiet",
+                     "--no-bounds"]) == 0
+        cli = json.loads(capsys.readouterr().out)
+        trace = load_trace("synthetic:agent:sessions=2")
+        n = np.array([r.n_input for r in trace])
+        by_flops = ProfileLatency(path, PAPER_7B).ttft(n, np.zeros_like(n))
+        by_tokens = ProfileLatency(path).ttft(n, np.zeros_like(n))
+        assert cli["ttft_p95"] == pytest.approx(float(np.percentile(by_flops, 95)))
+        assert cli["ttft_p95"] != pytest.approx(float(np.percentile(by_tokens, 95)))
+
     def test_nonnegative_fit_is_least_squares_when_feasible(self) -> None:
         x = np.stack([np.ones(6), np.arange(6.0)], axis=1)
         assert nonnegative_fit(x, 2 + 3 * np.arange(6.0)) == pytest.approx([2, 3])
@@ -230,3 +260,43 @@ class TestBoundsBudget:
         result = run(trace, SimConfig(spec=PAPER_7B, capacity="2GB", system="sglang+",
                                       bounds_tokens=exact))
         assert result.bounds_dropped is None and "miss_tokens" in result.summary()
+
+
+def test_sweep_rows_warn_with_their_cell() -> None:
+    from marconi.sim.sweep import refusal_warnings
+
+    row = {"status": "ok", "system": "vllm+", "commits": 100.0, "refused_commits": 2.0,
+           "capacity": "1GB", "cell_id": "c1", "trace": "t.jsonl"}
+    assert refusal_warnings([row]) == [
+        "warning: vllm+ refused 2 of 100 commits (2.0%): sequences too big for a 1GB cache "
+        "were not cached (cell c1, t.jsonl)"]
+    assert refusal_warnings([row | {"refused_commits": 1}]) == []  # 1% is not above 1%
+    assert refusal_warnings([row | {"status": "error"}]) == []
+    assert refusal_warnings([row | {"commits": float("nan")}]) == []  # a resumed row's gap
+    assert refusal_warnings([row | {"commits": None, "evicted_then_refused": None}]) == []
+    lost = refusal_warnings([row | {"refused_commits": 0, "evicted_then_refused": 3}])
+    assert lost == ["warning: vllm+: 3 commits evicted entries and were refused all the same "
+                    "(its eviction ran out of victims: a policy bug) (cell c1, t.jsonl)"]
+
+
+def test_a_policy_that_runs_out_is_reported() -> None:
+    """An eviction that names no victim above the floor: the summary counts the commits
+    that evicted (here: tried to) and were refused anyway, and the warning names them."""
+    from marconi.paper.admission import Judicious
+    from marconi.sim.replay import simulate
+    from marconi.sim.result import policy_warning
+    from marconi.systems import System
+
+    class Stubborn(LRULeaf):
+        def victim(self, protected, now):  # type: ignore[no-untyped-def]
+            return None
+
+    stubborn = System(name="sglang+", policies=lambda spec, alpha: (Judicious(), Stubborn()))
+    trace = load_trace("synthetic:agent:sessions=2")
+    config = SimConfig(spec=PAPER_7B, capacity="2GB", system="sglang+", bounds=False)
+    summary = simulate(trace, config, system=stubborn).summary()
+    assert summary["evicted_then_refused"] > 0
+    message = policy_warning(summary)
+    assert message is not None and f"{summary['evicted_then_refused']} commits evicted" in message
+    healthy = simulate(trace, config).summary()
+    assert healthy["evicted_then_refused"] == 0 and policy_warning(healthy) is None

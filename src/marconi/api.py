@@ -67,7 +67,8 @@ def simulate(trace: str | Path | Trace, *, system: str = "marconi", capacity: st
              bounds: bool = True, format: str | None = None, **options: Any) -> Result:
     """Replay `trace` through one system (`--system`), as `marconi simulate` does."""
     spec = model if isinstance(model, ModelSpec) else resolve_model(model)
-    config = SimConfig(spec=spec, capacity=check_capacity(spec, capacity), system=system,
+    config = SimConfig(spec=spec, capacity=check_capacity(spec, capacity, system),
+                       system=system,
                        alpha=alpha, latency=FlopsLatency(spec), bounds=bounds)
     return Result(run(load(trace, format=format, **options), config))
 

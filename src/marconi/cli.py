@@ -141,7 +141,8 @@ def _trace(args: argparse.Namespace, options: TraceOptions | None = None) -> Tra
 
 def _config(args: argparse.Namespace, system: str, alpha: float | None) -> SimConfig:
     spec = _model(args.model)
-    return SimConfig(spec=spec, capacity=check_capacity(spec, args.capacity), system=system,
+    return SimConfig(spec=spec, capacity=check_capacity(spec, args.capacity, system),
+                     system=system,
                      alpha=alpha, multiplier=args.multiplier, objective=args.objective,
                      latency=_latency(args, spec), bounds=not args.no_bounds,
                      bounds_tokens=args.bounds_tokens,

@@ -88,6 +88,11 @@ class TestCapacity:
             captured = capsys.readouterr()
             assert why in captured.err and captured.out == ""
 
+    def test_vanilla_needs_no_capacity(self, capsys: pytest.CaptureFixture) -> None:
+        assert main(["simulate", "synthetic:multi-turn:sessions=2", "--capacity", "0",
+                     "--system", "vanilla", "--quiet", "--json"]) == 0
+        assert '"token_hit_rate": 0.0' in capsys.readouterr().out
+
     def test_sweep_cell_refuses_it(self) -> None:
         from marconi.sim.sweep import Cell
 

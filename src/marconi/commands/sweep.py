@@ -24,7 +24,7 @@ from typing import Any
 from marconi.commands.extras import require, require_for_trace
 from marconi.commands.parsing import add_plugin_argument
 from marconi.report.table import COLUMNS, table
-from marconi.sim.sweep import Cell, expand, run_sweep
+from marconi.sim.sweep import Cell, expand, refusal_warnings, run_sweep
 from marconi.workload.cli_args import add_trace_arguments
 
 SWEEP_COLUMNS = (("trace", "trace_name", "s"), ("dataset", "dataset", "s"),
@@ -77,6 +77,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     failed = [r for r in rows if r["status"] != "ok"]
     print(table([r | {"trace_name": _short(r["trace"])} for r in rows if r["status"] == "ok"],
                 SWEEP_COLUMNS))
+    for warning in refusal_warnings(rows):
+        print(warning, file=sys.stderr)
     for row in failed:
         print(f"cell {row['cell_id']} ({row['system']}, {row['trace']}) failed: {row['error']}",
               file=sys.stderr)

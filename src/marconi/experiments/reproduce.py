@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from marconi.experiments.config import Experiment, plan
-from marconi.sim.sweep import Cell, load_records, run_sweep
+from marconi.sim.sweep import Cell, load_records, refusal_warnings, run_sweep
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +54,11 @@ def reproduce(experiments: list[Experiment], out: Path, *, quick: bool = False,
         figures.append(png)
         sections.append(table)
     distinct = {row["cell_id"]: row for row in rows}  # figures may share cells
+    refusing = refusal_warnings(distinct.values())
+    if refusing:
+        print(f"reproduce: {len(refusing)} cells refused more than 1% of their commits "
+              "(the note under each table names them); the first: {refusing[0]}",
+              file=sys.stderr)
     failed = sum(row["status"] != "ok" for row in distinct.values())
     seconds = time.perf_counter() - start
     summary = _write_summary(out, sections, quick=quick, cells=len(distinct), failed=failed,

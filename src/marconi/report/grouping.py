@@ -90,7 +90,7 @@ def md_table(header: Sequence[str], body: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def refusal_note(rows: Sequence[Row], share: float = 0.01) -> str:
+def refusal_note(rows: Sequence[Row], share: float = 0.0) -> str:
     """A note naming every system that refused more than `share` of its commits on some
     configuration (those sequences were bypassed, too big for the capacity), with how
     many configurations and the worst share; empty when none did."""

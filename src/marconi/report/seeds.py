@@ -18,6 +18,7 @@ from marconi.report.table import align
 from marconi.sim.metrics import paired_margin
 
 MEANS = ("token_hit_rate", "request_hit_rate", "flops_saved_rate", "ttft_p50", "ttft_p95")
+SUMS = ("refused_commits", "commits")  # over every seed: a refusal is never averaged away
 
 
 class SeedComparison:
@@ -58,6 +59,7 @@ class SeedComparison:
                                      "token_hit_rate": self.values(system, "token_hit_rate")
                                      .tolist()}
             entry |= {f"{key}_mean": float(self.values(system, key).mean()) for key in MEANS}
+            entry |= self._sums(system)
             if system != first:
                 m = paired_margin(saved, self.values(first))
                 entry["flops_saved_vs_baseline"] = {"mean": m.mean, "low": m.low,
@@ -71,14 +73,16 @@ class SeedComparison:
         self._complete()
         first = self.systems[0]
         header = ("system", "FLOPs saved mean", "min - max", "token hit mean",
-                  f"vs {first}, points [95% CI]")
+                  "refused (all seeds)", f"vs {first}, points [95% CI]")
         cells = [header]
         for system in self.systems:
             saved = 100 * self.values(system)
             hit = 100 * self.values(system, "token_hit_rate")
             vs = "-" if system == first else str(paired_margin(saved, 100 * self.values(first)))
+            sums = self._sums(system)
             cells.append((system, f"{saved.mean():.2f}%", f"{saved.min():.2f} - {saved.max():.2f}",
-                          f"{hit.mean():.2f}%", vs))
+                          f"{hit.mean():.2f}%",
+                          f"{sums['refused_commits']}/{sums['commits']}", vs))
         lines = [align(cells)]
         if all(np.ptp(self.values(s)) == 0 for s in self.systems):
             lines.append("every seed gave the same result: this trace's arrivals do not "
@@ -86,10 +90,14 @@ class SeedComparison:
         return "\n".join(lines)
 
     def mean_rows(self) -> list[dict[str, Any]]:
-        """Summaries averaged over the seeds (for `compare_plot`)."""
+        """Summaries averaged over the seeds, refused and all commits summed over them (for
+        `compare_plot`, whose labels name refusals)."""
         self._complete()
-        return [{"system": s, **{k: float(self.values(s, k).mean()) for k in MEANS}}
-                for s in self.systems]
+        return [{"system": s, **{k: float(self.values(s, k).mean()) for k in MEANS},
+                 **self._sums(s)} for s in self.systems]
+
+    def _sums(self, system: str) -> dict[str, int]:
+        return {key: int(sum(row.get(key, 0) for row in self.rows[system])) for key in SUMS}
 
     def spread(self) -> list[dict[str, tuple[float, float]]]:
         """Each system's (min, max) over the seeds of every averaged key (error bars)."""

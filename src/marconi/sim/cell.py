@@ -58,7 +58,7 @@ class Cell:
         if self.system not in REFERENCES and self.system not in SYSTEMS:
             known = ", ".join([*SYSTEMS, *REFERENCES])
             raise ValueError(f"unknown system {self.system!r}; known systems: {known}")
-        check_capacity(resolve_model(self.model), self.capacity)
+        check_capacity(resolve_model(self.model), self.capacity, self.system)
         if self.max_requests is not None and self.max_requests < 1:
             raise ValueError(f"max_requests must be >= 1 or None, got {self.max_requests!r}")
         if self.alpha is not None and self.alpha < 0:

@@ -142,8 +142,15 @@ def _profile_row(path: Path, line: int, row: dict[str, str]) -> tuple[float, flo
     values = []
     for name in ProfileLatency.COLUMNS:
         try:
-            values.append(float(row[name]))
+            value = float(row[name])
         except (TypeError, ValueError):
             raise ValueError(f"{path}, line {line}: field {name!r} is not a number: "
                              f"{row[name]!r}") from None
+        if not 0 <= value < float("inf"):
+            raise ValueError(f"{path}, line {line}: field {name!r} must be a finite number "
+                             f">= 0, got {row[name]!r}")
+        values.append(value)
+    if values[0] > 0 and values[2] <= 0:
+        raise ValueError(f"{path}, line {line}: {values[2]:g} seconds to prefill "
+                         f"{values[0]:g} tokens: work done never takes 0 s")
     return values[0], values[1], values[2]

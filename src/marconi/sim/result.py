@@ -3,6 +3,7 @@ summary of `marconi simulate` (the CLI contract: docs/architecture.md, "Metrics"
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -139,6 +140,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "evictions": stats.evictions,
         "commits": stats.commits,
         "refused_commits": stats.refused_commits,
+        "evicted_then_refused": stats.evicted_then_refused,
         "peak_bytes": stats.peak_bytes,
         "capacity": int(result.config.capacity) if isinstance(result.config.capacity, int)
         else result.config.capacity,
@@ -162,16 +164,28 @@ def summarize(result: SimResult) -> dict[str, Any]:
 REFUSAL_WARNING = 0.01  # share of commits refused above which a run is flagged
 
 
-def refusal_warning(summary: dict[str, Any]) -> str | None:
+def refusal_warning(summary: Mapping[str, Any]) -> str | None:
     """A one-line warning when a run refused more than 1% of its commits: those sequences
     were bypassed (too big for the capacity beside what is pinned), so its hit rates
     describe a cache that stored little of the trace."""
-    commits, refused = summary.get("commits", 0), summary.get("refused_commits", 0)
-    if not commits or refused <= REFUSAL_WARNING * commits:
+    commits, refused = summary.get("commits") or 0, summary.get("refused_commits") or 0
+    if not (commits > 0 and refused > REFUSAL_WARNING * commits):  # a CSV's gaps: None, NaN
         return None
+    commits, refused = int(commits), int(refused)
     return (f"warning: {summary['system']} refused {refused} of {commits} commits "
             f"({100 * refused / commits:.1f}%): sequences too big for a "
             f"{_size(summary.get('capacity'))} cache were not cached")
+
+
+def policy_warning(summary: Mapping[str, Any]) -> str | None:
+    """A warning when some commit evicted entries and was refused all the same: the
+    eviction policy ran out of victims above the floor it should reach (a policy bug;
+    those entries were lost for nothing)."""
+    lost = summary.get("evicted_then_refused") or 0
+    if not lost > 0:
+        return None
+    return (f"warning: {summary['system']}: {int(lost)} commits evicted entries and were "
+            "refused all the same (its eviction ran out of victims: a policy bug)")
 
 
 def bounds_warning(summary: dict[str, Any], limit: int) -> str | None:

@@ -13,6 +13,7 @@ from marconi.sim.result import (
     SimConfig,
     SimResult,
     bounds_warning,
+    policy_warning,
     refusal_warning,
 )
 from marconi.workload.types import Trace
@@ -21,8 +22,9 @@ from marconi.workload.types import Trace
 def run(trace: Trace, config: SimConfig, *, progress: bool = False,
         warn: bool = True) -> SimResult:
     """`simulate`, or the oracle / offline reference when `config.system` names one.
-    `warn`: say on stderr when the run refused more than 1% of its commits, or dropped
-    its bounds (they outgrew `config.bounds_tokens`)."""
+    `warn`: say on stderr when the run refused more than 1% of its commits, evicted for a
+    commit it then refused (a policy bug), or dropped its bounds (they outgrew
+    `config.bounds_tokens`)."""
     if config.system == ORACLE:
         result = oracle(trace, config)
     elif config.system == OFFLINE:
@@ -31,7 +33,7 @@ def run(trace: Trace, config: SimConfig, *, progress: bool = False,
         result = simulate(trace, config, progress=progress)
     if warn:
         summary = result.summary()
-        for message in (refusal_warning(summary),
+        for message in (refusal_warning(summary), policy_warning(summary),
                         bounds_warning(summary, config.bounds_tokens)):
             if message is not None:
                 print(message, file=sys.stderr)

@@ -35,7 +35,15 @@ from marconi.sim.oracle import oracle
 from marconi.sim.pool import load_plugins, sigterm_interrupts, stop, worker_pool
 from marconi.sim.progress import Progress
 from marconi.sim.replay import simulate
-from marconi.sim.result import OFFLINE, ORACLE, SimConfig, SimResult, ttft_seconds
+from marconi.sim.result import (
+    OFFLINE,
+    ORACLE,
+    SimConfig,
+    SimResult,
+    policy_warning,
+    refusal_warning,
+    ttft_seconds,
+)
 from marconi.sim.results_file import ResultsFile
 from marconi.workload import Trace, TraceOptions, load_trace
 from marconi.workload.report import describe
@@ -96,6 +104,19 @@ def run_cell(cell: Cell, plugins: Sequence[str] = ()) -> dict[str, Any]:
         row |= {"status": "error", "error": _error_text(err)}
     row["wall_s"] = time.perf_counter() - start
     return row
+
+
+def refusal_warnings(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """A warning for every finished row that refused more than 1% of its commits or
+    evicted for a commit it then refused, naming its cell and trace."""
+    out = []
+    for row in rows:
+        if row.get("status") != "ok":
+            continue
+        for message in (refusal_warning(row), policy_warning(row)):
+            if message is not None:
+                out.append(f"{message} (cell {row['cell_id']}, {row['trace']})")
+    return out
 
 
 def _error_text(err: Exception) -> str:

@@ -133,7 +133,8 @@ def infer_format(source: str | Path) -> str:
     if not head.strip():
         raise TraceError("no requests to replay: the file is empty", path=path)
     raise TraceError(
-        f"cannot infer the trace format; pass format= one of {sorted(FORMATS)}", path=path
+        f"cannot infer the trace format; name it (--format, or format= in Python): "
+        f"one of {sorted(FORMATS)}", path=path
     )
 
 
