@@ -23,17 +23,25 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted((SRC / "marconi").rglob("*.py"))}
 
 
-def imports_of(path: Path, known: set[str]) -> set[str]:
-    """marconi modules `path` imports anywhere (function bodies and TYPE_CHECKING too)."""
+def imports_of(path: Path, known: set[str], text: str | None = None) -> set[str]:
+    """marconi modules `path` (or `text` in its place) imports anywhere (function bodies
+    and TYPE_CHECKING too), relative imports resolved from the module's package."""
+    name = _module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(path.read_text() if text is None else text)):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name.startswith("marconi"))
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
-                and node.module.startswith("marconi"):
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # `from ..x import y` in package a.b.c -> a.b.x
+                up = package[: len(package) - node.level + 1]
+                base = ".".join([*up, *([base] if base else [])])
+            if not base.startswith("marconi"):
+                continue
             for alias in node.names:  # `from marconi.x import y`: y may be a module
-                sub = f"{node.module}.{alias.name}"
-                out.add(sub if sub in known else node.module)
+                sub = f"{base}.{alias.name}"
+                out.add(sub if sub in known else base)
     return out & known
 
 
@@ -84,6 +92,18 @@ def test_cycle_finder_finds_a_planted_cycle() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+def test_relative_imports_count() -> None:
+    """A cycle hidden behind relative imports inside functions is still a cycle."""
+    known = {"marconi.core", "marconi.core.stats", "marconi.core.tree", "marconi.sim",
+             "marconi.sim.replay"}
+    text = ("def f():\n    from ..sim import replay\n    from . import tree\n"
+            "    from .tree import Node\n")
+    stats = SRC / "marconi" / "core" / "stats.py"
+    assert imports_of(stats, known, text) == {"marconi.sim.replay", "marconi.core.tree"}
+    init = SRC / "marconi" / "core" / "__init__.py"
+    assert imports_of(init, known, "from .tree import Node\n") == {"marconi.core.tree"}
+
+
 def test_no_import_cycle() -> None:
     assert cycles(import_graph()) == []
 
@@ -130,3 +150,15 @@ def test_cli_loads_no_heavy_dependency(argv: list[str]) -> None:
     loaded = _loaded_after(code)
     heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY)
     assert not heavy, f"marconi {' '.join(argv)} imported {heavy[:5]}"
+
+
+def test_drivers_reach_policies_only_through_the_registry() -> None:
+    """The simulator, engine, server and commands name systems; only the registry (and
+    the oracle, which searches the paper's alpha grid) imports a policy family."""
+    families = ("marconi.paper", "marconi.peers", "marconi.plus")
+    allowed = {"marconi.systems": families, "marconi.sim.oracle": ("marconi.paper.tuner",)}
+    for name, deps in import_graph().items():
+        if name.startswith(families):
+            continue
+        reached = {d for d in deps if d.startswith(families)}
+        assert all(d.startswith(allowed.get(name, ())) for d in reached), (name, reached)

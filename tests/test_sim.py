@@ -10,7 +10,7 @@ from marconi.cli import main
 from marconi.core.cache import PrefixCache
 from marconi.core.spec import PAPER_7B
 from marconi.sim import FlopsLatency, ProfileLatency, SimConfig, simulate
-from marconi.sim.bounds import UNBOUNDED, KeepAll, unbounded
+from marconi.sim.bounds import UNBOUNDED, KeepAll, keep_all
 from marconi.sim.result import ORACLE
 from marconi.sim.run import run
 from marconi.systems import SYSTEMS, get_system
@@ -110,7 +110,7 @@ class TestSimulate:
 
     def test_the_bound_keeps_no_eviction_books(self) -> None:
         def bound(name: str) -> PrefixCache:
-            return unbounded(get_system(name).cache(PAPER_7B, UNBOUNDED, state_slots=0))
+            return get_system(name).cache(PAPER_7B, UNBOUNDED, state_slots=0, evict_with=keep_all)
 
         assert isinstance(bound("vllm+").eviction, KeepAll)
         assert isinstance(bound("marconi").eviction, KeepAll)

@@ -44,6 +44,9 @@ class TunerOptions:
     executor: Executor | None = None  # where replays run; None: the tuner's own choice
     wait: bool = False  # adopt a replay's result on a later commit (never blocking one), or
     # block on it (deterministic runs: the simulator asks for this)
+    # start on the expert that checkpoints the first message's end, where the tuner has
+    # one (a chat server, whose requests start with system prompts)
+    first_boundary: bool = False
 
 
 TunerFactory = Callable[[TunerOptions], Tuner]
@@ -74,10 +77,14 @@ class System:
 
     def cache(self, spec: ModelSpec, capacity: int | str, *, alpha: float | None = None,
               store: StateStore | None = None, on_evict: Callable[[Freed], None] | None = None,
-              page_size: int | None = None, state_slots: int | None = None) -> PrefixCache:
+              page_size: int | None = None, state_slots: int | None = None,
+              evict_with: Callable[[Eviction], Eviction] | None = None) -> PrefixCache:
         """A fresh, empty cache running this system (`alpha`: fixed, else 0 until tuned;
-        `page_size`, `state_slots`: as in `layout`, 0 slots meaning one byte budget)."""
+        `page_size`, `state_slots`: as in `layout`, 0 slots meaning one byte budget;
+        `evict_with(eviction)`: the eviction to run instead of the system's, given it)."""
         admission, eviction = self.policies(spec, check_alpha(alpha or 0.0))
+        if evict_with is not None:
+            eviction = evict_with(eviction)
         layout = self.layout(spec, capacity, page_size=page_size, state_slots=state_slots)
         return PrefixCache(spec, capacity, admission, eviction, name=self.name, store=store,
                            on_evict=on_evict, page_size=layout.page_size,
@@ -185,10 +192,13 @@ def shadows(modes: tuple[str, ...] = ("density", "depth", "flop"),
     none when `boundaries` is False)."""
 
     def make(options: TunerOptions) -> Tuner:
-        from marconi.plus.shadows import EXPERTS, Boundaries, ShadowConfig, ShadowTuner
+        from marconi.plus.shadows import EXPERTS, Boundaries, Expert, ShadowConfig, ShadowTuner
 
         experts = tuple(e for e in EXPERTS if e.mode.value in modes
                         and (boundaries or e.boundaries is Boundaries.NONE))
+        first = Expert(Boundaries.FIRST, experts[0].mode)
+        if options.first_boundary and first in experts:
+            experts = (first, *(e for e in experts if e != first))
         return ShadowTuner(ShadowConfig(experts=experts, objective=options.objective))
 
     return make

@@ -37,6 +37,11 @@ class Tuner(Protocol):
     def report(self) -> TuningReport:
         """What the tuner did so far ({} if nothing yet)."""
 
+    def start(self, cache: PrefixCache) -> None:
+        """Set `cache` up before its first request, where the driver wants its first
+        requests served by the tuner's first choice (a server); otherwise the first
+        `observe` does it."""
+
 
 def serve(cache: PrefixCache, tokens: np.ndarray, n_input: int, boundaries: Sequence[int],
           objective: Objective) -> float:

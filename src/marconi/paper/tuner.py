@@ -149,6 +149,9 @@ class BootstrapTuner:
         self.result.alpha = best[0]
         cache.eviction.set_alpha(best[0])
 
+    def start(self, cache: PrefixCache) -> None:
+        """Nothing to set up: alpha stays as the cache has it until a replay is adopted."""
+
     def report(self) -> TuningReport:
         """When tuning started, the window, every alpha's score and the winner."""
         r = self.result

@@ -149,6 +149,12 @@ class ShadowTuner:
             self._decide(cache)
         self.seconds += time.perf_counter() - start
 
+    def start(self, cache: PrefixCache) -> None:
+        """Build the shadows and run the first expert on `cache` now, not after its first
+        commit."""
+        if not self.experts:
+            self._start(cache)
+
     def _start(self, cache: PrefixCache) -> None:
         experts = self.config.experts if cache.spec.ssm_layers else ATTENTION_ONLY
         self.experts = experts

@@ -7,14 +7,12 @@ at once with no download. Its text is gibberish; its caching is real.
 
 from __future__ import annotations
 
-import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from marconi.core.tuning import Tuner
 from marconi.core.units import format_size
 from marconi.engine import Engine, HybridModel, load_model, tiny_model
-from marconi.plus.shadows import Boundaries, Expert, ShadowTuner, apply
 from marconi.server.chat import Codec, EmbeddedCodec, HFCodec
 from marconi.server.config import ServerConfig
 from marconi.systems import TunerOptions, get_system
@@ -53,8 +51,8 @@ def build_backend(config: ServerConfig, model: HybridModel | None = None) -> Bac
     tuner = _tuner(config)
     engine = Engine(model, config.system, config.capacity, alpha=config.alpha, tuner=tuner,
                     tune=False)
-    if isinstance(tuner, ShadowTuner) and model.spec.ssm_layers:
-        apply(engine.cache, tuner.expert)  # from the first request, not after it
+    if tuner is not None:
+        tuner.start(engine.cache)  # the first request is served by its first choice
     return Backend(engine, codec, config.name)
 
 
@@ -63,28 +61,16 @@ def _tuner(config: ServerConfig) -> Tuner | None:
     wait (as the library's default does too; the simulator alone waits for each replay).
     marconi+'s shadow experts run inline: a token-level lookup and commit per expert
     after each request.
+
+    marconi+ starts on the expert that checkpoints the first message's end
+    (`first_boundary`): the simulator's marconi+ starts on plain judicious admission and
+    adopts that expert only once it leads by 2x (about 130 requests on a fresh server); a
+    chat server knows its requests start with system prompts, so it starts there and a
+    system prompt hits on its second use. The shadows still switch away if it does not pay.
     """
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marconi-tuner")
-    tuner = get_system(config.system).make_tuner(
-        config.alpha, TunerOptions(executor=executor, wait=False))
-    return _boundary_first(tuner) if isinstance(tuner, ShadowTuner) else tuner
-
-
-def _boundary_first(tuner: ShadowTuner) -> ShadowTuner:
-    """marconi+'s shadows, started on the expert that checkpoints the first message's end.
-
-    The simulator's marconi+ starts on plain judicious admission and adopts the boundary
-    expert only once it leads by 2x (about 130 requests on a fresh server); a chat server
-    knows its requests start with system prompts, so it starts there (`build_backend`
-    applies it before the first request) and a system prompt hits on its second use. The
-    shadows still switch away if it does not pay.
-    """
-    experts = tuner.config.experts
-    first = Expert(Boundaries.FIRST, experts[0].mode)
-    if first not in experts:  # a system without boundary experts
-        return tuner
-    ordered = (first, *(e for e in experts if e != first))
-    return ShadowTuner(dataclasses.replace(tuner.config, experts=ordered))
+    return get_system(config.system).make_tuner(
+        config.alpha, TunerOptions(executor=executor, wait=False, first_boundary=True))
 
 
 def describe(backend: Backend, config: ServerConfig) -> str:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from marconi.core.cache import PrefixCache
 from marconi.core.policy import Eviction, Victim, overrides
 from marconi.core.tree import TOKEN_BYTES, Node, RadixTree
 
@@ -41,14 +40,11 @@ class KeepAll(Eviction):
         raise AssertionError(f"an unbounded cache ({UNBOUNDED} bytes) never evicts")
 
 
-def unbounded(cache: PrefixCache) -> PrefixCache:
-    """`cache` (fresh, of capacity `UNBOUNDED`) with `KeepAll` for its eviction, unless
-    the policy evicts garbage whatever the budget (which the bound must do too): the hit of
-    a cache that never evicts depends on its admission only."""
-    assert cache.capacity == UNBOUNDED and cache.tree.size == 0
-    if not overrides(cache.eviction, "garbage"):
-        cache.eviction = KeepAll()
-    return cache
+def keep_all(eviction: Eviction) -> Eviction:
+    """The eviction of the same-system bound (`System.cache(..., evict_with=keep_all)`):
+    `KeepAll`, unless the policy evicts garbage whatever the budget (which the bound must
+    do too): the hit of a cache that never evicts depends on its admission only."""
+    return eviction if overrides(eviction, "garbage") else KeepAll()
 
 
 @dataclass(frozen=True, slots=True)

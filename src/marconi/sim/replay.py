@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from marconi.core.cache import PrefixCache
 from marconi.core.tuning import Objective, Tuner
-from marconi.sim.bounds import UNBOUNDED, SeenTree, unbounded
+from marconi.sim.bounds import UNBOUNDED, SeenTree, keep_all
 from marconi.sim.concurrent import replay_concurrent
 from marconi.sim.result import Records, SimConfig, SimResult, resized
 from marconi.systems import System, TunerOptions, get_system
@@ -42,9 +42,9 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
         multiplier=config.multiplier, objective=Objective(config.objective), wait=True))
     cache = system.cache(config.spec, config.capacity, alpha=config.alpha,
                          page_size=config.page_size, state_slots=config.state_slots)
-    bound: PrefixCache | None = unbounded(system.cache(
+    bound: PrefixCache | None = system.cache(
         config.spec, UNBOUNDED, alpha=config.alpha, page_size=config.page_size,
-        state_slots=0)) if config.bounds else None  # no pool
+        state_slots=0, evict_with=keep_all) if config.bounds else None  # no pool
     seen, dropped = SeenTree(), None
     records = Records.zeros(len(trace) if isinstance(trace, Sized) else STREAM_ROWS)
     arrivals, sessions = np.zeros(len(records)), []
