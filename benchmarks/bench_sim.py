@@ -1,4 +1,4 @@
-"""Replay speed of every system on the two workloads the issue names, with trace loading
+"""Replay speed of every system on ShareGPT and the SWE-agent trajectories, with trace loading
 timed separately and the process's peak memory.
 
     .venv/bin/python benchmarks/bench_sim.py [--no-bounds] [--systems a,b] [--swe-capacity 20GB]
