@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import itertools
 from collections.abc import Collection
+from typing import Any
 
 import numpy as np
 from bench_plus import trace
@@ -198,7 +199,8 @@ def main() -> None:
     config = SimConfig(spec=spec, capacity=args.capacity, system="why: marconi+",
                        bounds=False)
     result = simulate(loaded, config)
-    tuning = result.tuning
+    assert result.tuning is not None
+    tuning: dict[str, Any] = result.tuning.to_json()
     totals = np.array(list(tuning["totals"].values()))
     leads = RECORDS["leads"]
     top = max(leads, key=lambda x: x[1]) if leads else (0, 0.0)

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from marconi.core.spec import PAPER_7B
+from marconi.plus.shadows import ShadowReport
 from marconi.sim.replay import simulate
 from marconi.sim.result import SimConfig
 from marconi.workload import load_trace
@@ -26,12 +27,13 @@ DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 def shadows(name: str, capacity: str, trace: Trace) -> None:
     config = SimConfig(spec=PAPER_7B, capacity=capacity, system="marconi+", bounds=False)
     result = simulate(trace, config)
-    spent = float(result.tuning["seconds"])
-    experts = len(result.tuning["totals"])
+    tuning = result.tuning
+    assert isinstance(tuning, ShadowReport)
+    spent, experts = tuning.seconds, len(tuning.totals)
     print(f"marconi+ {name} {capacity}: {len(trace)} requests, {experts} shadow experts: "
           f"{1e3 * spent / len(trace):.2f} ms per request in shadows, {spent:.1f} s of "
-          f"{result.seconds:.1f} s in all; final expert {result.tuning['expert']}, "
-          f"{len(result.tuning['switches'])} switches")
+          f"{result.seconds:.1f} s in all; final expert {tuning.expert}, "
+          f"{len(tuning.switches)} switches")
 
 
 def main() -> None:

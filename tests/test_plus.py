@@ -10,7 +10,7 @@ from marconi.core.integrity import check_integrity
 from marconi.core.spec import PAPER_7B
 from marconi.paper.eviction import LRULeaf
 from marconi.plus.admission import PLAIN, StructureConfig, Structured
-from marconi.plus.shadows import Boundaries, Expert, apply
+from marconi.plus.shadows import Boundaries, Expert, ShadowReport, apply
 from marconi.plus.switchable import Mode, Setting, Switchable
 from marconi.sim.replay import simulate
 from marconi.sim.result import SimConfig
@@ -102,7 +102,8 @@ def test_concurrent_replay_drives_the_tuner() -> None:
     trace = load_trace("synthetic:system-prompt:sessions=4")
     config = SimConfig(spec=PAPER_7B, capacity="100GB", system="marconi+", concurrent=True,
                        bounds=False)
-    assert simulate(trace, config).tuning["requests"] == len(trace)
+    tuning = simulate(trace, config).tuning
+    assert isinstance(tuning, ShadowReport) and tuning.requests == len(trace)
 
 
 class TestMarconiMode:

@@ -18,6 +18,7 @@ from marconi.plus.shadows import (
     Boundaries,
     Expert,
     ShadowConfig,
+    ShadowReport,
     ShadowTuner,
     apply,
 )
@@ -122,8 +123,9 @@ class TestShadowTuner:
         for inp, b in self._twice()[:10]:
             _request(cache, inp, b, tuner=tuner)
         report = tuner.report()
-        assert report["requests"] == 10
-        assert len(report["totals"]) == len(DEFAULT_EXPERTS)  # type: ignore[arg-type]
+        assert report.requests == 10
+        assert list(report.totals) == list(DEFAULT_EXPERTS)
+        assert report.to_json()["requests"] == 10
 
     def test_attention_only_runs_the_block_cache(self) -> None:
         """No SSM layer: a node every 32 tokens, LRU tail first, no shadows to feed."""
@@ -243,8 +245,10 @@ def test_marconi_plus_decides_from_the_past_only() -> None:
     trace = load_trace("synthetic:twice", options=TraceOptions(sessions=40, seed=2))
     config = SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi+", bounds=False)
     whole = simulate(trace, config)
-    assert whole.summary()["evictions"] > 0 and whole.tuning["switches"]
+    assert isinstance(whole.tuning, ShadowReport)
+    assert whole.summary()["evictions"] > 0 and whole.tuning.switches
     k = len(trace) // 2
     part = simulate(trace.requests[:k], config)
+    assert isinstance(part.tuning, ShadowReport)
     assert np.array_equal(part.records.hit, whole.records.hit[:k])
-    assert [s for s in whole.tuning["switches"] if s[0] <= k] == part.tuning["switches"]
+    assert [s for s in whole.tuning.switches if s.at <= k] == list(part.tuning.switches)

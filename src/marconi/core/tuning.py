@@ -12,7 +12,7 @@ driver: plan = cache.lookup(input) ... cache.commit(input + output) -> tuner.obs
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
@@ -21,7 +21,11 @@ import numpy as np
 if TYPE_CHECKING:
     from marconi.core.cache import PrefixCache
 
-TuningReport = Mapping[str, object]  # JSON-ready: numbers, strings, lists, dicts
+class TuningReport(Protocol):
+    """What a tuner did: each kind of tuner has its own typed report."""
+
+    def to_json(self) -> dict[str, object]:
+        """For `simulate --json`: numbers, strings, lists, dicts."""
 
 
 class Objective(Enum):
@@ -34,8 +38,8 @@ class Tuner(Protocol):
                 boundaries: Sequence[int] = ()) -> None:
         """Called by the driver after `cache.commit(tokens, n_input)`."""
 
-    def report(self) -> TuningReport:
-        """What the tuner did so far ({} if nothing yet)."""
+    def report(self) -> TuningReport | None:
+        """What the tuner did so far (None if nothing yet)."""
 
     def start(self, cache: PrefixCache) -> None:
         """Set `cache` up before its first request, where the driver wants its first

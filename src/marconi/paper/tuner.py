@@ -30,7 +30,7 @@ from marconi.core.cache import PrefixCache
 from marconi.core.orphans import die_with_parent
 from marconi.core.policy import Admission
 from marconi.core.snapshot import Snapshot, rebuild, take
-from marconi.core.tuning import Objective, TuningReport, serve
+from marconi.core.tuning import Objective, serve
 from marconi.paper.eviction import FlopAware
 
 GRID = tuple(round(0.1 * i, 1) for i in range(21))  # 0, 0.1, ..., 2.0
@@ -74,6 +74,12 @@ class Tuning:
     window: int  # requests replayed
     scores: dict[float, float] = field(default_factory=dict)
     alpha: float = 0.0
+
+    def to_json(self) -> dict[str, object]:
+        """When tuning started, the window, every alpha's score and the winner."""
+        return {"n0": self.n0, "window": self.window,
+                "alpha": self.alpha if self.scores else None,
+                "scores": {str(a): s for a, s in sorted(self.scores.items())}}
 
 
 class BootstrapTuner:
@@ -152,13 +158,9 @@ class BootstrapTuner:
     def start(self, cache: PrefixCache) -> None:
         """Nothing to set up: alpha stays as the cache has it until a replay is adopted."""
 
-    def report(self) -> TuningReport:
-        """When tuning started, the window, every alpha's score and the winner."""
-        r = self.result
-        if r is None:
-            return {}
-        return {"n0": r.n0, "window": r.window, "alpha": r.alpha if r.scores else None,
-                "scores": {str(a): s for a, s in sorted(r.scores.items())}}
+    def report(self) -> Tuning | None:
+        """The finished tuning, if any (`Tuning.to_json` for the summary)."""
+        return self.result
 
 
 def _workers(executor: Executor) -> int:

@@ -50,7 +50,8 @@ class VLLMConfig:
 
     block: int | None = None  # tokens per block; None: derived from the model spec
     chunk: int = 8192  # max_num_batched_tokens: the longest prefill step
-    junctions: bool = True  # checkpoint at shared-prefix junctions (Marconi-style; vLLM PR 37898, docs/peers.md)
+    # checkpoint at shared-prefix junctions (Marconi-style; vLLM PR 37898, docs/peers.md)
+    junctions: bool = True
 
     def __post_init__(self) -> None:
         for name in ("block", "chunk"):

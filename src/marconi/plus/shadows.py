@@ -41,7 +41,7 @@ from enum import Enum
 import numpy as np
 
 from marconi.core.cache import PrefixCache
-from marconi.core.tuning import Objective, TuningReport, serve
+from marconi.core.tuning import Objective, serve
 from marconi.plus.admission import Structured
 from marconi.plus.switchable import Mode, Setting, Switchable
 
@@ -84,6 +84,23 @@ ATTENTION_ONLY = (Expert(Boundaries.NONE, Mode.LRU),)
 class Switch:
     at: int  # requests observed when the switch happened
     expert: Expert
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowReport:
+    """What the shadows did: the expert running at the end, requests seen, the seconds
+    spent feeding shadows, every switch, and each expert's total."""
+
+    expert: Expert
+    requests: int
+    seconds: float
+    switches: tuple[Switch, ...]
+    totals: dict[Expert, float]
+
+    def to_json(self) -> dict[str, object]:
+        return {"expert": str(self.expert), "requests": self.requests, "seconds": self.seconds,
+                "switches": [(s.at, str(s.expert)) for s in self.switches],
+                "totals": {str(e): t for e, t in self.totals.items()}}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,12 +191,10 @@ class ShadowTuner:
             self.switches.append(Switch(self.seen, self.expert))
             apply(cache, self.expert)
 
-    def report(self) -> TuningReport:
-        """What the tuner did, for `simulate --json`."""
-        return {"expert": str(self.expert), "requests": self.seen, "seconds": self.seconds,
-                "switches": [(s.at, str(s.expert)) for s in self.switches],
-                "totals": {str(e): float(t) for e, t in
-                           zip(self.experts, self.totals, strict=True)}}
+    def report(self) -> ShadowReport:
+        """What the tuner did so far."""
+        return ShadowReport(self.expert, self.seen, self.seconds, tuple(self.switches),
+                            {e: float(t) for e, t in zip(self.experts, self.totals, strict=True)})
 
 
 def _policies(cache: PrefixCache) -> tuple[Structured, Switchable]:

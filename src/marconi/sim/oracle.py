@@ -9,11 +9,23 @@ import dataclasses
 import os
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass
 
 from marconi.paper.tuner import GRID
 from marconi.sim.replay import simulate
 from marconi.sim.result import SimConfig, SimResult
 from marconi.workload.types import Trace
+
+
+@dataclass(frozen=True, slots=True)
+class OracleReport:
+    """The best alpha and the FLOPs every alpha of the grid saved."""
+
+    alpha: float
+    scores: dict[float, float]
+
+    def to_json(self) -> dict[str, object]:
+        return {"alpha": self.alpha, "scores": {str(a): s for a, s in self.scores.items()}}
 
 
 def _one(trace: Trace, config: SimConfig, alpha: float) -> SimResult:
@@ -33,10 +45,11 @@ def oracle(trace: Trace, config: SimConfig, *, grid: tuple[float, ...] = GRID,
     finally:
         if executor is None:
             pool.shutdown()
-    scores = {a: float(r.summary()["flops_saved"]) for a, r in zip(grid, results, strict=True)}
+    scores = {a: float(config.spec.flops_array(r.records.hit).sum())
+              for a, r in zip(grid, results, strict=True)}
     best_alpha = max(scores, key=lambda a: (scores[a], -a))
     best = results[grid.index(best_alpha)]
     best.config = dataclasses.replace(config, alpha=best_alpha)
-    best.tuning = {"alpha": best_alpha, "scores": {str(a): s for a, s in scores.items()}}
+    best.tuning = OracleReport(best_alpha, scores)
     best.seconds = time.perf_counter() - start
     return best

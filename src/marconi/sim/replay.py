@@ -70,9 +70,9 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
         records, arrivals = records.resized(len(sessions)), resized(arrivals, len(sessions))
     seconds = time.perf_counter() - start
     return SimResult(
-        config=config, trace=getattr(trace, "name", "stream"), records=records,
+        config=config, trace=trace.name if isinstance(trace, Trace) else "stream", records=records,
         sessions=sessions, arrivals=arrivals, stats=cache.stats.copy(), alpha=cache.alpha,
-        seconds=seconds, tuning=tuner.report() if tuner is not None else {},
+        seconds=seconds, tuning=tuner.report() if tuner is not None else None,
         bounds_dropped=dropped)
 
 

@@ -4,7 +4,7 @@ summary of `marconi simulate` (the CLI contract: docs/architecture.md, "Metrics"
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -109,7 +109,7 @@ class SimResult:
     stats: CacheStats  # the cache's counters at the end of the replay
     alpha: float
     seconds: float
-    tuning: TuningReport = field(default_factory=dict)
+    tuning: TuningReport | None = None  # what the tuner did (None: no tuner, or nothing yet)
     # requests replayed when the bounds outgrew `config.bounds_tokens` and were dropped
     bounds_dropped: int | None = None
 
@@ -156,8 +156,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
     elif result.config.bounds:
         out |= _bounds(r)
     out["hit_rate_by_input_length"] = hit_rate_by_length(r.n_input, r.hit)
-    if result.tuning:
-        out["tuning"] = dict(result.tuning)
+    if result.tuning is not None:
+        out["tuning"] = result.tuning.to_json()
     return out
 
 
