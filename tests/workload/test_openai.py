@@ -69,6 +69,15 @@ class TestOpenAILog:
         assert infer_format(path) == "openai"
         assert len(load_trace(path, options=OPTS)) == 5
 
+    def test_a_first_line_longer_than_the_sniffed_head_is_still_a_log(self,
+                                                                       files: Files) -> None:
+        log = _log()
+        log[0]["messages"][0]["content"] = "you are helpful " * 8000  # ~130 KB
+        path = files.jsonl("requests.jsonl", log)
+        assert len(path.read_text().splitlines()[0]) > 65536
+        assert infer_format(path) == "openai"
+        assert len(load_trace(path, options=OPTS)) == 5
+
     def test_sessions_recovered_by_prefix(self, files: Files) -> None:
         trace = load_trace(files.jsonl("requests.jsonl", _log()), options=OPTS)
         sessions: dict[str, list[Any]] = {}
@@ -104,6 +113,31 @@ class TestOpenAILog:
         trace = load_trace(files.jsonl("r.jsonl", rows), options=OPTS)
         firsts = sorted(r.arrival for r in trace if r.turn == 0)
         assert firsts == [0.0, 1.0]
+
+    def test_tool_calls_are_rendered_and_replied(self, files: Files) -> None:
+        """An assistant turn of tool calls alone: its calls are its text, in the next
+        request's prompt and as the reply of the request that made them (logged or not)."""
+        def log(argument: str, logged: bool) -> list[dict[str, Any]]:
+            call = [{"id": "c1", "type": "function",
+                     "function": {"name": "search", "arguments": json.dumps({"q": argument})}}]
+            ask = [_msg("system", "you are helpful"), _msg("user", "what is two plus two")]
+            made = {"role": "assistant", "content": None, "tool_calls": call}
+            first: dict[str, Any] = {"messages": ask, "timestamp": T0}
+            if logged:
+                first["response"] = {"choices": [{"message": made}]}
+            return [first, {"messages": [*ask, made, {"role": "tool", "content": "four",
+                                                      "tool_call_id": "c1"}],
+                            "timestamp": T0 + 5}]
+
+        for logged in (True, False):
+            short = load_trace(files.jsonl("a.jsonl", log("two", logged)), options=OPTS)
+            long = load_trace(files.jsonl("b.jsonl", log("two plus two " * 20, logged)),
+                              options=OPTS)
+            assert len({r.session_id for r in short}) == 1  # the tool turn continues it
+            assert short[0].n_output > 0 and long[0].n_output > short[0].n_output + 40
+            assert long[1].n_input > short[1].n_input + 40
+            second = short[1].input_tokens.tolist()
+            assert second[: short[0].n_input + short[0].n_output] == short[0].tokens().tolist()
 
     def test_piecewise_template_by_default(self, files: Files) -> None:
         trace = load_trace(files.jsonl("r.jsonl", _log()[:1]), options=OPTS)

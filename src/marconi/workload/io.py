@@ -177,6 +177,29 @@ def number(value: Any, key: str, *, path: str | Path, line: int | None = None) -
     return float(value)
 
 
+def first_line(path: str | Path, limit: int = 64 << 20) -> bytes:
+    """The first non-blank line (decompressed), read up to its end however long it is,
+    up to `limit` bytes."""
+    try:
+        with open(path, "rb") as f:
+            gzipped = f.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+        opened = gzip.open(path, "rb") if gzipped else open(path, "rb")  # noqa: SIM115
+        with opened as f:
+            text = b""
+            while len(text) < limit:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                text = (text + chunk).lstrip()
+                if b"\n" in text:
+                    break
+        return text.split(b"\n", 1)[0]
+    except OSError as err:
+        raise TraceError(f"cannot read: {err}", path=path) from err
+    except EOFError as err:
+        raise TraceError(f"truncated gzip file ({err})", path=path) from err
+
+
 def head_bytes(path: str | Path, n: int = 65536) -> bytes:
     """Up to the first `n` (decompressed) bytes, without reading the whole file."""
     try:

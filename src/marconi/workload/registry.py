@@ -11,7 +11,7 @@ from pathlib import Path
 from marconi.workload import diskcache
 from marconi.workload.buffers import Built
 from marconi.workload.errors import TraceError
-from marconi.workload.io import head_bytes
+from marconi.workload.io import first_line, head_bytes
 from marconi.workload.options import TraceOptions
 from marconi.workload.readers import artifact, lmsys, mooncake, openai, sharegpt, sweagent
 from marconi.workload.report import empty_reason
@@ -125,7 +125,7 @@ def infer_format(source: str | Path) -> str:
     if head.startswith(lmsys.PARQUET_MAGIC):
         return "lmsys"
     keys = {m.group(1).decode() for m in _KEY.finditer(head)}
-    if "messages" in keys and _one_request_per_line(head):
+    if "messages" in keys and _one_request_per_line(path, head):
         return "openai"
     for key, fmt in _SNIFF_KEYS:
         if key in keys:
@@ -147,10 +147,12 @@ def _folder_format(path: Path) -> str:
                      "and no parquet shards", path=path)
 
 
-def _one_request_per_line(head: bytes) -> bool:
+def _one_request_per_line(path: Path, head: bytes) -> bool:
     """Whether the first line is a whole JSON object without a trajectory's keys (a chat
-    request log line rather than a trajectory)."""
+    request log line rather than a trajectory); read whole when `head` cuts it."""
     first = head.lstrip().split(b"\n", 1)[0]
+    if b"\n" not in head.lstrip():
+        first = first_line(path)
     try:
         obj = json.loads(first)
     except ValueError:

@@ -53,9 +53,13 @@ class Template(Protocol):
     def render(self, chats: Sequence[Chat]) -> list[Rendered]: ...
 
 
-def _text(message: Message) -> str:
+def message_text(message: Message) -> str:
+    """A message's text as the piecewise template renders it: its content, then its tool
+    calls as JSON when it makes any (an assistant turn may be tool calls alone)."""
     content = message.get("content")
-    return content if isinstance(content, str) else json.dumps(message.get("tool_calls"))
+    text = content if isinstance(content, str) else ""
+    calls = message.get("tool_calls")
+    return text + json.dumps(calls) if calls else text
 
 
 class PiecewiseTemplate:
@@ -66,7 +70,7 @@ class PiecewiseTemplate:
         self.name = f"piecewise({tokenizer.name})"
 
     def render(self, chats: Sequence[Chat]) -> list[Rendered]:
-        texts = [_text(m) for chat in chats for m in chat.messages]
+        texts = [message_text(m) for chat in chats for m in chat.messages]
         texts += [chat.reply or "" for chat in chats]
         texts += [f"<|{m['role']}|>" for chat in chats for m in chat.messages] + ["<|assistant|>"]
         memo = dict(zip(texts, encode_unique(self.tokenizer, texts), strict=True))
@@ -76,7 +80,7 @@ class PiecewiseTemplate:
         bos = self.tokenizer.bos_id
         parts: list[Tokens] = [np.array([] if bos is None else [bos], dtype=np.int32)]
         for message in chat.messages:
-            parts += [memo[f"<|{message['role']}|>"], memo[_text(message)]]
+            parts += [memo[f"<|{message['role']}|>"], memo[message_text(message)]]
         ends = np.cumsum([p.shape[0] for p in parts])[2::2]  # after each message's content
         prompt = np.concatenate([*parts, memo["<|assistant|>"]])
         return Rendered(prompt, memo[chat.reply or ""], tuple(int(e) for e in ends))

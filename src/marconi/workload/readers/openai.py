@@ -21,7 +21,7 @@ from marconi.workload.options import TraceOptions
 from marconi.workload.pseudo import pseudo_tokens
 from marconi.workload.readers.openai_log import Row, digests, parse
 from marconi.workload.report import META_KEY, LoadStats
-from marconi.workload.templates import Chat, Rendered, template_for
+from marconi.workload.templates import Chat, Rendered, message_text, template_for
 
 Session = list[Row]
 
@@ -106,7 +106,7 @@ def _reply(session: Session, k: int) -> str | None:
     n, following = len(row.messages), session[k + 1].messages
     if len(following) > n and following[n].get("role") == "assistant" \
             and digests(following[:n])[-1] == digests(row.messages)[-1]:
-        return str(following[n]["content"])
+        return message_text(following[n])  # its text, and its tool calls if any
     return None
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from marconi.workload.errors import TraceError
 from marconi.workload.io import iter_jsonl
 from marconi.workload.options import TraceOptions
+from marconi.workload.templates import message_text
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 TIME_KEYS = ("timestamp", "created", "created_at", "time", "ts")
@@ -99,6 +100,8 @@ def _reply(obj: dict[str, Any]) -> str | None:
     first = choices[0] if isinstance(choices, list) and choices else None
     if isinstance(first, dict):
         message = first.get("message")
+        if isinstance(message, dict) and message.get("tool_calls"):
+            return message_text(message)  # tool calls, with or without text
         text = message.get("content") if isinstance(message, dict) else first.get("text")
         if isinstance(text, str):
             return text
