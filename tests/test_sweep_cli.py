@@ -36,6 +36,40 @@ class TestFlags:
         assert sorted(line.split()[0] for line in lines[2:]) == ["synthetic:agent",
                                                                  "synthetic:multi-turn"]
 
+    def test_rows_differing_by_any_axis_or_folder_are_told_apart(
+            self, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        from tests.test_sim import _artifact
+
+        traces = []
+        for folder in ("d1", "d2"):
+            (tmp_path / folder).mkdir()
+            traces.append(str(_artifact(tmp_path / folder)))
+        assert Path(traces[0]).name == Path(traces[1]).name
+        assert main(["sweep", *traces, "--systems", "sglang+", "--capacities", "1GB",
+                     "--param", "sps=0.5,1", "--out", str(tmp_path / "s.csv"),
+                     "--workers", "1", "--quiet"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].split()[:6] == ["trace", "dataset", "capacity", "model", "sps", "system"]
+        name = Path(traces[0]).name
+        words = [line.split() for line in lines[2:]]  # no dataset here: its cell is blank
+        rows = sorted((w[0], w[w.index("sglang+") - 1]) for w in words)
+        assert rows == [(f"d1/{name}", "0.5"), (f"d1/{name}", "1.0"),
+                        (f"d2/{name}", "0.5"), (f"d2/{name}", "1.0")]
+
+    def test_config_with_grid_flags_is_refused(self, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture) -> None:
+        config = tmp_path / "g.toml"
+        config.write_text('[[grid]]\ntrace = ["synthetic:agent"]\nsystem = ["sglang+"]\n'
+                          'capacity = "1GB"\nsessions = 2\n')
+        out = str(tmp_path / "s.csv")
+        assert main(["sweep", "--config", str(config), "--sessions", "3", "--systems",
+                     "marconi", "--out", out, "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert "--systems, --sessions would be ignored" in err and "Traceback" not in err
+        config.write_text('[[grid]]\ntrace = ["synthetic:agent"]\n')
+        assert main(["sweep", "--config", str(config), "--out", out, "--quiet"]) == 2
+        assert "lacks required parameter(s) ['system', 'capacity']" in capsys.readouterr().err
+
     def test_any_trace_knob_is_a_param_and_a_flag(self, tmp_path: Path) -> None:
         out = tmp_path / "s.csv"
         assert main(["sweep", TRACE, "--sessions", "3", "--systems", "sglang+",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import signal
 import sys
 import tomllib
@@ -35,6 +36,9 @@ TRACE_FLAGS = ("format", "tokenizer", "sessions", "min_turns", "sps", "typing_wp
                "seed", "vocab_size", "block_size", "session_field")
 
 
+GRID_FLAGS = ("systems", "capacities", "models")
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("sweep", help="run a grid of simulations (local processes or Dask)",
                        description="Run traces x systems x capacities x models x arrivals x "
@@ -52,7 +56,9 @@ def register(sub: Any) -> None:
     add_executor_arguments(p)
     add_plugin_argument(p)
     add_trace_arguments(p, loading=False)
-    p.set_defaults(func=cmd_sweep)
+    # what a grid flag is when not given: with --config, any other value was given
+    p.set_defaults(func=cmd_sweep, grid_defaults={name: p.get_default(name) for name in
+                                                  (*GRID_FLAGS, *TRACE_FLAGS)})
 
 
 def add_executor_arguments(p: argparse.ArgumentParser) -> None:
@@ -75,8 +81,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               "command again to resume", file=sys.stderr)
         return 130
     failed = [r for r in rows if r["status"] != "ok"]
-    print(table([r | {"trace_name": _short(r["trace"])} for r in rows if r["status"] == "ok"],
-                SWEEP_COLUMNS))
+    print(sweep_table([r for r in rows if r["status"] == "ok"]))
     for warning in refusal_warnings(rows):
         print(warning, file=sys.stderr)
     for row in failed:
@@ -96,14 +101,43 @@ def preflight(out: Path, scheduler: str | None, traces: list[str]) -> None:
         require_for_trace(trace)
 
 
-def _short(trace: str) -> str:
-    """A trace as the table shows it: a path's last part, a name as given."""
-    return Path(trace).name if "/" in trace else trace
+def sweep_table(rows: list[dict[str, Any]]) -> str:
+    """The finished rows as a table: trace, dataset, capacity, model, then a column for
+    every other parameter that varies across them (so that no two rows look alike), then
+    the figures."""
+    names = trace_names(sorted({str(r["trace"]) for r in rows}))
+    shown = {"trace", "dataset", "capacity", "model", "system", "records", "cell_id"}
+    varying = [key for key in rows[0] if key not in shown and key in _PARAMS
+               and len({repr(r.get(key)) for r in rows}) > 1] if rows else []
+    columns = (*SWEEP_COLUMNS[:4], *((key, key, "") for key in varying), *SWEEP_COLUMNS[4:])
+    return table([r | {"trace_name": names[str(r["trace"])]} for r in rows], columns)
+
+
+_PARAMS = {*(f.name for f in fields(Cell)), "alpha_fixed"}
+
+
+def trace_names(traces: list[str]) -> dict[str, str]:
+    """Each trace as the table shows it: a path's last part, a name as given; paths whose
+    last parts collide, relative to the folder they share."""
+    short = {t: Path(t).name if "/" in t else t for t in traces}
+    for name in set(short.values()):
+        same = [t for t in traces if short[t] == name]
+        if len(same) > 1 and all("/" in t for t in same):
+            root = os.path.commonpath([str(Path(t).resolve()) for t in same])
+            short |= {t: os.path.relpath(Path(t).resolve(), root) for t in same}
+    return short
 
 
 def grid_from_args(args: argparse.Namespace) -> list[Cell]:
     """Cells of `--config` grids, or of the traces and axes given as flags."""
     if args.config is not None:
+        given = [f"--{n.replace('_', '-')}" for n, default in args.grid_defaults.items()
+                 if getattr(args, n) != default]
+        given += ["--param"] * bool(args.param) + ["trace arguments"] * bool(args.trace)
+        if given:
+            raise ValueError(f"sweep: --config {args.config} defines the whole grid; "
+                             f"{', '.join(given)} would be ignored: put them in its "
+                             "[[grid]] tables, or drop --config")
         with args.config.open("rb") as f:
             grids = tomllib.load(f).get("grid", [])
         return [cell for grid in grids for cell in expand(grid)]

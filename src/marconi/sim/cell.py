@@ -11,7 +11,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from marconi.core.spec import resolve_model
@@ -112,6 +112,11 @@ def expand(grid: Mapping[str, Any]) -> list[Cell]:
     unknown = sorted(set(grid) - set(names))
     if unknown:
         raise ValueError(f"unknown sweep parameter(s) {unknown}; known: {names}")
+    required = [f.name for f in fields(Cell)
+                if f.default is MISSING and f.default_factory is MISSING]
+    missing = [name for name in required if name not in grid]
+    if missing:
+        raise ValueError(f"sweep grid lacks required parameter(s) {missing}")
     axes = {k: v if isinstance(v, list) else [v] for k, v in grid.items()}
     return [Cell(**dict(zip(axes, combo, strict=True)))
             for combo in itertools.product(*axes.values())]
