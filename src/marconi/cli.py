@@ -83,7 +83,8 @@ def _register_simulate(sub: Any) -> None:
     p = sub.add_parser("simulate", help="replay a trace through one system",
                        description="Replay a trace through one caching system.")
     _add_cache_arguments(p)
-    p.add_argument("--system", default="marconi", choices=_system_names())
+    p.add_argument("--system", default="marconi", choices=_system_names(),
+                   help="the caching system to replay (README: what each one does)")
     alpha = p.add_mutually_exclusive_group()
     alpha.add_argument("--alpha", type=float, help="fix alpha (FLOP-aware systems)")
     alpha.add_argument("--tune", action="store_true", help="bootstrap-tune alpha (default)")

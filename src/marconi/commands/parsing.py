@@ -7,7 +7,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-_HIDDEN = (None, False, argparse.SUPPRESS, "")
+
+def _hidden(default: Any) -> bool:
+    """Defaults not worth showing: none, a flag's False, suppressed, empty (0 and 0.0 are
+    shown: they are values, and `0 == False`)."""
+    return default is None or default is False or default is argparse.SUPPRESS \
+        or default == "" or default == []
 
 
 class DefaultsFormatter(argparse.HelpFormatter):
@@ -16,8 +21,7 @@ class DefaultsFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         default: Any = action.default
-        if "%(default)" in text or not action.option_strings or default in _HIDDEN \
-                or default == []:
+        if "%(default)" in text or not action.option_strings or _hidden(default):
             return text
         return f"{text} (default: %(default)s)"
 

@@ -26,11 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", default=None,
                    help="name clients pass as `model` (default: the folder's name)")
     p.add_argument("--cache-size", default="1GB", help="bound on cached KV + SSM state bytes")
-    p.add_argument("--system", default="marconi", choices=list(SYSTEMS))
+    p.add_argument("--system", default="marconi", choices=list(SYSTEMS),
+                   help="the caching system the engine runs")
     p.add_argument("--alpha", type=float, default=None,
                    help="fix alpha (FLOP-aware systems); default: bootstrap-tuned")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on")
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429")
     p.add_argument("--max-tokens", type=int, default=16,
                    help="completion length when a request gives none")
