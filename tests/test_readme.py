@@ -1,5 +1,9 @@
 """The README's examples run as written: every bash and python block of the sections
-about traces, the CLI, sweeps and the Python API, in order, in one scratch folder."""
+about the library, the reference engine, traces, the CLI, sweeps and the Python API, in
+order, in one scratch folder, and the lines the README says they print are printed. Not
+run here: the first block (its two commands are CI itself: `scripts/test.sh`, and the
+demo), and the Server block (a server that listens until stopped, with a model folder of
+the reader's own: the server's tests start it and talk to it)."""
 
 from __future__ import annotations
 
@@ -12,8 +16,14 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-SECTIONS = ("### Simulator", "### Traces", "### Sweeps and the paper's figures",
-            "### Python API")
+SECTIONS = ("### Library", "### Reference engine", "### Simulator", "### Traces",
+            "### Sweeps and the paper's figures", "### Python API")
+# what the README says a block prints
+SHOWN = {"### Library": ("turn 1: 0 of 2000 input tokens from the cache",
+                         "turn 2: 2016 of 2019 input tokens from the cache"),
+         "### Reference engine": ("0 265",),
+         "### Traces": ("trace requests.jsonl (openai): kept 1 sessions, 2 requests, 83 input "
+                        "tokens; read 2 requests; dropped none",)}
 _FENCE = re.compile(r"^```(bash|python)\n(.*?)^```", re.M | re.S)
 
 
@@ -44,3 +54,6 @@ def test_readme_examples_run_as_written(tmp_path: Path) -> None:
                               timeout=600, check=False)
         assert done.returncode == 0, f"{section}:\n{code}\n{done.stderr[-3000:]}"
         assert "Traceback" not in done.stderr, f"{section}:\n{code}\n{done.stderr[-3000:]}"
+        for shown in SHOWN.get(section, ()):
+            said = done.stdout + done.stderr
+            assert shown in said, f"{section}: README shows {shown!r}:\n{said}"
