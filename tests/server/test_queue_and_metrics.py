@@ -95,7 +95,9 @@ class TestMetricsAddUp:
                        {"model": name, "prompt": "a " * 5000},  # 400, context length
                        {"model": name, "prompt": "a" * 2**21}]  # 413
             statuses = [post(server.url, "/v1/completions", json.dumps(b))[0] for b in refused]
-            assert statuses == [400, 404, 400, 413]
+            unparseable = [b'{"model": "\xff"}', b"[" * 50_000 + b"]" * 50_000]  # 400s
+            statuses += [post(server.url, "/v1/completions", b)[0] for b in unparseable]
+            assert statuses == [400, 404, 400, 413, 400, 400]
             wait_for(lambda: scrape(server.url).get(ABORTED) == 1, what="the abort")
             metrics = scrape(server.url)
         counted = {k: v for k, v in metrics.items() if v and k.startswith((
@@ -103,7 +105,24 @@ class TestMetricsAddUp:
             "marconi:request_rejected_total"))}
         assert counted == {
             "marconi:request_success_total{finished_reason=length}": 2, ABORTED: 1,
-            "marconi:request_rejected_total{reason=invalid_request}": 1,
+            "marconi:request_rejected_total{reason=invalid_request}": 3,
             "marconi:request_rejected_total{reason=model_not_found}": 1,
             "marconi:request_rejected_total{reason=context_length_exceeded}": 1,
             "marconi:request_rejected_total{reason=body_too_large}": 1}
+
+
+def test_a_crashed_generation_is_answered_logged_and_counted(model: HybridModel) -> None:
+    """A bug inside the engine: the client gets a 500 in OpenAI's shape, the operator a
+    logged traceback, and the metrics an internal failure."""
+    with serve(model, cache_size="16MB", max_tokens=2) as server, logged() as log:
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("a bug in the engine")
+
+        server.backend.engine.generate = broken  # type: ignore[method-assign]
+        status, answer, _ = post(server.url, "/v1/completions",
+                                 json.dumps({"model": server.model, "prompt": "x"}))
+        metrics = scrape(server.url)
+    assert status == 500 and set(answer["error"]) == {"message", "type", "param", "code"}
+    assert metrics["marconi:request_failure_total{reason=internal}"] == 1
+    crashes = [r for r in log.records if r.exc_info and "generation failed" in r.getMessage()]
+    assert len(crashes) == 1 and "a bug in the engine" in str(crashes[0].exc_info[1])

@@ -108,6 +108,27 @@ CASES = (  # (name, path, body builder, status, text the message must contain, p
      "streaming", "logprobs"),
     ("top_logprobs alone", CHAT, lambda s: _chat(s, top_logprobs=3), 400, "logprobs: true",
      "top_logprobs"),
+    ("streamed logprobs 0", COMPLETIONS, lambda s: _completion(s, logprobs=0, stream=True),
+     400, "streaming", "logprobs"),
+    ("JSON mode on completions", COMPLETIONS,
+     lambda s: _completion(s, response_format={"type": "json_object"}), 400, "text",
+     "response_format"),
+    # vLLM's extensions that would change the output if ignored
+    ("stop_token_ids", CHAT, lambda s: _chat(s, stop_token_ids=[2]), 400, "stop_token_ids",
+     "stop_token_ids"),
+    ("min_tokens", COMPLETIONS, lambda s: _completion(s, min_tokens=4), 400, "min_tokens",
+     "min_tokens"),
+    ("ignore_eos", CHAT, lambda s: _chat(s, ignore_eos=True), 400, "ignore_eos", "ignore_eos"),
+    ("repetition_penalty", CHAT, lambda s: _chat(s, repetition_penalty=1.2), 400,
+     "penalties", "repetition_penalty"),
+    ("NaN temperature", CHAT, lambda s: _chat(s, temperature=float("nan")), 400,
+     "finite number", "temperature"),
+    ("a batch of prompts", COMPLETIONS, lambda s: _completion(s, prompt=["a", "b"]), 400,
+     "one prompt", "prompt"),
+    # bodies that are not JSON text at all
+    ("not UTF-8", COMPLETIONS, lambda s: b'{"model": "\xff"}', 400, "UTF-8", None),
+    ("nested too deeply", COMPLETIONS, lambda s: "[" * 50_000 + "]" * 50_000, 400,
+     "nested too deeply", None),
 )
 
 

@@ -11,14 +11,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ValidationError
 
 from marconi.server import errors
 from marconi.server.backend import Backend
@@ -33,6 +38,7 @@ from marconi.server.service import Service, Submission
 from marconi.server.streaming import ChunkStream
 
 log = logging.getLogger("marconi.server")
+Body = TypeVar("Body", bound=BaseModel)
 CLIENT_GONE = 499  # nginx's "client closed request": logged, never received by anyone
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -86,16 +92,49 @@ async def _respond(service: Service, sub: Submission, body: CompletionRequest | 
                              done.generation, logprobs))
 
 
+INLINE_BODY = 256 << 10  # bytes of body parsed on the event loop; larger ones on a thread
+
+
+async def parse_body(request: Request, model: type[Body]) -> Body:
+    """The request's JSON body as `model`: decoded and validated on a worker thread when
+    it is large (6M token ids take seconds to validate), so `/health` and every other
+    client are answered meanwhile. Errors are FastAPI's (the same 400s, counted)."""
+    raw = await request.body()
+    if len(raw) <= INLINE_BODY:
+        return _validated(raw, model)
+    return await asyncio.to_thread(_validated, raw, model)
+
+
+def _validated(raw: bytes, model: type[Body]) -> Body:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise RequestValidationError([{"type": "json_invalid", "loc": ("body", err.pos),
+                                       "msg": "JSON decode error", "input": {},
+                                       "ctx": {"error": err.msg}}]) from None
+    except UnicodeDecodeError as err:
+        raise errors.bad_request(f"request body is not UTF-8 text (byte {err.start})") from None
+    except RecursionError:
+        raise errors.bad_request("request body: JSON nested too deeply") from None
+    try:
+        return model.model_validate(value)
+    except ValidationError as err:
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])}
+                                      for e in err.errors()]) from None
+
+
 def _routes(app: FastAPI, service: Service) -> None:
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> Response:
+    async def completions(request: Request) -> Response:
+        body = await parse_body(request, CompletionRequest)
         service.check_model(body.model)
         prompt = await service.encode(body.prompt)
         sub = service.submit(body, prompt, body.max_tokens, "prompt")
         return await _respond(service, sub, body, request, chat=False)
 
     @app.post("/v1/chat/completions")
-    async def chat(body: ChatRequest, request: Request) -> Response:
+    async def chat(request: Request) -> Response:
+        body = await parse_body(request, ChatRequest)
         service.check_model(body.model)
         prompt, ends = await service.render([m.to_message() for m in body.messages])
         sub = service.submit(body, prompt, body.requested_tokens(), "messages", ends)

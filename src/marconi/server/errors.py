@@ -132,8 +132,7 @@ def install(app: FastAPI, rejected: Rejected) -> None:
         if isinstance(err, BodyTooLarge):
             return answer(err.error())
         kind = "not_found_error" if err.status_code == 404 else "invalid_request_error"
-        return ApiError(err.status_code, str(err.detail), kind,
-                        headers=err.headers).response()
+        return answer(ApiError(err.status_code, str(err.detail), kind, headers=err.headers))
 
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(RequestValidationError, on_validation)

@@ -13,6 +13,7 @@ counted as a failure and reported to its client; the worker lives on.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 
 from marconi.engine import Engine, Generation, Sampling
 from marconi.server.metrics import ServerMetrics
+
+log = logging.getLogger("marconi.server")
 
 
 class QueueFull(Exception):
@@ -129,6 +132,8 @@ class Scheduler:
                                        on_token=on_token, boundaries=job.boundaries)
         except Exception as err:  # reported to the client, the worker lives on
             self.metrics.failure(self.engine, err)
+            if not isinstance(err, ValueError):  # a 500: the operator needs the traceback
+                log.exception("generation failed (answered 500)")
             return Failed(err)
         reason = _finish_reason(job, gen)
         self.metrics.finished(self.engine, gen, reason, time.perf_counter() - job.arrival)

@@ -46,6 +46,11 @@ REFUSED: dict[str, tuple[tuple[Any, ...], str]] = {  # field: (values that pass,
     "modalities": ((None, ["text"]), "only text output is supported"),
     "audio": ((None,), "audio output is not supported"),
     "prediction": ((None,), "predicted outputs are not supported"),
+    # vLLM's extensions a client may send, which would change the output if ignored
+    "stop_token_ids": ((None, []), "stop_token_ids are not supported by this server"),
+    "min_tokens": ((None, 0), "min_tokens is not supported by this server"),
+    "ignore_eos": ((None, False), "ignore_eos is not supported by this server"),
+    "repetition_penalty": ((None, 1), "penalties are not supported by this server"),
 }
 
 
@@ -81,8 +86,8 @@ class _Common(BaseModel):
 
     model: Text
     max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
     top_k: int | None = Field(default=None, ge=1)  # an extension, as in vLLM
     seed: Int64 | None = None
     n: int = Field(default=1, ge=1, le=1)  # one choice per request
@@ -93,6 +98,10 @@ class _Common(BaseModel):
     frequency_penalty: Any = None
     presence_penalty: Any = None
     logit_bias: Any = None
+    stop_token_ids: Any = None
+    min_tokens: Any = None
+    ignore_eos: Any = None
+    repetition_penalty: Any = None
 
     @field_validator(*REFUSED, mode="before", check_fields=False)
     @classmethod
@@ -108,7 +117,7 @@ class _Common(BaseModel):
     @field_validator("logprobs", check_fields=False)
     @classmethod
     def _no_streamed_logprobs(cls, value: Any, info: ValidationInfo) -> Any:
-        if value not in (None, False) and info.data.get("stream"):
+        if value is not None and value is not False and info.data.get("stream"):  # 0 too
             raise ValueError("log probabilities are not available when streaming "
                              "(stream: true)")
         return value
@@ -120,6 +129,15 @@ class CompletionRequest(_Common):
     echo: Any = None
     suffix: Any = None
     best_of: Any = None
+    response_format: Any = None
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _one_prompt(cls, value: Any) -> Any:
+        if isinstance(value, list) and any(isinstance(v, str | list) for v in value):
+            raise ValueError("a list of prompts (a batch) is not supported: send one prompt "
+                             "(text or token ids) per request")
+        return value
 
     def alternatives(self) -> int | None:
         """Most likely tokens to list beside each chosen one; None: no log probabilities."""
