@@ -1,13 +1,22 @@
 """Reference-engine benchmark: TTFT cold vs cached (see `marconi engine-bench --help`).
 
 Usage: python benchmarks/bench_engine.py [engine-bench options]
+
+The agent workload reads the mini-swe-agent trajectories of the shared data folder beside
+the repository when it is there and no `--agent-data` is given.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from marconi.commands.engine_bench import main
 
+AGENT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mini-swe-agent"
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    args = sys.argv[1:]
+    if "--agent-data" not in args and AGENT_DATA.is_dir():
+        args += ["--agent-data", str(AGENT_DATA)]
+    sys.exit(main(args))

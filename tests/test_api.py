@@ -98,3 +98,16 @@ class TestPlugin:
     def test_missing_plugin(self, capsys: pytest.CaptureFixture) -> None:
         assert main(["simulate", TRACE, "--plugin", "no_such_module_here"]) == 2
         assert "no module named 'no_such_module_here'" in capsys.readouterr().err
+
+
+def test_the_package_exports_the_api_lazily() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, marconi; before = 'marconi.api' in sys.modules; "
+            "print(before, marconi.simulate is __import__('marconi.api').api.simulate, "
+            "marconi.compare.__module__, marconi.__version__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[:3] == ["False", "True", "marconi.api"]
+    assert out[3] == __import__("importlib.metadata").metadata.version("marconi")

@@ -60,9 +60,9 @@ def test_engine_refuses_a_transformers_below_its_floor() -> None:
     pytest.importorskip("transformers")
     from marconi.engine._versions import MINIMUM, UnsupportedVersion, check
 
-    assert Version(MINIMUM["transformers"]) == Version("5.14")
-    assert str(_extras()["transformers"].specifier) in (">=5.14,<6", "<6,>=5.14")
-    with pytest.raises(UnsupportedVersion, match=r"transformers >= 5.14 .* 5.13.2 is installed"):
-        check({"transformers": "5.13.2"})
-    check({"transformers": "5.14.0"})
+    assert Version(MINIMUM["transformers"]) == Version("5.24")
+    assert str(_extras()["transformers"].specifier) in (">=5.24,<6", "<6,>=5.24")
+    with pytest.raises(UnsupportedVersion, match=r"transformers >= 5.24 .* 5.23.0 is installed"):
+        check({"transformers": "5.23.0"})
+    check({"transformers": "5.24.0"})
     check()  # what is installed passes

@@ -64,3 +64,11 @@ class TestBench:
         register(parser.add_subparsers(dest="command"))
         args = parser.parse_args(["engine-bench", "--systems", "vanilla", "--set", "x=1"])
         assert args.systems == "vanilla" and args.set == ["x=1"] and callable(args.func)
+
+
+def test_a_missing_agent_folder_is_an_error(tmp_path, capsys):
+    from marconi.cli import main
+
+    assert main(["engine-bench", "--agent-data", str(tmp_path / "nope"), "--systems",
+                 "vanilla"]) == 2
+    assert f"--agent-data {tmp_path / 'nope'}: no such folder" in capsys.readouterr().err

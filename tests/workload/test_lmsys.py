@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -78,6 +79,14 @@ class TestLMSysFolder:
         trace = load_trace(folder, format=format, options=OPTS)
         assert [r.session_id for r in trace if r.turn == 0] == ["id1", "id2"]
         assert len(trace) == 5
+
+    def test_a_folder_named_like_the_format_is_a_path(self, files: Files,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+        folder = self._folder(files)
+        assert isinstance(folder, Path)
+        folder.rename(files.root / "lmsys")
+        monkeypatch.chdir(files.root)
+        assert len(load_trace("lmsys", options=OPTS)) == 5  # not the format's name
 
     def test_folder_without_shards_or_trajectories(self, files: Files) -> None:
         (files.root / "empty").mkdir()

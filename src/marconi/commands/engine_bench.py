@@ -32,8 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--systems", default=",".join(SYSTEMS),
                         help="comma-separated systems (vanilla = no cache)")
     parser.add_argument("--capacity", default="1GB", help="cache capacity (2GB, 2GiB, bytes)")
-    parser.add_argument("--agent-data", type=Path, default=Path("../shared/data/mini-swe-agent"),
-                        help="mini-swe-agent folder; the agent workload is skipped if absent")
+    parser.add_argument("--agent-data", type=Path, default=None,
+                        help="a mini-swe-agent folder (trajectories) for the agent workload; "
+                             "without it that workload is skipped")
     parser.add_argument("--no-chunk", action="store_true",
                         help="skip the chunk-boundary capture rows")
     parser.add_argument("--profile", type=Path, default=Path("engine_latency_profile.csv"),
@@ -58,13 +59,15 @@ def run_command(args: argparse.Namespace) -> int:
         model = tiny_model(args.model, **_overrides(args.set))
     else:
         model = load_model(args.model)
-    agent_dir = args.agent_data if args.agent_data.is_dir() else None
+    if args.agent_data is not None and not args.agent_data.is_dir():
+        raise ValueError(f"--agent-data {args.agent_data}: no such folder")
+    agent_dir = args.agent_data
     rows = bench(model, agent_dir, [s.strip() for s in args.systems.split(",")],
                  args.capacity, not args.no_chunk, args.profile)
     print(f"# engine-bench: model={args.model} ({model.spec.name}), capacity={args.capacity}, "
           f"torch threads={torch.get_num_threads()}, {platform.processor() or platform.machine()}")
     if agent_dir is None:
-        print(f"# agent workload skipped: {args.agent_data} not found")
+        print("# agent workload skipped: no --agent-data folder given")
     print(format_table(rows))
     print("# ttft in ms; vs_vanilla: summed TTFT against vanilla's on the same requests; "
           "overhead: the cache's share of it (lookup, restore, split prefill, snapshots); "

@@ -11,6 +11,7 @@ from typing import Any
 
 from marconi.commands.extras import require
 from marconi.commands.sweep import add_executor_arguments, sweep_executor
+from marconi.sim.pool import exit_status
 
 DATA_ENV = "MARCONI_DATA"  # default of --data
 
@@ -50,10 +51,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         with sweep_executor(args.scheduler, args.workers) as executor:
             outcome = reproduce(experiments, args.out, quick=args.quick, executor=executor,
                                 workers=args.workers, progress=not args.quiet)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         print(f"marconi: interrupted; finished cells are kept in {args.out}: run the same "
               "command again to resume", file=sys.stderr)
-        return 130
+        return exit_status(interrupt)
     print(outcome.summary.read_text())
     print(f"reproduce: {len(outcome.figures)} figures in {args.out} ({outcome.seconds:.0f} s, "
           f"{outcome.failed_cells} failed cells)", file=sys.stderr)

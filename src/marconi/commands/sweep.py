@@ -25,6 +25,7 @@ from typing import Any
 from marconi.commands.extras import require, require_for_trace
 from marconi.commands.parsing import add_plugin_argument
 from marconi.report.table import COLUMNS, table
+from marconi.sim.pool import exit_status
 from marconi.sim.sweep import Cell, expand, refusal_warnings, run_sweep
 from marconi.workload.cli_args import add_trace_arguments
 
@@ -76,10 +77,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             rows = run_sweep(cells, args.out, executor=executor, workers=args.workers,
                              progress=not args.quiet, records_dir=args.records_dir,
                              plugins=args.plugin)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         print(f"marconi: interrupted; finished cells are kept in {args.out}: run the same "
               "command again to resume", file=sys.stderr)
-        return 130
+        return exit_status(interrupt)
     failed = [r for r in rows if r["status"] != "ok"]
     print(sweep_table([r for r in rows if r["status"] == "ok"]))
     for warning in refusal_warnings(rows):

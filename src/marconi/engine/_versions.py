@@ -2,8 +2,11 @@
 
 Before transformers 5.14, continuing a hybrid model's generation from a cached state is
 silently wrong (the cache's SSM and conv states are not carried into the next forward):
-tokens would differ from an uncached run with no error. So importing the engine (its
-`__init__` imports this module first) raises `UnsupportedVersion` instead.
+tokens would differ from an uncached run with no error. From 5.14 to 5.23 the
+linear-attention cache layers initialize differently and a restored state fails at the
+first cached request; 5.24 is the oldest the engine's tests pass with
+(scripts/test-floors.sh). So importing the engine (its `__init__` imports this module
+first) raises `UnsupportedVersion` below it.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from importlib.metadata import PackageNotFoundError, version
 
 from packaging.version import Version
 
-MINIMUM = {"transformers": "5.14"}
-WHY = {"transformers": "earlier versions are silently wrong for hybrid-cache continuation"}
+MINIMUM = {"transformers": "5.24"}
+WHY = {"transformers": "earlier versions fail to restore a cached state, or before 5.14 are "
+                       "silently wrong for hybrid-cache continuation"}
 
 
 class UnsupportedVersion(ImportError, ValueError):

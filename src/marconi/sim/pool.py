@@ -49,15 +49,25 @@ def stop(pool: Executor) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as an interrupt (the same clean-up as Ctrl-C; exit status 143)."""
+
+
+def exit_status(interrupt: KeyboardInterrupt) -> int:
+    """The shell's status for a process ended by this interrupt: 128 + the signal."""
+    return 128 + (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
+
+
 @contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """Within the block (main thread only), SIGTERM raises KeyboardInterrupt."""
+    """Within the block (main thread only), SIGTERM raises `Terminated`, a
+    KeyboardInterrupt."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
+        raise Terminated(f"signal {signum}")
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:

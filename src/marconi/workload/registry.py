@@ -206,9 +206,11 @@ def _read(spec: FormatSpec, source: Path | None, options: TraceOptions) -> Trace
 def _resolve(
     path_or_name: str | Path | None, format: str | None
 ) -> tuple[Path | None, str, dict[str, str]]:
-    """(source path or None, format name, synthetic params from the name)."""
+    """(source path or None, format name, synthetic params from the name). A file or
+    folder that exists wins over a format of the same name (`./lmsys`, `lmsys`)."""
     text = None if path_or_name is None else str(path_or_name)
-    if text is None or text in FORMATS or text.startswith("synthetic:"):
+    named = text in FORMATS and not Path(text).exists() if text is not None else False
+    if text is None or named or text.startswith("synthetic:"):
         return _named(text, format)
     fmt, params = split_name(format) if format is not None else (infer_format(text), {})
     if fmt not in FORMATS:
