@@ -61,8 +61,9 @@ def reproduce(experiments: list[Experiment], out: Path, *, quick: bool = False,
               file=sys.stderr)
     failed = sum(row["status"] != "ok" for row in distinct.values())
     seconds = time.perf_counter() - start
+    cell_seconds = sum(float(row.get("wall_s") or 0) for row in distinct.values())
     summary = _write_summary(out, sections, quick=quick, cells=len(distinct), failed=failed,
-                             seconds=seconds)
+                             cell_seconds=cell_seconds)
     return Outcome(summary=summary, figures=tuple(figures), failed_cells=failed,
                    seconds=seconds)
 
@@ -95,10 +96,10 @@ def draw(exp: Experiment, rows: list[dict[str, Any]], out: Path) -> tuple[Path, 
 
 
 def _write_summary(out: Path, sections: list[str], *, quick: bool, cells: int, failed: int,
-                   seconds: float) -> Path:
+                   cell_seconds: float) -> Path:
     mode = "quick (CI-sized)" if quick else "full"
     head = (f"# Reproduction: {mode} run\n\n{cells} cells ({failed} failed), "
-            f"{seconds:.0f} s wall time.\n")
+            f"{cell_seconds:.0f} s of worker time in all (each cell's own, whenever it ran).\n")
     path = out / "SUMMARY.md"
     path.write_text("\n".join([head, *sections]))
     return path
