@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from marconi.core.pages import PageCopy, PagePool, PageRun
+from marconi.core.state_store import Handle
 from marconi.engine.models import HybridModel
 from marconi.engine.state import KVBlock, SSMState, concat_kv, snapshot_kv
 from marconi.engine.tensor_store import KVSource
@@ -150,7 +150,7 @@ class PagedStore:
             self._copy(copy)
         return joined
 
-    def release(self, kv: Any, state: Any) -> None:
+    def release(self, kv: Handle, state: Handle) -> None:
         if isinstance(kv, PageRun):
             self.pool.release(kv)
         if isinstance(state, Slot):

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from transformers import DynamicCache
 
+from marconi.core.state_store import Handle
 from marconi.engine.models import HybridModel
 from marconi.engine.state import KVBlock, SSMState, concat_kv, snapshot_kv
 
@@ -72,7 +72,7 @@ class TensorStore:
         second.free()
         return joined
 
-    def release(self, kv: Any, state: Any) -> None:
+    def release(self, kv: Handle, state: Handle) -> None:
         if isinstance(kv, KVBlock):
             self.kv_bytes -= kv.nbytes
             kv.free()

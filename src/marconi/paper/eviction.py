@@ -102,6 +102,7 @@ class FlopAware(Eviction):
         self.alpha = check_alpha(alpha)
         self.recency = Recency(recency)
         self.slots = Slots(self.COLUMNS)
+        self._flops: dict[int, int] = {}  # F(depth), memoized: depths recur node after node
 
     def _time(self, now: int) -> float:
         """What a touch stamps: the clock."""
@@ -119,8 +120,14 @@ class FlopAware(Eviction):
         parent_depth = node.parent.depth if node.parent is not None else 0
         held = (self.spec.kv_bytes_per_token * node.edge_len
                 + (self.spec.ssm_bytes if node.has_state else 0))
-        saved = self.spec.flops(node.depth) - self.spec.flops(parent_depth)
+        saved = self._flops_at(node.depth) - self._flops_at(parent_depth)
         return saved / held if held else 0.0
+
+    def _flops_at(self, depth: int) -> int:
+        flops = self._flops.get(depth)
+        if flops is None:
+            flops = self._flops[depth] = self.spec.flops(depth)
+        return flops
 
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         if hit is not None:

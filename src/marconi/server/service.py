@@ -29,6 +29,7 @@ from marconi.server.scheduler import Done, Event, Failed, Job, QueueFull, Schedu
 from marconi.server.schemas import _Common
 
 POLL_S = 0.25  # how often a waiting non-streaming handler checks its client is still there
+INLINE_TOKENS = 1 << 16  # token-id prompts checked on the event loop; longer ones off it
 CHARS_PER_TOKEN = 32  # text over this x the context is refused untokenized (Mistral
 # v1's longest piece is 16 characters: such a text cannot fit)
 RETRY_AFTER_S = 1  # what a 429 tells the client to wait: requests here take about that
@@ -73,8 +74,10 @@ class Service:
 
     async def encode(self, prompt: str | list[int]) -> list[int]:
         """A completion's prompt as token ids (a text tokenized off the event loop)."""
-        if isinstance(prompt, list):
-            return self._token_prompt(prompt)
+        if isinstance(prompt, list):  # a long one is checked off the event loop too
+            if len(prompt) <= INLINE_TOKENS:
+                return self._token_prompt(prompt)
+            return await self._off_loop(self._token_prompt, prompt)
         self._check_chars(len(prompt), "prompt")
         return await self._off_loop(self.backend.codec.encode_prompt, prompt)
 
