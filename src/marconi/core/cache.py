@@ -180,8 +180,9 @@ class PrefixCache(Inserting):
             self.stats.refused_commits += 1
             self.eviction.on_commit(match.path, (), self.clock)
             return CommitResult((), None, refused=True)
-        result = self._insert(key, match, wanted, kv, self.tree.namespace(salt))
-        self._grow_in_place(result)
+        result, path = self._insert(key, match, wanted, kv, self.tree.namespace(salt))
+        assert result.node is not None
+        self._grow_in_place(result.node, path)
         self._collect_garbage(set())
         self._release_unused(states, set(result.admitted))
         return result

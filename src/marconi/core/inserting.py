@@ -55,7 +55,8 @@ class Inserting(Evicting):
         return out
 
     def _insert(self, key: bytes, match: Match, wanted: dict[int, Handle], kv: Handle,
-                root: Node) -> CommitResult:
+                root: Node) -> tuple[CommitResult, list[Node]]:
+        """Insert the sequence; returns the result and the path to its end node."""
         n = len(key) // TOKEN_BYTES
         kv_bytes = self.books.need(match, n)
         cuts = {*wanted, n}  # a node ends where the sequence ends
@@ -77,17 +78,16 @@ class Inserting(Evicting):
                              states=len(admitted))
         self.stats.states_admitted += len(admitted)
         end = at[n]
-        self.eviction.on_commit(self.tree.path_to(end), [*created, *new], self.clock)
+        path = self.tree.path_to(end)
+        self.eviction.on_commit(path, [*created, *new], self.clock)
         for node in changed:
             self.eviction.changed(node)
-        return CommitResult(admitted, end, refused=False)
+        return CommitResult(admitted, end, refused=False), path
 
-    def _grow_in_place(self, result: CommitResult) -> None:
-        """Merge away the states the admission says this commit superseded."""
-        if result.node is None:
-            return
-        path = self.tree.path_to(result.node)
-        for node in self.admission.superseded(path, result.node.depth):
+    def _grow_in_place(self, end: Node, path: list[Node]) -> None:
+        """Merge away the states the admission says this commit superseded (`path`: the
+        nodes down to the committed sequence's `end`)."""
+        for node in self.admission.superseded(path, end.depth):
             if node.has_state and len(node.children) == 1 and not node.pins:
                 self._evict(Victim(node, Action.MERGE), replaced=True)
 
