@@ -123,10 +123,28 @@ def test_dask_dashboard_address_is_printed(capsys: pytest.CaptureFixture) -> Non
     assert "Dask dashboard at http://127.0.0.1:" in err or "no Dask dashboard" in err
 
 
-def _start(out: Path, log: Path) -> subprocess.Popen[bytes]:
+def _start(out: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
     with log.open("w") as stderr:
-        return subprocess.Popen([*LONG, "--out", str(out)], stdout=subprocess.DEVNULL,
+        return subprocess.Popen([*LONG, "--out", str(out), *extra], stdout=subprocess.DEVNULL,
                                 stderr=stderr, start_new_session=True)
+
+
+def test_ctrl_c_on_a_local_dask_cluster_says_one_line(tmp_path: Path) -> None:
+    """Dask's workers log every task a Ctrl-C cancels; the user sees the sweep's line."""
+    out, log = tmp_path / "s.csv", tmp_path / "err.log"
+    proc = _start(out, log, "--scheduler", "local")
+    try:
+        workers = _wait_for_workers(proc, out)
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert _gone(workers) == [], "workers outlived the sweep"
+    text = log.read_text()
+    assert code == 130 and "interrupted; finished cells are kept" in text
+    assert "WARNING" not in text and "Traceback" not in text, text
 
 
 def _wait_for_workers(proc: subprocess.Popen[bytes], out: Path) -> list[psutil.Process]:

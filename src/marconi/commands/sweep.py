@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import os
 import signal
 import sys
@@ -210,8 +211,11 @@ def _local_cluster(workers: int) -> Iterator[Any]:
 
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
+        # silence_logs: the workers' own warnings (tasks cancelled by a Ctrl-C, which the
+        # sweep reports in one line) stay out of the user's terminal; errors still show
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               host="127.0.0.1", dashboard_address="127.0.0.1:0")
+                               host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                               silence_logs=logging.ERROR)
     finally:
         signal.signal(signal.SIGINT, previous)
     with cluster:
