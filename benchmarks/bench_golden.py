@@ -19,11 +19,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from bench_load import worktree
 
 REPO = Path(__file__).resolve().parents[1]
 TRAJS = REPO.parent / "shared" / "data" / "mini-swe-agent" / "trajs"
@@ -44,19 +43,6 @@ def workloads(quick: bool) -> list[tuple[str, list[str], tuple[str, ...]]]:
             out.append(("swe-agent", [str(TRAJS), "--format", "swe-agent", "--sessions",
                                       "40"], ("2GB", "20GB")))
     return out
-
-
-@contextmanager
-def worktree(rev: str) -> Iterator[Path]:
-    with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp) / "tree"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev],
-                       check=True, capture_output=True)
-        try:
-            yield tree / "src"
-        finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
-                            str(tree)], check=False, capture_output=True)
 
 
 def compare(src: Path, args: list[str], capacity: str, systems: str) -> list[dict[str, Any]]:
@@ -99,7 +85,8 @@ def main() -> None:
     print(f"# golden check: this tree (HEAD {head} + working changes) against "
           f"{args.baseline}; systems {args.systems}", flush=True)
     differing = 0
-    with worktree(args.baseline) as base:
+    with worktree(args.baseline) as base:  # bench_load's: a temporary git worktree
+        assert base is not None
         for label, trace, capacities in workloads(args.quick):
             for capacity in capacities:
                 now = compare(REPO / "src", trace, capacity, args.systems)

@@ -129,24 +129,6 @@ def _start(out: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
                                 stderr=stderr, start_new_session=True)
 
 
-def test_ctrl_c_on_a_local_dask_cluster_says_one_line(tmp_path: Path) -> None:
-    """Dask's workers log every task a Ctrl-C cancels; the user sees the sweep's line."""
-    out, log = tmp_path / "s.csv", tmp_path / "err.log"
-    proc = _start(out, log, "--scheduler", "local")
-    try:
-        workers = _wait_for_workers(proc, out)
-        os.killpg(proc.pid, signal.SIGINT)
-        code = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert _gone(workers) == [], "workers outlived the sweep"
-    text = log.read_text()
-    assert code == 130 and "interrupted; finished cells are kept" in text
-    assert "WARNING" not in text and "Traceback" not in text, text
-
-
 def _wait_for_workers(proc: subprocess.Popen[bytes], out: Path) -> list[psutil.Process]:
     """The sweep's descendants once it has finished a first cell (bounded wait)."""
     deadline = time.monotonic() + 120
@@ -165,13 +147,14 @@ def _gone(processes: list[psutil.Process], within: float = 15.0) -> list[psutil.
     return alive
 
 
-@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
-def test_interrupt_or_kill_leaves_no_worker(tmp_path: Path, how: signal.Signals) -> None:
+def _signal_midway(tmp_path: Path, how: signal.Signals,
+                   *extra: str) -> tuple[list[psutil.Process], int, str, Path]:
+    """Start the long sweep, send `how` once it has finished a cell (SIGINT to the whole
+    group, as Ctrl-C does), wait for it: its workers then, exit status, stderr, results."""
     out, log = tmp_path / "s.csv", tmp_path / "err.log"
-    proc = _start(out, log)
+    proc = _start(out, log, *extra)
     try:
         workers = _wait_for_workers(proc, out)
-        assert workers, "the sweep should have worker processes"
         if how is signal.SIGINT:
             os.killpg(proc.pid, how)  # Ctrl-C: the whole foreground group gets it
         else:
@@ -181,13 +164,27 @@ def test_interrupt_or_kill_leaves_no_worker(tmp_path: Path, how: signal.Signals)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    return workers, code, log.read_text(), out
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_interrupt_or_kill_leaves_no_worker(tmp_path: Path, how: signal.Signals) -> None:
+    workers, code, text, out = _signal_midway(tmp_path, how)
+    assert workers, "the sweep should have worker processes"
     assert _gone(workers) == [], "workers outlived the sweep"
-    text = log.read_text()
     assert "Traceback" not in text
     if how is not signal.SIGKILL:
         assert code == 128 + how and "interrupted; finished cells are kept" in text
         assert len(text.splitlines()) < 10
     assert ResultsFile(out).read()  # what finished is kept
+
+
+def test_ctrl_c_on_a_local_dask_cluster_says_one_line(tmp_path: Path) -> None:
+    """Dask's workers log every task a Ctrl-C cancels; the user sees the sweep's line."""
+    workers, code, text, _ = _signal_midway(tmp_path, signal.SIGINT, "--scheduler", "local")
+    assert _gone(workers) == [], "workers outlived the sweep"
+    assert code == 130 and "interrupted; finished cells are kept" in text
+    assert "WARNING" not in text and "Traceback" not in text, text
 
 
 ORPHAN = """
