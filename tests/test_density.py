@@ -188,3 +188,15 @@ def test_greedy_dual_level_follows_density_evictions() -> None:
     assert policy.level > 0
     levels = [policy.stamp.get(n, 0) for n in policy.candidates()]
     assert max(levels) > 0  # recent entries stamped above the old ones
+
+
+def test_one_age_falls_in_the_bucket_the_vector_gives() -> None:
+    """`_count` buckets one age without arrays; every age, bucket edges included, must land
+    where `bucket` (the scores' vector path) puts it."""
+    from marconi.core.spec import PAPER_7B
+    from marconi.plus.density import HitDensity
+
+    h = HitDensity(PAPER_7B)
+    edges = 2.0 ** (np.arange(0, 200) / h.per_octave) - 1
+    ages = np.concatenate([np.arange(0, 5000), edges, edges - 1e-9, edges + 1e-9, [-3, 1e12]])
+    assert [h._bucket_of(a) for a in ages] == h.bucket(ages).tolist()

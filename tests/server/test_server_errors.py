@@ -71,6 +71,10 @@ CASES = (  # (name, path, body builder, status, text the message must contain, p
      lambda s: _completion(s, model="gpt-9", prompt="ab" * 70000), 404, "gpt-9", "model"),
     ("too long", COMPLETIONS, lambda s: _completion(s, prompt="a " * 5000), 400,
      "maximum context length", "prompt"),
+    ("token ids over the context", COMPLETIONS, lambda s: _completion(s, prompt=[1] * 5000),
+     400, "5000 token ids cannot fit", "prompt"),
+    ("unknown model, token ids over the context", COMPLETIONS,  # the model comes first
+     lambda s: _completion(s, model="gpt-9", prompt=[1] * 5000), 404, "gpt-9", "model"),
     ("too long to tokenize", COMPLETIONS, lambda s: _completion(s, prompt="ab" * 70000), 400,
      "refused before it is tokenized", "prompt"),
     ("body over the limit", COMPLETIONS, lambda s: _completion(s, prompt="a" * 2**21), 413,

@@ -98,9 +98,14 @@ class HitDensity(FlopAware):
         index = (np.log2(ages + 1.0) * self.per_octave).astype(np.intp)
         return np.minimum(index, len(self.start) - 1)
 
+    def _bucket_of(self, age: float) -> int:
+        """`bucket` of one age, without building arrays (the same ufunc, the same bucket)."""
+        index = int(np.log2(max(float(age), 0.0) + 1.0) * self.per_octave)
+        return min(index, len(self.start) - 1)
+
     def _count(self, node: Node, hit: bool) -> None:
         """Record that candidate `node` was hit (or left the cache) at its idle age."""
-        b = int(self.bucket(self.now - self.stamp.get(node, self.now)))
+        b = self._bucket_of(self.now - self.stamp.get(node, self.now))
         c = int(self.slots["cls"][self.slots.index[node]])
         self.events[c, b] += 1
         if hit:

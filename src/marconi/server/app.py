@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
@@ -95,17 +95,22 @@ async def _respond(service: Service, sub: Submission, body: CompletionRequest | 
 INLINE_BODY = 256 << 10  # bytes of body parsed on the event loop; larger ones on a thread
 
 
-async def parse_body(request: Request, model: type[Body]) -> Body:
+async def parse_body(request: Request, model: type[Body],
+                     precheck: Callable[[bytes], None] | None = None) -> Body:
     """The request's JSON body as `model`: decoded and validated on a worker thread when
-    it is large (6M token ids take seconds to validate), so `/health` and every other
-    client are answered meanwhile. Errors are FastAPI's (the same 400s, counted)."""
+    it is large, so `/health` and every other client are answered meanwhile. Errors are
+    FastAPI's (the same 400s, counted). `precheck(raw)` may refuse the body first, from a
+    skim that builds nothing big: a thread does not free the event loop from one long C
+    call holding the GIL (decoding 10M token ids takes seconds in one)."""
     raw = await request.body()
     if len(raw) <= INLINE_BODY:
-        return _validated(raw, model)
-    return await asyncio.to_thread(_validated, raw, model)
+        return _validated(raw, model, precheck)
+    return await asyncio.to_thread(_validated, raw, model, precheck)
 
 
-def _validated(raw: bytes, model: type[Body]) -> Body:
+def _validated(raw: bytes, model: type[Body], precheck: Callable[[bytes], None] | None) -> Body:
+    if precheck is not None:
+        precheck(raw)
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as err:
@@ -126,7 +131,7 @@ def _validated(raw: bytes, model: type[Body]) -> Body:
 def _routes(app: FastAPI, service: Service) -> None:
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        body = await parse_body(request, CompletionRequest)
+        body = await parse_body(request, CompletionRequest, service.precheck_prompt)
         service.check_model(body.model)
         prompt = await service.encode(body.prompt)
         sub = service.submit(body, prompt, body.max_tokens, "prompt")

@@ -15,8 +15,9 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import msgspec
 from starlette.requests import Request
 
 from marconi.engine import Generation, Sampling
@@ -29,6 +30,18 @@ from marconi.server.scheduler import Done, Event, Failed, Job, QueueFull, Schedu
 from marconi.server.schemas import _Common
 
 POLL_S = 0.25  # how often a waiting non-streaming handler checks its client is still there
+
+
+class _Shape(msgspec.Struct):
+    """What `precheck_prompt` reads of a completion body: the model, and the prompt left
+    as raw JSON."""
+
+    model: Any = None
+    prompt: msgspec.Raw = msgspec.Raw(b"")
+
+
+_decode_shape = msgspec.json.Decoder(_Shape).decode
+
 INLINE_TOKENS = 1 << 16  # token-id prompts checked on the event loop; longer ones off it
 CHARS_PER_TOKEN = 32  # text over this x the context is refused untokenized (Mistral
 # v1's longest piece is 16 characters: such a text cannot fit)
@@ -99,6 +112,28 @@ class Service:
                 f"{field}: {n} characters cannot fit this model's maximum context length of "
                 f"{self.backend.max_context} tokens (text over {limit} characters is refused "
                 "before it is tokenized)", param=field, code="context_length_exceeded")
+
+    def precheck_prompt(self, raw: bytes) -> None:
+        """Refuse a completion body whose model is unknown or whose token-id prompt has
+        more ids than the context holds, from a skim of the JSON (msgspec passes over the
+        prompt without building it; its commas count its ids). Anything else, a body
+        that is not JSON included, is left to the full parse and its errors."""
+        try:
+            shape = _decode_shape(raw)
+        except (msgspec.DecodeError, RecursionError):
+            return
+        if isinstance(shape.model, str):
+            self.check_model(shape.model)
+        prompt = memoryview(shape.prompt)
+        if not prompt or prompt[0] != ord("["):
+            return
+        ids = prompt.tobytes().count(b",") + 1  # a flat list of ids: one more than commas
+        limit = self.backend.max_context
+        if ids > limit:
+            raise bad_request(
+                f"prompt: {ids} token ids cannot fit this model's maximum context length of "
+                f"{limit} tokens (refused before they are read)", param="prompt",
+                code="context_length_exceeded")
 
     def _token_prompt(self, tokens: list[int]) -> list[int]:
         vocab = self.backend.engine.model.vocab_size
