@@ -120,7 +120,7 @@ class Service:
         that is not JSON included, is left to the full parse and its errors."""
         try:
             shape = _decode_shape(raw)
-        except (msgspec.DecodeError, RecursionError):
+        except (msgspec.MsgspecError, ValueError, RecursionError):  # not JSON: left to the parse
             return
         if isinstance(shape.model, str):
             self.check_model(shape.model)
