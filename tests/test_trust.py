@@ -274,6 +274,9 @@ def test_sweep_rows_warn_with_their_cell() -> None:
     assert refusal_warnings([row | {"status": "error"}]) == []
     assert refusal_warnings([row | {"commits": float("nan")}]) == []  # a resumed row's gap
     assert refusal_warnings([row | {"commits": None, "evicted_then_refused": None}]) == []
+    dropped = refusal_warnings([row | {"refused_commits": 0, "bounds_dropped_at": 5000}])
+    assert len(dropped) == 1 and "bounds dropped after 5,000 requests" in dropped[0]
+    assert refusal_warnings([row | {"refused_commits": 0, "bounds_dropped_at": None}]) == []
     lost = refusal_warnings([row | {"refused_commits": 0, "evicted_then_refused": 3}])
     assert lost == ["warning: vllm+: 3 commits evicted entries and were refused all the same "
                     "(its eviction ran out of victims: a policy bug) (cell c1, t.jsonl)"]

@@ -188,14 +188,21 @@ def policy_warning(summary: Mapping[str, Any]) -> str | None:
             "refused all the same (its eviction ran out of victims: a policy bug)")
 
 
-def bounds_warning(summary: dict[str, Any], limit: int) -> str | None:
+def bounds_warning(summary: Mapping[str, Any]) -> str | None:
     """A one-line warning when a replay dropped its infinite-cache bounds."""
     at = summary.get("bounds_dropped_at")
-    if at is None:
+    if not at or at != at:  # absent: None, or a CSV's gap
         return None
-    return (f"warning: {summary['system']}: infinite-cache bounds dropped after {at:,} requests "
-            f"(they outgrew {limit:,} distinct tokens); no bound or miss attribution "
-            "is reported (--no-bounds skips them from the start)")
+    return (f"warning: {summary['system']}: infinite-cache bounds dropped after {int(at):,} "
+            "requests (they outgrew --bounds-tokens distinct tokens); no bound or miss "
+            "attribution is reported (--no-bounds skips them from the start)")
+
+
+def run_warnings(summary: Mapping[str, Any]) -> list[str]:
+    """What a run's summary must say on stderr: refusals above 1%, a policy that ran
+    out of victims, bounds dropped."""
+    found = (refusal_warning(summary), policy_warning(summary), bounds_warning(summary))
+    return [message for message in found if message is not None]
 
 
 def _size(capacity: object) -> str:

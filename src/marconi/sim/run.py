@@ -12,9 +12,7 @@ from marconi.sim.result import (
     ORACLE,
     SimConfig,
     SimResult,
-    bounds_warning,
-    policy_warning,
-    refusal_warning,
+    run_warnings,
 )
 from marconi.workload.types import Trace
 
@@ -33,8 +31,6 @@ def run(trace: Trace, config: SimConfig, *, progress: bool = False,
         result = simulate(trace, config, progress=progress)
     if warn:
         summary = result.summary()
-        for message in (refusal_warning(summary), policy_warning(summary),
-                        bounds_warning(summary, config.bounds_tokens)):
-            if message is not None:
-                print(message, file=sys.stderr)
+        for message in run_warnings(summary):
+            print(message, file=sys.stderr)
     return result

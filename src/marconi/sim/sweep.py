@@ -40,8 +40,7 @@ from marconi.sim.result import (
     ORACLE,
     SimConfig,
     SimResult,
-    policy_warning,
-    refusal_warning,
+    run_warnings,
     ttft_seconds,
 )
 from marconi.sim.results_file import ResultsFile
@@ -107,16 +106,9 @@ def run_cell(cell: Cell, plugins: Sequence[str] = ()) -> dict[str, Any]:
 
 
 def refusal_warnings(rows: Iterable[Mapping[str, Any]]) -> list[str]:
-    """A warning for every finished row that refused more than 1% of its commits or
-    evicted for a commit it then refused, naming its cell and trace."""
-    out = []
-    for row in rows:
-        if row.get("status") != "ok":
-            continue
-        for message in (refusal_warning(row), policy_warning(row)):
-            if message is not None:
-                out.append(f"{message} (cell {row['cell_id']}, {row['trace']})")
-    return out
+    """Every finished row's `run_warnings`, each naming its cell and trace."""
+    return [f"{message} (cell {row['cell_id']}, {row['trace']})"
+            for row in rows if row.get("status") == "ok" for message in run_warnings(row)]
 
 
 def _error_text(err: Exception) -> str:
