@@ -126,3 +126,26 @@ def test_oracle_reports_the_time_of_all_its_replays() -> None:
     assert best.tuning is not None and len(best.tuning.to_json()["scores"]) == 21  # type: ignore[arg-type]
     assert best.seconds > 5 * one.seconds  # 21 replays, not one
     assert np.array_equal(best.records.hit, one.records.hit)
+
+
+class TestShadowSampling:
+    """`--shadow-sample-after`: marconi+'s shadows sampled on long replays, said on stderr."""
+
+    ARGS = ("simulate", "synthetic:multi-turn", "--sessions", "30", "--system", "marconi+",
+            "--capacity", "2GB", "--no-bounds", "--json", "--quiet")
+
+    def test_sampled_after_n_requests_and_said(self, capsys: pytest.CaptureFixture) -> None:
+        assert main([*self.ARGS, "--shadow-sample-after", "40"]) == 0
+        out, err = capsys.readouterr()
+        assert json.loads(out)["tuning"]["sampled_from"] == 40
+        assert "from request 40 on, its shadow experts saw 12.5% of the sessions" in err
+
+    def test_none_keeps_them_exact(self, capsys: pytest.CaptureFixture) -> None:
+        assert main([*self.ARGS, "--shadow-sample-after", "none"]) == 0
+        out, err = capsys.readouterr()
+        assert json.loads(out)["tuning"]["sampled_from"] is None and "shadow" not in err
+
+    def test_a_bad_value_is_named(self, capsys: pytest.CaptureFixture) -> None:
+        with pytest.raises(SystemExit):
+            main([*self.ARGS, "--shadow-sample-after", "soon"])
+        assert "--shadow-sample-after" in capsys.readouterr().err

@@ -252,3 +252,88 @@ def test_marconi_plus_decides_from_the_past_only() -> None:
     assert isinstance(part.tuning, ShadowReport)
     assert np.array_equal(part.records.hit, whole.records.hit[:k])
     assert [s for s in whole.tuning.switches if s.at <= k] == list(part.tuning.switches)
+
+
+class TestSampling:
+    """Long streams: after `sample_after` requests the shadows see a `sample_rate` share
+    of the sessions at that share of the capacity (a miniature simulation)."""
+
+    CAPACITY = 2 * 1024**3
+
+    def _trace(self):  # type: ignore[no-untyped-def]
+        return load_trace("synthetic:multi-turn", options=TraceOptions(sessions=40, seed=3))
+
+    def _run(self, requests, config: ShadowConfig, capacity: int,  # type: ignore[no-untyped-def]
+             sessions: bool = True) -> ShadowTuner:
+        cache = make_cache(PAPER_7B, capacity, "marconi+")
+        tuner = ShadowTuner(config)
+        for r in requests:
+            tokens = r.tokens()
+            cache.lookup(r.input_tokens, boundaries=r.boundaries)
+            cache.commit(tokens, r.n_input, boundaries=r.boundaries)
+            tuner.observe(cache, tokens, r.n_input, r.boundaries,
+                          r.session_id if sessions else None)
+        return tuner
+
+    def test_sampled_shadows_are_the_sampled_sessions_at_the_scaled_capacity(self) -> None:
+        """From the first request on, the shadows' totals are exactly twice those of
+        unsampled shadows fed only the sampled sessions at half the capacity."""
+        from marconi.plus.shadows import _hash
+
+        trace = self._trace()
+        sampled = self._run(trace, ShadowConfig(sample_after=0, sample_rate=0.5),
+                            self.CAPACITY)
+        cut = 1 << 63
+        kept = [r for r in trace if _hash(r.session_id) < cut]
+        assert 0 < len(kept) < len(trace)  # both halves are there
+        alone = self._run(kept, ShadowConfig(sample_after=None), self.CAPACITY // 2)
+        assert alone.totals.max() > 0
+        assert np.array_equal(sampled.totals, 2 * alone.totals)
+        assert [s.capacity for s in sampled.shadows] == [self.CAPACITY // 2] * 9
+        assert sum(s.stats.commits for s in sampled.shadows) == 9 * len(kept)
+        report = sampled.report()
+        assert (report.sampled_from, report.sample_rate) == (0, 0.5)
+        assert report.to_json()["sampled_from"] == 0
+
+    def test_a_stream_shorter_than_sample_after_is_not_sampled(self) -> None:
+        trace = self._trace()
+        config = ShadowConfig(sample_after=len(trace), sample_rate=0.5)
+        tuner = self._run(trace, config, self.CAPACITY)
+        exact = self._run(trace, ShadowConfig(sample_after=None), self.CAPACITY)
+        assert tuner.sampled_from is None and tuner.report().to_json()["sampled_from"] is None
+        assert np.array_equal(tuner.totals, exact.totals)
+
+    def test_sampling_begins_at_sample_after(self) -> None:
+        trace = self._trace()
+        tuner = self._run(trace, ShadowConfig(sample_after=100, sample_rate=0.25),
+                          self.CAPACITY)
+        assert tuner.sampled_from == 100
+        assert [s.capacity for s in tuner.shadows] == [self.CAPACITY // 4] * 9
+
+    def test_a_driver_that_names_no_session_is_never_sampled(self) -> None:
+        """The engine passes no session: its shadows see every request."""
+        trace = self._trace()
+        tuner = self._run(trace, ShadowConfig(sample_after=0, sample_rate=0.5),
+                          self.CAPACITY, sessions=False)
+        assert tuner.sampled_from is None
+        assert all(s.stats.commits == len(trace) for s in tuner.shadows)
+
+    def test_the_simulator_names_sessions(self) -> None:
+        """A replay longer than `shadow_sample_after` samples (the simulator passes
+        sessions, in order and concurrent); the default leaves short traces exact."""
+        from marconi.core.tuning import SAMPLE_AFTER
+        from marconi.sim.result import run_warnings
+        from marconi.sim.sweep import summary_scalars
+
+        trace = self._trace()
+        assert SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi+").shadow_sample_after \
+            == ShadowConfig().sample_after == SAMPLE_AFTER > len(trace)
+        for concurrent in (False, True):
+            config = SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi+", bounds=False,
+                               concurrent=concurrent, shadow_sample_after=10)
+            result = simulate(trace, config)
+            assert isinstance(result.tuning, ShadowReport)
+            assert result.tuning.sampled_from == 10
+            row = summary_scalars(result.summary())  # a sweep's row keeps it, and says it
+            assert (row["shadows_sampled_from"], row["shadows_sample_rate"]) == (10, 0.125)
+            assert any("from request 10 on" in m for m in run_warnings(row | {"system": "x"}))

@@ -280,6 +280,12 @@ def test_sweep_rows_warn_with_their_cell() -> None:
     lost = refusal_warnings([row | {"refused_commits": 0, "evicted_then_refused": 3}])
     assert lost == ["warning: vllm+: 3 commits evicted entries and were refused all the same "
                     "(its eviction ran out of victims: a policy bug) (cell c1, t.jsonl)"]
+    sampled = refusal_warnings([row | {"refused_commits": 0, "shadows_sampled_from": 20000,
+                                       "shadows_sample_rate": 0.125}])
+    assert len(sampled) == 1 and "from request 20,000 on, its shadow experts saw 12.5%" \
+        in sampled[0] and sampled[0].endswith("(cell c1, t.jsonl)")
+    assert refusal_warnings([row | {"refused_commits": 0,
+                                    "shadows_sampled_from": float("nan")}]) == []
 
 
 def test_a_policy_that_runs_out_is_reported() -> None:

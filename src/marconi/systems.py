@@ -27,7 +27,7 @@ from marconi.core.layout import Layout
 from marconi.core.policy import Admission, Eviction, check_alpha
 from marconi.core.spec import ModelSpec
 from marconi.core.state_store import Freed, StateStore
-from marconi.core.tuning import Objective, Tuner
+from marconi.core.tuning import SAMPLE_AFTER, Objective, Tuner
 from marconi.core.units import parse_size
 
 Policies = tuple[Admission, Eviction]
@@ -47,6 +47,9 @@ class TunerOptions:
     # start on the expert that checkpoints the first message's end, where the tuner has
     # one (a chat server, whose requests start with system prompts)
     first_boundary: bool = False
+    # requests after which a tuner may sample a long stream (marconi+'s shadows, by
+    # session, where the driver names sessions); None: never
+    sample_after: int | None = SAMPLE_AFTER
 
 
 TunerFactory = Callable[[TunerOptions], Tuner]
@@ -199,7 +202,8 @@ def shadows(modes: tuple[str, ...] = ("density", "depth", "flop"),
         first = Expert(Boundaries.FIRST, experts[0].mode)
         if options.first_boundary and first in experts:
             experts = (first, *(e for e in experts if e != first))
-        return ShadowTuner(ShadowConfig(experts=experts, objective=options.objective))
+        return ShadowTuner(ShadowConfig(experts=experts, objective=options.objective,
+                                        sample_after=options.sample_after))
 
     return make
 

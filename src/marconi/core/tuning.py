@@ -21,6 +21,11 @@ import numpy as np
 if TYPE_CHECKING:
     from marconi.core.cache import PrefixCache
 
+# Requests a tuner sees in full before it may sample a long stream (marconi+'s shadows:
+# by session, at a share of the capacity); every trace of experiments/ is shorter.
+SAMPLE_AFTER = 20_000
+
+
 class TuningReport(Protocol):
     """What a tuner did: each kind of tuner has its own typed report."""
 
@@ -35,8 +40,9 @@ class Objective(Enum):
 
 class Tuner(Protocol):
     def observe(self, cache: PrefixCache, tokens: np.ndarray, n_input: int,
-                boundaries: Sequence[int] = ()) -> None:
-        """Called by the driver after `cache.commit(tokens, n_input)`."""
+                boundaries: Sequence[int] = (), session: str | None = None) -> None:
+        """Called by the driver after `cache.commit(tokens, n_input)`; `session` names the
+        request's session where the driver knows it (the simulator does, the engine not)."""
 
     def report(self) -> TuningReport | None:
         """What the tuner did so far (None if nothing yet)."""

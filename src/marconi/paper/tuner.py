@@ -107,8 +107,8 @@ class BootstrapTuner:
         return self.result is not None and bool(self.result.scores) and not self._futures
 
     def observe(self, cache: PrefixCache, tokens: np.ndarray, n_input: int,
-                boundaries: Sequence[int] = ()) -> None:
-        """Called by the driver after every commit (`boundaries` unused here)."""
+                boundaries: Sequence[int] = (), session: str | None = None) -> None:
+        """Called by the driver after every commit (`boundaries`, `session` unused here)."""
         if self.done:
             return
         if self._futures:

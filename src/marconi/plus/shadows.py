@@ -19,6 +19,15 @@ flip between near-equal experts and cost more than they gain (experiments/RESULT
 weighted 2^(-age / half_life), so a leader of long ago is not followed for ever.
 A model without SSM layers runs one expert and no shadows (`ATTENTION_ONLY`).
 
+Long streams are sampled (a miniature simulation, Waldspurger et al., ATC'17): once
+`sample_after` requests have been observed, the shadows are rebuilt empty at
+`sample_rate` of the capacity and from then on see only the sessions whose hash falls in
+that share of the hash space, each sampled request's saving counted 1/`sample_rate` times.
+Each shadow then costs `sample_rate` of what it did. Only a driver that names each
+request's session (the simulator) gets this; one that does not (the engine) keeps feeding
+every shadow every request. Streams shorter than `sample_after` are replayed exactly as
+without sampling.
+
 ```
 request -> live cache (lookup, prefill, commit) -> observe -> every shadow: lookup + commit
                  ^                                                  | totals
@@ -33,6 +42,7 @@ request: no tensors, no snapshots, no pauses. A shadow's memory is its radix tre
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,7 +51,7 @@ from enum import Enum
 import numpy as np
 
 from marconi.core.cache import PrefixCache
-from marconi.core.tuning import Objective, serve
+from marconi.core.tuning import SAMPLE_AFTER, Objective, serve
 from marconi.plus.admission import Structured
 from marconi.plus.switchable import Mode, Setting, Switchable
 
@@ -89,18 +99,23 @@ class Switch:
 @dataclass(frozen=True, slots=True)
 class ShadowReport:
     """What the shadows did: the expert running at the end, requests seen, the seconds
-    spent feeding shadows, every switch, and each expert's total."""
+    spent feeding shadows, every switch, and each expert's total; `sampled_from`: the
+    request from which the shadows saw a `sample_rate` share of the sessions (None: every
+    request)."""
 
     expert: Expert
     requests: int
     seconds: float
     switches: tuple[Switch, ...]
     totals: dict[Expert, float]
+    sampled_from: int | None = None
+    sample_rate: float = 1.0
 
     def to_json(self) -> dict[str, object]:
         return {"expert": str(self.expert), "requests": self.requests, "seconds": self.seconds,
                 "switches": [(s.at, str(s.expert)) for s in self.switches],
-                "totals": {str(e): t for e, t in self.totals.items()}}
+                "totals": {str(e): t for e, t in self.totals.items()},
+                "sampled_from": self.sampled_from, "sample_rate": self.sample_rate}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,6 +129,10 @@ class ShadowConfig:
     # None: decide on each shadow's whole record; H: on its record with every request's
     # saving weighted 2^(-age / H) (a recent leader is followed; ages in requests)
     half_life: float | None = None
+    # after this many requests (None: never) the shadows see a `sample_rate` share of the
+    # sessions at `sample_rate` of the capacity (where the driver names sessions)
+    sample_after: int | None = SAMPLE_AFTER
+    sample_rate: float = 0.125
 
     def __post_init__(self) -> None:
         if not self.experts:
@@ -127,6 +146,12 @@ class ShadowConfig:
             raise ValueError(f"ShadowConfig.threshold must be >= 0, got {self.threshold!r}")
         if self.half_life is not None and not self.half_life > 0:
             raise ValueError(f"ShadowConfig.half_life must be > 0, got {self.half_life!r}")
+        if self.sample_after is not None and self.sample_after < 0:
+            raise ValueError("ShadowConfig.sample_after must be >= 0 or None, got "
+                             f"{self.sample_after!r}")
+        if not 0 < self.sample_rate <= 1:
+            raise ValueError("ShadowConfig.sample_rate must be in (0, 1], got "
+                             f"{self.sample_rate!r}")
 
 
 @dataclass(slots=True)
@@ -142,25 +167,37 @@ class ShadowTuner:
     seen: int = 0  # requests observed
     seconds: float = 0.0  # spent feeding shadows (the tuner's whole overhead)
     switches: list[Switch] = field(default_factory=list)
+    sampled_from: int | None = None  # requests observed when sampling began
+    rate: float = 1.0  # the share of sessions the shadows see
+    _cut: int = 1 << 64  # a session is sampled when its 64-bit hash is below this
 
     @property
     def expert(self) -> Expert:
         return (self.experts or self.config.experts)[self.current]
 
     def observe(self, cache: PrefixCache, tokens: np.ndarray, n_input: int,
-                boundaries: Sequence[int] = ()) -> None:
-        """Called by the driver after each commit of the live cache."""
+                boundaries: Sequence[int] = (), session: str | None = None) -> None:
+        """Called by the driver after each commit of the live cache. `session`: the
+        request's session (conversation, agent run), where the driver knows it; with it,
+        a long stream's shadows are sampled by session (module docstring)."""
         start = time.perf_counter()
         if not self.experts:
             self._start(cache)
-        half_life = self.config.half_life
+        config = self.config
+        half_life = config.half_life
         if half_life is not None:
             self.recent *= 0.5 ** (1.0 / half_life)
-        for k, shadow in enumerate(self.shadows):
-            gain = serve(shadow, tokens, n_input, boundaries, self.config.objective)
-            self.totals[k] += gain
-            if half_life is not None:
-                self.recent[k] += gain
+        if (self.sampled_from is None and session is not None and self.shadows
+                and config.sample_after is not None and self.seen >= config.sample_after
+                and config.sample_rate < 1):
+            self._sample(cache)
+        if self.sampled_from is None or (session is not None and _hash(session) < self._cut):
+            weight = 1.0 / self.rate
+            for k, shadow in enumerate(self.shadows):
+                gain = serve(shadow, tokens, n_input, boundaries, config.objective) * weight
+                self.totals[k] += gain
+                if half_life is not None:
+                    self.recent[k] += gain
         self.seen += 1
         if self.seen % self.config.every == 0:
             self._decide(cache)
@@ -181,6 +218,14 @@ class ShadowTuner:
         self.recent = np.zeros(len(experts))
         apply(cache, self.expert)
 
+    def _sample(self, cache: PrefixCache) -> None:
+        """From now on the shadows see a `sample_rate` share of the sessions: rebuilt
+        empty at that share of the capacity (the totals so far are kept)."""
+        rate = self.config.sample_rate
+        self.rate, self.sampled_from = rate, self.seen
+        self._cut = int(rate * (1 << 64))
+        self.shadows = [_shadow(cache, expert, rate) for expert in self.experts]
+
     def _decide(self, cache: PrefixCache) -> None:
         config = self.config
         threshold = config.threshold if self.seen >= config.warmup else config.early_threshold
@@ -194,7 +239,13 @@ class ShadowTuner:
     def report(self) -> ShadowReport:
         """What the tuner did so far."""
         return ShadowReport(self.expert, self.seen, self.seconds, tuple(self.switches),
-                            {e: float(t) for e, t in zip(self.experts, self.totals, strict=True)})
+                            {e: float(t) for e, t in zip(self.experts, self.totals, strict=True)},
+                            self.sampled_from, self.rate)
+
+
+def _hash(session: str) -> int:
+    """A session's place in the hash space: stable across processes (not `hash`)."""
+    return int.from_bytes(hashlib.blake2b(session.encode(), digest_size=8).digest(), "little")
 
 
 def _policies(cache: PrefixCache) -> tuple[Structured, Switchable]:
@@ -205,18 +256,20 @@ def _policies(cache: PrefixCache) -> tuple[Structured, Switchable]:
     return admission, eviction
 
 
-def _shadow(cache: PrefixCache, expert: Expert) -> PrefixCache:
-    """An empty token-only cache like `cache` that runs `expert` alone: its eviction is the
-    one policy the expert uses, without the live cache's other experts (a third of the
-    work and memory; the victims are the same, as the others only watch)."""
+def _shadow(cache: PrefixCache, expert: Expert, scale: float = 1.0) -> PrefixCache:
+    """An empty token-only cache like `cache` (at `scale` of its capacity and state slots)
+    that runs `expert` alone: its eviction is the one policy the expert uses, without the
+    live cache's other experts (a third of the work and memory; the victims are the same,
+    as the others only watch)."""
     admission, eviction = _policies(cache)
     shadow_admission = Structured(admission.config)  # frozen: shared, then replaced
     shadow_admission.use_boundaries(first=expert.boundaries is Boundaries.FIRST,
                                     last=expert.boundaries is Boundaries.LAST)
-    return PrefixCache(cache.spec, cache.capacity, shadow_admission,
+    slots = cache.layout.state_slots
+    return PrefixCache(cache.spec, int(cache.capacity * scale), shadow_admission,
                        eviction.solo(expert.mode, expert.alpha),
-                       name=f"{cache.name} shadow {expert}",
-                       page_size=cache.layout.page_size, state_slots=cache.layout.state_slots)
+                       name=f"{cache.name} shadow {expert}", page_size=cache.layout.page_size,
+                       state_slots=max(1, round(slots * scale)) if slots else 0)
 
 
 def apply(cache: PrefixCache, expert: Expert) -> None:

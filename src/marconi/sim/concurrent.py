@@ -53,5 +53,5 @@ def _finish(cache: PrefixCache, tuner: Tuner | None, item: Running) -> None:
     tokens = request.tokens()
     cache.commit(tokens, request.n_input, boundaries=request.boundaries)
     if tuner is not None:
-        tuner.observe(cache, tokens, request.n_input, request.boundaries)
+        tuner.observe(cache, tokens, request.n_input, request.boundaries, request.session_id)
     cache.unpin(plan.node)

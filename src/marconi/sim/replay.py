@@ -39,7 +39,8 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
         raise ValueError("a concurrent replay needs the whole trace, not a stream")
     system = system or get_system(config.system)
     tuner = system.make_tuner(config.alpha, TunerOptions(  # waits: a deterministic replay
-        multiplier=config.multiplier, objective=Objective(config.objective), wait=True))
+        multiplier=config.multiplier, objective=Objective(config.objective), wait=True,
+        sample_after=config.shadow_sample_after))
     cache = system.cache(config.spec, config.capacity, alpha=config.alpha,
                          page_size=config.page_size, state_slots=config.state_slots)
     bound: PrefixCache | None = system.cache(
@@ -95,7 +96,7 @@ def _step(request: Request, i: int, cache: PrefixCache, tuner: Tuner | None,
     tokens = request.tokens()
     cache.commit(tokens, request.n_input, boundaries=request.boundaries)
     if tuner is not None:
-        tuner.observe(cache, tokens, request.n_input, request.boundaries)
+        tuner.observe(cache, tokens, request.n_input, request.boundaries, request.session_id)
     records.n_input[i] = request.n_input
     records.n_output[i] = request.n_output
     records.hit[i] = plan.hit

@@ -12,6 +12,7 @@ import numpy as np
 from marconi.core.layout import Layout
 from marconi.core.spec import ModelSpec
 from marconi.core.stats import CacheStats
+from marconi.core.tuning import SAMPLE_AFTER as SHADOW_SAMPLE_AFTER
 from marconi.core.tuning import TuningReport
 from marconi.core.units import format_size, parse_size
 from marconi.sim.analyze import taxonomy
@@ -37,6 +38,8 @@ class SimConfig:
     bounds: bool = True  # also replay the infinite caches for bounds and miss attribution
     # distinct tokens the bounds may hold; past it they are dropped (said in the summary)
     bounds_tokens: int = BOUND_TOKENS
+    # requests after which marconi+'s shadows are sampled by session (None: never)
+    shadow_sample_after: int | None = SHADOW_SAMPLE_AFTER
     concurrent: bool = False  # states enter when a request finishes (arrival + TTFT + decode)
     decode_s_per_token: float = 0.02  # decode time per output token (concurrent replay)
     page_size: int | None = None  # tokens per KV page; None: the system's engine layout
@@ -46,6 +49,9 @@ class SimConfig:
         self.layout().kv_capacity(self.spec, parse_size(self.capacity))  # fits the capacity
         if self.bounds_tokens < 0:
             raise ValueError(f"bounds_tokens must be >= 0, got {self.bounds_tokens!r}")
+        if self.shadow_sample_after is not None and self.shadow_sample_after < 0:
+            raise ValueError("shadow_sample_after must be >= 0 or None, got "
+                             f"{self.shadow_sample_after!r}")
         if not self.decode_s_per_token >= 0:
             raise ValueError(f"decode_s_per_token must be >= 0, got {self.decode_s_per_token!r}")
 
@@ -198,10 +204,26 @@ def bounds_warning(summary: Mapping[str, Any]) -> str | None:
             "attribution is reported (--no-bounds skips them from the start)")
 
 
+def sampling_note(summary: Mapping[str, Any]) -> str | None:
+    """A one-line note when marconi+'s shadows were sampled (a long replay): its choices
+    were made on estimates, not on every request."""
+    tuning = summary.get("tuning")
+    at = summary.get("shadows_sampled_from")  # a sweep row's flattened field
+    rate = summary.get("shadows_sample_rate")
+    if isinstance(tuning, Mapping):
+        at, rate = tuning.get("sampled_from"), tuning.get("sample_rate")
+    if at is None or at != at or rate is None:  # absent: None, or a CSV's gap
+        return None
+    return (f"note: {summary['system']}: from request {int(at):,} on, its shadow experts saw "
+            f"{float(rate):.1%} of the sessions at {float(rate):.1%} of the capacity (a "
+            "sampled miniature of each; --shadow-sample-after none keeps them exact)")
+
+
 def run_warnings(summary: Mapping[str, Any]) -> list[str]:
     """What a run's summary must say on stderr: refusals above 1%, a policy that ran
-    out of victims, bounds dropped."""
-    found = (refusal_warning(summary), policy_warning(summary), bounds_warning(summary))
+    out of victims, bounds dropped, shadows sampled."""
+    found = (refusal_warning(summary), policy_warning(summary), bounds_warning(summary),
+             sampling_note(summary))
     return [message for message in found if message is not None]
 
 

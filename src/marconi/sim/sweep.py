@@ -128,6 +128,9 @@ def summary_scalars(summary: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "tuning":
             out["tuned_alpha"] = value.get("alpha")
             out["tuning_window"] = value.get("window")
+            if value.get("sampled_from") is not None:  # marconi+'s shadows, a long replay
+                out["shadows_sampled_from"] = value["sampled_from"]
+                out["shadows_sample_rate"] = value["sample_rate"]
         elif isinstance(value, str | int | float | bool | np.generic) or value is None:
             out[key] = value.item() if isinstance(value, np.generic) else value
     return out
