@@ -276,3 +276,50 @@ class TestEarlyStates:
         result = cache.commit(_seq(0, 50), 50, states={30: "early"}, kv=_seq(0, 50))
         assert result.admitted == (30,)
         assert cache.stats.states_not_captured == 0
+
+
+class TestCommitResumesItsLookup:
+    """A commit resumes the walk where its request's lookup ended, unless the tree changed
+    shape in between (`RadixTree.version`): then it walks from the root."""
+
+    @staticmethod
+    def _shape(cache: PrefixCache) -> list[tuple[object, ...]]:
+        return sorted((n.depth, n.key, n.has_state, len(n.children))
+                      for n in cache.tree.nodes())
+
+    @pytest.mark.parametrize("system", ["sglang+", "marconi", "vllm+", "marconi+"])
+    def test_same_as_walking_from_the_root(self, system: str) -> None:
+        """Between a lookup and its commit other commits split, extend, evict and merge
+        edges on the looked-up path and open namespaces; every commit must leave the same
+        tree as a twin that always walks from the root."""
+        rng = np.random.default_rng(7)
+        capacity = 60 * SMALL.kv_bytes_per_token * 32 + 6 * SMALL.ssm_bytes
+        resumed, rooted = (make_cache(SMALL, capacity, system) for _ in range(2))
+        bases = [rng.integers(0, 50, size=400) for _ in range(3)]
+        resumed_at = 0
+        for step in range(300):
+            base = bases[int(rng.integers(3))]
+            cut = int(rng.integers(1, len(base)))
+            seq = np.concatenate([base[:cut], rng.integers(0, 50, size=int(rng.integers(1, 40)))])
+            n_input = int(rng.integers(1, len(seq) + 1))
+            salt = [None, "a"][int(rng.integers(2))]
+            plans = [c.lookup(seq[:n_input], salt=salt) for c in (resumed, rooted)]
+            assert plans[0].hit == plans[1].hit
+            draw = rng.random()
+            if draw < 0.1:  # a commit of another sequence than the one looked up
+                seq = np.concatenate([[99], seq[1:]])
+            elif draw < 0.2:  # or in another namespace
+                salt = "a" if salt is None else None
+            elif draw < 0.6:  # another request's commit lands in between
+                other = bases[int(rng.integers(3))][: int(rng.integers(1, 400))]
+                for c in (resumed, rooted):
+                    c.commit(other, len(other), salt=[None, "a", "b"][step % 3])
+            version = resumed.tree.version
+            rooted._looked = None  # the twin walks from the root
+            looked = resumed._looked
+            for c in (resumed, rooted):
+                c.commit(seq, n_input, salt=salt)
+            resumed_at += looked is not None and looked[3] == version
+            assert self._shape(resumed) == self._shape(rooted), f"step {step}"
+            check_integrity(resumed)
+        assert 50 < resumed_at < 300  # both paths ran

@@ -104,3 +104,29 @@ def test_every_inserted_sequence_matches_in_full(seqs: list[list[int]]) -> None:
         spelled = b"".join(n.key for n in m.path) + (
             m.partial.key[: 4 * m.offset] if m.partial is not None else b"")
         assert spelled == _key(seq)
+
+
+def test_every_change_of_shape_bumps_the_version() -> None:
+    """A commit resumes its lookup's walk only while `version` is unchanged: each method
+    that changes the tree's shape must bump it (a missed bump resumes a stale path)."""
+    tree = RadixTree()
+    seen = [tree.version]
+
+    def bumped() -> bool:
+        seen.append(tree.version)
+        return seen[-1] > seen[-2]
+
+    a = tree.insert(tree.root, _key(list(range(10))))
+    assert bumped()
+    head = tree.split(a, 4)
+    assert bumped()
+    tree.namespace("salted")
+    assert bumped()
+    tree.namespace("salted")  # exists: nothing changes
+    assert not bumped()
+    tree.merge_into_child(head)
+    assert bumped()
+    tree.remove_leaf(a)
+    assert bumped()
+    tree.match(_key(list(range(3))))
+    assert not bumped()

@@ -88,6 +88,8 @@ class PrefixCache(Inserting):
         self.stats = CacheStats()
         self.clock = 0
         self.pinned: set[Node] = set()  # nodes with pins > 0 (what no eviction may free)
+        # the last lookup's (key, salt, match, tree version): its commit resumes the walk
+        self._looked: tuple[bytes, Salt, Match, int] | None = None
 
     # --- lookup --------------------------------------------------------------------
 
@@ -119,7 +121,10 @@ class PrefixCache(Inserting):
     def _plan(self, tok: Tokens, boundaries: Sequence[int], salt: Salt, *,
               learn: bool) -> tuple[Plan, Match]:
         key = tok.tobytes()
-        match = self.tree.match(key, check_salt(salt))
+        salt = check_salt(salt)
+        match = self.tree.match(key, salt)
+        if learn:
+            self._looked = (key, salt, match, self.tree.version)
         limit = self.admission.max_hit(len(tok))
         if self.spec.ssm_layers == 0:
             node, hit = match.node, min(match.length, limit)
@@ -166,7 +171,10 @@ class PrefixCache(Inserting):
     def _commit(self, tok: Tokens, n_input: int, states: Mapping[int, Handle] | None, kv: Handle,
                 boundaries: Sequence[int], salt: Salt) -> CommitResult:
         key = tok.tobytes() if self.admission.caches else b""
-        match = self.tree.match(key, salt)
+        looked = self._looked
+        match = self.tree.match(key, salt, after=looked[2] if (
+            looked is not None and looked[3] == self.tree.version and looked[1] == salt
+            and key.startswith(looked[0])) else None)
         positions = self.admission.positions_at(match, len(tok), n_input, boundaries, key)
         if key and self.admission.truncates:  # keep the sequence only up to its last state
             key = key[: max(positions, default=0) * TOKEN_BYTES]

@@ -107,6 +107,7 @@ class RadixTree:
         self.roots: dict[Salt, Node] = {None: self.root}  # one root per namespace
         self._salts: dict[Node, Salt] = {self.root: None}  # the reverse map
         self.size = 0  # nodes, roots excluded
+        self.version = 0  # bumped by every change of shape: a `Match` taken before is stale
 
     def namespace(self, salt: Salt) -> Node:
         """The root of namespace `salt`, created if absent."""
@@ -114,17 +115,26 @@ class RadixTree:
         if root is None:
             root = self.roots[salt] = Node(b"", None, next(self._ids))
             self._salts[root] = salt
+            self.version += 1
         return root
 
     def salt_of(self, root: Node) -> Salt:
         """The namespace whose root is `root`."""
         return self._salts[root]
 
-    def match(self, key: bytes, salt: Salt = None) -> Match:
-        """Follow `key` (int32 bytes) from namespace `salt`'s root as far as it matches."""
+    def match(self, key: bytes, salt: Salt = None, *, after: Match | None = None) -> Match:
+        """Follow `key` (int32 bytes) from namespace `salt`'s root as far as it matches.
+
+        `after`: a match of a prefix of `key` in namespace `salt`, taken at the current
+        `version` (the caller checks both): the walk resumes at its deepest full node, the
+        path a walk from the root would take (a commit after its request's lookup)."""
         node, pos, path = self.roots.get(salt), 0, []
         if node is None:
             return Match((), None, 0, 0)
+        if after is not None and after.path:
+            path = list(after.path)
+            node = path[-1]
+            pos = node.depth * TOKEN_BYTES
         total = len(key)
         while pos < total:
             child = node.children.get(key[pos : pos + TOKEN_BYTES])
@@ -152,6 +162,7 @@ class RadixTree:
         cut = at * TOKEN_BYTES
         head = Node(node.key[:cut], parent, next(self._ids))
         head.pins = node.pins  # every pin through `node` runs through its new parent
+        self.version += 1
         parent.children[head.key[:TOKEN_BYTES]] = head
         node.key = node.key[cut:]
         node.parent = head
@@ -167,6 +178,7 @@ class RadixTree:
         leaf = Node(key, parent, next(self._ids))
         parent.children[first] = leaf
         self.size += 1
+        self.version += 1
         return leaf
 
     def remove_leaf(self, node: Node) -> None:
@@ -177,6 +189,7 @@ class RadixTree:
         del parent.children[node.key[:TOKEN_BYTES]]
         node.parent = None
         self.size -= 1
+        self.version += 1
         if parent.parent is None and not parent.children and parent is not self.root:
             del self.roots[self._salts.pop(parent)]
 
@@ -192,6 +205,7 @@ class RadixTree:
         node.children = {}
         node.parent = None
         self.size -= 1
+        self.version += 1
         return child
 
     def nodes(self) -> list[Node]:
