@@ -135,10 +135,10 @@ class TestShadowSampling:
             "--capacity", "2GB", "--no-bounds", "--json", "--quiet")
 
     def test_sampled_after_n_requests_and_said(self, capsys: pytest.CaptureFixture) -> None:
-        assert main([*self.ARGS, "--shadow-sample-after", "40"]) == 0
+        assert main([*self.ARGS, "--shadow-sample-after", "100"]) == 0
         out, err = capsys.readouterr()
-        assert json.loads(out)["tuning"]["sampled_from"] == 40
-        assert "from request 40 on, its shadow experts saw 12.5% of the sessions" in err
+        assert json.loads(out)["tuning"]["sampled_from"] == 100
+        assert "from request 100 on, its shadow experts saw 12.5% of the sessions" in err
 
     def test_none_keeps_them_exact(self, capsys: pytest.CaptureFixture) -> None:
         assert main([*self.ARGS, "--shadow-sample-after", "none"]) == 0

@@ -276,24 +276,37 @@ class TestSampling:
         return tuner
 
     def test_sampled_shadows_are_the_sampled_sessions_at_the_scaled_capacity(self) -> None:
-        """From the first request on, the shadows' totals are exactly twice those of
-        unsampled shadows fed only the sampled sessions at half the capacity."""
+        """From request k on, the shadows' totals grow by exactly twice those of fresh
+        unsampled shadows fed only the sampled sessions' later requests at half the
+        capacity."""
         from marconi.plus.shadows import _hash
 
-        trace = self._trace()
-        sampled = self._run(trace, ShadowConfig(sample_after=0, sample_rate=0.5),
+        trace, k = self._trace(), 100
+        sampled = self._run(trace, ShadowConfig(sample_after=k, sample_rate=0.5),
                             self.CAPACITY)
+        before = self._run(trace.requests[:k], ShadowConfig(sample_after=None), self.CAPACITY)
         cut = 1 << 63
-        kept = [r for r in trace if _hash(r.session_id) < cut]
-        assert 0 < len(kept) < len(trace)  # both halves are there
+        kept = [r for r in trace.requests[k:] if _hash(r.session_id) < cut]
+        assert 0 < len(kept) < len(trace) - k  # both halves are there
         alone = self._run(kept, ShadowConfig(sample_after=None), self.CAPACITY // 2)
         assert alone.totals.max() > 0
-        assert np.array_equal(sampled.totals, 2 * alone.totals)
+        np.testing.assert_allclose(sampled.totals, before.totals + 2 * alone.totals,
+                                   rtol=1e-12)
         assert [s.capacity for s in sampled.shadows] == [self.CAPACITY // 2] * 9
         assert sum(s.stats.commits for s in sampled.shadows) == 9 * len(kept)
         report = sampled.report()
-        assert (report.sampled_from, report.sample_rate) == (0, 0.5)
-        assert report.to_json()["sampled_from"] == 0
+        assert (report.sampled_from, report.sample_rate) == (k, 0.5)
+        assert report.to_json()["sampled_from"] == k
+
+    def test_one_request_sessions_are_not_sampled(self) -> None:
+        """A session per request (Mooncake's): reuse is across sessions, which a sample of
+        sessions would split, so the shadows stay exact."""
+        trace = [dataclasses.replace(r, session_id=f"r{i}")
+                 for i, r in enumerate(self._trace())]
+        tuner = self._run(trace, ShadowConfig(sample_after=100, sample_rate=0.5),
+                          self.CAPACITY)
+        assert tuner.sampled_from is None
+        assert all(s.stats.commits == len(trace) for s in tuner.shadows)
 
     def test_a_stream_shorter_than_sample_after_is_not_sampled(self) -> None:
         trace = self._trace()
@@ -330,10 +343,10 @@ class TestSampling:
             == ShadowConfig().sample_after == SAMPLE_AFTER > len(trace)
         for concurrent in (False, True):
             config = SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi+", bounds=False,
-                               concurrent=concurrent, shadow_sample_after=10)
+                               concurrent=concurrent, shadow_sample_after=100)
             result = simulate(trace, config)
             assert isinstance(result.tuning, ShadowReport)
-            assert result.tuning.sampled_from == 10
+            assert result.tuning.sampled_from == 100
             row = summary_scalars(result.summary())  # a sweep's row keeps it, and says it
-            assert (row["shadows_sampled_from"], row["shadows_sample_rate"]) == (10, 0.125)
-            assert any("from request 10 on" in m for m in run_warnings(row | {"system": "x"}))
+            assert (row["shadows_sampled_from"], row["shadows_sample_rate"]) == (100, 0.125)
+            assert any("from request 100 on" in m for m in run_warnings(row | {"system": "x"}))

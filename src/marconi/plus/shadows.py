@@ -25,7 +25,9 @@ Long streams are sampled (a miniature simulation, Waldspurger et al., ATC'17): o
 that share of the hash space, each sampled request's saving counted 1/`sample_rate` times.
 Each shadow then costs `sample_rate` of what it did. Only a driver that names each
 request's session (the simulator) gets this; one that does not (the engine) keeps feeding
-every shadow every request. Streams shorter than `sample_after` are replayed exactly as
+every shadow every request, and so does a stream whose sessions average fewer than two
+requests (Mooncake's, a session per request: its reuse is across sessions, which a sample
+of sessions would split). Streams shorter than `sample_after` are replayed exactly as
 without sampling.
 
 ```
@@ -170,6 +172,8 @@ class ShadowTuner:
     sampled_from: int | None = None  # requests observed when sampling began
     rate: float = 1.0  # the share of sessions the shadows see
     _cut: int = 1 << 64  # a session is sampled when its 64-bit hash is below this
+    # distinct sessions seen until sampling is settled (then None)
+    _sessions: set[str] | None = field(default_factory=set)
 
     @property
     def expert(self) -> Expert:
@@ -187,10 +191,11 @@ class ShadowTuner:
         half_life = config.half_life
         if half_life is not None:
             self.recent *= 0.5 ** (1.0 / half_life)
-        if (self.sampled_from is None and session is not None and self.shadows
-                and config.sample_after is not None and self.seen >= config.sample_after
-                and config.sample_rate < 1):
-            self._sample(cache)
+        if self._sessions is not None and session is not None:
+            self._sessions.add(session)
+            if (config.sample_after is not None and self.seen >= config.sample_after
+                    and config.sample_rate < 1 and self.shadows):
+                self._settle(cache)
         if self.sampled_from is None or (session is not None and _hash(session) < self._cut):
             weight = 1.0 / self.rate
             for k, shadow in enumerate(self.shadows):
@@ -217,6 +222,15 @@ class ShadowTuner:
         self.totals = np.zeros(len(experts))
         self.recent = np.zeros(len(experts))
         apply(cache, self.expert)
+
+    def _settle(self, cache: PrefixCache) -> None:
+        """Sample from now on if sessions are what requests reuse: two requests a session
+        or more on average. Otherwise (a trace of one-request sessions, Mooncake's: its
+        reuse is across sessions) a sample of sessions would split what is reused, so the
+        shadows stay exact."""
+        distinct, self._sessions = len(self._sessions or ()), None
+        if 2 * distinct <= self.seen + 1:  # the request just observed counts
+            self._sample(cache)
 
     def _sample(self, cache: PrefixCache) -> None:
         """From now on the shadows see a `sample_rate` share of the sessions: rebuilt
