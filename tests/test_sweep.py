@@ -198,3 +198,26 @@ def test_a_trace_loads_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None
         assert run_cell(cell)["status"] == "ok"
     assert len(calls) == 2  # 8 cells, 2 distinct traces (sps shapes the trace)
     sweep._load.cache_clear()
+
+
+def test_a_sweep_cell_can_keep_or_sample_marconi_plus_shadows() -> None:
+    """`shadow_sample_after` reaches the replay; its default leaves earlier cells' ids
+    (and so their rows) as they were; bad values are named."""
+    base = dict(trace="synthetic:multi-turn", sessions=30, system="marconi+", capacity="2GB")
+    default, sampled = Cell(**base), Cell(**base, shadow_sample_after=100)
+    exact = Cell(**base, shadow_sample_after=None)
+    assert "shadow_sample_after" not in _id_params(default)
+    assert len({default.cell_id, sampled.cell_id, exact.cell_id}) == 3
+    assert coerce("shadow_sample_after", "none") is None
+    row = run_cell(sampled)
+    assert row["status"] == "ok" and row["shadows_sampled_from"] == 100
+    assert "shadows_sampled_from" not in run_cell(exact)
+    with pytest.raises(ValueError, match="shadow_sample_after"):
+        Cell(**base, shadow_sample_after=-1)
+
+
+def _id_params(cell: Cell) -> dict[str, Any]:
+    """What `cell_id` hashes (fields added later enter only when not at their default)."""
+    from marconi.sim.cell import ADDED
+
+    return {k: v for k, v in cell.params().items() if k not in ADDED or v != ADDED[k]}

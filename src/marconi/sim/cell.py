@@ -16,7 +16,7 @@ from typing import Any
 
 from marconi.core.spec import resolve_model
 from marconi.sim.capacity import check_capacity
-from marconi.sim.result import REFERENCES
+from marconi.sim.result import REFERENCES, SHADOW_SAMPLE_AFTER
 from marconi.systems import SYSTEMS
 from marconi.workload import TraceOptions
 from marconi.workload.options import DEFAULT_TOKENIZER
@@ -44,6 +44,8 @@ class Cell:
     multiplier: int = 5  # bootstrap window multiplier (5..15)
     objective: str = "flops"  # what the tuner maximizes: flops or tokens
     records: bool = False  # also return per-request records (n_input, hit, ttft)
+    # requests after which marconi+'s shadows are sampled by session (None: never)
+    shadow_sample_after: int | None = SHADOW_SAMPLE_AFTER
     # the other trace knobs (TraceOptions, docs/architecture.md "Workloads")
     format: str | None = None  # trace format; None: inferred
     min_turns: int | None = _DEFAULTS.min_turns  # None: the format's default
@@ -63,6 +65,12 @@ class Cell:
             raise ValueError(f"max_requests must be >= 1 or None, got {self.max_requests!r}")
         if self.alpha is not None and self.alpha < 0:
             raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
+        if self.shadow_sample_after is not None and (
+                isinstance(self.shadow_sample_after, bool)
+                or not isinstance(self.shadow_sample_after, int)
+                or self.shadow_sample_after < 0):
+            raise ValueError("shadow_sample_after must be a whole number >= 0 or None, got "
+                             f"{self.shadow_sample_after!r}")
         self.trace_options()
 
     @property
@@ -103,7 +111,7 @@ class Cell:
 # fields added after results were recorded, with their defaults (see the module docstring)
 ADDED: dict[str, Any] = {name: Cell.__dataclass_fields__[name].default for name in (
     "format", "min_turns", "typing_wpm", "max_input_tokens", "collapse_observations",
-    "vocab_size", "block_size", "session_field")}
+    "vocab_size", "block_size", "session_field", "shadow_sample_after")}
 
 
 def expand(grid: Mapping[str, Any]) -> list[Cell]:

@@ -216,7 +216,8 @@ def sampling_note(summary: Mapping[str, Any]) -> str | None:
         return None
     return (f"note: {summary['system']}: from request {int(at):,} on, its shadow experts saw "
             f"{float(rate):.1%} of the sessions at {float(rate):.1%} of the capacity (a "
-            "sampled miniature of each; --shadow-sample-after none keeps them exact)")
+            "sampled miniature of each; --shadow-sample-after none, in a sweep "
+            "shadow_sample_after = none, keeps them exact)")
 
 
 def run_warnings(summary: Mapping[str, Any]) -> list[str]:

@@ -73,7 +73,7 @@ def _simulate(cell: Cell) -> SimResult:
     spec = resolve_model(cell.model)
     config = SimConfig(spec=spec, capacity=parse_size(cell.capacity), system=cell.system,
                        alpha=cell.alpha, multiplier=cell.multiplier, objective=cell.objective,
-                       latency=FlopsLatency(spec))
+                       latency=FlopsLatency(spec), shadow_sample_after=cell.shadow_sample_after)
     trace = cell_trace(cell)
     if cell.system == ORACLE:
         return oracle(trace, config, executor=InlineExecutor())
