@@ -66,8 +66,9 @@ def _add_cache_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shadow-sample-after", type=_count_or_none, default=SHADOW_SAMPLE_AFTER,
                    metavar="N|none",
                    help="marconi+: after N requests its shadow experts see a sampled eighth "
-                        "of the sessions at an eighth of the capacity (said on stderr); "
-                        "none: every request, exact but 3-5x slower on long traces")
+                        "of the sessions at an eighth of the capacity, where sessions "
+                        "average two requests or more (said on stderr); none: every "
+                        "request, exact but up to 3x slower on long traces")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     add_plugin_argument(p)
