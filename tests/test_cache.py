@@ -323,3 +323,52 @@ class TestCommitResumesItsLookup:
             assert self._shape(resumed) == self._shape(rooted), f"step {step}"
             check_integrity(resumed)
         assert 50 < resumed_at < 300  # both paths ran
+
+
+class TestClone:
+    """`core.snapshot.clone`: a copy with its policies' books behaves as the original."""
+
+    @pytest.mark.parametrize("system", ["sglang+", "marconi", "marconi+-depth", "marconi+-gd"])
+    def test_a_clone_goes_on_as_the_original(self, system: str) -> None:
+        from marconi.core.snapshot import clone
+
+        rng = np.random.default_rng(3)
+        capacity = 40 * SMALL.kv_bytes_per_token * 32 + 6 * SMALL.ssm_bytes
+        cache = make_cache(SMALL, capacity, system)
+        bases = [rng.integers(0, 50, size=300) for _ in range(3)]
+
+        def step(c: PrefixCache, seq: np.ndarray) -> int:
+            hit = c.lookup(seq[:-5]).hit
+            c.commit(seq, len(seq) - 5)
+            return hit
+
+        def seqs(n: int) -> list[np.ndarray]:
+            return [np.concatenate([bases[int(rng.integers(3))][: int(rng.integers(10, 300))],
+                                    rng.integers(0, 50, size=8)]) for _ in range(n)]
+
+        for seq in seqs(60):
+            step(cache, seq)
+        copy_ = clone(cache)
+        assert cache.stats.evictions > 0 and copy_.tree.root is not cache.tree.root
+        later = seqs(120)
+        assert [step(copy_, s) for s in later] == [step(cache, s) for s in later]
+        assert (sorted((n.id, n.key, n.has_state) for n in copy_.tree.nodes())
+                == sorted((n.id, n.key, n.has_state) for n in cache.tree.nodes()))
+        assert copy_.stats == cache.stats
+        check_integrity(copy_)
+        check_integrity(cache)
+
+    def test_a_deep_tree(self) -> None:
+        """Deeper than the interpreter's recursion limit: copied without recursing."""
+        import sys
+
+        from marconi.core.snapshot import clone
+
+        cache = make_cache(SMALL, "1TB", "sglang+")
+        depth = sys.getrecursionlimit() + 500
+        seq = np.arange(depth + 1) % 30000
+        for n in range(1, depth + 1):  # each commit ends one token further: a node each
+            cache.commit(seq[:n], n)
+        copy_ = clone(cache)
+        assert len(copy_.tree.nodes()) == len(cache.tree.nodes()) >= depth
+        assert copy_.lookup(seq[: depth + 1]).hit == cache.lookup(seq[: depth + 1]).hit == depth

@@ -350,3 +350,52 @@ class TestSampling:
             row = summary_scalars(result.summary())  # a sweep's row keeps it, and says it
             assert (row["shadows_sampled_from"], row["shadows_sample_rate"]) == (100, 0.125)
             assert any("from request 100 on" in m for m in run_warnings(row | {"system": "x"}))
+
+
+class TestTwins:
+    """Until a request names a message boundary, the boundary experts' shadows equal their
+    no-boundary twins' and are not fed; at the first boundary they part as copies."""
+
+    CAPACITY = 2 * 1024**3
+
+    @staticmethod
+    def _shape(cache: PrefixCache) -> list[tuple[object, ...]]:
+        return sorted((n.id, n.depth, n.key, n.has_state) for n in cache.tree.nodes())
+
+    def _run(self, requests, twins: bool):  # type: ignore[no-untyped-def]
+        cache = make_cache(PAPER_7B, self.CAPACITY, "marconi+")
+        tuner = ShadowTuner(ShadowConfig(sample_after=None, every=4))
+        tuner.start(cache)
+        if not twins:
+            tuner._twins = {}
+        for r in requests:
+            tokens = r.tokens()
+            cache.lookup(r.input_tokens, boundaries=r.boundaries)
+            cache.commit(tokens, r.n_input, boundaries=r.boundaries)
+            tuner.observe(cache, tokens, r.n_input, r.boundaries, r.session_id)
+        return tuner
+
+    @pytest.mark.parametrize("plain_first", [0, 1, 150, 10_000])
+    def test_the_same_as_feeding_every_shadow(self, plain_first: int) -> None:
+        """The first `plain_first` requests name no boundary (all of them: a Mooncake-like
+        trace); the totals, switches and every shadow's tree and books are those of
+        shadows all fed every request."""
+        trace = load_trace("synthetic:multi-turn", options=TraceOptions(sessions=40, seed=3))
+        requests = [dataclasses.replace(r, boundaries=()) if i < plain_first else r
+                    for i, r in enumerate(trace)]
+        assert any(r.boundaries for r in requests[plain_first:]) or plain_first >= len(trace)
+        twinned, fed = self._run(requests, twins=True), self._run(requests, twins=False)
+        assert np.array_equal(twinned.totals, fed.totals)
+        assert twinned.switches == fed.switches and twinned.expert == fed.expert
+        parted = plain_first < len(requests)
+        assert bool(twinned._twins) is not parted
+        for k, (a, b) in enumerate(zip(twinned.shadows, fed.shadows, strict=True)):
+            if k in twinned._twins:  # never fed: its twin stands for it
+                assert a.stats.commits == 0
+                a = twinned.shadows[twinned._twins[k]]
+            assert self._shape(a) == self._shape(b)
+            assert dataclasses.asdict(a.stats) == dataclasses.asdict(b.stats)
+            check_integrity(a)
+        if parted and plain_first:  # a parted shadow is a copy, not its twin
+            assert twinned.shadows[3] is not twinned.shadows[0]
+            assert twinned.shadows[3].tree.root is not twinned.shadows[0].tree.root

@@ -1,11 +1,14 @@
-"""Picklable copies of a cache's tree, for replays in other processes (the tuner).
+"""Picklable copies of a cache's tree, for replays in other processes (the tuner), and
+whole copies in this one.
 
 `take` copies a cache; `rebuild` fills an empty cache, built with whatever policies the
-replay runs, with the copy.
+replay runs, with the copy. `clone` copies a cache with its policies' books (marconi+'s
+shadow experts: one that parts from its twin).
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 from marconi.core.cache import PrefixCache
@@ -70,3 +73,29 @@ def rebuild(snapshot: Snapshot, cache: PrefixCache) -> list[Node]:
                           ssm=states * snapshot.spec.ssm_bytes, states=states)
     cache.eviction.restore(dict(zip(nodes, snapshot.stamps, strict=True)))
     return nodes
+
+
+def clone(cache: PrefixCache) -> PrefixCache:
+    """An independent copy of `cache` with its policies' books, in this process: it
+    behaves from here on exactly as `cache` would (node ids, stamps and every policy's
+    tables copied). For token-only caches (a shadow whose twin parts from it); handles are
+    deep-copied as they are. The tree's nodes are copied without recursion first, so that
+    a deep tree does not exhaust the interpreter's stack; everything else follows them."""
+    memo: dict[int, object] = {id(cache.spec): cache.spec}
+    olds: list[Node] = []
+    stack = list(cache.tree.roots.values())
+    while stack:
+        node = stack.pop()
+        olds.append(node)
+        memo[id(node)] = Node.__new__(Node)
+        stack.extend(node.children.values())
+    for old in olds:
+        new = memo[id(old)]
+        assert isinstance(new, Node)
+        new.key, new.depth, new.has_state, new.pins, new.id = (
+            old.key, old.depth, old.has_state, old.pins, old.id)
+        new.parent = memo[id(old.parent)] if old.parent is not None else None  # type: ignore[assignment]
+        new.children = {first: memo[id(child)] for first, child in old.children.items()}  # type: ignore[misc]
+        new.state = copy.deepcopy(old.state, memo)
+        new.kv = copy.deepcopy(old.kv, memo)
+    return copy.deepcopy(cache, memo)

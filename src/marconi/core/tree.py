@@ -15,7 +15,6 @@ no parent; an emptied namespace's root is dropped.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,18 +101,22 @@ class RadixTree:
     non-empty edge, and siblings differ in their first token."""
 
     def __init__(self) -> None:
-        self._ids = itertools.count(1)
+        self._last_id = 0  # node ids in creation order (an int: a tree copies plainly)
         self.root = Node(b"", None, 0)
         self.roots: dict[Salt, Node] = {None: self.root}  # one root per namespace
         self._salts: dict[Node, Salt] = {self.root: None}  # the reverse map
         self.size = 0  # nodes, roots excluded
         self.version = 0  # bumped by every change of shape: a `Match` taken before is stale
 
+    def _new_id(self) -> int:
+        self._last_id += 1
+        return self._last_id
+
     def namespace(self, salt: Salt) -> Node:
         """The root of namespace `salt`, created if absent."""
         root = self.roots.get(salt)
         if root is None:
-            root = self.roots[salt] = Node(b"", None, next(self._ids))
+            root = self.roots[salt] = Node(b"", None, self._new_id())
             self._salts[root] = salt
             self.version += 1
         return root
@@ -160,7 +163,7 @@ class RadixTree:
         parent = node.parent
         assert parent is not None, "the root has no edge to split"
         cut = at * TOKEN_BYTES
-        head = Node(node.key[:cut], parent, next(self._ids))
+        head = Node(node.key[:cut], parent, self._new_id())
         head.pins = node.pins  # every pin through `node` runs through its new parent
         self.version += 1
         parent.children[head.key[:TOKEN_BYTES]] = head
@@ -175,7 +178,7 @@ class RadixTree:
         first = key[:TOKEN_BYTES]
         if not key or first in parent.children:
             raise ValueError("insert needs a non-empty edge starting with a new token")
-        leaf = Node(key, parent, next(self._ids))
+        leaf = Node(key, parent, self._new_id())
         parent.children[first] = leaf
         self.size += 1
         self.version += 1

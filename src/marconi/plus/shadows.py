@@ -19,6 +19,12 @@ flip between near-equal experts and cost more than they gain (experiments/RESULT
 weighted 2^(-age / half_life), so a leader of long ago is not followed for ever.
 A model without SSM layers runs one expert and no shadows (`ATTENTION_ONLY`).
 
+A trace that names no message boundary (the paper artifact's token-id JSONL, raw prompts)
+gives a boundary expert's shadow exactly its no-boundary twin's requests and checkpoints:
+until a request names one, those six shadows are not fed (each takes its twin's total),
+and at the first that does each becomes a copy of its twin's (`core.snapshot.clone`) and
+goes its own way. The totals, switches and shadows are those of feeding all nine.
+
 Long streams are sampled (a miniature simulation, Waldspurger et al., ATC'17): once
 `sample_after` requests have been observed, the shadows are rebuilt empty at
 `sample_rate` of the capacity and from then on see only the sessions whose hash falls in
@@ -53,6 +59,7 @@ from enum import Enum
 import numpy as np
 
 from marconi.core.cache import PrefixCache
+from marconi.core.snapshot import clone
 from marconi.core.tuning import SAMPLE_AFTER, Objective, serve
 from marconi.plus.admission import Structured
 from marconi.plus.switchable import Mode, Setting, Switchable
@@ -174,6 +181,9 @@ class ShadowTuner:
     _cut: int = 1 << 64  # a session is sampled when its 64-bit hash is below this
     # distinct sessions seen until sampling is settled (then None)
     _sessions: set[str] | None = field(default_factory=set)
+    # until a request names a message boundary, a boundary expert's shadow is its
+    # no-boundary twin's: expert index -> the twin's index (its shadow is not fed)
+    _twins: dict[int, int] = field(default_factory=dict)
 
     @property
     def expert(self) -> Expert:
@@ -196,13 +206,21 @@ class ShadowTuner:
             if (config.sample_after is not None and self.seen >= config.sample_after
                     and config.sample_rate < 1 and self.shadows):
                 self._settle(cache)
+        if self._twins and len(boundaries):
+            self._part(cache)
+        twins = self._twins
         if self.sampled_from is None or (session is not None and _hash(session) < self._cut):
             weight = 1.0 / self.rate
             for k, shadow in enumerate(self.shadows):
+                if k in twins:
+                    continue
                 gain = serve(shadow, tokens, n_input, boundaries, config.objective) * weight
                 self.totals[k] += gain
                 if half_life is not None:
                     self.recent[k] += gain
+            for k, twin in twins.items():
+                self.totals[k] = self.totals[twin]
+                self.recent[k] = self.recent[twin]
         self.seen += 1
         if self.seen % self.config.every == 0:
             self._decide(cache)
@@ -219,9 +237,28 @@ class ShadowTuner:
         self.experts = experts
         if len(experts) > 1:  # one expert: nothing to compare, no shadows to feed
             self.shadows = [_shadow(cache, expert) for expert in experts]
+            plain = {(e.mode, e.alpha): k for k, e in enumerate(experts)
+                     if e.boundaries is Boundaries.NONE}
+            self._twins = {k: plain[e.mode, e.alpha] for k, e in enumerate(experts)
+                           if e.boundaries is not Boundaries.NONE and (e.mode, e.alpha) in plain}
         self.totals = np.zeros(len(experts))
         self.recent = np.zeros(len(experts))
         apply(cache, self.expert)
+
+    def _part(self, cache: PrefixCache) -> None:
+        """The first request that names a message boundary: each boundary expert's shadow
+        becomes a copy of its twin's (the same requests, with no boundary to tell them
+        apart, made them equal), now checkpointing its own boundaries."""
+        for k, twin in self._twins.items():
+            expert = self.experts[k]
+            shadow = clone(self.shadows[twin])
+            admission = shadow.admission
+            assert isinstance(admission, Structured)  # built by `_shadow`
+            admission.use_boundaries(first=expert.boundaries is Boundaries.FIRST,
+                                     last=expert.boundaries is Boundaries.LAST)
+            shadow.name = f"{cache.name} shadow {expert}"
+            self.shadows[k] = shadow
+        self._twins = {}
 
     def _settle(self, cache: PrefixCache) -> None:
         """Sample from now on if sessions are what requests reuse: two requests a session
