@@ -372,3 +372,41 @@ class TestClone:
         copy_ = clone(cache)
         assert len(copy_.tree.nodes()) == len(cache.tree.nodes()) >= depth
         assert copy_.lookup(seq[: depth + 1]).hit == cache.lookup(seq[: depth + 1]).hit == depth
+
+
+class TestServe:
+    """`PrefixCache.serve(key, n_input, boundaries)`: a token-only request from checked
+    bytes, the same as `lookup` of the input and `commit` of the whole."""
+
+    @pytest.mark.parametrize("system", ["sglang+", "marconi", "vllm+", "marconi+"])
+    def test_the_same_as_lookup_then_commit(self, system: str) -> None:
+        rng = np.random.default_rng(11)
+        capacity = 50 * SMALL.kv_bytes_per_token * 32 + 6 * SMALL.ssm_bytes
+        served, called = (make_cache(SMALL, capacity, system) for _ in range(2))
+        for c in (served, called):
+            if hasattr(c.admission, "use_boundaries"):  # marconi+: checkpoint boundaries
+                c.admission.use_boundaries(first=True, last=True)
+        base = rng.integers(0, 50, size=500).astype(np.int32)
+        for _ in range(150):
+            seq = np.concatenate([base[: int(rng.integers(1, 500))],
+                                  rng.integers(0, 50, size=int(rng.integers(1, 30)))])
+            seq = seq.astype(np.int32)
+            n_input = int(rng.integers(1, len(seq) + 1))
+            cut = int(rng.integers(n_input // 2, n_input))  # past the hit, mostly
+            boundaries = (cut,) if cut else ()
+            hit = served.serve(seq.tobytes(), n_input, boundaries)
+            assert hit == called.lookup(seq[:n_input], boundaries=boundaries).hit
+            called.commit(seq, n_input, boundaries=boundaries)
+            assert served.stats == called.stats and served.clock == called.clock
+        assert served.stats.evictions > 0
+        assert (sorted((n.id, n.key, n.has_state) for n in served.tree.nodes())
+                == sorted((n.id, n.key, n.has_state) for n in called.tree.nodes()))
+        check_integrity(served)
+
+    @pytest.mark.parametrize(("key", "n_input"), [(b"\0" * 8, 0), (b"\0" * 8, 3),
+                                                  (b"\0" * 7, 1), (b"", 1)])
+    def test_bad_input_is_named(self, key: bytes, n_input: int) -> None:
+        cache = make_cache(SMALL, "1GB", "sglang+")
+        with pytest.raises(ValueError, match="serve: n_input"):
+            cache.serve(key, n_input)
+        assert cache.stats.commits == 0 and cache.clock == 0

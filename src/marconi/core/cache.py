@@ -105,10 +105,13 @@ class PrefixCache(Inserting):
         its hit is the matched length and `node` the deepest node matched in full.
         """
         tok = self._tokens(tokens, "lookup")
+        return self._lookup(tok.tobytes(), boundaries, check_salt(salt))
+
+    def _lookup(self, key: bytes, boundaries: Sequence[int], salt: Salt) -> Plan:
         self.clock += 1
-        plan, match = self._plan(tok, boundaries, salt, learn=True)
+        plan, match = self._plan(key, boundaries, salt, learn=True)
         self.eviction.on_lookup(match.path, plan.node, self.clock)
-        self.stats.record_lookup(len(tok), plan.hit)
+        self.stats.record_lookup(plan.n_input, plan.hit)
         return plan
 
     def peek(self, tokens: object, *, boundaries: Sequence[int] = (),
@@ -116,24 +119,23 @@ class PrefixCache(Inserting):
         """The plan `lookup` would return now, with no side effect: the clock, recency,
         statistics and policies' books are left as they were (a scheduler's probe)."""
         tok = self._tokens(tokens, "peek")
-        return self._plan(tok, boundaries, salt, learn=False)[0]
+        return self._plan(tok.tobytes(), boundaries, check_salt(salt), learn=False)[0]
 
-    def _plan(self, tok: Tokens, boundaries: Sequence[int], salt: Salt, *,
+    def _plan(self, key: bytes, boundaries: Sequence[int], salt: Salt, *,
               learn: bool) -> tuple[Plan, Match]:
-        key = tok.tobytes()
-        salt = check_salt(salt)
+        n = len(key) // TOKEN_BYTES
         match = self.tree.match(key, salt)
         if learn:
             self._looked = (key, salt, match, self.tree.version)
-        limit = self.admission.max_hit(len(tok))
+        limit = self.admission.max_hit(n)
         if self.spec.ssm_layers == 0:
             node, hit = match.node, min(match.length, limit)
         else:
             node = _deepest_state(match, limit)
             hit = node.depth if node is not None else 0
         ask = self.admission.checkpoints_at if learn else self.admission.preview
-        checkpoints = ask(match, len(tok), hit, boundaries, key)
-        return Plan(hit, node, checkpoints, match.length, len(tok)), match
+        checkpoints = ask(match, n, hit, boundaries, key)
+        return Plan(hit, node, checkpoints, match.length, n), match
 
     def required_states(self, tokens: object, n_input: int, *, boundaries: Sequence[int] = (),
                         salt: Salt = None) -> tuple[int, ...]:
@@ -163,19 +165,35 @@ class PrefixCache(Inserting):
         tok = self._tokens(tokens, "commit")
         if not 0 <= n_input <= len(tok):
             raise ValueError(f"commit: n_input={n_input!r} outside [0, {len(tok)}]")
-        salt = check_salt(salt)
+        return self._commit(tok.tobytes(), n_input, states, kv, boundaries, check_salt(salt))
+
+    def serve(self, key: bytes, n_input: int, boundaries: Sequence[int] = ()) -> int:
+        """One request of a token-only replay, from its tokens (input + output) as checked
+        int32 bytes, `as_tokens(tokens).tobytes()`: `lookup` of the input, then `commit`
+        of the whole, in the default namespace, with no states or KV handed over (every
+        checkpoint counts as captured). Returns the hit. What a replay that feeds one
+        request to many caches calls (marconi+'s shadows), converting and checking the
+        tokens once instead of twice per cache."""
+        n = len(key) // TOKEN_BYTES
+        if len(key) % TOKEN_BYTES or not 0 < n_input <= n:
+            raise ValueError(f"serve: n_input={n_input!r} outside [1, {n}] (or the key is "
+                             f"not int32 bytes: {len(key)} bytes)")
+        hit = self._lookup(key[: n_input * TOKEN_BYTES], boundaries, None).hit
+        self._commit(key, n_input, None, None, boundaries, None)
+        return hit
+
+    def _commit(self, key: bytes, n_input: int, states: Mapping[int, Handle] | None,
+                kv: Handle, boundaries: Sequence[int], salt: Salt) -> CommitResult:
         self.clock += 1
         self.stats.commits += 1
-        return self._commit(tok, n_input, states, kv, boundaries, salt)
-
-    def _commit(self, tok: Tokens, n_input: int, states: Mapping[int, Handle] | None, kv: Handle,
-                boundaries: Sequence[int], salt: Salt) -> CommitResult:
-        key = tok.tobytes() if self.admission.caches else b""
+        n = len(key) // TOKEN_BYTES
+        if not self.admission.caches:
+            key = b""
         looked = self._looked
         match = self.tree.match(key, salt, after=looked[2] if (
             looked is not None and looked[3] == self.tree.version and looked[1] == salt
             and key.startswith(looked[0])) else None)
-        positions = self.admission.positions_at(match, len(tok), n_input, boundaries, key)
+        positions = self.admission.positions_at(match, n, n_input, boundaries, key)
         if key and self.admission.truncates:  # keep the sequence only up to its last state
             key = key[: max(positions, default=0) * TOKEN_BYTES]
             match = self.tree.match(key, salt)

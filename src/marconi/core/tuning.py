@@ -53,10 +53,15 @@ class Tuner(Protocol):
         `observe` does it."""
 
 
-def serve(cache: PrefixCache, tokens: np.ndarray, n_input: int, boundaries: Sequence[int],
-          objective: Objective) -> float:
-    """One request through a token-only cache: lookup, then commit input + output.
-    Returns what the hit is worth under `objective` (the unit every replay sums)."""
-    hit = cache.lookup(tokens[:n_input], boundaries=boundaries).hit
-    cache.commit(tokens, n_input, boundaries=boundaries)
+def serve(cache: PrefixCache, tokens: np.ndarray | bytes, n_input: int,
+          boundaries: Sequence[int], objective: Objective) -> float:
+    """One request through a token-only cache: lookup, then commit input + output
+    (`tokens`: an array, or checked int32 bytes, `as_tokens(...).tobytes()`, when one
+    request feeds many caches). Returns what the hit is worth under `objective` (the unit
+    every replay sums)."""
+    if isinstance(tokens, bytes):
+        hit = cache.serve(tokens, n_input, boundaries)
+    else:
+        hit = cache.lookup(tokens[:n_input], boundaries=boundaries).hit
+        cache.commit(tokens, n_input, boundaries=boundaries)
     return cache.spec.flops(hit) if objective is Objective.FLOPS else float(hit)

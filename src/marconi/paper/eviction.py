@@ -103,6 +103,9 @@ class FlopAware(Eviction):
         self.recency = Recency(recency)
         self.slots = Slots(self.COLUMNS)
         self._flops: dict[int, int] = {}  # F(depth), memoized: depths recur node after node
+        # bytes per token of KV and per state, read once (the spec is frozen; both are
+        # properties computed from its layers, and `efficiency` runs on every change)
+        self._token_bytes, self._state_bytes = spec.kv_bytes_per_token, spec.ssm_bytes
 
     def _time(self, now: int) -> float:
         """What a touch stamps: the clock."""
@@ -118,8 +121,8 @@ class FlopAware(Eviction):
     def efficiency(self, node: Node) -> float:
         """Prefill FLOPs the node saves over its parent, per byte it holds."""
         parent_depth = node.parent.depth if node.parent is not None else 0
-        held = (self.spec.kv_bytes_per_token * node.edge_len
-                + (self.spec.ssm_bytes if node.has_state else 0))
+        held = (self._token_bytes * node.edge_len
+                + (self._state_bytes if node.has_state else 0))
         saved = self._flops_at(node.depth) - self._flops_at(parent_depth)
         return saved / held if held else 0.0
 

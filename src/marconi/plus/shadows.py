@@ -60,6 +60,7 @@ import numpy as np
 
 from marconi.core.cache import PrefixCache
 from marconi.core.snapshot import clone
+from marconi.core.tokens import as_tokens
 from marconi.core.tuning import SAMPLE_AFTER, Objective, serve
 from marconi.plus.admission import Structured
 from marconi.plus.switchable import Mode, Setting, Switchable
@@ -211,10 +212,11 @@ class ShadowTuner:
         twins = self._twins
         if self.sampled_from is None or (session is not None and _hash(session) < self._cut):
             weight = 1.0 / self.rate
+            key = as_tokens(tokens, what="observe: tokens").tobytes()  # once, not per shadow
             for k, shadow in enumerate(self.shadows):
                 if k in twins:
                     continue
-                gain = serve(shadow, tokens, n_input, boundaries, config.objective) * weight
+                gain = serve(shadow, key, n_input, boundaries, config.objective) * weight
                 self.totals[k] += gain
                 if half_life is not None:
                     self.recent[k] += gain
