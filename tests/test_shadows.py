@@ -308,6 +308,17 @@ class TestSampling:
         assert tuner.sampled_from is None
         assert all(s.stats.commits == len(trace) for s in tuner.shadows)
 
+    def test_no_session_names_kept_where_it_never_samples(self) -> None:
+        """The session names counted for the rule are kept only until it is settled, and
+        not at all when sampling is off: a huge trace's names would otherwise pile up."""
+        trace = self._trace()
+        exact = self._run(trace, ShadowConfig(sample_after=None), self.CAPACITY)
+        assert exact._sessions is None
+        settled = self._run(trace, ShadowConfig(sample_after=100), self.CAPACITY)
+        assert settled._sessions is None and settled.sampled_from == 100
+        pending = self._run(trace.requests[:50], ShadowConfig(sample_after=100), self.CAPACITY)
+        assert pending._sessions is not None and len(pending._sessions) <= 50
+
     def test_a_stream_shorter_than_sample_after_is_not_sampled(self) -> None:
         trace = self._trace()
         config = ShadowConfig(sample_after=len(trace), sample_rate=0.5)

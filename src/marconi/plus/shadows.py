@@ -204,8 +204,7 @@ class ShadowTuner:
             self.recent *= 0.5 ** (1.0 / half_life)
         if self._sessions is not None and session is not None:
             self._sessions.add(session)
-            if (config.sample_after is not None and self.seen >= config.sample_after
-                    and config.sample_rate < 1 and self.shadows):
+            if config.sample_after is not None and self.seen >= config.sample_after:
                 self._settle(cache)
         if self._twins and len(boundaries):
             self._part(cache)
@@ -245,6 +244,8 @@ class ShadowTuner:
                            if e.boundaries is not Boundaries.NONE and (e.mode, e.alpha) in plain}
         self.totals = np.zeros(len(experts))
         self.recent = np.zeros(len(experts))
+        if not self.shadows or self.config.sample_after is None or self.config.sample_rate >= 1:
+            self._sessions = None  # never sampled: keep no sessions (a huge trace's names)
         apply(cache, self.expert)
 
     def _part(self, cache: PrefixCache) -> None:
