@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from marconi.core.tokens import as_tokens
+
 if TYPE_CHECKING:
     from marconi.core.cache import PrefixCache
 
@@ -56,12 +58,9 @@ class Tuner(Protocol):
 def serve(cache: PrefixCache, tokens: np.ndarray | bytes, n_input: int,
           boundaries: Sequence[int], objective: Objective) -> float:
     """One request through a token-only cache: lookup, then commit input + output
-    (`tokens`: an array, or checked int32 bytes, `as_tokens(...).tobytes()`, when one
-    request feeds many caches). Returns what the hit is worth under `objective` (the unit
-    every replay sums)."""
-    if isinstance(tokens, bytes):
-        hit = cache.serve(tokens, n_input, boundaries)
-    else:
-        hit = cache.lookup(tokens[:n_input], boundaries=boundaries).hit
-        cache.commit(tokens, n_input, boundaries=boundaries)
+    (`PrefixCache.serve`; `tokens`: an array, or checked int32 bytes,
+    `as_tokens(...).tobytes()`, when one request feeds many caches). Returns what the hit
+    is worth under `objective` (the unit every replay sums)."""
+    key = tokens if isinstance(tokens, bytes) else as_tokens(tokens).tobytes()
+    hit = cache.serve(key, n_input, boundaries)
     return cache.spec.flops(hit) if objective is Objective.FLOPS else float(hit)

@@ -255,10 +255,8 @@ class ShadowTuner:
         for k, twin in self._twins.items():
             expert = self.experts[k]
             shadow = clone(self.shadows[twin])
-            admission = shadow.admission
-            assert isinstance(admission, Structured)  # built by `_shadow`
-            admission.use_boundaries(first=expert.boundaries is Boundaries.FIRST,
-                                     last=expert.boundaries is Boundaries.LAST)
+            assert isinstance(shadow.admission, Structured)  # built by `_shadow`
+            _use_boundaries(shadow.admission, expert)
             shadow.name = f"{cache.name} shadow {expert}"
             self.shadows[k] = shadow
         self._twins = {}
@@ -317,8 +315,7 @@ def _shadow(cache: PrefixCache, expert: Expert, scale: float = 1.0) -> PrefixCac
     as the others only watch)."""
     admission, eviction = _policies(cache)
     shadow_admission = Structured(admission.config)  # frozen: shared, then replaced
-    shadow_admission.use_boundaries(first=expert.boundaries is Boundaries.FIRST,
-                                    last=expert.boundaries is Boundaries.LAST)
+    _use_boundaries(shadow_admission, expert)
     slots = cache.layout.state_slots
     return PrefixCache(cache.spec, int(cache.capacity * scale), shadow_admission,
                        eviction.solo(expert.mode, expert.alpha),
@@ -330,6 +327,11 @@ def apply(cache: PrefixCache, expert: Expert) -> None:
     """Make `cache` (a marconi+ cache: Structured admission, Switchable eviction) run
     `expert`. Switching is free: every eviction order is kept up to date all along."""
     admission, eviction = _policies(cache)
+    _use_boundaries(admission, expert)
+    eviction.set_setting(Setting(expert.mode, expert.alpha))
+
+
+def _use_boundaries(admission: Structured, expert: Expert) -> None:
+    """Make `admission` checkpoint the message boundaries `expert` runs with."""
     admission.use_boundaries(first=expert.boundaries is Boundaries.FIRST,
                              last=expert.boundaries is Boundaries.LAST)
-    eviction.set_setting(Setting(expert.mode, expert.alpha))
