@@ -108,15 +108,12 @@ class RadixTree:
         self.size = 0  # nodes, roots excluded
         self.version = 0  # bumped by every change of shape: a `Match` taken before is stale
 
-    def _new_id(self) -> int:
-        self._last_id += 1
-        return self._last_id
-
     def namespace(self, salt: Salt) -> Node:
         """The root of namespace `salt`, created if absent."""
         root = self.roots.get(salt)
         if root is None:
-            root = self.roots[salt] = Node(b"", None, self._new_id())
+            self._last_id += 1
+            root = self.roots[salt] = Node(b"", None, self._last_id)
             self._salts[root] = salt
             self.version += 1
         return root
@@ -163,7 +160,8 @@ class RadixTree:
         parent = node.parent
         assert parent is not None, "the root has no edge to split"
         cut = at * TOKEN_BYTES
-        head = Node(node.key[:cut], parent, self._new_id())
+        self._last_id += 1
+        head = Node(node.key[:cut], parent, self._last_id)
         head.pins = node.pins  # every pin through `node` runs through its new parent
         self.version += 1
         parent.children[head.key[:TOKEN_BYTES]] = head
@@ -178,7 +176,8 @@ class RadixTree:
         first = key[:TOKEN_BYTES]
         if not key or first in parent.children:
             raise ValueError("insert needs a non-empty edge starting with a new token")
-        leaf = Node(key, parent, self._new_id())
+        self._last_id += 1
+        leaf = Node(key, parent, self._last_id)
         parent.children[first] = leaf
         self.size += 1
         self.version += 1
