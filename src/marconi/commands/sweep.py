@@ -211,11 +211,13 @@ def _local_cluster(workers: int) -> Iterator[Any]:
 
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        # silence_logs: the workers' own warnings (tasks cancelled by a Ctrl-C, which the
-        # sweep reports in one line) stay out of the user's terminal; errors still show
+        # silence_logs: the workers' own logs stay out of the user's terminal: warnings
+        # for tasks a Ctrl-C cancels, and errors with tracebacks from the teardown's races
+        # (a worker's heartbeat to a scheduler already closed). The sweep reports every
+        # failure itself: a cell's error in its row, a lost worker, the interrupt's line.
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                               silence_logs=logging.ERROR)
+                               silence_logs=logging.CRITICAL)
     finally:
         signal.signal(signal.SIGINT, previous)
     with cluster:
