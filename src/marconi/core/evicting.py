@@ -20,6 +20,10 @@ from marconi.core.stats import CacheStats
 from marconi.core.tree import Match, Node, RadixTree
 
 
+REMOVE, MERGE, DROP_STATE = Action.REMOVE, Action.MERGE, Action.DROP_STATE  # read per victim:
+# a module global is a dict lookup, an enum member through its class is a descriptor call
+
+
 @dataclass(frozen=True, slots=True)
 class Need:
     """What a pending insert adds: KV bytes (whole pages when paged) and states."""
@@ -81,10 +85,21 @@ class Evicting:
             protected.add(match.partial)
         if not self._feasible(need, protected):
             return False
-        if self._evict_while(lambda: not self.fits(need), protected, need):
+        if self._evict_while(self._short_of(need), protected, need):
             return True
         self.stats.evicted_then_refused += 1  # a policy that could not reach the floor
         return False
+
+    def _short_of(self, need: Need) -> Callable[[], bool]:
+        """`not self.fits(need)` as one call with the budget worked out once (a round
+        asks it once per victim, and a round can take a victim per block)."""
+        s = self.stats
+        if not self.layout.pooled:
+            limit = self.capacity - need.kv - need.states * self.ssm_bytes
+            return lambda: s.kv_bytes + s.ssm_bytes > limit
+        kv_limit = self.kv_capacity - need.kv
+        state_limit = self.layout.state_slots - need.states
+        return lambda: s.kv_bytes > kv_limit or s.states > state_limit
 
     def _feasible(self, need: Need, protected: set[Node]) -> bool:
         kept = self.pinned.union(protected)
@@ -99,15 +114,16 @@ class Evicting:
 
         The hooks a policy leaves at their default (`pressure`, `garbage`) are not called:
         a round can take a victim per block of a long sequence, each one counts."""
-        eviction = self.eviction
+        eviction, evict, clock = self.eviction, self._evict, self.clock
         listens, collects = overrides(eviction, "pressure"), overrides(eviction, "garbage")
+        choose = eviction.victim
         while short():
             if listens:
                 eviction.pressure(self._pressure(need))
-            victim = eviction.victim(protected, self.clock)
+            victim = choose(protected, clock)
             if victim is None:
                 return False
-            self._evict(victim)
+            evict(victim)
             if collects:
                 self._collect_garbage(protected)
         return True
@@ -133,14 +149,14 @@ class Evicting:
         state = node.state if had_state else None  # released even when it holds 0 B
         kv, kv_bytes = None, 0
         node.has_state, node.state = False, None
-        if action is Action.REMOVE:
+        if action is REMOVE:
             kv, kv_bytes = node.kv, self.books.kv_bytes(node)
             self._remove(node)
-        elif action is Action.MERGE:
+        elif action is MERGE:
             kv_bytes = self._merge(node)
         else:
             self.eviction.changed(node)
-        if action is not Action.DROP_STATE:
+        if action is not DROP_STATE:
             node.kv = None  # detached: policies may still hold the node object for a while
         self.store.release(kv, state)
         if replaced:

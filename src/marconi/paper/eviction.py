@@ -18,6 +18,8 @@ from marconi.core.slots import Slots
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 
+REMOVE = Action.REMOVE  # read per victim (an enum member through its class is slower)
+
 
 class LRULeaf(Eviction):
     """Leaves only, least recently used first (SGLang+ of the paper; vLLM+ with
@@ -32,7 +34,8 @@ class LRULeaf(Eviction):
         self.deepest_first = deepest_first
         self._heap: list[HeapEntry] = []
 
-    def _push(self, node: Node) -> None:
+    def changed(self, node: Node) -> None:
+        """A changed live leaf gets a fresh entry (others are skipped when they surface)."""
         if not node.children and not node.pins and node.parent is not None:  # a live leaf
             depth = -node.depth if self.deepest_first else 0
             heapq.heappush(self._heap, (self.stamp.get(node, 0), depth, node.id, node))
@@ -43,16 +46,13 @@ class LRULeaf(Eviction):
         for node in nodes:
             self.stamp[node] = now
             if not node.children:  # only leaves enter the heap (a path is mostly interior)
-                self._push(node)
+                self.changed(node)
 
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         self._touch(path, now)
 
     def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
         self._touch(path, now)
-
-    def changed(self, node: Node) -> None:
-        self._push(node)
 
     def _valid(self, entry: HeapEntry) -> bool:
         t, _, _, node = entry
@@ -63,7 +63,7 @@ class LRULeaf(Eviction):
         entry = lazy_min(self._heap, self._valid, protected)
         if len(self._heap) > 64 and len(self._heap) > 4 * len(self.stamp):
             self._compact()
-        return Victim(entry[3], Action.REMOVE) if entry is not None else None
+        return Victim(entry[3], REMOVE) if entry is not None else None
 
     def _compact(self) -> None:
         self._heap = compact(self._heap, self._valid)
