@@ -19,9 +19,9 @@ from marconi.core.state_store import Freed, StateStore
 from marconi.core.stats import CacheStats
 from marconi.core.tree import Match, Node, RadixTree
 
-
-REMOVE, MERGE, DROP_STATE = Action.REMOVE, Action.MERGE, Action.DROP_STATE  # read per victim:
-# a module global is a dict lookup, an enum member through its class is a descriptor call
+# Read per victim: a module global is a dict lookup, an enum member through its class is
+# a descriptor call.
+REMOVE, MERGE, DROP_STATE = Action.REMOVE, Action.MERGE, Action.DROP_STATE
 
 
 @dataclass(frozen=True, slots=True)
