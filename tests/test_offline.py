@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 
 from marconi.core.spec import PAPER_7B
+from marconi.core.tree import RadixTree
+from marconi.paper.eviction import LRULeaf
 from marconi.sim.future import FutureIndex
+from marconi.sim.offline import FutureEviction, ReuseOnlyEviction
 from marconi.sim.result import OFFLINE, SimConfig
 from marconi.sim.run import run
 from marconi.systems import SYSTEMS
@@ -37,6 +40,53 @@ class TestFutureIndex:
         assert future.reuse_points(_arr(1, 2, 3, 4).tobytes()) == [2, 4]
         future.now = 1
         assert future.reuse_points(_arr(1, 2, 9).tobytes()) == [2]
+
+
+class TestReuseOnly:
+    """Three cached leaves A, B, C with states, touched at 0, 1, 2; later requests reuse A
+    (at 3) and C (at 4), never B. The offline eviction knows when: B, then C (the farther
+    use). Told only whether, `ReuseOnlyEviction` takes B, then A (the older touch); LRU, which
+    knows neither, takes A first."""
+
+    def _victims(self, make: type) -> list[int]:
+        a, b, c = _arr(1, 2, 3, 4), _arr(5, 6, 7, 8), _arr(9, 10, 11, 12)
+        future = FutureIndex([a, b, c, _arr(1, 2, 3, 4, 13), _arr(9, 10, 11, 12, 14)])
+        tree = RadixTree()
+        policy = make() if make is LRULeaf else make(PAPER_7B, future)
+        leaves = []
+        for now, tokens in enumerate((a, b, c)):
+            future.now = now
+            leaf = tree.insert(tree.root, tokens.tobytes())
+            leaf.has_state = True
+            policy.on_commit((leaf,), (leaf,), now)
+            leaves.append(leaf)
+        out = []
+        for _ in range(2):
+            victim = policy.victim(set(), 3)
+            assert victim is not None
+            out.append(leaves.index(victim.node))
+            tree.remove_leaf(victim.node)
+            policy.removed(victim.node)
+        return out
+
+    def test_it_knows_whether_not_when(self) -> None:
+        assert self._victims(FutureEviction) == [1, 2]
+        assert self._victims(ReuseOnlyEviction) == [1, 0]
+        assert self._victims(LRULeaf) == [0, 1]
+
+    def test_a_later_touch_keeps_an_entry(self) -> None:
+        a, c = _arr(1, 2, 3, 4), _arr(9, 10, 11, 12)
+        future = FutureIndex([a, c, _arr(1, 2, 3, 4, 13), _arr(9, 10, 11, 12, 14)])
+        tree, policy = RadixTree(), ReuseOnlyEviction(PAPER_7B, future)
+        leaves = []
+        for now, tokens in enumerate((a, c)):
+            leaf = tree.insert(tree.root, tokens.tobytes())
+            leaf.has_state = True
+            policy.on_commit((leaf,), (leaf,), now)
+            leaves.append(leaf)
+        policy.on_lookup((leaves[0],), leaves[0], 5)  # A touched again: C is now the older
+        victim = policy.victim(set(), 6)
+        assert victim is not None and victim.node is leaves[1]
 
 
 TRACES = ["synthetic:system-prompt:sessions=30", "synthetic:multi-turn:sessions=12,turns=5",

@@ -130,6 +130,52 @@ class FutureEviction(Eviction):
         return self._uses[node]
 
 
+class ReuseOnlyEviction(FutureEviction):
+    """Half of what `FutureEviction` knows, to measure what the other half is worth: whether
+    a candidate is ever used again, not when (an analysis reference of
+    `benchmarks/bench_offline_parts.py`, not a system).
+
+    Entries no later request uses go first (the most bytes per FLOP saved first), as in
+    `FutureEviction`; among the others, the distance to the next use, which it does not
+    know, is replaced by the time since the last touch (a lookup or commit through the
+    node): the largest `(now - last touch) x bytes freed / FLOPs saved` goes.
+    """
+
+    def __init__(self, spec: ModelSpec, future: FutureIndex) -> None:
+        super().__init__(spec, future)
+        self.slots = Slots({"next": np.float64, "weight": np.float64, "touched": np.float64})
+
+    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
+        self._touch(path, now)
+
+    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        for node in new:
+            self.stamp[node] = now
+        super().on_commit(path, new, now)
+        self._touch(path, now)
+
+    def _touch(self, nodes: Iterable[Node], now: int) -> None:
+        slots = self.slots
+        for node in nodes:
+            self.stamp[node] = now
+            slot = slots.index.get(node)
+            if slot is not None:
+                slots["touched"][slot] = now
+
+    def changed(self, node: Node) -> None:
+        super().changed(node)
+        slot = self.slots.index.get(node)
+        if slot is not None:
+            self.slots["touched"][slot] = self.stamp.get(node, 0)
+
+    def priority(self, now: int) -> np.ndarray:
+        n = len(self.slots)
+        nxt, weight = self.slots["next"][:n], self.slots["weight"][:n]
+        age = (now - self.slots["touched"][:n] + 1.0) * weight
+        # weight 0: a stateless interior node, which frees nothing (last, as in the parent)
+        return np.where(nxt >= NEVER, NEVER * (1.0 + weight), np.where(weight > 0, age, -1.0))
+
+
 def _path(node: Node) -> list[Node]:
     out: list[Node] = []
     cur: Node | None = node
