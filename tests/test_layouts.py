@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -13,6 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from marconi.core.integrity import check_integrity
 from marconi.core.layout import Layout
+from marconi.core.policy import Action, Victim
 from marconi.core.spec import PAPER_7B
 from marconi.core.tree import Node
 from marconi.systems import SYSTEMS, make_cache
@@ -87,6 +89,40 @@ class TestPages:
         _commit(cache, store, [*range(6), 50, 51, 52, 53, 54, 55], [])
         _commit(cache, store, [*range(6), 50, 51, 52, 99], [])  # splits the branch at 9
         assert store.pool.in_use * 4 * KV == cache.stats.kv_bytes == 6 * 4 * KV
+        check_integrity(cache)
+
+    @pytest.mark.parametrize(("inputs", "freed"), [
+        # [1] | [2, 3] (a branch inside page 0: its own copy) | [4, 5, 0] (the split tail,
+        # sharing that copy) and [9, 0]: the merge keeps [1]'s page 0 for [1, 2, 3], so
+        # the copy stays, held by the tail alone (the books once freed it: a page more in
+        # the store than in the books, and a paged engine's pool overrun)
+        ([[1], [1, 2, 3, 4, 5, 0], [1, 2, 3, 9, 0]], 0),
+        # [2, 3]'s only child [9] is a branch with a copy of its own: the copy is freed
+        ([[1], [1, 2, 3], [1, 2, 3, 9]], 1),
+        # [2 .. 6] ends in page 4, not in the copied page 0: the tail [7] shares page 4
+        # and the copy is freed
+        ([[1], [1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 4, 5, 6, 9]], 1),
+    ])
+    def test_a_merge_frees_the_child_s_copy_unless_a_grandchild_shares_it(self, inputs,
+                                                                          freed):
+        cache, store = _paged("sglang+", 4)
+        for inp in inputs:
+            _commit(cache, store, inp, [])
+        one = cache.tree.match(np.array([1], np.int32).tobytes()).node
+        assert one is not None and len(one.children) == 1
+        before = cache.stats.kv_bytes
+        cache._evict(Victim(one, Action.MERGE))
+        assert store.pool.in_use * 4 * KV == cache.stats.kv_bytes == before - freed * 4 * KV
+        check_integrity(cache)
+
+    def test_the_state_machine_s_merge_case(self):
+        """The case `LayoutMachine` found (marconi+, a state pool): its merge hit the copy
+        a grandchild shares."""
+        cache, store = _paged("marconi+", 4, 20 * KV + 4 * STATE, 4)
+        for inp in ([1], [0], [0], [1, 2, 3, 4, 5, 0], [1, 2, 3, 9, 0], [0]):
+            cache.lookup(inp)
+            _commit(cache, store, inp, [])
+            assert store.pool.in_use * 4 * KV == cache.stats.kv_bytes
         check_integrity(cache)
 
     @pytest.mark.parametrize("page", [3, 16])

@@ -114,10 +114,25 @@ class PageBooks:
             self.copies.add(head)
 
     def merge(self, node: Node, child: Node) -> int:
-        """`node` merged into `child`: the child starts where `node` did (with its copy
-        status); returns the bytes freed (the child's own copy of the page at the seam)."""
-        freed = self.page_bytes if child in self.copies else 0
-        self.copies.discard(child)
+        """`node` merged into `child` (called before the tree merges them): the child starts
+        where `node` did (with its copy status); returns the bytes freed, the child's own
+        copy of the page at the seam, unless a grandchild still shares that page.
+
+        A child whose edge ends inside the page it copied shares that page with the
+        grandchild that continues it (not a copy itself). The merge keeps `node`'s page
+        for the seam, so the copy cannot be freed: the grandchild now holds it alone,
+        and becomes the copy's owner."""
+        if child not in self.copies:
+            freed = 0
+        else:
+            self.copies.discard(child)
+            freed = self.page_bytes
+            size, start = self.layout.page_size, node.depth
+            if child.depth % size and child.depth // size == start // size:
+                for grandchild in child.children.values():
+                    if grandchild not in self.copies:  # shares the copied page
+                        self.copies.add(grandchild)
+                        freed = 0
         if node in self.copies:
             self.copies.discard(node)
             self.copies.add(child)
