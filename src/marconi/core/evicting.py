@@ -149,9 +149,14 @@ class Evicting:
         state = node.state if had_state else None  # released even when it holds 0 B
         kv, kv_bytes = None, 0
         node.has_state, node.state = False, None
-        if action is REMOVE:
+        if action is REMOVE:  # detach the leaf (a round can take one per block: inline)
             kv, kv_bytes = node.kv, self.books.kv_bytes(node)
-            self._remove(node)
+            parent = node.parent
+            self.books.removed(node)
+            self.tree.remove_leaf(node)
+            self.eviction.removed(node)
+            if parent is not None and parent.parent is not None:  # not a namespace's root
+                self.eviction.changed(parent)
         elif action is MERGE:
             kv_bytes = self._merge(node)
         else:
@@ -165,14 +170,6 @@ class Evicting:
             self.stats.record_eviction(kv_bytes, state_bytes, state=had_state)
         if self.on_evict is not None:
             self.on_evict(Freed(action, node.depth, kv, state, kv_bytes + state_bytes))
-
-    def _remove(self, leaf: Node) -> None:
-        parent = leaf.parent
-        self.books.removed(leaf)
-        self.tree.remove_leaf(leaf)
-        self.eviction.removed(leaf)
-        if parent is not None and parent.parent is not None:  # not a namespace's root
-            self.eviction.changed(parent)
 
     def _merge(self, node: Node) -> int:
         """Merge `node` into its only child; returns the KV bytes freed (a page copy)."""

@@ -60,8 +60,16 @@ class LRULeaf(Eviction):
                 and self.stamp.get(node, 0) == t)
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
-        entry = lazy_min(self._heap, self._valid, protected)
-        if len(self._heap) > 64 and len(self._heap) > 4 * len(self.stamp):
+        heap, stamp = self._heap, self.stamp
+        while heap:  # `lazy_min`'s first loop, `_valid` inlined: a round of block
+            t, _, _, node = heap[0]  # evictions drops the last victim's entry per call
+            if (node.parent is not None and not node.children and not node.pins
+                    and stamp.get(node, 0) == t):
+                break
+            heapq.heappop(heap)
+        entry = lazy_min(heap, self._valid, protected) if heap and node in protected \
+            else heap[0] if heap else None
+        if len(heap) > 64 and len(heap) > 4 * len(stamp):
             self._compact()
         return Victim(entry[3], REMOVE) if entry is not None else None
 
