@@ -35,7 +35,8 @@ class LRULeaf(Eviction):
         self._heap: list[HeapEntry] = []
 
     def changed(self, node: Node) -> None:
-        """A changed live leaf gets a fresh entry (others are skipped when they surface)."""
+        """A node that is a live leaf gets a fresh entry at its stamp (entries that went
+        stale stay in the heap and are dropped when they surface)."""
         if not node.children and not node.pins and node.parent is not None:  # a live leaf
             depth = -node.depth if self.deepest_first else 0
             heapq.heappush(self._heap, (self.stamp.get(node, 0), depth, node.id, node))
@@ -67,8 +68,12 @@ class LRULeaf(Eviction):
                     and stamp.get(node, 0) == t):
                 break
             heapq.heappop(heap)
-        entry = lazy_min(heap, self._valid, protected) if heap and node in protected \
-            else heap[0] if heap else None
+        if not heap:
+            entry = None
+        elif node in protected:  # rare: search past the protected ones
+            entry = lazy_min(heap, self._valid, protected)
+        else:
+            entry = heap[0]
         if len(heap) > 64 and len(heap) > 4 * len(stamp):
             self._compact()
         return Victim(entry[3], REMOVE) if entry is not None else None
