@@ -60,12 +60,7 @@ class Evicting:
 
     def fits(self, need: Need) -> bool:
         """Whether `need` fits beside what is held now (no side effects)."""
-        s = self.stats
-        if not self.layout.pooled:
-            return s.kv_bytes + s.ssm_bytes + need.kv + need.states * self.ssm_bytes \
-                <= self.capacity
-        return (s.kv_bytes + need.kv <= self.kv_capacity
-                and s.states + need.states <= self.layout.state_slots)
+        return not self._short_of(need)()
 
     def floor(self, protected: Collection[Node] = ()) -> int:
         """Bytes no eviction can free: pinned nodes and `protected` ones (KV and state)."""
@@ -91,8 +86,9 @@ class Evicting:
         return False
 
     def _short_of(self, need: Need) -> Callable[[], bool]:
-        """`not self.fits(need)` as one call with the budget worked out once (a round
-        asks it once per victim, and a round can take a victim per block)."""
+        """Whether the cache is still short of room for `need`, as one call with the budget
+        worked out once (a round asks it once per victim, and can take a victim per block);
+        the one statement of the budgets (`fits` is its negation)."""
         s = self.stats
         if not self.layout.pooled:
             limit = self.capacity - need.kv - need.states * self.ssm_bytes
