@@ -49,3 +49,13 @@ def serve(cache: PrefixCache, tuner: Tuner | None, tokens: object, n_input: int,
     if tuner is not None:
         tuner.observe(cache, arr, n_input, boundaries)
     return hit
+
+
+def cache_systems() -> dict[str, Any]:
+    """The registered systems that are in-process caches (not a real engine's replay)."""
+    from marconi.systems import SYSTEMS
+
+    return {name: s for name, s in SYSTEMS.items() if s.engine is None}
+
+
+CACHES = cache_systems()  # the registry's caches, for tests parametrized over them

@@ -10,8 +10,8 @@ from marconi.core.cache import PrefixCache
 from marconi.core.integrity import check_integrity
 from marconi.core.tree import Node
 from marconi.paper.admission import Block
-from marconi.systems import SYSTEMS, make_cache
-from tests.helpers import SMALL, ListStore
+from marconi.systems import make_cache
+from tests.helpers import CACHES, SMALL, ListStore
 
 PREFIXES = [[], [1, 2, 3, 4, 5, 6], [1, 2, 3, 9, 9], [7] * 12, [5, 6, 5, 6, 5]]
 suffixes = st.lists(st.integers(0, 9), min_size=1, max_size=14)
@@ -33,7 +33,7 @@ def reference_hit(prefixes: list[list[int]], inp: list[int], limit: int | None =
 
 
 class CacheMachine(RuleBasedStateMachine):
-    @initialize(system=st.sampled_from(sorted(SYSTEMS)), capacity=st.integers(0, 400_000),
+    @initialize(system=st.sampled_from(sorted(CACHES)), capacity=st.integers(0, 400_000),
                 alpha=st.sampled_from([0.0, 0.5, 2.0]))
     def make(self, system: str, capacity: int, alpha: float) -> None:
         self.cache = make_cache(SMALL, capacity, system, alpha=alpha, store=ListStore())

@@ -17,8 +17,8 @@ from marconi.core.layout import Layout
 from marconi.core.policy import Action, Victim
 from marconi.core.spec import PAPER_7B
 from marconi.core.tree import Node
-from marconi.systems import SYSTEMS, make_cache
-from tests.helpers import SMALL
+from marconi.systems import make_cache
+from tests.helpers import CACHES, SMALL
 from tests.paging import PagedListStore
 
 KV = SMALL.kv_bytes_per_token  # 256 B
@@ -50,7 +50,7 @@ class TestArguments:
         with pytest.raises(ValueError, match="state_slots=3"):
             make_cache(SMALL, 2 * STATE, "marconi", state_slots=3)
 
-    @pytest.mark.parametrize("system", sorted(n for n, s in SYSTEMS.items()
+    @pytest.mark.parametrize("system", sorted(n for n, s in CACHES.items()
                                               if s.engine_layout is None))
     def test_defaults_are_the_single_byte_budget(self, system):
         cache = make_cache(SMALL, "1GB", system)
@@ -190,7 +190,7 @@ class LayoutMachine(RuleBasedStateMachine):
     """Random traffic under random layouts and namespaces; after every step the books
     agree with a full walk, and with a store that really shares and copies pages."""
 
-    @initialize(system=st.sampled_from(sorted(SYSTEMS)), page=st.sampled_from([1, 2, 3, 4, 8]),
+    @initialize(system=st.sampled_from(sorted(CACHES)), page=st.sampled_from([1, 2, 3, 4, 8]),
                 slots=st.integers(0, 4), kv_room=st.integers(0, 300))
     def make(self, system: str, page: int, slots: int, kv_room: int) -> None:
         capacity = kv_room * KV + (slots or 3) * STATE

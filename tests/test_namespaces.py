@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from marconi.core.integrity import check_integrity
 from marconi.core.snapshot import rebuild, take
 from marconi.core.tree import Node
-from marconi.systems import SYSTEMS, make_cache
-from tests.helpers import SMALL, ListStore
+from marconi.systems import make_cache
+from tests.helpers import CACHES, SMALL, ListStore
 
 SALTS = [None, "lora-a", b"tenant", 7]
 
@@ -31,7 +31,7 @@ def _hit(prefixes: list[list[int]], inp: list[int], limit: int) -> int:
 
 
 class TestSeparation:
-    @pytest.mark.parametrize("system", sorted(set(SYSTEMS) - {"vanilla"}))
+    @pytest.mark.parametrize("system", sorted(set(CACHES) - {"vanilla"}))
     def test_a_sequence_hits_only_in_its_own_namespace(self, system):
         cache = make_cache(SMALL, "1TB", system)
         seq = list(range(200))
@@ -60,7 +60,7 @@ class TestSeparation:
 
 
 @settings(max_examples=80, deadline=None)
-@given(system=st.sampled_from(sorted(SYSTEMS)), capacity=st.integers(100_000, 600_000),
+@given(system=st.sampled_from(sorted(CACHES)), capacity=st.integers(100_000, 600_000),
        requests=st.lists(st.tuples(st.sampled_from(SALTS),
                                    st.lists(st.integers(0, 3), min_size=1, max_size=12),
                                    st.lists(st.integers(0, 3), max_size=4)),

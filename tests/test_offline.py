@@ -12,9 +12,9 @@ from marconi.sim.future import FutureIndex
 from marconi.sim.offline import FutureEviction, ReuseOnlyEviction
 from marconi.sim.result import OFFLINE, SimConfig
 from marconi.sim.run import run
-from marconi.systems import SYSTEMS
 from marconi.workload import load_trace
 from marconi.workload.options import TraceOptions
+from tests.helpers import CACHES
 
 
 def _arr(*xs: int) -> np.ndarray:
@@ -98,7 +98,7 @@ def test_offline_beats_every_online_system(name: str) -> None:
     trace = load_trace(name, options=TraceOptions(sessions_per_second=4.0))
     config = SimConfig(spec=PAPER_7B, capacity="1GB", system=OFFLINE, bounds=False)
     best = run(trace, config).summary()["flops_saved"]
-    for system in SYSTEMS:
+    for system in CACHES:
         other = run(trace, SimConfig(spec=PAPER_7B, capacity="1GB", system=system,
                                      bounds=False)).summary()["flops_saved"]
         assert best >= other, f"{system} saves {other:.3e} > offline {best:.3e} on {name}"

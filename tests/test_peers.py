@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 from marconi.core.cache import PrefixCache
 from marconi.core.integrity import check_integrity
 from marconi.core.spec import PAPER_7B
-from marconi.peers.mamba_align import Align, BlockLRU, VLLMConfig, vllm_block_tokens
+from marconi.peers.mamba_align import (
+    Align,
+    BlockLRU,
+    VLLMConfig,
+    vllm_block_tokens,
+    vllm_memory,
+)
 from marconi.peers.mamba_radix import BufferMode, MambaRadix, MambaRadixLRU, SGLangConfig
 from marconi.systems import SYSTEMS, make_cache
 from tests.helpers import SMALL, ListStore
@@ -33,8 +39,9 @@ def _sglang(capacity: int | str = "1TB", **config: object) -> PrefixCache:
     return PrefixCache(SMALL, capacity, MambaRadix(cfg), MambaRadixLRU(cfg))
 
 
-def _vllm(block: int, capacity: int | str = "1TB", chunk: int = 8192) -> PrefixCache:
-    cfg = VLLMConfig(block=block, chunk=chunk)
+def _vllm(block: int, capacity: int | str = "1TB", chunk: int = 8192,
+          retention: int | None = 0) -> PrefixCache:
+    cfg = VLLMConfig(block=block, chunk=chunk, retention=retention)
     return PrefixCache(SMALL, capacity, Align(cfg), BlockLRU())
 
 
@@ -61,11 +68,11 @@ class TestVLLMAlign:
 
     def test_no_hit_below_one_block(self) -> None:
         cache = make_cache(SMALL, "1TB", "vllm-2026")
-        _request(cache, _seq(0, 47))
-        assert cache.lookup(_seq(0, 47)).hit == 0 and cache.bytes == 0
-        _request(cache, _seq(0, 47), [1])  # the output completes a block: a state at 48
-        assert cache.lookup(_seq(0, 48)).hit == 0 and cache.lookup(_seq(0, 49)).hit == 0
-        assert cache.lookup([*_seq(0, 47), 1, 9]).hit == 48
+        _request(cache, _seq(0, 48), [1])  # the replay boundary is (48 - 1) // 48 * 48 = 0
+        assert cache.lookup(_seq(0, 49)).hit == 0 and cache.stats.states == 0
+        _request(cache, _seq(0, 49))  # its replay boundary: 48
+        assert cache.lookup(_seq(0, 48)).hit == 0  # a hit leaves one token to compute
+        assert cache.lookup([*_seq(0, 48), 9]).hit == 48
 
     def test_hit_is_block_aligned_and_below_input(self) -> None:
         cache = _vllm(block=16)
@@ -74,11 +81,35 @@ class TestVLLMAlign:
         assert cache.lookup(_seq(0, 100)).hit == 96
         assert cache.lookup(_seq(0, 96)).hit == 0  # the only state is at 96: hit <= 95
 
-    def test_output_block_boundaries_hold_states(self) -> None:
+    def test_default_retention_keeps_replay_boundary_and_every_full_block(self) -> None:
         cache = _vllm(block=16)
-        _request(cache, _seq(0, 40), _seq(500, 30))  # 70 tokens: states at 32, 48, 64
+        _request(cache, _seq(0, 40), _seq(500, 30))  # 69 tokens computed, 64 in full blocks
+        held = sorted(n.depth for n in cache.tree.nodes() if n.has_state)
+        assert held == [32] and cache.stats.kv_bytes == 64 * KV
+        assert cache.lookup(_seq(0, 40) + _seq(500, 30)).hit == 32
+
+    def test_dense_retention_holds_output_block_boundaries(self) -> None:
+        cache = _vllm(block=16, retention=None)
+        _request(cache, _seq(0, 40), _seq(500, 30))  # the last sampled token is never fed
         held = sorted(n.depth for n in cache.tree.nodes() if n.has_state)
         assert held == [32, 48, 64] and cache.lookup(_seq(0, 40) + _seq(500, 30)).hit == 64
+        _request(cache, _seq(0, 40), _seq(900, 24))  # 64 = n_total: computed 63, no state
+        assert cache.lookup(_seq(0, 40) + _seq(900, 24) + [1]).hit == 48
+
+    def test_retention_interval_keeps_one_state_per_interval(self) -> None:
+        cache = _vllm(block=16, retention=32)
+        _request(cache, _seq(0, 50), _seq(500, 60))
+        held = sorted(n.depth for n in cache.tree.nodes() if n.has_state)
+        assert held == [32, 48, 64, 96]  # 48: the replay boundary
+        with pytest.raises(ValueError, match="multiple of the block"):
+            VLLMConfig(block=16, retention=40)
+
+    def test_running_request_needs_room_for_all_it_computed(self) -> None:
+        block = vllm_block_tokens(SMALL)  # 48 tokens
+        spec, capacity = vllm_memory(SMALL, 10**9, VLLMConfig(block=block))
+        assert spec.ssm_bytes == 8 * block * KV  # 8 layers, each a whole 48-token page
+        assert capacity == (10**9 // (block * KV) - 1) * block * KV  # less the null block
+        assert Align(VLLMConfig(block=block)).running(100) == (99, 2)
 
     def test_shared_prefix_junction_checkpointed(self) -> None:
         cache = _vllm(block=16)
@@ -90,13 +121,14 @@ class TestVLLMAlign:
         assert cache.lookup(system + _seq(3000, 50)).hit == 96
 
     def test_chunk_ends_block_aligned(self) -> None:
-        cache = _vllm(block=16, chunk=40)  # steps of 32 tokens
+        cache = _vllm(block=16, chunk=40, retention=None)  # steps of 32 tokens
         assert cache.lookup(_seq(0, 100)).checkpoints == (32, 64, 96)
+        assert _vllm(block=16, chunk=40).lookup(_seq(0, 100)).checkpoints == (96,)
 
     def test_state_leaves_alone_kv_stays(self) -> None:
         cache = _vllm(block=16)
-        _request(cache, _seq(0, 32))
-        _request(cache, _seq(100, 32))
+        _request(cache, _seq(0, 33))
+        _request(cache, _seq(100, 33))
         assert cache.lookup([*_seq(0, 32), 7]).hit == 32  # refreshes the first one
         kv = cache.stats.kv_bytes
         cache.evict(1)

@@ -6,8 +6,8 @@ import pytest
 from marconi.core.tree import RadixTree
 from marconi.paper.admission import Block, Judicious, branch_point
 from marconi.paper.eviction import FlopAware, LRULeaf, Recency
-from marconi.systems import SYSTEMS, System, get_system, register
-from tests.helpers import SMALL
+from marconi.systems import System, get_system, register
+from tests.helpers import CACHES, SMALL
 
 
 def _key(tokens: list[int]) -> bytes:
@@ -28,9 +28,9 @@ def _tree(*seqs: list[int]) -> RadixTree:
 
 class TestRegistry:
     def test_paper_systems_registered(self) -> None:
-        assert {"vanilla", "vllm+", "sglang+", "marconi"} <= set(SYSTEMS)
+        assert {"vanilla", "vllm+", "sglang+", "marconi"} <= set(CACHES)
 
-    @pytest.mark.parametrize("name", sorted(SYSTEMS))
+    @pytest.mark.parametrize("name", sorted(CACHES))
     def test_every_system_builds_fresh_policies(self, name: str) -> None:
         system = get_system(name)
         first, second = system.policies(SMALL, 0.5), system.policies(SMALL, 0.5)

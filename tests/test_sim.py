@@ -13,8 +13,9 @@ from marconi.sim import FlopsLatency, ProfileLatency, SimConfig, simulate
 from marconi.sim.bounds import UNBOUNDED, KeepAll, keep_all
 from marconi.sim.result import ORACLE
 from marconi.sim.run import run
-from marconi.systems import SYSTEMS, get_system
+from marconi.systems import get_system
 from marconi.workload import Trace, TraceOptions, load_trace
+from tests.helpers import CACHES
 
 CONTRACT = ("system", "requests", "input_tokens", "hit_tokens", "token_hit_rate",
             "request_hit_rate", "flops_saved", "flops_total", "alpha", "states_admitted",
@@ -43,7 +44,7 @@ def _artifact(tmp_path: Path) -> Path:
 
 
 class TestSimulate:
-    @pytest.mark.parametrize("system", sorted(SYSTEMS))
+    @pytest.mark.parametrize("system", sorted(CACHES))
     def test_summary_is_consistent(self, system: str) -> None:
         result = simulate(_trace(), SimConfig(spec=PAPER_7B, capacity="3GB", system=system))
         s = result.summary()
@@ -96,7 +97,7 @@ class TestSimulate:
         assert {k: v for k, v in stream.summary().items() if k not in drop} == {
             k: v for k, v in whole.summary().items() if k not in drop}
 
-    @pytest.mark.parametrize("system", sorted(SYSTEMS))
+    @pytest.mark.parametrize("system", sorted(CACHES))
     def test_the_bound_is_the_system_without_a_limit(self, system: str) -> None:
         """The same-system bound (its eviction keeping no books unless it collects
         garbage) hits what the system itself hits at that capacity, request by request."""

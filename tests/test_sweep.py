@@ -15,7 +15,7 @@ from marconi.commands.sweep import coerce
 from marconi.sim.result import OFFLINE, REFERENCES
 from marconi.sim.results_file import ResultsFile
 from marconi.sim.sweep import Cell, expand, run_cell, run_sweep
-from marconi.systems import SYSTEMS
+from tests.helpers import CACHES
 
 VOLATILE = ("seconds", "wall_s")  # timings: the only fields allowed to differ between runs
 TRACE = "synthetic:multi-turn"
@@ -67,7 +67,7 @@ class TestCell:
             expand(grid)
 
     def test_every_registered_system_runs(self) -> None:
-        for name in SYSTEMS:
+        for name in CACHES:
             row = run_cell(Cell(trace=TRACE, sessions=3, system=name, capacity="1GB"))
             assert row["status"] == "ok", row["error"]
             assert 0 <= row["token_hit_rate"] <= 1

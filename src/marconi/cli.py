@@ -26,7 +26,7 @@ from marconi.sim.capacity import check_capacity
 from marconi.sim.latency import DEFAULT_FLOPS_RATE, FlopsLatency, LatencyModel, ProfileLatency
 from marconi.sim.result import REFERENCES, SHADOW_SAMPLE_AFTER, SimConfig
 from marconi.sim.run import run
-from marconi.systems import SYSTEMS
+from marconi.systems import SYSTEMS, get_system, split_systems
 from marconi.workload import Trace, TraceOptions, load_trace, summarize
 from marconi.workload.cli_args import add_trace_arguments, options_from_args
 from marconi.workload.report import describe
@@ -36,6 +36,20 @@ DEFAULT_COMPARE = "vanilla,vllm+,sglang+,marconi"
 
 def _system_names() -> list[str]:
     return [*SYSTEMS, *REFERENCES]
+
+
+def system_name(text: str) -> str:
+    """A registered system (with its options, `sglang-2026:strategy=extra_buffer`) or a
+    reference, canonically named; ValueError naming what is wrong."""
+    text = text.strip()
+    return text if text in REFERENCES else get_system(text).name
+
+
+def _system_arg(text: str) -> str:
+    try:
+        return system_name(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _add_cache_arguments(p: argparse.ArgumentParser) -> None:
@@ -93,8 +107,10 @@ def _register_simulate(sub: Any) -> None:
     p = sub.add_parser("simulate", help="replay a trace through one system",
                        description="Replay a trace through one caching system.")
     _add_cache_arguments(p)
-    p.add_argument("--system", default="marconi", choices=_system_names(),
-                   help="the caching system to replay (README: what each one does)")
+    p.add_argument("--system", default="marconi", type=_system_arg, metavar="SYSTEM[:K=V,...]",
+                   help="the caching system to replay (README: what each one does), with "
+                        "its options where it has them (docs/peers.md); one of: "
+                        f"{', '.join(_system_names())}")
     alpha = p.add_mutually_exclusive_group()
     alpha.add_argument("--alpha", type=float, help="fix alpha (FLOP-aware systems)")
     alpha.add_argument("--tune", action="store_true", help="bootstrap-tune alpha (default)")
@@ -107,7 +123,8 @@ def _register_compare(sub: Any) -> None:
                        description="Replay one trace through several systems.")
     _add_cache_arguments(p)
     p.add_argument("--systems", default=DEFAULT_COMPARE,
-                   help=f"comma-separated, from: {', '.join(_system_names())}")
+                   help="comma-separated (options after a colon, ';' between systems that "
+                        f"have them), from: {', '.join(_system_names())}")
     p.add_argument("--plot", type=Path, help="write a PNG comparing the systems")
     p.add_argument("--seeds", type=int, default=1, metavar="K",
                    help="replay under K arrival seeds (--seed, --seed + 1, ...): each "
@@ -172,8 +189,15 @@ def _say_layout(config: SimConfig) -> None:
 
 def _preflight(args: argparse.Namespace, systems: Sequence[str]) -> None:
     """Every check that needs no replay, before the first one starts: extras, output
-    paths, the capacity against the model."""
+    paths, the capacity against the model, a real engine's environment."""
     require_for_trace(args.trace, args.format)
+    engines = [e for s in systems if s not in REFERENCES
+               and (e := get_system(s).engine) is not None]
+    if engines:
+        from marconi.realpeers.envs import ENGINES, python_of
+
+        for engine in engines:
+            python_of(ENGINES[engine])
     if getattr(args, "plot", None) is not None:
         require("plot", "matplotlib")
     records = getattr(args, "records", None)
@@ -186,7 +210,8 @@ def _preflight(args: argparse.Namespace, systems: Sequence[str]) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    if args.alpha is not None and args.system in SYSTEMS and not SYSTEMS[args.system].uses_alpha:
+    if args.alpha is not None and args.system not in REFERENCES \
+            and not get_system(args.system).uses_alpha:
         raise ValueError(f"--alpha: system {args.system!r} has no alpha")
     _preflight(args, [args.system])
     config = _config(args, args.system, args.alpha)
@@ -199,10 +224,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    names = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = [s for s in names if s not in _system_names()]
-    if unknown or not names:
-        raise ValueError(f"--systems: unknown {unknown or names}; known: {_system_names()}")
+    names = [system_name(s) for s in split_systems(args.systems)]
+    if not names:
+        raise ValueError(f"--systems: none given; known: {', '.join(_system_names())}")
     _preflight(args, names)
     if args.seeds != 1:
         return _compare_seeds(args, names)

@@ -16,9 +16,9 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -53,6 +53,67 @@ class TunerOptions:
 
 
 TunerFactory = Callable[[TunerOptions], Tuner]
+Settings = Mapping[str, object]  # a system's option values, by option name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Option:
+    """One setting of a system, set on the command line as `--system NAME:KEY=VALUE,...`
+    (the engine's own flag, without dashes)."""
+
+    name: str  # the key users type
+    default: object  # what the system runs when the key is not given
+    help: str  # one line: what it is, and the engine flag it stands for
+    choices: tuple[str, ...] = ()  # allowed values; empty: any value of `kind`
+    kind: type = str  # int, float or str (choices are strings)
+    minimum: float | None = None  # the smallest value allowed (int and float kinds)
+    optional: bool = False  # also accepts "none" (the engine's "off")
+
+    def parse(self, system: str, text: str) -> object:
+        """The value of `text`, or ValueError naming the system, the option and what
+        it accepts."""
+        if self.optional and text.lower() == "none":
+            return None
+        allowed = ", ".join(self.choices) if self.choices else (
+            f"{self.kind.__name__} >= {self.minimum:g}" if self.minimum is not None
+            else self.kind.__name__) + (" or none" if self.optional else "")
+        try:
+            value = text if self.choices else self.kind(text)
+        except ValueError:
+            value = None
+        if (value is None or (self.choices and value not in self.choices)
+                or (self.minimum is not None and value < self.minimum)):  # type: ignore[operator]
+            raise ValueError(f"system {system}: option {self.name}={text!r} is not allowed "
+                             f"(allowed: {allowed})")
+        return value
+
+
+def parse_settings(name: str, options: tuple[Option, ...], text: str) -> dict[str, object]:
+    """`KEY=VALUE,...` (the part after `NAME:`) as typed values, every key known."""
+    by_name = {o.name: o for o in options}
+    values: dict[str, object] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if key not in by_name:
+            known = ", ".join(by_name) or "none"
+            raise ValueError(f"system {name}: unknown option {key!r} (its options: {known})")
+        if not eq:
+            raise ValueError(f"system {name}: option {key!r} needs a value ({key}=VALUE)")
+        values[key] = by_name[key].parse(name, value.strip())
+    return values
+
+
+def settings_name(base: str, options: tuple[Option, ...], values: Settings) -> str:
+    """The canonical name of a configured system: options in declaration order, those
+    at their default left out (`sglang-2026:strategy=extra_buffer`)."""
+    given = [f"{o.name}={_text(values[o.name])}" for o in options
+             if o.name in values and values[o.name] != o.default]
+    return f"{base}:{','.join(given)}" if given else base
+
+
+def _text(value: object) -> str:
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +126,17 @@ class System:
     uses_alpha: bool = False  # whether alpha means anything to its eviction
     description: str = ""  # one line for --help and docs
     engine_layout: LayoutFactory | None = None  # its engine's memory layout; None: bytes
+    # what its engine's memory amounts to: (spec, capacity) -> the spec and capacity its
+    # cache counts (vLLM pads states to whole pages, keeps a null block); None: as given.
+    # Only where asked (`cache(as_engine=True)`, the simulator): a cache over real tensors
+    # counts those
+    engine_memory: Callable[[ModelSpec, int], tuple[ModelSpec, int]] | None = None
+    options: tuple[Option, ...] = ()  # settings users may give as NAME:KEY=VALUE,...
+    # the same system with settings (defaults filled in) in force; None: no options
+    configure: Callable[[Settings], System] | None = None
+    settings: Settings = field(default_factory=dict)  # the values in force
+    # the engine whose real cache code replays it (marconi.realpeers); None: in process
+    engine: str | None = None
 
     @property
     def tuned(self) -> bool:
@@ -81,14 +153,18 @@ class System:
     def cache(self, spec: ModelSpec, capacity: int | str, *, alpha: float | None = None,
               store: StateStore | None = None, on_evict: Callable[[Freed], None] | None = None,
               page_size: int | None = None, state_slots: int | None = None,
-              evict_with: Callable[[Eviction], Eviction] | None = None) -> PrefixCache:
+              evict_with: Callable[[Eviction], Eviction] | None = None,
+              as_engine: bool = False) -> PrefixCache:
         """A fresh, empty cache running this system (`alpha`: fixed, else 0 until tuned;
         `page_size`, `state_slots`: as in `layout`, 0 slots meaning one byte budget;
-        `evict_with(eviction)`: the eviction to run instead of the system's, given it)."""
+        `evict_with(eviction)`: the eviction to run instead of the system's, given it;
+        `as_engine`: count memory as its engine's pool does, `engine_memory`)."""
         admission, eviction = self.policies(spec, check_alpha(alpha or 0.0))
         if evict_with is not None:
             eviction = evict_with(eviction)
         layout = self.layout(spec, capacity, page_size=page_size, state_slots=state_slots)
+        if as_engine and self.engine_memory is not None:
+            spec, capacity = self.engine_memory(spec, parse_size(capacity))
         return PrefixCache(spec, capacity, admission, eviction, name=self.name, store=store,
                            on_evict=on_evict, page_size=layout.page_size,
                            state_slots=layout.state_slots)
@@ -126,14 +202,62 @@ def system(name: str, description: str, *, tuner: TunerFactory | None = None,
 
 
 def get_system(name: str | System) -> System:
-    """The registered system called `name`, or ValueError listing the known ones."""
+    """The registered system called `name`, with its options when the name carries them
+    (`sglang-2026:strategy=extra_buffer`), or ValueError naming what is wrong."""
     if isinstance(name, System):
         return name
+    base, sep, text = name.partition(":") if isinstance(name, str) else (name, "", "")
     try:
-        return SYSTEMS[name]
+        found = SYSTEMS[base]
     except (KeyError, TypeError):
         known = ", ".join(SYSTEMS)
-        raise ValueError(f"unknown system {name!r}; known systems: {known}") from None
+        raise ValueError(f"unknown system {name!r}; known systems: {known} (or load your "
+                         "own with --plugin)") from None
+    if not sep:
+        return found
+    if found.configure is None:
+        raise ValueError(f"system {base} has no options (given {text!r})")
+    return configured(found, parse_settings(base, found.options, text))
+
+
+def configured(system: System, values: Settings) -> System:
+    """`system` with `values` in force (the others at their defaults), named canonically;
+    `system` itself when every value is its own."""
+    assert system.configure is not None
+    full = {o.name: values.get(o.name, o.default) for o in system.options}
+    if full == dict(system.settings):
+        return system
+    key = (system.name, tuple((k, repr(v)) for k, v in full.items()))
+    if key not in _CONFIGURED:
+        made = system.configure(full)
+        _CONFIGURED[key] = replace(made, name=settings_name(system.name, system.options, full),
+                                   options=system.options, configure=system.configure,
+                                   settings=full)
+    return _CONFIGURED[key]
+
+
+_CONFIGURED: dict[tuple[str, tuple[tuple[str, str], ...]], System] = {}
+
+
+def split_systems(text: str) -> list[str]:
+    """A comma-separated list of systems, where a system's own options are separated by
+    commas too: `a,b:k=v,k2=v2,c` -> a, b:k=v,k2=v2, c (an item with `=` and no colon
+    belongs to the system before it); `;` also separates systems."""
+    out: list[str] = []
+    for chunk in text.split(";"):
+        for item in (part.strip() for part in chunk.split(",")):
+            if not item:
+                continue
+            if "=" in item and ":" not in item and out and ":" in out[-1]:
+                out[-1] += f",{item}"
+            else:
+                out.append(item)
+    return out
+
+
+def base_name(name: str) -> str:
+    """A system name without its options (`sglang-2026` of `sglang-2026:strategy=...`)."""
+    return name.partition(":")[0]
 
 
 def load_plugin(source: str) -> ModuleType:
@@ -254,46 +378,147 @@ def _marconi_inverse_age(spec: ModelSpec, alpha: float) -> Policies:
 
 
 # --- today's engines (what each models: docs/peers.md) ---------------------------------------
+# The emulations (`sglang-2026`, `vllm-2026`) are in-process caches; `sglang-0.5.23` and
+# `vllm-0.32` run the engines' real cache code in their own environments
+# (scripts/setup-peers.sh), replayed by `marconi.realpeers`; each has the options of the
+# engine flags it runs (`--system sglang-0.5.23:strategy=extra_buffer,eviction=lfu`).
+
+SGLANG_STRATEGIES = ("no_buffer", "extra_buffer", "extra_buffer_lazy")
+SGLANG_EVICTIONS = ("lru", "lfu", "slru", "priority", "tlru")  # 0.5.23's --radix-eviction-policy
 
 
-def _sglang_memory(spec: ModelSpec, capacity: int) -> Layout:
-    """SGLang's layout: KV per token beside a state pool of 0.9 / 1.9 of the memory."""
-    from marconi.peers.mamba_radix import sglang_layout
-
-    return sglang_layout(spec, capacity)
-
-
-def _vllm_memory(spec: ModelSpec, capacity: int) -> Layout:
-    """vLLM's layout for hybrid models: KV in pages of its attention block size."""
-    from marconi.peers.mamba_align import vllm_layout
-
-    return vllm_layout(spec, capacity)
-
-
-@system("sglang-2026", "SGLang MambaRadixCache (no-buffer): states at chunk, prefill and "
-        "request ends; KV and state LRU lists; its layout: a state pool beside the KV",
-        engine_layout=_sglang_memory)
-def _sglang_2026(spec: ModelSpec, alpha: float) -> Policies:
-    from marconi.peers.mamba_radix import MambaRadix, MambaRadixLRU
-
-    return MambaRadix(), MambaRadixLRU()
+def _sglang_options(strategies: tuple[str, ...], evictions: tuple[str, ...],
+                    pages: tuple[str, ...], real: bool) -> tuple[Option, ...]:
+    out = (
+        Option(name="strategy", default="no_buffer", choices=strategies,
+               help="--mamba-scheduler-strategy: where states are tracked"),
+        Option(name="eviction", default="lru", choices=evictions,
+               help="--radix-eviction-policy: the KV tree's eviction order"),
+        Option(name="page_size", default=1, kind=int, minimum=1, help="--page-size (tokens)")
+        if real else Option(name="page_size", default="1", choices=pages,
+                            help="--page-size (tokens; the emulation models 1)"),
+        Option(name="mamba_full_memory_ratio", default=0.9, kind=float, minimum=0.01,
+               help="--mamba-full-memory-ratio: state pool bytes / KV pool bytes"),
+        Option(name="chunked_prefill_size", default=8192, kind=int, minimum=1,
+               help="--chunked-prefill-size: the longest prefill chunk (tokens)"),
+    )
+    core = Option(name="core", default="python", choices=("python", "rust"),
+                  help="SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND: the tree's implementation")
+    return (*out, core) if real else out
 
 
-@system("sglang-2026-extra", "SGLang MambaRadixCache (extra-buffer): 64-aligned chunk and "
-        "branch states; its layout: a state pool beside the KV", engine_layout=_sglang_memory)
-def _sglang_2026_extra(spec: ModelSpec, alpha: float) -> Policies:
-    from marconi.peers.mamba_radix import BufferMode, MambaRadix, MambaRadixLRU, SGLangConfig
+def _sglang_config(settings: Settings) -> object:
+    from marconi.peers.mamba_radix import BufferMode, SGLangConfig
 
-    extra = SGLangConfig(mode=BufferMode.EXTRA_BUFFER)
-    return MambaRadix(extra), MambaRadixLRU(extra)
+    ratio = float(settings["mamba_full_memory_ratio"])  # type: ignore[arg-type]
+    return SGLangConfig(mode=BufferMode(str(settings["strategy"]).replace("_", "-")),
+                        chunk=int(settings["chunked_prefill_size"]),  # type: ignore[call-overload]
+                        state_share=ratio / (1.0 + ratio))
 
 
-@system("vllm-2026", "vLLM v1 align mode: block-aligned states, shared-prefix junctions, "
-        "block LRU; its layout: KV in pages of its block size", engine_layout=_vllm_memory)
-def _vllm_2026(spec: ModelSpec, alpha: float) -> Policies:
-    from marconi.peers.mamba_align import Align, BlockLRU
+def _sglang(name: str, description: str, settings: Settings, real: bool) -> System:
+    """SGLang's hybrid cache with `settings` (the emulation, or the real code's entry)."""
 
-    return Align(), BlockLRU()
+    def policies(spec: ModelSpec, alpha: float) -> Policies:
+        from marconi.peers.mamba_radix import MambaRadix, MambaRadixLRU
+
+        if real:
+            raise ValueError(f"{name} runs SGLang's own cache code in its environment, "
+                             "not in this process (sglang-2026 is its in-process emulation)")
+        config = _sglang_config(settings)
+        return MambaRadix(config), MambaRadixLRU(config)  # type: ignore[arg-type]
+
+    def layout(spec: ModelSpec, capacity: int) -> Layout:
+        from marconi.peers.mamba_radix import sglang_layout
+
+        return sglang_layout(spec, capacity, _sglang_config(settings))  # type: ignore[arg-type]
+
+    return System(name=name, policies=policies, description=description, engine_layout=layout,
+                  engine="sglang" if real else None)
+
+
+def _vllm_options() -> tuple[Option, ...]:
+    return (
+        Option(name="mamba_cache_mode", default="align", choices=("align",),
+               help="--mamba-cache-mode: where states are cached (0.32 has align only)"),
+        Option(name="block_size", default=None, kind=int, minimum=1, optional=True,
+               help="--block-size (tokens); none: derived from the model as vLLM does"),
+        Option(name="max_num_batched_tokens", default=8192, kind=int, minimum=1,
+               help="--max-num-batched-tokens: the longest prefill step"),
+        Option(name="retention_interval", default=0, kind=int, minimum=0, optional=True,
+               help="--prefix-cache-retention-interval (tokens): 0 keeps only reusable "
+                    "boundaries, R one state per R tokens, none every block's"),
+    )
+
+
+def _vllm_config(settings: Settings) -> object:
+    from marconi.peers.mamba_align import VLLMConfig
+
+    block, retention = settings["block_size"], settings["retention_interval"]
+    return VLLMConfig(block=None if block is None else int(block),  # type: ignore[call-overload]
+                      chunk=int(settings["max_num_batched_tokens"]),  # type: ignore[call-overload]
+                      retention=None if retention is None else int(retention))  # type: ignore[call-overload]
+
+
+def _vllm(name: str, description: str, settings: Settings, real: bool) -> System:
+    def policies(spec: ModelSpec, alpha: float) -> Policies:
+        from marconi.peers.mamba_align import Align, BlockLRU
+
+        if real:
+            raise ValueError(f"{name} runs vLLM's own cache code in its environment, "
+                             "not in this process (vllm-2026 is its in-process emulation)")
+        return Align(_vllm_config(settings)), BlockLRU()  # type: ignore[arg-type]
+
+    def layout(spec: ModelSpec, capacity: int) -> Layout:
+        from marconi.peers.mamba_align import vllm_layout
+
+        return vllm_layout(spec, capacity, _vllm_config(settings))  # type: ignore[arg-type]
+
+    def memory(spec: ModelSpec, capacity: int) -> tuple[ModelSpec, int]:
+        from marconi.peers.mamba_align import vllm_memory
+
+        return vllm_memory(spec, capacity, _vllm_config(settings))  # type: ignore[arg-type]
+
+    return System(name=name, policies=policies, description=description, engine_layout=layout,
+                  engine_memory=memory, engine="vllm" if real else None)
+
+
+def register_configurable(name: str, options: tuple[Option, ...],
+                          configure: Callable[[Settings], System]) -> System:
+    """Register `configure(defaults)` as `name`, configurable by its `options`."""
+    return register(configured_base(name, options, configure))
+
+
+def configured_base(name: str, options: tuple[Option, ...],
+                    configure: Callable[[Settings], System]) -> System:
+    defaults = {o.name: o.default for o in options}
+    return replace(configure(defaults), name=name, options=options, configure=configure,
+                   settings=defaults)
+
+
+def _peer(name: str, description: str, make: Callable[[str, str, Settings, bool], System],
+          options: tuple[Option, ...], real: bool, **fixed: object) -> None:
+    def configure(settings: Settings) -> System:
+        return make(name, description, {**settings, **fixed}, real)
+
+    register_configurable(name, options, configure)
+
+
+_peer("sglang-2026", "SGLang emulation (no-buffer): states at chunk, prefill and request "
+      "ends; KV and state LRU lists; its layout: a state pool beside the KV", _sglang,
+      _sglang_options(("no_buffer", "extra_buffer"), ("lru",), ("1",), real=False), False)
+_peer("sglang-2026-extra", "SGLang emulation (extra-buffer): 64-aligned chunk and branch "
+      "states; its layout: a state pool beside the KV", _sglang,
+      tuple(o for o in _sglang_options((), ("lru",), ("1",), real=False)
+            if o.name != "strategy"), False, strategy="extra_buffer")
+_peer("vllm-2026", "vLLM emulation (align mode): block-aligned states, shared-prefix "
+      "junctions, block LRU; its layout: KV in pages of its block size", _vllm,
+      _vllm_options(), False)
+_peer("sglang-0.5.23", "SGLang 0.5.23's own UnifiedRadixCache, replayed in its environment "
+      "(scripts/setup-peers.sh)", _sglang,
+      _sglang_options(SGLANG_STRATEGIES, SGLANG_EVICTIONS, ("1",), real=True), True)
+_peer("vllm-0.32", "vLLM 0.32's own KVCacheManager, replayed in its environment "
+      "(scripts/setup-peers.sh)", _vllm, _vllm_options(), True)
 
 
 # --- marconi+ and its ablation ----------------------------------------------------------------

@@ -28,6 +28,7 @@ from marconi.commands.parsing import add_plugin_argument
 from marconi.report.table import COLUMNS, table
 from marconi.sim.pool import exit_status
 from marconi.sim.sweep import Cell, expand, refusal_warnings, run_sweep
+from marconi.systems import split_systems
 from marconi.workload.cli_args import add_trace_arguments
 
 SWEEP_COLUMNS = (("trace", "trace_name", "s"), ("dataset", "dataset", "s"),
@@ -145,7 +146,7 @@ def grid_from_args(args: argparse.Namespace) -> list[Cell]:
         return [cell for grid in grids for cell in expand(grid)]
     if not args.trace:
         raise ValueError("sweep: give at least one trace or --config")
-    grid: dict[str, Any] = {"trace": list(args.trace), "system": _split(args.systems),
+    grid: dict[str, Any] = {"trace": list(args.trace), "system": split_systems(args.systems),
                             "capacity": _split(args.capacities),
                             "model": [m.strip() for m in args.models.split(";") if m.strip()]}
     grid |= {name: getattr(args, name) for name in TRACE_FLAGS}

@@ -194,14 +194,16 @@ class PrefixCache(Inserting):
             looked is not None and looked[3] == self.tree.version and looked[1] == salt
             and key.startswith(looked[0])) else None)
         positions = self.admission.positions_at(match, n, n_input, boundaries, key)
-        if key and self.admission.truncates:  # keep the sequence only up to its last state
-            key = key[: max(positions, default=0) * TOKEN_BYTES]
+        kept = self.admission.kept(positions, n) if key else n
+        if kept < n:  # e.g. up to its last state, or its last full block
+            key = key[: kept * TOKEN_BYTES]
             match = self.tree.match(key, salt)
         if not key:  # nothing to keep: vanilla, or no state to end on
             self._release_unused(states, set())
             return CommitResult((), None, refused=False)
         wanted = self._wanted(match, positions, states)
-        if not self._make_room(match, len(key) // TOKEN_BYTES, len(wanted)):
+        tokens, working = self.admission.running(n)  # held while it ran, room made for it
+        if not self._make_room(match, max(len(key) // TOKEN_BYTES, tokens), len(wanted) + working):
             self._release_unused(states, set())
             self.stats.refused_commits += 1
             self.eviction.on_commit(match.path, (), self.clock)

@@ -41,6 +41,17 @@ class Admission(ABC):
         token to compute, so the hit is capped below the input length)."""
         return n_input
 
+    def kept(self, positions: Sequence[int], n_total: int) -> int:
+        """How many of a committed sequence's `n_total` tokens the cache keeps, given the
+        positions it admits states at: all, or up to the last state (`truncates`)."""
+        return max(positions, default=0) if self.truncates else n_total
+
+    def running(self, n_total: int) -> tuple[int, int]:
+        """What an engine holds while the request of `n_total` tokens runs, beyond what
+        its commit keeps: (tokens whose KV it holds, working states). A commit makes room
+        for that much, and keeps only what it admits; default (0, 0): nothing more."""
+        return 0, 0
+
     @abstractmethod
     def checkpoints(self, match: Match, n_input: int, hit: int) -> tuple[int, ...]:
         """Positions in (hit, n_input] to capture during prefill, ascending."""

@@ -35,7 +35,7 @@ from typing import Any
 
 from marconi.sim.result import REFERENCES
 from marconi.sim.sweep import Cell, expand
-from marconi.systems import SYSTEMS
+from marconi.systems import get_system
 
 _NAMED_TRACES = ("sharegpt",)
 DATA = "{data}"  # a trace path starting with it is under the data folder
@@ -99,7 +99,7 @@ class Experiment:
         return out if out["system"] else None
 
     def _known(self, systems: list[str], warnings: list[str]) -> list[str]:
-        known = [s for s in systems if s in SYSTEMS or s in REFERENCES]
+        known = [s for s in systems if s in REFERENCES or _registered(s)]
         if len(known) < len(systems):
             skipped = sorted(set(systems) - set(known))
             warnings.append(f"{self.name}: systems {skipped} not registered; skipped")
@@ -170,3 +170,12 @@ def load_experiments(paths: list[Path], only: list[str] | None = None, *,
     if not experiments:
         raise ValueError(f"no experiment configs found in {[str(p) for p in paths]}")
     return experiments
+
+
+def _registered(name: str) -> bool:
+    """Whether `name` is a registered system (options included)."""
+    try:
+        get_system(name)
+    except ValueError:
+        return False
+    return True

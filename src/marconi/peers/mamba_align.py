@@ -16,7 +16,7 @@ Eviction is LRU over freed blocks, a request's tail blocks first (`BlockLRU`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from marconi.core.layout import Layout
@@ -37,13 +37,6 @@ def vllm_block_tokens(spec: ModelSpec) -> int:
     return ATTENTION_ALIGN * -(-spec.ssm_layer_bytes // (ATTENTION_ALIGN * per_token))
 
 
-def vllm_layout(spec: ModelSpec, capacity: int) -> Layout:
-    """vLLM's memory for a hybrid model: one pool of equal pages, KV in blocks of
-    `vllm_block_tokens(spec)` tokens, states counted at their own size (the padding of a
-    state up to a page is not modelled: docs/peers.md)."""
-    return Layout(page_size=vllm_block_tokens(spec))
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VLLMConfig:
     """Knobs of vLLM's align-mode Mamba prefix caching."""
@@ -52,6 +45,10 @@ class VLLMConfig:
     chunk: int = 8192  # max_num_batched_tokens: the longest prefill step
     # checkpoint at shared-prefix junctions (Marconi-style; vLLM PR 37898, docs/peers.md)
     junctions: bool = True
+    # --prefix-cache-retention-interval (tokens, a multiple of the block): 0 keeps only the
+    # states a later request can provably reuse (the replay boundary, junctions), R keeps
+    # one more per R tokens, None every block's (dense)
+    retention: int | None = 0
 
     def __post_init__(self) -> None:
         for name in ("block", "chunk"):
@@ -60,13 +57,58 @@ class VLLMConfig:
                 raise ValueError(f"VLLMConfig.{name} must be a positive integer, got {value!r}")
         if self.chunk is None:
             raise ValueError("VLLMConfig.chunk must be a positive integer, got None")
+        r = self.retention
+        if r is not None and (not isinstance(r, int) or r < 0
+                              or (r and self.block and r % self.block)):
+            raise ValueError("VLLMConfig.retention must be None, 0 or a positive multiple of "
+                             f"the block size, got {r!r}")
+
+
+def vllm_layout(spec: ModelSpec, capacity: int, config: VLLMConfig | None = None) -> Layout:
+    """vLLM's memory for a hybrid model: one pool of equal pages, KV in blocks of
+    `config.block` tokens (default `vllm_block_tokens(spec)`); states count their padded
+    size (`vllm_memory`)."""
+    return Layout(page_size=_block(spec, config))
+
+
+def _block(spec: ModelSpec, config: VLLMConfig | None) -> int:
+    block = config.block if config is not None else None
+    return block or vllm_block_tokens(spec)
+
+
+def vllm_group_size(spec: ModelSpec) -> int:
+    """Layers per KV cache group: vLLM groups layers of each kind so that every group has
+    as many layers (`_get_kv_cache_groups_uniform_page_size`): the fewer kind's count,
+    or the larger one's when it is under 1.5 times the fewer."""
+    counts = [n for n in (spec.attention_layers, spec.ssm_layers) if n]
+    small, large = min(counts), max(counts)
+    return large if large < 1.5 * small else small
+
+
+def vllm_memory(spec: ModelSpec, capacity: int,
+                config: VLLMConfig | None = None) -> tuple[ModelSpec, int]:
+    """The spec and capacity vLLM's block pool amounts to. Each Mamba layer's state takes a
+    whole attention page (`B x kv_layer_bytes_per_token`) and the SSM layers are padded to
+    whole groups, so a state is `ceil(ssm / g)` blocks of `g` pages (the padding is carried
+    as `checkpoint_extra_bytes`); the pool holds `capacity // block_bytes` blocks, of which
+    block 0 is vLLM's null block and holds nothing."""
+    if not spec.ssm_layers or not spec.attention_layers:
+        return spec, capacity
+    page = _block(spec, config) * spec.kv_layer_bytes_per_token
+    group = vllm_group_size(spec)
+    block_bytes = group * page
+    state = -(-spec.ssm_layers // group) * block_bytes
+    padded = spec.replace(checkpoint_extra_bytes=spec.checkpoint_extra_bytes + state
+                          - spec.ssm_layers * spec.ssm_layer_bytes)
+    if capacity >= 2**62:  # unbounded (the bounds' cache): nothing to round
+        return padded, capacity
+    return padded, max(0, (capacity // block_bytes - 1) * block_bytes)
 
 
 class Align(Admission):
-    """States at block-aligned chunk ends, the last aligned prompt boundary, shared-prefix
-    junctions and every block boundary of the output; full blocks only."""
-
-    truncates = True
+    """States at the replay boundary and shared-prefix junctions, and those the retention
+    interval keeps (dense: every step end and block boundary of the output); full blocks
+    only."""
 
     def __init__(self, config: VLLMConfig | None = None) -> None:
         self.config = config or VLLMConfig()
@@ -85,27 +127,52 @@ class Align(Admission):
     def max_hit(self, n_input: int) -> int:
         return n_input - 1
 
+    def kept(self, positions: Sequence[int], n_total: int) -> int:
+        """Every full block of what was computed: a block's KV is cached (hashed) once
+        full, whether or not a state ends on it; the last sampled token is never fed."""
+        return (n_total - 1) // self.block * self.block
+
+    def running(self, n_total: int) -> tuple[int, int]:
+        """The running request holds the KV blocks of every token it computed (all but
+        the last sampled one) and its working state's blocks."""
+        return n_total - 1, 2
+
     def prefill(self, match: Match, n_input: int, hit: int) -> list[int]:
-        """States saved while prefilling (hit, n_input] (may include `hit` itself)."""
-        b = self.block
-        step = max(b, self.config.chunk // b * b)  # steps are cut at block boundaries
-        out = list(range(hit + step, n_input, step))
-        out.append(n_input // b * b)
+        """States saved while prefilling (hit, n_input] (may include `hit` itself): the
+        replay boundary (the last block boundary before the prompt's last token) and the
+        shared-prefix junction always; under dense retention every step's end too; under
+        an interval R, every multiple of R."""
+        b, r = self.block, self.config.retention
+        out = [(n_input - 1) // b * b]
         if self.config.junctions:
             out.append(min(match.length, n_input - 1) // b * b)
+        if r is None:
+            step = max(b, self.config.chunk // b * b)  # steps are cut at block boundaries
+            out += range(hit + step, n_input, step)
+            out.append(n_input // b * b)
+        elif r:
+            out += range(r, n_input, r)
         return out
+
+    def decode(self, n_input: int, n_total: int) -> range:
+        """States saved while decoding: every block boundary (dense) or multiple of R
+        crossed; vLLM never feeds the last sampled token, so it computes n_total - 1."""
+        r = self.config.retention
+        if r == 0:
+            return range(0)
+        step = self.block if r is None else r
+        return range((n_input // step + 1) * step, n_total, step)
 
     def checkpoints(self, match: Match, n_input: int, hit: int) -> tuple[int, ...]:
         return tuple(sorted({p for p in self.prefill(match, n_input, hit) if p > hit}))
 
     def positions(self, match: Match, n_total: int, n_input: int) -> tuple[int, ...]:
-        b = self.block
         hit = deepest_state(match, self.max_hit(n_input))
         out = {p for p in self.prefill(match, n_input, hit) if p > hit}
-        out.update(range((n_input // b + 1) * b, n_total + 1, b))
-        aligned_end = n_input // b * b
-        if aligned_end > 0:
-            out.add(aligned_end)  # held already when it is the hit: the commit refreshes it
+        out.update(self.decode(n_input, n_total))
+        replay = (n_input - 1) // self.block * self.block
+        if replay > 0:
+            out.add(replay)  # held already when it is the hit: the commit refreshes it
         return tuple(sorted(out))
 
 

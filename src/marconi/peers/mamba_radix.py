@@ -78,6 +78,22 @@ class MambaRadix(Admission):
         self.config = config or SGLangConfig()
         self.truncates = self.config.mode is BufferMode.EXTRA_BUFFER
 
+    def max_hit(self, n_input: int) -> int:
+        """SGLang leaves one input token to compute (`init_next_round_input`)."""
+        return n_input - 1
+
+    def kept(self, positions: Sequence[int], n_total: int) -> int:
+        """The final insert covers what was computed: every token but the last sampled
+        one (no-buffer); extra-buffer keeps up to its last tracked state."""
+        if self.truncates:
+            return max(positions, default=0)
+        return n_total - 1
+
+    def running(self, n_total: int) -> tuple[int, int]:
+        """Extra-buffer: the running request also holds two ping-pong tracking slots
+        (`get_mamba_tracking_slots`), so the tree keeps two states fewer meanwhile."""
+        return 0, 2 if self.truncates else 0
+
     def branch(self, match: Match, n_input: int, hit: int) -> int | None:
         """SGLang's `mamba_branching_seqlen`: KV matched past the hit, rounded down to T."""
         matched = min(match.length, n_input)
@@ -104,10 +120,10 @@ class MambaRadix(Admission):
         return tuple(p for p in self.prefill(match, n_input, hit) if p > hit)
 
     def positions(self, match: Match, n_total: int, n_input: int) -> tuple[int, ...]:
-        hit = deepest_state(match, n_input)
+        hit = deepest_state(match, self.max_hit(n_input))
         out = set(self.prefill(match, n_input, hit))
         if self.config.mode is BufferMode.NO_BUFFER:
-            out.add(n_total)
+            out.add(n_total - 1)  # the last sampled token is never fed
         else:
             step = self.config.decode_interval
             last = n_total // step * step
@@ -144,12 +160,13 @@ class MambaRadixLRU(TwoListLRU):
         self.now = now
         if hit is not None:
             nodes = list(path)
-            self.touch(nodes[: nodes.index(hit) + 1], now, states=True)
+            self.touch(nodes[: nodes.index(hit) + 1], now, states=False)
+            self.states.touch(hit, now)  # only the state the match uses
 
     def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
         self.now = now
         self.last_path = list(path)
-        self.touch(self.last_path, now, states=True)
+        self.touch(self.last_path, now, states=False)  # new states: stamped by `changed`
         for node in new:
             self.changed(node)
 

@@ -17,7 +17,7 @@ from typing import Any
 from marconi.core.spec import resolve_model
 from marconi.sim.capacity import check_capacity
 from marconi.sim.result import REFERENCES, SHADOW_SAMPLE_AFTER
-from marconi.systems import SYSTEMS
+from marconi.systems import get_system
 from marconi.workload import TraceOptions
 from marconi.workload.options import DEFAULT_TOKENIZER
 
@@ -57,9 +57,8 @@ class Cell:
     session_field: str | None = _DEFAULTS.session_field
 
     def __post_init__(self) -> None:
-        if self.system not in REFERENCES and self.system not in SYSTEMS:
-            known = ", ".join([*SYSTEMS, *REFERENCES])
-            raise ValueError(f"unknown system {self.system!r}; known systems: {known}")
+        if self.system not in REFERENCES:
+            get_system(self.system)  # ValueError naming the unknown system or option
         check_capacity(resolve_model(self.model), self.capacity, self.system)
         if self.max_requests is not None and self.max_requests < 1:
             raise ValueError(f"max_requests must be >= 1 or None, got {self.max_requests!r}")

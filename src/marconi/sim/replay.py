@@ -42,10 +42,11 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
         multiplier=config.multiplier, objective=Objective(config.objective), wait=True,
         sample_after=config.shadow_sample_after))
     cache = system.cache(config.spec, config.capacity, alpha=config.alpha,
-                         page_size=config.page_size, state_slots=config.state_slots)
+                         page_size=config.page_size, state_slots=config.state_slots,
+                         as_engine=True)
     bound: PrefixCache | None = system.cache(
         config.spec, UNBOUNDED, alpha=config.alpha, page_size=config.page_size,
-        state_slots=0, evict_with=keep_all) if config.bounds else None  # no pool
+        state_slots=0, evict_with=keep_all, as_engine=True) if config.bounds else None
     seen, dropped = SeenTree(), None
     records = Records.zeros(len(trace) if isinstance(trace, Sized) else STREAM_ROWS)
     arrivals, sessions = np.zeros(len(records)), []

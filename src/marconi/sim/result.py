@@ -118,6 +118,8 @@ class SimResult:
     tuning: TuningReport | None = None  # what the tuner did (None: no tuner, or nothing yet)
     # requests replayed when the bounds outgrew `config.bounds_tokens` and were dropped
     bounds_dropped: int | None = None
+    # a real engine's replay (marconi.realpeers): what its worker said of itself
+    engine: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
         return summarize(self)
@@ -164,6 +166,18 @@ def summarize(result: SimResult) -> dict[str, Any]:
     out["hit_rate_by_input_length"] = hit_rate_by_length(r.n_input, r.hit)
     if result.tuning is not None:
         out["tuning"] = result.tuning.to_json()
+    if result.engine is not None:
+        out["engine"] = _engine(result.engine)
+    return out
+
+
+def _engine(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A real engine's replay: which engine, and what its cache code cost per request."""
+    requests = max(int(meta.get("requests") or 0), 1)
+    out = {"name": meta.get("engine"), "version": meta.get("version"),
+           "seconds": meta.get("seconds")}
+    if meta.get("micros_total") is not None:
+        out["us_per_request"] = float(meta["micros_total"]) / requests
     return out
 
 

@@ -14,6 +14,7 @@ from marconi.sim.result import (
     SimResult,
     run_warnings,
 )
+from marconi.systems import get_system
 from marconi.workload.types import Trace
 
 
@@ -22,11 +23,16 @@ def run(trace: Trace, config: SimConfig, *, progress: bool = False,
     """`simulate`, or the oracle / offline reference when `config.system` names one.
     `warn`: say on stderr when the run refused more than 1% of its commits, evicted for a
     commit it then refused (a policy bug), or dropped its bounds (they outgrew
-    `config.bounds_tokens`)."""
+    `config.bounds_tokens`). A system run by a real engine (`sglang-0.5.23`, `vllm-0.32`)
+    is replayed through the engine's own code (marconi.realpeers)."""
     if config.system == ORACLE:
         result = oracle(trace, config)
     elif config.system == OFFLINE:
         result = offline(trace, config, progress=progress)
+    elif (system := get_system(config.system)).engine is not None:
+        from marconi.realpeers.replay import replay
+
+        result = replay(trace, config, system, progress=progress)
     else:
         result = simulate(trace, config, progress=progress)
     if warn:

@@ -1,0 +1,58 @@
+"""Where each engine's environment lives, and the one-line error when it is missing."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_VAR = "MARCONI_PEERS_DIR"  # a folder holding one environment per engine
+SETUP = "bash scripts/setup-peers.sh"  # what builds them (docs/peers.md)
+
+
+class PeerError(ValueError):
+    """A real-engine replay that could not run or did not finish (never a partial
+    result): the message names the engine, the request and the reason."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Engine:
+    name: str  # the environment's folder name and the worker's prefix
+    version: str  # the one version its worker drives
+    system: str  # the registered system that runs it
+
+    @property
+    def worker(self) -> Path:
+        return Path(__file__).with_name(f"{self.name}_worker.py")
+
+
+ENGINES = {
+    "sglang": Engine(name="sglang", version="0.5.23", system="sglang-0.5.23"),
+    "vllm": Engine(name="vllm", version="0.32.0", system="vllm-0.32"),
+}
+
+
+def envs_dir() -> Path:
+    """`$MARCONI_PEERS_DIR`, else `.venv-peers` of the source tree this package runs from
+    (what scripts/setup-peers.sh builds), else `~/.cache/marconi/peers`."""
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR]).expanduser()
+    tree = Path(__file__).resolve().parents[3]  # src/marconi/realpeers -> the checkout
+    if (tree / "pyproject.toml").is_file():
+        return tree / ".venv-peers"
+    return Path.home() / ".cache" / "marconi" / "peers"
+
+
+def python_of(engine: Engine) -> Path:
+    """The engine environment's interpreter, or PeerError naming the setup command."""
+    python = envs_dir() / engine.name / "bin" / "python"
+    if not python.is_file():
+        raise PeerError(f"{engine.system} needs {engine.name} {engine.version}'s own "
+                        f"environment, not found at {python.parent.parent}: run `{SETUP}` "
+                        f"(or point {ENV_VAR} at a folder holding it)")
+    return python
+
+
+def available(engine: str) -> bool:
+    """Whether `engine`'s environment is built (tests and benchmarks skip without it)."""
+    return (envs_dir() / ENGINES[engine].name / "bin" / "python").is_file()

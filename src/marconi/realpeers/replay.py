@@ -1,0 +1,130 @@
+"""`replay`: a trace through an engine's real cache code, as a `SimResult` like any other.
+
+The engine's pools are sized from marconi's capacity the way the engine sizes them
+(docs/peers.md): SGLang gets the KV tokens and state slots of its layout (the same numbers
+its emulation `sglang-2026` runs), vLLM the memory, from which it derives its block size
+and block count itself. What the result holds comes from the engine's own counters; the
+infinite-cache bounds are not computed (they would be a second full replay).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from marconi.core.spec import ModelSpec
+from marconi.core.stats import CacheStats
+from marconi.core.units import parse_size
+from marconi.realpeers.envs import ENGINES, PeerError
+from marconi.realpeers.worker import run_worker
+from marconi.sim.result import Records, SimConfig, SimResult
+from marconi.systems import System
+from marconi.workload.types import Request, Trace
+
+PROGRESS_EVERY = 100  # requests between a worker's progress lines
+
+
+def model_options(spec: ModelSpec) -> dict[str, int]:
+    """The byte sizes a worker builds its engine's layer specs from."""
+    recurrent = (spec.ssm_state_elems or spec.d_model * spec.d_state) * (
+        spec.state_dtype_bytes or spec.dtype_bytes)
+    return {"attention_layers": spec.attention_layers,
+            "kv_layer_bytes_per_token": spec.kv_layer_bytes_per_token,
+            "ssm_layers": spec.ssm_layers, "ssm_state_bytes": recurrent,
+            "conv_state_bytes": spec.ssm_layer_bytes - recurrent,
+            "dtype_bytes": spec.dtype_bytes}
+
+
+def sglang_options(config: SimConfig, system: System) -> dict[str, Any]:
+    """SGLang's pools: the KV tokens and state slots of its layout at this capacity."""
+    layout = config.layout()
+    if not layout.pooled:
+        raise PeerError(f"{system.name}: SGLang always keeps states in a pool of their own "
+                        "(--state-slots 0 has no meaning for it)")
+    kv = layout.kv_capacity(config.spec, parse_size(config.capacity))
+    s = system.settings
+    return {"kv_tokens": kv // config.spec.kv_bytes_per_token, "mamba_slots": layout.state_slots,
+            "strategy": s["strategy"], "eviction": s["eviction"],
+            "page_size": int(str(s["page_size"])),
+            "chunked_prefill_size": s["chunked_prefill_size"],
+            "core": s["core"], "check": False, "progress_every": PROGRESS_EVERY}
+
+
+def vllm_options(config: SimConfig, system: System) -> dict[str, Any]:
+    """vLLM's memory: the capacity, from which it derives blocks as it does on a GPU."""
+    s = system.settings
+    return {**model_options(config.spec), "memory_bytes": parse_size(config.capacity),
+            "block_size": s["block_size"], "mamba_cache_mode": s["mamba_cache_mode"],
+            "retention_interval": s["retention_interval"],
+            "max_num_batched_tokens": s["max_num_batched_tokens"], "check": False,
+            "progress_every": PROGRESS_EVERY}
+
+
+def replay(trace: Trace | Sequence[Request], config: SimConfig, system: System, *,
+           progress: bool = False, check: bool = False) -> SimResult:
+    """Replay `trace` through `system`'s engine (one request running at a time). `check`:
+    the engine's own integrity checks after every request. PeerError when the
+    environment is missing or the replay fails; never a partial result."""
+    if config.concurrent:
+        raise PeerError(f"{system.name}: real-engine replays run one request at a time "
+                        "(a concurrent replay is not supported)")
+    if not isinstance(trace, Sequence):
+        raise PeerError(f"{system.name}: a real-engine replay needs the whole trace, not a "
+                        "stream")
+    assert system.engine is not None
+    engine = ENGINES[system.engine]
+    make = sglang_options if engine.name == "sglang" else vllm_options
+    options = make(config, system)
+    if engine.name == "sglang":
+        options["model"] = model_options(config.spec)
+    options["check"] = check
+    start = time.perf_counter()
+    columns, meta = run_worker(engine, trace, options, progress=progress, label=system.name)
+    records, stats = _records(trace, columns, meta, config.spec, engine.name)
+    meta["micros_total"] = float(columns["micros"].sum())  # the engine's cache calls alone
+    return SimResult(config=dataclasses.replace(config, system=system.name, bounds=False),
+                     trace=trace.name if isinstance(trace, Trace) else "requests",
+                     records=records, sessions=[r.session_id for r in trace],
+                     arrivals=np.array([r.arrival for r in trace], dtype=np.float64),
+                     stats=stats, alpha=0.0, seconds=time.perf_counter() - start,
+                     engine=meta)
+
+
+def _records(trace: Sequence[Request], columns: dict[str, np.ndarray], meta: dict[str, Any],
+             spec: ModelSpec, engine: str) -> tuple[Records, CacheStats]:
+    records = Records.zeros(len(trace))
+    records.n_input[:] = [r.n_input for r in trace]
+    records.n_output[:] = [r.n_output for r in trace]
+    records.hit[:] = columns["hit"]
+    if (records.hit > records.n_input).any():
+        i = int(np.argmax(records.hit > records.n_input))
+        raise PeerError(f"{engine}: request {i} hit {records.hit[i]} tokens of "
+                        f"{records.n_input[i]} input tokens (a worker bug)")
+    if engine == "sglang":
+        records.kv_bytes[:] = columns["kv_tokens"] * spec.kv_bytes_per_token
+        records.ssm_bytes[:] = columns["states"] * spec.ssm_bytes
+        states, evicted = columns["states"], columns["evicted_states"]
+        evictions = int(columns["evicted_states"][-1] + columns["evicted_kv"][-1]) \
+            if len(trace) else 0
+    else:
+        block = int(meta["block_size"]) * spec.kv_bytes_per_token  # one block id, all layers
+        records.kv_bytes[:] = columns["kv_blocks"] * block
+        records.ssm_bytes[:] = columns["state_blocks"] * block
+        per_state = int(meta["blocks_per_state"])
+        states, evicted = columns["state_blocks"] // per_state, columns["evicted_states"]
+        evictions = int(columns["evictions"][-1]) if len(trace) else 0
+    stats = CacheStats(lookups=len(trace), commits=len(trace),
+                       input_tokens=int(records.n_input.sum()),
+                       hit_tokens=int(records.hit.sum()),
+                       hit_requests=int((records.hit > 0).sum()), evictions=evictions)
+    if len(trace):
+        stats.states_evicted = int(evicted[-1])
+        stats.states = int(states[-1])
+        stats.states_admitted = stats.states + stats.states_evicted
+        stats.kv_bytes, stats.ssm_bytes = int(records.kv_bytes[-1]), int(records.ssm_bytes[-1])
+        stats.peak_bytes = int((records.kv_bytes + records.ssm_bytes).max())
+    return records, stats
