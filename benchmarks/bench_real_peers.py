@@ -33,7 +33,7 @@ from marconi.workload import Trace, TraceOptions, load_trace
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 FULL = {"sharegpt": ("2GB", "5GB", "10GB"), "swe-agent": ("20GB", "40GB"),
         "mooncake[0:1000]": ("20GB", "60GB")}
-QUICK = {"sharegpt(40)": ("1GB", "3GB")}
+QUICK = {"sharegpt(40)": ("1GB", "2GB")}
 
 
 def load(name: str) -> Trace | None:
@@ -96,6 +96,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     for agreements in found.values():
         if agreements:
             print(summary_line(agreements))
+            verdict = ("within the target" if all(a.agrees for a in agreements) else
+                       "within its documented bound (docs/peers.md)"
+                       if all(a.within_bound for a in agreements) else "PAST ITS BOUND")
+            print(f"  {agreements[0].emulation}: {verdict}")
     print("engines: " + ", ".join(f"{e.name} {e.version}" for e in ENGINES.values()
                                   if e.name in engines))
 

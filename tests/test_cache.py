@@ -136,9 +136,10 @@ class TestCapacity:
         result = cache.commit(_seq(50_000, 3000), 3000)
         assert result.refused and cache.stats.refused_commits == 1
         assert cache.bytes == held and cache.stats.evictions == 0
-        resumed = [*_seq(0, 200), 1, 3]  # vLLM's align mode resumes at a block boundary
+        resumed = [*_seq(0, 200), 1, 3]  # vLLM's align mode resumes at a block boundary,
+        # SGLang's before the last sampled token (never fed)
         assert cache.lookup(resumed).hit == probe.lookup(resumed).hit \
-            == (192 if system == "vllm-2026" else 201)
+            == {"vllm-2026": 192, "sglang-2026": 200}.get(system, 201)
         check_integrity(cache)
 
     def test_refusal_counts_pinned_bytes(self) -> None:

@@ -57,8 +57,8 @@ class TestArguments:
         assert cache.layout == Layout() and cache.kv_capacity == cache.capacity
 
     @pytest.mark.parametrize(("system", "layout"), [
-        ("sglang-2026", Layout(page_size=1, state_slots=35)),
-        ("sglang-2026-extra", Layout(page_size=1, state_slots=35)),
+        ("sglang-2026", Layout(page_size=1, state_slots=34)),
+        ("sglang-2026-extra", Layout(page_size=1, state_slots=34)),
         ("vllm-2026", Layout(page_size=80))])
     def test_peers_run_their_engines_layout_unless_told(self, system, layout):
         assert make_cache(PAPER_7B, "2GB", system).layout == layout
@@ -272,8 +272,8 @@ class TestEngineLayouts:
         from marconi.peers.mamba_radix import sglang_layout
 
         layout = sglang_layout(PAPER_7B, 2 * 10**9)
-        assert layout == Layout(page_size=1, state_slots=35)  # 2e9 x 0.9 / 1.9 / 26.8 MB
-        assert layout.kv_capacity(PAPER_7B, 2 * 10**9) == 2 * 10**9 - 35 * PAPER_7B.ssm_bytes
+        assert layout == Layout(page_size=1, state_slots=34)  # (2e9 x 0.9 / 1.9 - s) // s
+        assert layout.kv_capacity(PAPER_7B, 2 * 10**9) == 2 * 10**9 - 34 * PAPER_7B.ssm_bytes
         assert sglang_layout(PAPER_7B, PAPER_7B.ssm_bytes) == Layout()  # no whole slot
 
     def test_vllm_pages_are_its_blocks(self):

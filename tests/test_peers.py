@@ -143,7 +143,9 @@ class TestSGLangNoBuffer:
         cache = _sglang(chunk=16)
         assert cache.lookup(_seq(0, 40)).checkpoints == (16, 32, 40)
         result = cache.commit([*_seq(0, 40), 1, 2, 3], 40)
-        assert result.admitted == (16, 32, 40, 43)
+        assert result.admitted == (16, 32, 40, 42)  # the last sampled token is never fed
+        assert cache.lookup([*_seq(0, 40), 1, 2]).hit == 40  # a hit leaves one to compute
+        assert cache.lookup([*_seq(0, 40), 1, 2, 3]).hit == 42
 
     def test_default_chunk_is_8192(self) -> None:
         cache = make_cache(SMALL, "1TB", "sglang-2026")

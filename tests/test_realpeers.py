@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from marconi.cli import main
 from marconi.core.spec import PAPER_7B
 from marconi.realpeers.envs import ENGINES, ENV_VAR, PeerError, available
-from marconi.realpeers.fidelity import PAIRS, agreement
+from marconi.realpeers.fidelity import BOUNDS, PAIRS, agreement
 from marconi.realpeers.worker import run_worker
 from marconi.sim import SimConfig
 from marconi.sim.run import run
@@ -39,7 +40,7 @@ def need(engine: str) -> None:
 
 @pytest.fixture(scope="module")
 def chat():
-    """40 ShareGPT sessions (about 480 requests): at 1 GB every peer evicts."""
+    """40 ShareGPT sessions (514 requests): at 1-2 GB every peer evicts."""
     return load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=40))
 
 
@@ -48,7 +49,7 @@ class TestWithoutTheEngine:
                                              monkeypatch: pytest.MonkeyPatch,
                                              tmp_path: Path) -> None:
         monkeypatch.setenv(ENV_VAR, str(tmp_path))
-        for system in ("sglang-0.5.23", "vllm-0.32:mamba_cache_mode=all"):
+        for system in ("sglang-0.5.23", "vllm-0.32:retention_interval=none"):
             assert main(["simulate", TRACE, "--system", system, "--quiet"]) == 2
             captured = capsys.readouterr()
             lines = captured.err.strip().splitlines()
@@ -82,9 +83,11 @@ class TestWithoutTheEngine:
 @pytest.mark.parametrize(("emulation", "real"), PAIRS)
 def test_emulation_agrees_with_the_real_code(chat, emulation: str, real: str) -> None:
     need(str(get_system(real).engine))
-    found = agreement(chat, PAPER_7B, "1GB", emulation, real)
+    found = agreement(chat, PAPER_7B, "2GB", emulation, real)
     assert found.real_hit_rate > 0.02, found  # it cached something
-    assert found.agrees, found
+    assert found.within_bound, found
+    if emulation not in BOUNDS:
+        assert found.agrees, found
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
@@ -106,7 +109,7 @@ class TestRealEngine:
         with pytest.raises(PeerError) as err:
             run(long, SimConfig(spec=PAPER_7B, capacity="400MB",
                                 system=ENGINES[engine].system, bounds=False))
-        assert "request 0" in str(err.value)
+        assert re.search(r"request \d+: needs \d+", str(err.value)), str(err.value)
 
     def test_a_bad_option_fails_with_the_workers_words(self, engine: str) -> None:
         need(engine)

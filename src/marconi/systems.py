@@ -391,7 +391,7 @@ def _sglang_options(strategies: tuple[str, ...], evictions: tuple[str, ...],
                     pages: tuple[str, ...], real: bool) -> tuple[Option, ...]:
     out = (
         Option(name="strategy", default="no_buffer", choices=strategies,
-               help="--mamba-scheduler-strategy: where states are tracked"),
+               help="--mamba-radix-cache-strategy: where states are tracked"),
         Option(name="eviction", default="lru", choices=evictions,
                help="--radix-eviction-policy: the KV tree's eviction order"),
         Option(name="page_size", default=1, kind=int, minimum=1, help="--page-size (tokens)")
@@ -433,8 +433,13 @@ def _sglang(name: str, description: str, settings: Settings, real: bool) -> Syst
 
         return sglang_layout(spec, capacity, _sglang_config(settings))  # type: ignore[arg-type]
 
+    def memory(spec: ModelSpec, capacity: int) -> tuple[ModelSpec, int]:
+        from marconi.peers.mamba_radix import sglang_memory
+
+        return sglang_memory(spec, capacity)
+
     return System(name=name, policies=policies, description=description, engine_layout=layout,
-                  engine="sglang" if real else None)
+                  engine_memory=memory, engine="sglang" if real else None)
 
 
 def _vllm_options() -> tuple[Option, ...]:

@@ -198,6 +198,7 @@ class PrefixCache(Inserting):
         if kept < n:  # e.g. up to its last state, or its last full block
             key = key[: kept * TOKEN_BYTES]
             match = self.tree.match(key, salt)
+            positions = tuple(p for p in positions if p <= kept)
         if not key:  # nothing to keep: vanilla, or no state to end on
             self._release_unused(states, set())
             return CommitResult((), None, refused=False)

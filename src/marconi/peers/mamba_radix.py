@@ -59,11 +59,20 @@ class SGLangConfig:
 
 def sglang_layout(spec: ModelSpec, capacity: int, config: SGLangConfig | None = None) -> Layout:
     """SGLang's memory at `capacity` bytes: KV in pages of one token beside a mamba pool
-    holding `state_share` of the memory (`--mamba-full-memory-ratio` 0.9: states / KV).
-    The byte budget when that share holds no state (or the model has none)."""
+    sized from `state_share` of the memory (`--mamba-full-memory-ratio` 0.9: states / KV)
+    as `_handle_max_mamba_cache` sizes it: `(budget - state) // state` slots, one state's
+    memory more kept as its padding slot (`sglang_memory`). The running request's working
+    slots come out of the pool. The byte budget when the share holds no state."""
     share = (config or SGLangConfig()).state_share
-    slots = int(capacity * share / spec.ssm_bytes) if spec.ssm_bytes else 0
-    return Layout(page_size=1, state_slots=slots)
+    slots = int((capacity * share - spec.ssm_bytes) // spec.ssm_bytes) if spec.ssm_bytes else 0
+    return Layout(page_size=1, state_slots=max(slots, 0))
+
+
+def sglang_memory(spec: ModelSpec, capacity: int) -> tuple[ModelSpec, int]:
+    """What SGLang's pools amount to: the capacity less its mamba pool's padding slot."""
+    if not spec.ssm_bytes or capacity >= 2**62:  # unbounded (the bounds' cache)
+        return spec, capacity
+    return spec, max(capacity - spec.ssm_bytes, 0)
 
 
 def deepest_state(match: Match, limit: int) -> int:
@@ -76,23 +85,18 @@ class MambaRadix(Admission):
 
     def __init__(self, config: SGLangConfig | None = None) -> None:
         self.config = config or SGLangConfig()
-        self.truncates = self.config.mode is BufferMode.EXTRA_BUFFER
+        # the final insert covers what was computed, every token but the last sampled one
+        # (no-buffer: up to its state there); extra-buffer: up to its last tracked state
+        self.truncates = True
 
     def max_hit(self, n_input: int) -> int:
         """SGLang leaves one input token to compute (`init_next_round_input`)."""
         return n_input - 1
 
-    def kept(self, positions: Sequence[int], n_total: int) -> int:
-        """The final insert covers what was computed: every token but the last sampled
-        one (no-buffer); extra-buffer keeps up to its last tracked state."""
-        if self.truncates:
-            return max(positions, default=0)
-        return n_total - 1
-
     def running(self, n_total: int) -> tuple[int, int]:
         """Extra-buffer: the running request also holds two ping-pong tracking slots
         (`get_mamba_tracking_slots`), so the tree keeps two states fewer meanwhile."""
-        return 0, 2 if self.truncates else 0
+        return 0, 2 if self.config.mode is BufferMode.EXTRA_BUFFER else 0
 
     def branch(self, match: Match, n_input: int, hit: int) -> int | None:
         """SGLang's `mamba_branching_seqlen`: KV matched past the hit, rounded down to T."""
@@ -123,7 +127,7 @@ class MambaRadix(Admission):
         hit = deepest_state(match, self.max_hit(n_input))
         out = set(self.prefill(match, n_input, hit))
         if self.config.mode is BufferMode.NO_BUFFER:
-            out.add(n_total - 1)  # the last sampled token is never fed
+            out.add(max(n_total - 1, n_input))  # the last sampled token is never fed
         else:
             step = self.config.decode_interval
             last = n_total // step * step

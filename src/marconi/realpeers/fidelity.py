@@ -22,8 +22,11 @@ from marconi.workload.types import Request
 PAIRS = (("sglang-2026", "sglang-0.5.23"),
          ("sglang-2026-extra", "sglang-0.5.23:strategy=extra_buffer"),
          ("vllm-2026", "vllm-0.32"))
-MAX_DIFF = 0.005  # token hit rate, as a fraction
-MIN_IDENTICAL = 0.99  # share of requests with the same hit
+MAX_DIFF = 0.005  # the target: token hit rate within half a point ...
+MIN_IDENTICAL = 0.99  # ... and at least 99% of requests with the same hit
+# where an emulation misses the target, the bound its documented causes account for
+# (docs/peers.md, "Fidelity"): (max diff, min identical); a regression past it fails
+BOUNDS = {"sglang-2026-extra": (0.02, 0.96), "vllm-2026": (0.015, 0.98)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,7 +48,14 @@ class Agreement:
 
     @property
     def agrees(self) -> bool:
+        """Within the target (0.5 point, 99% identical)."""
         return self.diff <= MAX_DIFF and self.identical >= MIN_IDENTICAL
+
+    @property
+    def within_bound(self) -> bool:
+        """Within the target, or the documented bound of its remaining differences."""
+        diff, identical = BOUNDS.get(self.emulation, (MAX_DIFF, MIN_IDENTICAL))
+        return self.diff <= diff and self.identical >= identical
 
 
 def agreement(requests: Sequence[Request], spec: ModelSpec, capacity: int | str,

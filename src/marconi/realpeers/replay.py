@@ -45,7 +45,10 @@ def sglang_options(config: SimConfig, system: System) -> dict[str, Any]:
     if not layout.pooled:
         raise PeerError(f"{system.name}: SGLang always keeps states in a pool of their own "
                         "(--state-slots 0 has no meaning for it)")
-    kv = layout.kv_capacity(config.spec, parse_size(config.capacity))
+    capacity = parse_size(config.capacity)
+    if system.engine_memory is not None:  # less the pool's padding slot
+        capacity = system.engine_memory(config.spec, capacity)[1]
+    kv = layout.kv_capacity(config.spec, capacity)
     s = system.settings
     return {"kv_tokens": kv // config.spec.kv_bytes_per_token, "mamba_slots": layout.state_slots,
             "strategy": s["strategy"], "eviction": s["eviction"],
