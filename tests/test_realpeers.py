@@ -117,6 +117,16 @@ class TestRealEngine:
             run_worker(ENGINES[engine], load_trace(TRACE), {"colour": "red"})
         assert "colour" in str(err.value) and "exit 2" in str(err.value)
 
+    def test_a_sweep_cell_runs_it(self, engine: str) -> None:
+        need(engine)
+        from marconi.sim.sweep import Cell, run_cell
+
+        system = f"{ENGINES[engine].system}:max_num_batched_tokens=4096" if engine == "vllm" \
+            else f"{ENGINES[engine].system}:chunked_prefill_size=4096"
+        row = run_cell(Cell(trace=TRACE, sessions=3, system=system, capacity="1GB"))
+        assert row["status"] == "ok", row["error"]
+        assert row["system"] == system and row["token_hit_rate"] > 0
+
     def test_compare_runs_it_like_any_system(self, engine: str,
                                              capsys: pytest.CaptureFixture) -> None:
         need(engine)

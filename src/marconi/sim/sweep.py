@@ -44,6 +44,7 @@ from marconi.sim.result import (
     ttft_seconds,
 )
 from marconi.sim.results_file import ResultsFile
+from marconi.systems import get_system
 from marconi.workload import Trace, TraceOptions, load_trace
 from marconi.workload.report import describe
 
@@ -79,6 +80,10 @@ def _simulate(cell: Cell) -> SimResult:
         return oracle(trace, config, executor=InlineExecutor())
     if cell.system == OFFLINE:
         return offline(trace, config)
+    if (system := get_system(cell.system)).engine is not None:  # the engine's own code
+        from marconi.realpeers.replay import replay
+
+        return replay(trace, config, system)
     return simulate(trace, config)
 
 
