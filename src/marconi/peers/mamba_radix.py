@@ -1,11 +1,14 @@
-"""SGLang's hybrid prefix cache as of 2026 (`MambaRadixCache`), as a peer baseline.
+"""SGLang 0.5.23's hybrid prefix cache (`UnifiedRadixCache`), emulated as a peer baseline
+(checked against the real code: `marconi.realpeers`, docs/peers.md).
 
-Admission (where the engine saves a state), per request whose lookup hit `h`:
+Admission (where the engine saves a state), per request whose lookup hit `h` (at most
+`n_input - 1`: one input token is always computed):
 
 ```
-no-buffer:     | hit | chunk | chunk | ... | last chunk | output |
-               0     h   h+C     h+2C        n_input     n_total
-               states at every chunk end, at n_input (after prefill) and n_total
+no-buffer:     | hit | chunk | chunk | ... | last chunk | output ...... |
+               0     h   h+C     h+2C        n_input     n_total - 1
+               states at every chunk end, at n_input (after prefill) and n_total - 1
+               (the last sampled token is never fed)
 extra-buffer:  one tracked state per prefill chunk: the chunk's last multiple of T
                (T = 64 tokens) or, in the chunk holding it, the branch point
                floor(matched / T) * T; then every `decode_interval` tokens of decode;
