@@ -28,8 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--cache-size", default="1GB", help="bound on cached KV + SSM state bytes")
     p.add_argument("--system", default="marconi",
                    choices=[n for n, s in SYSTEMS.items() if s.engine is None],
-                   help="the caching system the engine runs (an in-process cache: the "
-                        "real-engine systems replay traces only)")
+                   help="the in-process caching system (real-engine systems replay traces "
+                        "only) the engine runs")
     p.add_argument("--alpha", type=float, default=None,
                    help="fix alpha (FLOP-aware systems); default: bootstrap-tuned")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
