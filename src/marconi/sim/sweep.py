@@ -30,13 +30,10 @@ from marconi.core.spec import resolve_model
 from marconi.core.units import parse_size
 from marconi.sim.cell import Cell, expand
 from marconi.sim.latency import FlopsLatency
-from marconi.sim.offline import offline
 from marconi.sim.oracle import oracle
 from marconi.sim.pool import load_plugins, sigterm_interrupts, stop, worker_pool
 from marconi.sim.progress import Progress
-from marconi.sim.replay import simulate
 from marconi.sim.result import (
-    OFFLINE,
     ORACLE,
     SimConfig,
     SimResult,
@@ -44,7 +41,7 @@ from marconi.sim.result import (
     ttft_seconds,
 )
 from marconi.sim.results_file import ResultsFile
-from marconi.systems import get_system
+from marconi.sim.run import run
 from marconi.workload import Trace, TraceOptions, load_trace
 from marconi.workload.report import describe
 
@@ -78,13 +75,7 @@ def _simulate(cell: Cell) -> SimResult:
     trace = cell_trace(cell)
     if cell.system == ORACLE:
         return oracle(trace, config, executor=InlineExecutor())
-    if cell.system == OFFLINE:
-        return offline(trace, config)
-    if (system := get_system(cell.system)).engine is not None:  # the engine's own code
-        from marconi.realpeers.replay import replay
-
-        return replay(trace, config, system)
-    return simulate(trace, config)
+    return run(trace, config, warn=False)  # offline, a real engine, or a cache
 
 
 def run_cell(cell: Cell, plugins: Sequence[str] = ()) -> dict[str, Any]:
