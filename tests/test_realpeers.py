@@ -12,10 +12,12 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from marconi.cli import main
 from marconi.core.spec import PAPER_7B
+from marconi.realpeers.arrivals import NoRoom, Schedule, run_concurrent
 from marconi.realpeers.envs import ENGINES, ENV_VAR, PeerError, available
 from marconi.realpeers.fidelity import BOUNDS, PAIRS, agreement
 from marconi.realpeers.worker import run_worker
@@ -23,6 +25,7 @@ from marconi.sim import SimConfig
 from marconi.sim.run import run
 from marconi.systems import get_system
 from marconi.workload import TraceOptions, load_trace
+from marconi.workload.types import Request
 
 REALPEERS = Path(__file__).resolve().parents[1] / "src" / "marconi" / "realpeers"
 TRACE = "synthetic:multi-turn:sessions=3"
@@ -72,12 +75,55 @@ class TestWithoutTheEngine:
             else:
                 assert not names & {"sglang", "vllm"}, path
 
-    def test_concurrent_replay_is_refused(self, monkeypatch: pytest.MonkeyPatch,
-                                          tmp_path: Path) -> None:
-        monkeypatch.setenv(ENV_VAR, str(tmp_path))
-        config = SimConfig(spec=PAPER_7B, capacity="2GB", system="vllm-0.32", concurrent=True)
-        with pytest.raises(PeerError, match="one request at a time"):
-            run(load_trace(TRACE), config)
+
+
+class TestConcurrentSchedule:
+    """arrivals.run_concurrent, the timeline both workers run, over a toy engine whose
+    `start` refuses (NoRoom) while `room` requests are running."""
+
+    @staticmethod
+    def serve(arrival: list[float], ttft: float, decode: list[int], room: int,
+              cap: int = 99) -> tuple[list[tuple[str, int, float]], Schedule]:
+        log: list[tuple[str, int, float]] = []
+        clock = {"now": 0.0}
+        held: set[int] = set()
+
+        def start(i: int) -> tuple[int, int]:
+            if len(held) >= room:
+                raise NoRoom(f"request {i}: full")
+            held.add(i)
+            log.append(("start", i, clock["now"]))
+            return 0, i
+
+        def finish(i: int, handle: int) -> None:
+            held.discard(handle)
+            log.append(("finish", i, 0.0))
+
+        schedule = run_concurrent(range(len(arrival)), arrival, decode, start, finish,
+                                  lambda i, hit: ttft, 1.0, cap, lambda i: None)
+        return log, schedule
+
+    def test_finishes_due_by_an_arrival_come_first(self) -> None:
+        log, schedule = self.serve([0.0, 0.5, 3.0], ttft=1.0, decode=[2, 0, 0], room=9)
+        # 0 ends at 3.0 (1 + 2 x 1 s), 1 at 1.5: both before 2 starts at 3.0
+        assert [(e, i) for e, i, _ in log] == [("start", 0), ("start", 1), ("finish", 1),
+                                               ("finish", 0), ("start", 2), ("finish", 2)]
+        assert schedule.waited == 0 and schedule.max_running == 2
+
+    def test_a_refused_request_waits_for_the_earliest_finish(self) -> None:
+        log, schedule = self.serve([0.0, 0.1, 0.2], ttft=1.0, decode=[5, 1, 0], room=2)
+        # 2 finds 0 and 1 running: it waits for 1 (ends 2.1), not for 0 (ends 6.0)
+        assert [(e, i) for e, i, _ in log][:4] == [("start", 0), ("start", 1),
+                                                   ("finish", 1), ("start", 2)]
+        assert schedule.waited == 1 and schedule.wait_seconds == pytest.approx(1.9)
+
+    def test_the_running_cap_holds(self) -> None:
+        _, schedule = self.serve([0.0] * 5, ttft=1.0, decode=[0] * 5, room=9, cap=2)
+        assert schedule.max_running == 2 and schedule.waited == 3
+
+    def test_refused_with_nothing_running_is_an_error(self) -> None:
+        with pytest.raises(NoRoom, match="request 0"):
+            self.serve([0.0], ttft=1.0, decode=[0], room=0)
 
 
 @pytest.mark.parametrize(("emulation", "real"), PAIRS)
@@ -102,6 +148,31 @@ class TestRealEngine:
         assert summary["evictions"] > 0 and summary["token_hit_rate"] > 0
         assert summary["engine"]["version"] == ENGINES[engine].version
         assert summary["peak_bytes"] <= 1e9
+
+    def test_concurrent_replay_holds_back_what_a_running_request_commits(
+            self, engine: str) -> None:
+        """B continues A's whole sequence (input and output). Arriving while A decodes, B
+        can reuse at most A's input; after A finishes, A's output too."""
+        need(engine)
+        from marconi.realpeers.replay import replay
+
+        prompt, output = np.arange(1, 641), np.arange(1000, 1320)
+        a = Request(session_id="s", turn=0, arrival=0.0, input_tokens=prompt,
+                    output_tokens=output)
+        name = ENGINES[engine].system  # vLLM keeps decode states only when told to
+        system = get_system(f"{name}:retention_interval=none" if engine == "vllm" else name)
+        config = SimConfig(spec=PAPER_7B, capacity="4GB", system=system.name, bounds=False,
+                           concurrent=True, decode_s_per_token=0.1)  # A decodes for 32 s
+        hits = {}
+        for at in (1.0, 100.0):
+            b = Request(session_id="s", turn=1, arrival=at,
+                        input_tokens=np.concatenate([prompt, output, np.arange(2000, 2200)]),
+                        output_tokens=np.arange(3000, 3010))
+            result = replay([a, b], config, system, check=True)
+            hits[at] = int(result.records.hit[1])
+            assert result.engine is not None and result.engine["max_running"] == (
+                2 if at == 1.0 else 1)
+        assert hits[1.0] <= len(prompt) < hits[100.0], hits
 
     def test_a_request_too_big_names_itself(self, engine: str) -> None:
         need(engine)

@@ -4,14 +4,17 @@ The engine's pools are sized from marconi's capacity the way the engine sizes th
 (docs/peers.md): SGLang gets the KV tokens and state slots of its layout (the same numbers
 its emulation `sglang-2026` runs), vLLM the memory, from which it derives its block size
 and block count itself. What the result holds comes from the engine's own counters; the
-infinite-cache bounds are not computed (they would be a second full replay).
+infinite-cache bounds are not computed (they would be a second full replay). With
+`config.concurrent` requests overlap as in marconi's concurrent replay (arrivals.py), the
+worker asking this process for each request's TTFT.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +24,7 @@ from marconi.core.stats import CacheStats
 from marconi.core.units import parse_size
 from marconi.realpeers.envs import ENGINES, PeerError
 from marconi.realpeers.worker import run_worker
+from marconi.sim.latency import FlopsLatency
 from marconi.sim.result import Records, SimConfig, SimResult
 from marconi.systems import System
 from marconi.workload.types import Request, Trace
@@ -69,12 +73,10 @@ def vllm_options(config: SimConfig, system: System) -> dict[str, Any]:
 
 def replay(trace: Trace | Sequence[Request], config: SimConfig, system: System, *,
            progress: bool = False, check: bool = False) -> SimResult:
-    """Replay `trace` through `system`'s engine (one request running at a time). `check`:
-    the engine's own integrity checks after every request. PeerError when the
+    """Replay `trace` through `system`'s engine (one request running at a time, or
+    overlapping as they arrive with `config.concurrent`). `check`: the engine's own
+    integrity checks after every request (concurrent: whenever none runs). PeerError when the
     environment is missing or the replay fails; never a partial result."""
-    if config.concurrent:
-        raise PeerError(f"{system.name}: real-engine replays run one request at a time "
-                        "(a concurrent replay is not supported)")
     if not isinstance(trace, Sequence):
         raise PeerError(f"{system.name}: a real-engine replay needs the whole trace, not a "
                         "stream")
@@ -85,8 +87,20 @@ def replay(trace: Trace | Sequence[Request], config: SimConfig, system: System, 
     if engine.name == "sglang":
         options["model"] = model_options(config.spec)
     options["check"] = check
+    ttft = None
+    if config.concurrent:
+        options["concurrent"] = True
+        options["decode_s_per_token"] = config.decode_s_per_token
+        ttft = _ttft(trace, config)
     start = time.perf_counter()
-    columns, meta = run_worker(engine, trace, options, progress=progress, label=system.name)
+    columns, meta = run_worker(engine, trace, options, progress=progress, label=system.name,
+                               ttft=ttft)
+    if meta.get("waited"):
+        print(f"warning: {system.name}: {meta['waited']} of {len(trace)} requests waited "
+              f"{meta['wait_seconds']:.1f} s in all for a running request to finish (the "
+              "engine's pools or running cap were full); marconi's own concurrent replay "
+              "never makes a request wait, so its figures are not comparable",
+              file=sys.stderr)
     records, stats = _records(trace, columns, meta, config.spec, engine.name)
     meta["micros_total"] = float(columns["micros"].sum())  # the engine's cache calls alone
     return SimResult(config=dataclasses.replace(config, system=system.name, bounds=False),
@@ -95,6 +109,20 @@ def replay(trace: Trace | Sequence[Request], config: SimConfig, system: System, 
                      arrivals=np.array([r.arrival for r in trace], dtype=np.float64),
                      stats=stats, alpha=0.0, seconds=time.perf_counter() - start,
                      engine=meta)
+
+
+def _ttft(trace: Sequence[Request], config: SimConfig) -> Callable[[int, int], float]:
+    """The seconds to request i's first token with `hit` tokens cached: the run's latency
+    model, as marconi's concurrent replay uses it (sim.concurrent)."""
+    model = config.latency or FlopsLatency(config.spec)
+
+    def ttft(i: int, hit: int) -> float:
+        if not 0 <= i < len(trace) or not 0 <= hit <= trace[i].n_input:
+            raise PeerError(f"the engine's worker asked the TTFT of request {i} with {hit} "
+                            "tokens cached, which the trace does not have (a worker bug)")
+        return float(model.ttft(np.array([trace[i].n_input]), np.array([hit]))[0])
+
+    return ttft
 
 
 def _records(trace: Sequence[Request], columns: dict[str, np.ndarray], meta: dict[str, Any],
@@ -107,27 +135,28 @@ def _records(trace: Sequence[Request], columns: dict[str, np.ndarray], meta: dic
         i = int(np.argmax(records.hit > records.n_input))
         raise PeerError(f"{engine}: request {i} hit {records.hit[i]} tokens of "
                         f"{records.n_input[i]} input tokens (a worker bug)")
+    end = meta["totals"]  # after the last request finished (rows are taken at starts)
     if engine == "sglang":
         records.kv_bytes[:] = columns["kv_tokens"] * spec.kv_bytes_per_token
         records.ssm_bytes[:] = columns["states"] * spec.ssm_bytes
-        states, evicted = columns["states"], columns["evicted_states"]
-        evictions = int(columns["evicted_states"][-1] + columns["evicted_kv"][-1]) \
-            if len(trace) else 0
+        states = int(end["states"])
+        kv_bytes, ssm_bytes = (int(end["kv_tokens"]) * spec.kv_bytes_per_token,
+                               states * spec.ssm_bytes)
+        evictions = int(end["evicted_states"]) + int(end["evicted_kv"])
     else:
         block = int(meta["block_size"]) * spec.kv_bytes_per_token  # one block id, all layers
         records.kv_bytes[:] = columns["kv_blocks"] * block
         records.ssm_bytes[:] = columns["state_blocks"] * block
-        per_state = int(meta["blocks_per_state"])
-        states, evicted = columns["state_blocks"] // per_state, columns["evicted_states"]
-        evictions = int(columns["evictions"][-1]) if len(trace) else 0
+        states = int(end["state_blocks"]) // int(meta["blocks_per_state"])
+        kv_bytes, ssm_bytes = int(end["kv_blocks"]) * block, int(end["state_blocks"]) * block
+        evictions = int(end["evictions"])
     stats = CacheStats(lookups=len(trace), commits=len(trace),
                        input_tokens=int(records.n_input.sum()),
                        hit_tokens=int(records.hit.sum()),
                        hit_requests=int((records.hit > 0).sum()), evictions=evictions)
-    if len(trace):
-        stats.states_evicted = int(evicted[-1])
-        stats.states = int(states[-1])
-        stats.states_admitted = stats.states + stats.states_evicted
-        stats.kv_bytes, stats.ssm_bytes = int(records.kv_bytes[-1]), int(records.ssm_bytes[-1])
-        stats.peak_bytes = int((records.kv_bytes + records.ssm_bytes).max())
+    stats.states_evicted, stats.states = int(end["evicted_states"]), states
+    stats.states_admitted = stats.states + stats.states_evicted
+    stats.kv_bytes, stats.ssm_bytes = kv_bytes, ssm_bytes
+    stats.peak_bytes = max(int((records.kv_bytes + records.ssm_bytes).max(initial=0)),
+                           kv_bytes + ssm_bytes)
     return records, stats

@@ -51,11 +51,13 @@ import traceback
 import types
 import warnings
 from array import array
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from arrivals import NoRoom, Parent, run_concurrent  # beside this script
 
 SUPPORTED_VERSION = "0.5.23"
 STRATEGIES = ("no_buffer", "extra_buffer", "extra_buffer_lazy")  # --mamba-radix-cache-strategy
@@ -69,6 +71,9 @@ DEFAULTS: dict[str, Any] = {
     "core": "python",
     "mamba_chunk_size": None,  # the model's; None: SGLang's fallback, FLA's CHUNK_SIZE (64)
     "check": False, "progress_every": 0,
+    # requests overlap as they arrive (arrivals.py): each runs TTFT (from the parent, on
+    # stdin) + decode_s_per_token x n_output; false: one at a time, in arrival order
+    "concurrent": False, "decode_s_per_token": 0.02,
     "model": None,  # marconi's layer byte sizes: recorded, not used (only indices matter)
 }
 REQUIRED = ("kv_tokens", "mamba_slots")
@@ -219,8 +224,12 @@ def resolve_options(raw: Any) -> dict[str, Any]:
         _int_option("mamba_chunk_size", opts["mamba_chunk_size"], 1, " or null")
     for key, allowed in (("strategy", STRATEGIES), ("eviction", EVICTIONS), ("core", CORES)):
         _choice_option(key, opts[key], allowed)
-    if not isinstance(opts["check"], bool):
-        raise UsageError(f"option 'check': {opts['check']!r} is not true or false")
+    for key in ("check", "concurrent"):
+        if not isinstance(opts[key], bool):
+            raise UsageError(f"option {key!r}: {opts[key]!r} is not true or false")
+    decode = opts["decode_s_per_token"]
+    if isinstance(decode, bool) or not isinstance(decode, int | float) or not decode >= 0:
+        raise UsageError(f"option 'decode_s_per_token': {decode!r} is not a number >= 0")
     _check_model(opts["model"])
     _check_combination(opts)
     # SGLang's pool is whole pages (`calculate_pool_sizes`: tokens // page * page)
@@ -304,7 +313,7 @@ def build_pools(sgl: types.SimpleNamespace, opts: dict[str, Any], max_len: int) 
         # the pool is `max_mamba_cache_size` = mamba_slots, as SGLang sizes it from memory:
         # the running request's slots (working slot, ping-pong tracking slots) are not
         # extra but come out of it, as they do in SGLang, which sizes no separate pool
-        size=1, mamba_size=opts["mamba_slots"],
+        size=max_running_requests(opts), mamba_size=opts["mamba_slots"],
         mamba_spec_state_size=1, max_context_len=max_len + opts["page_size"], device="cpu",
         enable_memory_saver=False, cache_params=_mamba_params(sgl), mamba_layer_ids=[0],
         enable_mamba_extra_buffer=extra,
@@ -353,11 +362,30 @@ def build_cache(sgl: types.SimpleNamespace, opts: dict[str, Any], max_len: int) 
     return cache
 
 
+def max_running_requests(opts: dict[str, Any]) -> int:
+    """SGLang's cap on running requests for a hybrid model: `max_mamba_cache_size` //
+    the slots it budgets per running request (one at a time unless concurrent)."""
+    if not opts["concurrent"]:
+        return 1
+    return opts["mamba_slots"] // slots_per_running_request(opts["strategy"])
+
+
+@dataclass
+class Running:
+    """A request past its prefill chunks, holding its locks, row and slots."""
+
+    req: Any
+    batch: Any
+    seq: np.ndarray
+    n_in: int
+
+
 class Replayer:
     """One cache, its pools, and the scheduler's per-request steps over them."""
 
     def __init__(self, sgl: types.SimpleNamespace, opts: dict[str, Any], max_len: int):
         self.sgl, self.opts = sgl, opts
+        self.running: list[Running] = []
         self.cache = build_cache(sgl, opts, max_len)
         self.req_pool = self.cache.req_to_token_pool
         self.allocator = self.cache.token_to_kv_pool_allocator
@@ -402,6 +430,13 @@ class Replayer:
 
     def run(self, i: int, seq: np.ndarray, n_in: int) -> int:
         """Serve request `i` (its full sequence, `n_in` of it input); the hit."""
+        hit, running = self.start(i, seq, n_in)
+        self.finish(i, running)
+        return hit
+
+    def start(self, i: int, seq: np.ndarray, n_in: int) -> tuple[int, Running]:
+        """Admit request `i` and run its prefill chunks: (hit, the running request).
+        NoRoom when SGLang would leave it waiting (reverted as the scheduler reverts it)."""
         req = self._new_req(i, seq, n_in)
         adder, hit = self._admit(i, req)
         chunked = adder.new_chunked_req
@@ -409,17 +444,27 @@ class Replayer:
         while chunked is not None:  # a middle chunk's result, then the next chunk
             req.inflight_middle_chunks -= 1
             chunked, batch = self._next_chunk(i, req)
+        running = Running(req=req, batch=batch, seq=seq, n_in=n_in)
+        self.running.append(running)
+        return hit, running
+
+    def finish(self, i: int, running: Running) -> None:
+        """The prefill's result, then every decode step to the request's end."""
+        self.running.remove(running)
+        req, batch, seq, n_in = running.req, running.batch, running.seq, running.n_in
         first = int(seq[n_in]) if len(seq) > n_in else 0  # n_output 0: still one sampled
         if self._prefill_done(req, first):
-            return hit
+            return
         for token in seq[n_in + 1:]:  # each token sampled so far is fed back
             if self._decode_step(i, req, batch, int(token)):
                 break
-        return hit
 
     def _new_req(self, i: int, seq: np.ndarray, n_in: int) -> Any:
         n_out = len(seq) - n_in
-        params = self.sgl.SamplingParams(temperature=0, max_new_tokens=n_out)
+        # fixed length (the trace's): the adder reserves a running request's whole
+        # remaining decode, not new_token_ratio of it (changes nothing one at a time)
+        params = self.sgl.SamplingParams(temperature=0, max_new_tokens=n_out,
+                                         ignore_eos=True)
         params.normalize(None)  # as the tokenizer manager does: no stop strings
         return self.sgl.Req(rid=str(i), origin_input_text="",
                             origin_input_ids=array("q", seq[:n_in].tolist()),
@@ -427,18 +472,21 @@ class Replayer:
 
     def _adder(self) -> Any:
         """A fresh PrefillAdder per scheduling pass, as `get_new_batch_prefill` builds it
-        (nothing else runs, so no mixed decode tokens and an empty running batch)."""
+        (no mixed decode tokens; the running batch is what runs concurrently, if any)."""
         chunk = self.opts["chunked_prefill_size"]
         return self.sgl.PrefillAdder(
-            self.opts["page_size"], self.cache, self.allocator, self._empty_batch(),
+            self.opts["page_size"], self.cache, self.allocator, self._running_batch(),
             INIT_NEW_TOKEN_RATIO, MAX_PREFILL_TOKENS, None if chunk == -1 else chunk)
 
-    def _empty_batch(self) -> Any:
-        return self.sgl.ScheduleBatch(reqs=[])
+    def _running_batch(self) -> Any:
+        """The running requests, as the adder reserves their decode tokens."""
+        return self.sgl.ScheduleBatch(reqs=[r.req for r in self.running])
 
     def _admit(self, i: int, req: Any) -> tuple[Any, int]:
-        """The match and the admission of a waiting request; (adder, hit)."""
-        self.policy.calc_priority([req], self._empty_batch())
+        """The match and the admission of a waiting request; (adder, hit). A request the
+        adder does not take has its matched Mamba slot freed, as `get_new_batch_prefill`
+        reverts it, and raises NoRoom (it waits) or, with nothing running, UsageError."""
+        self.policy.calc_priority([req], self._running_batch())
         adder = self._adder()
         mamba_allocator = self.req_pool.mamba_allocator
         mamba_allocator.alloc_group_begin(1)  # one request waiting
@@ -447,6 +495,13 @@ class Replayer:
         adder.add_one_req(req, has_chunked_req=False, truncation_align_size=None)
         mamba_allocator.alloc_group_end()
         if req not in adder.can_run_list:
+            req.kv.mamba_cow_src_index = None
+            req.kv.mamba_needs_clear = False
+            if req.kv.holds_mamba:
+                mamba_allocator.free(req.kv.mamba_pool_idx.unsqueeze(-1))
+                req.kv.mamba_pool_idx = None
+            if self.running:
+                raise NoRoom(self._too_big(i, req))
             raise UsageError(self._too_big(i, req))
         return adder, hit
 
@@ -455,7 +510,11 @@ class Replayer:
         reserve = min(req.sampling_params.max_new_tokens, 4096)  # CLIP_MAX_NEW_TOKENS
         return (f"request {i}: needs {extend + reserve + self.opts['page_size']} KV tokens "
                 f"({extend} uncached input + {reserve} output reserved), the pool holds "
-                f"{self.opts['kv_tokens']}")
+                f"{self.opts['kv_tokens']}{self._others()}")
+
+    def _others(self) -> str:
+        n = len(self.running)
+        return f" with {n} other request{'s' * (n != 1)} running" if n else ""
 
     def _extend(self, req: Any, chunked: Any) -> Any:
         """One prefill forward of `req` (its next chunk): the batch, allocated."""
@@ -495,7 +554,7 @@ class Replayer:
         if not batch.check_decode_mem():  # evicts; retracting the only request keeps it
             raise UsageError(f"request {i}: needs a KV token to decode at length "
                              f"{req.kv.kv_committed_len}, the pool holds "
-                             f"{self.opts['kv_tokens']}")
+                             f"{self.opts['kv_tokens']}{self._others()}")
         batch.prepare_for_decode()
         req.output_ids.append(token)
         req.update_finish_state(1)
@@ -519,13 +578,17 @@ class Trace:
                 self.tokens = data["tokens"]
                 self.offsets = data["offsets"].astype(np.int64)
                 self.n_input = data["n_input"].astype(np.int64)
+                self.arrival = data["arrival"].astype(np.float64)
         except (OSError, KeyError, ValueError) as err:
             raise UsageError(f"trace {path}: {err}") from None
         n = len(self.n_input)
         if len(self.offsets) != n + 1 or (np.diff(self.offsets) < 0).any() \
                 or self.offsets[-1] != len(self.tokens):
             raise UsageError(f"trace {path}: offsets do not cut tokens into {n} requests")
+        if len(self.arrival) != n or (np.diff(self.arrival) < 0).any():
+            raise UsageError(f"trace {path}: arrivals are not {n} times in order")
         lengths = np.diff(self.offsets)
+        self.n_output = lengths - self.n_input
         bad = np.flatnonzero((self.n_input < 1) | (self.n_input > lengths))
         if len(bad):
             raise UsageError(f"request {bad[0]}: {self.n_input[bad[0]]} input tokens of a "
@@ -583,45 +646,91 @@ class RequestFailed(Exception):
         self.index, self.cause = index, cause
 
 
-def replay(replayer: Replayer, trace: Trace, opts: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Every request in order; the per-request columns."""
+def replay(replayer: Replayer, trace: Trace, opts: dict[str, Any]
+           ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Every request, one at a time in order or overlapping as they arrive; the
+    per-request columns and what the cache holds and evicted in the end."""
     n, every = len(trace), opts["progress_every"]
     columns = {key: np.zeros(n, dtype=np.int64) for key in COLUMNS}
     columns["micros"] = np.zeros(n, dtype=np.float64)
-    for i in range(n):
+    done, last = 0, [0]  # requests started; the request whose step ran last
+
+    def started(i: int) -> None:
+        nonlocal done
+        _record(replayer, columns, i)
+        done += 1
+        if every and done % every == 0 and done < n:
+            print(f"progress {done} {n}", file=sys.stderr, flush=True)
+
+    def idle() -> None:
+        if opts["check"]:
+            _guarded(last[0], check_invariants, replayer)
+
+    schedule: dict[str, Any] = {}
+    if opts["concurrent"]:
+        def start(i: int) -> tuple[int, Running]:
+            seq, n_in = trace.request(i)
+            last[0] = i
+            hit, running = _timed(columns, i, replayer.start, i, seq, n_in)
+            columns["hit"][i] = hit
+            return hit, running
+
+        def finish(i: int, running: Running) -> None:
+            last[0] = i
+            _timed(columns, i, replayer.finish, i, running)
+
         try:
-            _replay_one(replayer, trace, i, columns, opts["check"])
-        except UsageError:
-            raise
-        except Exception as err:
-            raise RequestFailed(i, err) from err
-        if every and (i + 1) % every == 0 and i + 1 < n:
-            print(f"progress {i + 1} {n}", file=sys.stderr, flush=True)
+            schedule = run_concurrent(
+                range(n), trace.arrival, trace.n_output, start, finish, Parent().ttft,
+                opts["decode_s_per_token"], max_running_requests(opts), started, idle).meta()
+        except NoRoom as err:
+            raise UsageError(str(err)) from None
+    else:
+        for i in range(n):
+            seq, n_in = trace.request(i)
+            last[0] = i
+            columns["hit"][i] = _timed(columns, i, replayer.run, i, seq, n_in)
+            started(i)
+            idle()
     print(f"progress {n} {n}", file=sys.stderr, flush=True)
-    return columns
+    cache = replayer.cache
+    totals = {"kv_tokens": cache.full_evictable_size() + cache.full_protected_size(),
+              "states": cache.mamba_evictable_size() + cache.mamba_protected_size(),
+              "evicted_kv": replayer.evicted[0], "evicted_states": replayer.evicted[1]}
+    return columns, {"totals": totals, **schedule}
 
 
-def _replay_one(replayer: Replayer, trace: Trace, i: int, columns: dict[str, np.ndarray],
-                check: bool) -> None:
-    seq, n_in = trace.request(i)
-    start = time.perf_counter()
-    try:
-        columns["hit"][i] = replayer.run(i, seq, n_in)
-    except (RuntimeError, AssertionError) as err:
-        usage = pool_error(i, err)
-        if usage is None:
-            raise
-        raise usage from err
-    columns["micros"][i] = (time.perf_counter() - start) * 1e6
-    cache = replayer.cache  # what the tree holds now, nothing running
+def _record(replayer: Replayer, columns: dict[str, np.ndarray], i: int) -> None:
+    """Request i's row: what the tree holds now (with whatever else is running)."""
+    cache = replayer.cache
     columns["kv_tokens"][i] = cache.full_evictable_size() + cache.full_protected_size()
     columns["states"][i] = cache.mamba_evictable_size() + cache.mamba_protected_size()
     columns["evicted_kv"][i], columns["evicted_states"][i] = replayer.evicted
-    if check:
-        try:
-            check_invariants(replayer)
-        except AssertionError as err:
-            raise AssertionError(f"integrity check failed after it: {err}") from err
+
+
+def _timed(columns: dict[str, np.ndarray], i: int, fn: Any, *args: Any) -> Any:
+    start = time.perf_counter()
+    try:
+        return _guarded(i, fn, *args)
+    finally:
+        columns["micros"][i] += (time.perf_counter() - start) * 1e6
+
+
+def _guarded(i: int, fn: Any, *args: Any) -> Any:
+    """`fn(*args)` for request i (or the integrity check after it): SGLang's allocation
+    failures as one-line usage errors, anything unexpected as RequestFailed."""
+    try:
+        return fn(*args)
+    except (UsageError, NoRoom):
+        raise
+    except (RuntimeError, AssertionError) as err:
+        if fn is check_invariants:
+            err = AssertionError(f"integrity check failed after it: {err}")
+        elif (usage := pool_error(i, err)) is not None:
+            raise usage from err
+        raise RequestFailed(i, err) from err
+    except Exception as err:
+        raise RequestFailed(i, err) from err
 
 
 # --- command line -----------------------------------------------------------------------
@@ -668,9 +777,9 @@ def run_worker(args: argparse.Namespace) -> int:
         (args.out / name).unlink(missing_ok=True)
     sgl = load_sglang()
     replayer = Replayer(sgl, opts, trace.max_len())
-    columns = replay(replayer, trace, opts)
+    columns, extra = replay(replayer, trace, opts)
     meta = {"engine": "sglang", "version": version, "requests": len(trace),
-            "options": opts, "seconds": time.perf_counter() - start}
+            "options": opts, "seconds": time.perf_counter() - start, **extra}
     write_result(args.out, columns, meta)
     return 0
 

@@ -64,6 +64,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+from arrivals import NoRoom, Parent, run_concurrent  # beside this script
 
 SUPPORTED_VERSION = "0.32"
 LAYER_ATTN = "model.layers.{}.self_attn.attn"
@@ -117,6 +118,12 @@ OPTION_RULES: dict[str, Rule] = {
         "null or an integer >= 0 (0 or a multiple of the block size)"),
     "max_num_batched_tokens": Rule(8192, _int_rule(1), "an integer >= 1"),
     "check": Rule(False, lambda v: isinstance(v, bool), "true or false"),
+    # requests overlap as they arrive (arrivals.py): each runs TTFT (from the parent, on
+    # stdin) + decode_s_per_token x n_output; false: one at a time, in arrival order
+    "concurrent": Rule(False, lambda v: isinstance(v, bool), "true or false"),
+    "decode_s_per_token": Rule(
+        0.02, lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v >= 0,
+        "a number >= 0"),
     "progress_every": Rule(0, _int_rule(0), "an integer >= 0 (0: only at the end)"),
 }
 
@@ -161,6 +168,7 @@ class Trace:
     offsets: np.ndarray
     n_input: np.ndarray
     order: np.ndarray  # request indices in arrival order
+    arrival: np.ndarray
 
     def __len__(self) -> int:
         return len(self.n_input)
@@ -183,7 +191,8 @@ def load_trace(path: Path) -> Trace:
     if len(arrays["arrival"]) != n or np.any(n_input < 1) or np.any(lengths < n_input):
         raise UsageError(f"trace {path}: need 1 <= n_input[i] <= request length, n arrivals")
     order = np.argsort(arrays["arrival"], kind="stable")  # ties keep trace order
-    return Trace(arrays["tokens"].astype(np.int64), offsets, n_input, order)
+    return Trace(arrays["tokens"].astype(np.int64), offsets, n_input, order,
+                 arrays["arrival"].astype(np.float64))
 
 
 # --- vLLM setup --------------------------------------------------------------------------
@@ -285,6 +294,7 @@ class Engine:
     split: Callable[..., int]
     attention_groups: frozenset[int]
     mamba_groups: frozenset[int]
+    running: list[Any] = field(default_factory=list)  # requests past admission (concurrent)
 
 
 def build_kv_cache_config(options: dict[str, Any], config: Any, block_size: int) -> Any:
@@ -494,9 +504,11 @@ def make_request(index: int, prompt: list[int], n_output: int, hasher: Any) -> A
                    pooling_params=None, arrival_time=0.0, block_hasher=hasher)
 
 
-def admit(engine: Engine, request: Any, timer: Timer) -> tuple[int, list[Any]]:
-    """The waiting-queue branch of `Scheduler.schedule` for a lone request: look up the
-    cache, cut the first chunk, allocate; returns (hit tokens, hit blocks)."""
+def admit(engine: Engine, request: Any, timer: Timer, running: int = 0
+          ) -> tuple[int, list[Any]]:
+    """The waiting-queue branch of `Scheduler.schedule`: look up the cache, cut the first
+    chunk, allocate; returns (hit tokens, hit blocks). With `running` other requests
+    running, a request that does not fit raises NoRoom (it waits; nothing was taken)."""
     from vllm.v1.request import RequestStatus
 
     mgr = engine.manager
@@ -505,19 +517,44 @@ def admit(engine: Engine, request: Any, timer: Timer) -> tuple[int, list[Any]]:
     request.shared_prefix_boundary = junction
     n_new = min(request.num_tokens - hit, engine.budget)
     n_new = engine.split(request, n_new, hit, 0)
+    if running and not fits_to_the_end(engine, request, hit, blocks):
+        raise NoRoom(f"request {request.request_id}: waits for room")
     new = None
     if n_new > 0:
         new = timer.call(mgr.allocate_slots, request, n_new, num_new_computed_tokens=hit,
                          new_computed_blocks=blocks, num_lookahead_tokens=0,
                          full_sequence_must_fit=engine.config.scheduler_config
-                         .scheduler_reserve_full_isl, has_scheduled_reqs=False)
+                         .scheduler_reserve_full_isl, has_scheduled_reqs=running > 0)
     if new is None:
+        if running and n_new > 0:
+            raise NoRoom(f"request {request.request_id}: "
+                         f"{too_small(engine, request, n_new, hit, blocks)}")
         raise too_small(engine, request, n_new, hit, blocks)
     request.status = RequestStatus.RUNNING
     request.num_computed_tokens = hit
     finish_step(engine, request, n_new, timer)
     hit_blocks = [b for group in blocks.blocks for b in group]
     return hit, hit_blocks
+
+
+def fits_to_the_end(engine: Engine, request: Any, hit: int, blocks: Any) -> bool:
+    """The concurrent replay's admission gate (its own, not vLLM's): the request is
+    admitted only if it and every running request can run to their ends in the pool's
+    free blocks (unreferenced cached blocks count as free: vLLM evicts them). vLLM admits
+    more and preempts a running request when a step runs short, recomputing it later;
+    the replay never preempts, so it waits instead."""
+    mgr = engine.manager
+    final = request.num_prompt_tokens + request.max_tokens - 1
+    hit_blocks = [list(g) for g in blocks.blocks]
+    own = mgr.coordinator.get_num_blocks_to_allocate(
+        request_id=request.request_id, num_tokens=final, new_computed_blocks=hit_blocks,
+        num_encoder_tokens=0, total_computed_tokens=hit, num_local_computed_tokens=hit,
+        num_tokens_main_model=final)
+    # a running request's state blocks are replaced as it crosses block boundaries
+    # (one more per Mamba group for a step); its KV grows to its final length
+    others = sum(_later_attention_blocks(engine, r, r.num_computed_tokens)
+                 + len(engine.mamba_groups) for r in engine.running)
+    return own + others <= mgr.block_pool.get_num_free_blocks()
 
 
 def step(engine: Engine, request: Any, timer: Timer) -> None:
@@ -585,11 +622,27 @@ def _later_attention_blocks(engine: Engine, request: Any, upto: int) -> int:
 def run_request(engine: Engine, seq: np.ndarray, n_input: int, index: int, hasher: Any,
                 timer: Timer) -> tuple[int, list[Any]]:
     """One request from admission to `free`; returns its hit and hit blocks."""
+    request, hit, hit_blocks = start_request(engine, seq, n_input, index, hasher, timer)
+    finish_request(engine, request, seq[n_input:].tolist(), timer)
+    return hit, hit_blocks
+
+
+def start_request(engine: Engine, seq: np.ndarray, n_input: int, index: int, hasher: Any,
+                  timer: Timer, running: int = 0) -> tuple[Any, int, list[Any]]:
+    """Admission and every prefill chunk: (the running request, its hit, hit blocks)."""
+    request = timer.call(make_request, index, seq[:n_input].tolist(), len(seq) - n_input,
+                         hasher)
+    hit, hit_blocks = admit(engine, request, timer, running)
+    while request.num_computed_tokens < request.num_tokens:
+        step(engine, request, timer)
+    return request, hit, hit_blocks
+
+
+def finish_request(engine: Engine, request: Any, outputs: list[int], timer: Timer
+                   ) -> list[Any]:
+    """From the first sampled token through decode to `free`; the blocks it held last."""
     from vllm.v1.core.sched.utils import check_stop
 
-    outputs = seq[n_input:].tolist()
-    request = timer.call(make_request, index, seq[:n_input].tolist(), len(outputs), hasher)
-    hit, hit_blocks = admit(engine, request, timer)
     sampled = 0
     while True:
         if request.num_computed_tokens >= request.num_tokens:  # the model samples a token
@@ -600,8 +653,14 @@ def run_request(engine: Engine, seq: np.ndarray, n_input: int, index: int, hashe
             if check_stop(request, engine.max_model_len):
                 break
         step(engine, request, timer)
+    held = held_blocks(engine, request)
     timer.call(engine.manager.free, request)
-    return hit, hit_blocks
+    return held
+
+
+def held_blocks(engine: Engine, request: Any) -> list[Any]:
+    return [b for group in engine.manager.coordinator.get_blocks(request.request_id)
+            for b in group if not b.is_null]
 
 
 # result.npz: int64 per request unless named in FLOAT_COLUMNS.
@@ -615,7 +674,8 @@ def empty_results(n: int) -> dict[str, np.ndarray]:
             for name in COLUMNS}
 
 
-def replay(engine: Engine, trace: Trace, options: dict[str, Any]) -> dict[str, np.ndarray]:
+def replay(engine: Engine, trace: Trace, options: dict[str, Any]
+           ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
@@ -625,14 +685,109 @@ def replay(engine: Engine, trace: Trace, options: dict[str, Any]) -> dict[str, n
     hasher = get_request_block_hasher(engine.hash_block_size, hash_fn)
     probe = PoolProbe(engine.manager.block_pool)
     out, every = empty_results(len(trace)), options["progress_every"]
-    for done, i in enumerate(trace.order.tolist(), 1):
-        out["micros"][i] = run_one(engine, trace, i, hasher, probe, out)
-        if options["check"]:
-            check_request(engine, probe, i)
+    schedule: dict[str, Any] = {}
+    if options["concurrent"]:
+        schedule = replay_concurrent(engine, trace, options, hasher, probe, out)
+    else:
+        for done, i in enumerate(trace.order.tolist(), 1):
+            out["micros"][i] = run_one(engine, trace, i, hasher, probe, out)
+            if options["check"]:
+                check_request(engine, probe, i)
+            if every and done % every == 0 and done < len(trace):
+                print(f"progress {done} {len(trace)}", file=sys.stderr, flush=True)
+    print(f"progress {len(trace)} {len(trace)}", file=sys.stderr, flush=True)
+    totals = {"kv_blocks": probe.counts(engine.attention_groups),
+              "state_blocks": probe.counts(engine.mamba_groups),
+              "evicted_kv": probe.evictions(engine.attention_groups),
+              "evicted_states": probe.evictions(engine.mamba_groups)
+              // max(len(engine.mamba_groups), 1)}
+    totals["evictions"] = totals["evicted_kv"] + probe.evictions(engine.mamba_groups)
+    return out, {"totals": totals, **schedule}
+
+
+def replay_concurrent(engine: Engine, trace: Trace, options: dict[str, Any], hasher: Any,
+                      probe: PoolProbe, out: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Requests overlapping as they arrive (arrivals.py): admission and prefill at the
+    start, decode and `free` at the finish; rows are taken at each start."""
+    every, done, running = options["progress_every"], 0, 0
+    last = [0]  # the request whose step ran last (an integrity failure names it)
+    max_running = engine.config.scheduler_config.max_num_seqs
+
+    def start(i: int) -> tuple[int, tuple[Any, list[Any]]]:
+        nonlocal running
+        timer = Timer()
+        try:
+            request, hit, hit_blocks = start_request(
+                engine, trace.sequence(i), int(trace.n_input[i]), i, hasher, timer, running)
+        except NoRoom:
+            raise
+        except PoolTooSmall as exc:
+            raise UsageError(f"request {i}: {exc} (memory_bytes too small{_others(running)})"
+                             ) from None
+        except Exception as exc:
+            raise RequestFailed(i, exc) from exc
+        finally:
+            out["micros"][i] += timer.ns / 1000.0
+        running += 1
+        engine.running.append(request)
+        probe.settle(hit_blocks)
+        out["hit"][i] = hit
+        # a block's hash can be set after the settle above (a state block is cached
+        # once a later step computes past it): settle them again at the finish
+        return hit, (request, held_blocks(engine, request))
+
+    def finish(i: int, handle: tuple[Any, list[Any]]) -> None:
+        nonlocal running
+        last[0] = i
+        request, at_start = handle
+        timer = Timer()
+        seq = trace.sequence(i)
+        try:
+            at_end = finish_request(engine, request, seq[int(trace.n_input[i]):].tolist(),
+                                    timer)
+        except PoolTooSmall as exc:
+            raise UsageError(f"request {i}: decoding {exc} (memory_bytes too small"
+                             f"{_others(running - 1)})") from None
+        except Exception as exc:
+            raise RequestFailed(i, exc) from exc
+        finally:
+            out["micros"][i] += timer.ns / 1000.0
+        running -= 1
+        engine.running.remove(request)
+        probe.settle(at_start + at_end)
+
+    def started(i: int) -> None:
+        nonlocal done
+        _row(engine, probe, out, i)
+        done += 1
         if every and done % every == 0 and done < len(trace):
             print(f"progress {done} {len(trace)}", file=sys.stderr, flush=True)
-    print(f"progress {len(trace)} {len(trace)}", file=sys.stderr, flush=True)
-    return out
+
+    def idle() -> None:
+        if options["check"]:
+            check_request(engine, probe, last[0])
+
+    try:
+        schedule = run_concurrent(
+            trace.order.tolist(), trace.arrival, np.diff(trace.offsets) - trace.n_input,
+            start, finish, Parent().ttft, options["decode_s_per_token"],
+            max_running, started, idle)
+    except NoRoom as exc:
+        raise UsageError(str(exc)) from None
+    return schedule.meta()
+
+
+def _others(running: int) -> str:
+    return f", {running} other request{'s' * (running != 1)} running" if running else ""
+
+
+def _row(engine: Engine, probe: PoolProbe, out: dict[str, np.ndarray], i: int) -> None:
+    out["kv_blocks"][i] = probe.counts(engine.attention_groups)
+    out["state_blocks"][i] = probe.counts(engine.mamba_groups)
+    out["evicted_kv"][i] = probe.evictions(engine.attention_groups)
+    evicted_mamba = probe.evictions(engine.mamba_groups)
+    out["evicted_states"][i] = evicted_mamba // max(len(engine.mamba_groups), 1)
+    out["evictions"][i] = out["evicted_kv"][i] + evicted_mamba
 
 
 def run_one(engine: Engine, trace: Trace, i: int, hasher: Any, probe: PoolProbe,
@@ -648,12 +803,7 @@ def run_one(engine: Engine, trace: Trace, i: int, hasher: Any, probe: PoolProbe,
         raise RequestFailed(i, exc) from exc
     probe.settle(hit_blocks)
     out["hit"][i] = hit
-    out["kv_blocks"][i] = probe.counts(engine.attention_groups)
-    out["state_blocks"][i] = probe.counts(engine.mamba_groups)
-    out["evicted_kv"][i] = probe.evictions(engine.attention_groups)
-    evicted_mamba = probe.evictions(engine.mamba_groups)
-    out["evicted_states"][i] = evicted_mamba // max(len(engine.mamba_groups), 1)
-    out["evictions"][i] = out["evicted_kv"][i] + evicted_mamba
+    _row(engine, probe, out, i)
     return timer.ns / 1000.0
 
 
@@ -709,10 +859,10 @@ def run(args: argparse.Namespace, started: float) -> None:
     longest = int(np.diff(trace.offsets).max()) if len(trace) else 1
     engine = build_engine(options, longest + 1)  # max_model_len: never the limit
     replay_start = time.perf_counter()
-    results = replay(engine, trace, options)
+    results, extra = replay(engine, trace, options)
     done = time.perf_counter()
     meta = {"engine": "vllm", "version": version, "requests": len(trace),
-            **engine_meta(engine), "options": options,
+            **engine_meta(engine), **extra, "options": options,
             "seconds": round(done - started, 3),
             "replay_seconds": round(done - replay_start, 3)}
     write_outputs(args.out, results, meta)

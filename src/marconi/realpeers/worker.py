@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import subprocess
 import tempfile
+import threading
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 from tqdm import tqdm
@@ -24,6 +25,7 @@ from marconi.realpeers.envs import Engine, PeerError, python_of
 from marconi.workload.types import Request
 
 TAIL = 20  # stderr lines a failure quotes
+TTFT = Callable[[int, int], float]  # (request index, hit tokens) -> seconds to first token
 
 
 def write_trace(requests: Iterable[Request], path: Path) -> int:
@@ -45,10 +47,11 @@ def write_trace(requests: Iterable[Request], path: Path) -> int:
 
 
 def run_worker(engine: Engine, requests: Iterable[Request], options: Mapping[str, Any], *,
-               progress: bool = False, label: str = "") -> tuple[dict[str, np.ndarray],
-                                                              dict[str, Any]]:
+               progress: bool = False, label: str = "",
+               ttft: TTFT | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Replay `requests` through `engine`'s worker with `options`; its columns (one row
-    per request) and its meta. PeerError when it fails or returns fewer rows."""
+    per request) and its meta. PeerError when it fails or returns fewer rows. `ttft`:
+    the latency model a concurrent replay asks (`ttft I HIT` lines, arrivals.py)."""
     python = python_of(engine)
     with tempfile.TemporaryDirectory(prefix=f"marconi-{engine.name}-") as tmp:
         folder = Path(tmp)
@@ -56,24 +59,25 @@ def run_worker(engine: Engine, requests: Iterable[Request], options: Mapping[str
         (folder / "options.json").write_text(json.dumps(dict(options)))
         command = [str(python), str(engine.worker), "--trace", str(folder / "trace.npz"),
                    "--options", str(folder / "options.json"), "--out", str(folder)]
-        _run(command, n, progress, label or engine.system)
+        _run(command, n, progress, label or engine.system, ttft)
         return _read(folder, n, engine)
 
 
-def _run(command: list[str], n: int, progress: bool, label: str) -> None:
+def _run(command: list[str], n: int, progress: bool, label: str, ttft: TTFT | None) -> None:
     tail: deque[str] = deque(maxlen=TAIL)
     bar = tqdm(total=n, desc=label, unit="req", leave=False,
                disable=None if progress else True)  # None: only on a terminal
-    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    pipe = subprocess.PIPE if ttft is not None else subprocess.DEVNULL
+    with subprocess.Popen(command, stdin=pipe, stdout=pipe, stderr=subprocess.PIPE,
                           text=True) as proc:
         assert proc.stderr is not None
-        for line in proc.stderr:
-            words = line.split()
-            if len(words) == 3 and words[0] == "progress" and words[1].isdigit():
-                bar.update(int(words[1]) - bar.n)
-            else:
-                tail.append(line.rstrip())
+        reader = threading.Thread(target=_read_stderr, args=(proc.stderr, bar, tail),
+                                  daemon=True)
+        reader.start()
+        if ttft is not None:
+            _answer(proc, ttft, tail)
         code = proc.wait()
+        reader.join()
     bar.close()
     if code != 0:
         errors = [line for line in tail if line.startswith("error:")]
@@ -81,6 +85,32 @@ def _run(command: list[str], n: int, progress: bool, label: str) -> None:
         quoted = "\n".join(f"  | {line}" for line in tail)
         raise PeerError(f"{label}: the engine's replay failed (exit {code}): {reason}\n"
                         f"  its stderr ended:\n{quoted}")
+
+
+def _read_stderr(stream: IO[str], bar: Any, tail: deque[str]) -> None:
+    for line in stream:
+        words = line.split()
+        if len(words) == 3 and words[0] == "progress" and words[1].isdigit():
+            bar.update(int(words[1]) - bar.n)
+        else:
+            tail.append(line.rstrip())
+
+
+def _answer(proc: subprocess.Popen[str], ttft: TTFT, tail: deque[str]) -> None:
+    """Answer each `ttft I HIT` line of the worker's stdout with the seconds; any other
+    line there is kept with its stderr."""
+    assert proc.stdout is not None and proc.stdin is not None
+    for line in proc.stdout:
+        words = line.split()
+        if len(words) == 3 and words[0] == "ttft" and words[1].isdigit() \
+                and words[2].isdigit():
+            try:
+                proc.stdin.write(f"{ttft(int(words[1]), int(words[2]))!r}\n")
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                break  # it died: its exit status and stderr say why
+        else:
+            tail.append(line.rstrip())
 
 
 def _read(folder: Path, n: int, engine: Engine) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
