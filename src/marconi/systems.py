@@ -68,6 +68,7 @@ class Option:
     kind: type = str  # int, float or str (choices are strings)
     minimum: float | None = None  # the smallest value allowed (int and float kinds)
     optional: bool = False  # also accepts "none" (the engine's "off")
+    elsewhere: str = ""  # where the values not allowed here run (said when one is refused)
 
     def parse(self, system: str, text: str) -> object:
         """The value of `text`, or ValueError naming the system, the option and what
@@ -83,8 +84,9 @@ class Option:
             value = None
         if (value is None or (self.choices and value not in self.choices)
                 or (self.minimum is not None and value < self.minimum)):  # type: ignore[operator]
+            where = f"; {self.elsewhere}" if self.elsewhere else ""
             raise ValueError(f"system {system}: option {self.name}={text!r} is not allowed "
-                             f"(allowed: {allowed})")
+                             f"(allowed: {allowed}){where}")
         return value
 
 
@@ -389,14 +391,19 @@ SGLANG_EVICTIONS = ("lru", "lfu", "slru", "priority", "tlru")  # 0.5.23's --radi
 
 def _sglang_options(strategies: tuple[str, ...], evictions: tuple[str, ...],
                     pages: tuple[str, ...], real: bool) -> tuple[Option, ...]:
+    real_code = "" if real else \
+        "the emulation does not model it; sglang-0.5.23 runs SGLang's own code with it"
     out = (
         Option(name="strategy", default="no_buffer", choices=strategies,
-               help="--mamba-radix-cache-strategy: where states are tracked"),
+               help="--mamba-radix-cache-strategy: where states are tracked",
+               elsewhere=real_code),
         Option(name="eviction", default="lru", choices=evictions,
-               help="--radix-eviction-policy: the KV tree's eviction order"),
+               help="--radix-eviction-policy: the KV tree's eviction order",
+               elsewhere=real_code),
         Option(name="page_size", default=1, kind=int, minimum=1, help="--page-size (tokens)")
         if real else Option(name="page_size", default="1", choices=pages,
-                            help="--page-size (tokens; the emulation models 1)"),
+                            help="--page-size (tokens; the emulation models 1)",
+                            elsewhere=real_code),
         Option(name="mamba_full_memory_ratio", default=0.9, kind=float, minimum=0.01,
                help="--mamba-full-memory-ratio: state pool bytes / KV pool bytes"),
         Option(name="chunked_prefill_size", default=8192, kind=int, minimum=1,
