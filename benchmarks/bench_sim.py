@@ -35,13 +35,14 @@ def bench(name: str, source: str, options: TraceOptions, capacity: str, systems:
     load = time.perf_counter() - t0
     print(f"\n{name}: {len(trace)} requests, {trace.input_tokens / 1e6:.1f}M input tokens, "
           f"capacity {capacity}; trace loading {load:.2f} s")
-    print(f"{'system':20} {'replay s':>9} {'token hit':>10} {'alpha':>6} {'peak RSS MB':>12}")
+    print(f"{'system':20} {'replay s':>9} {'token hit':>10} {'alpha':>7} {'peak RSS MB':>12}")
     for system in systems:
         config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=bounds)
         t0 = time.perf_counter()
         s = run(trace, config).summary()
         print(f"{system:20} {time.perf_counter() - t0:9.2f} {100 * s['token_hit_rate']:9.1f}% "
-              f"{s['alpha']:6.1f} {peak_rss_mb():12.0f}")
+              f"{'untuned' if s['alpha'] is None else format(s['alpha'], '.1f'):>7} "
+              f"{peak_rss_mb():12.0f}")
 
 
 def main() -> None:

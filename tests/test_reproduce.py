@@ -44,13 +44,20 @@ def _assert_png(path: Path) -> None:
 
 
 class TestFigures:
-    def test_every_figure_kind_draws(self, tmp_path: Path) -> None:
+    def test_every_figure_kind_draws(self, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture) -> None:
         assert set(SYNTHETIC) == set(FIGURES)
         configs = [_write_config(tmp_path, kind) for kind in FIGURES]
         out = tmp_path / "out"
         outcome = reproduce([load_experiment(c) for c in configs], out, workers=2,
                             progress=False)
         assert outcome.failed_cells == 0
+        # 300MB refuses every commit of these sessions: the cells' warnings are counted,
+        # the first quoted (not its placeholder)
+        said = [line for line in capsys.readouterr().err.splitlines()
+                if line.startswith("reproduce:") and "from its cells" in line]
+        assert len(said) == 1 and "the first: warning: " in said[0], said
+        assert "(cell " in said[0] and "{" not in said[0]
         assert len(outcome.figures) == len(FIGURES)
         for kind in FIGURES:
             _assert_png(out / f"{kind}.png")

@@ -257,3 +257,46 @@ class TestCli:
     def test_missing_file(self, capsys: pytest.CaptureFixture) -> None:
         assert main(["simulate", "/no/such/trace.jsonl", "--quiet"]) == 2
         assert "/no/such/trace.jsonl" in capsys.readouterr().err
+
+
+class TestAlphaReport:
+    """The CLI contract: a tuned system whose tuner never finished reports alpha null
+    (never 0.0 as if tuned to zero), says "untuned" in tables and warns why."""
+
+    TRACE = "synthetic:multi-turn:sessions=20"  # 200 requests
+
+    def _json(self, capsys: pytest.CaptureFixture, capacity: str, *more: str
+              ) -> tuple[dict, str]:
+        assert main(["simulate", self.TRACE, "--capacity", capacity, "--system", "marconi",
+                     "--json", "--no-bounds", *more]) == 0
+        captured = capsys.readouterr()
+        return json.loads(captured.out), captured.err
+
+    def test_a_window_past_the_trace_is_untuned(self, capsys: pytest.CaptureFixture) -> None:
+        out, err = self._json(capsys, "4GB")  # first eviction at request 85: 5 x 85 > 115
+        assert out["alpha"] is None and out["alpha_status"] == "untuned"
+        assert out["tuning"]["alpha"] is None and out["tuning"]["window"] == 425
+        assert "never finished tuning alpha" in err and "window of 425 requests" in err
+        assert "200 requests" in err
+
+    def test_no_eviction_is_untuned_too(self, capsys: pytest.CaptureFixture) -> None:
+        out, err = self._json(capsys, "12GB")
+        assert out["alpha"] is None and out["evictions"] == 0
+        assert "never evicted" in err
+
+    def test_a_finished_tuning_and_a_fixed_alpha_are_numbers(
+            self, capsys: pytest.CaptureFixture) -> None:
+        out, err = self._json(capsys, "1GB")
+        assert out["alpha_status"] == "tuned" and out["alpha"] == out["tuning"]["alpha"]
+        assert isinstance(out["alpha"], float) and "never finished" not in err
+        out, err = self._json(capsys, "4GB", "--alpha", "0")
+        assert out["alpha"] == 0.0 and out["alpha_status"] == "fixed"
+        assert "never finished" not in err
+
+    def test_tables_say_untuned(self, capsys: pytest.CaptureFixture) -> None:
+        assert main(["compare", self.TRACE, "--capacity", "4GB", "--no-bounds",
+                     "--systems", "sglang+,marconi"]) == 0
+        rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()
+                if line.startswith(("sglang+", "marconi"))}
+        assert "untuned" in rows["marconi"] and "untuned" not in rows["sglang+"]
+        assert rows["marconi"][6] == "untuned" and rows["sglang+"][6] == "-"  # no alpha

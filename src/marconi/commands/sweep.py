@@ -105,18 +105,25 @@ def preflight(out: Path, scheduler: str | None, traces: list[str]) -> None:
 
 
 def sweep_table(rows: list[dict[str, Any]]) -> str:
-    """The finished rows as a table: trace, dataset, capacity, model, then a column for
+    """The finished rows as a table: trace, dataset (if any), capacity, model, then a column for
     every other parameter that varies across them (so that no two rows look alike), then
     the figures."""
     names = trace_names(sorted({str(r["trace"]) for r in rows}))
-    shown = {"trace", "dataset", "capacity", "model", "system", "records", "cell_id"}
+    # "alpha" is the figure column (the alpha in force); the axis is `alpha_fixed`
+    shown = {"trace", "dataset", "capacity", "model", "system", "records", "cell_id", "alpha"}
     varying = [key for key in rows[0] if key not in shown and key in _PARAMS
                and len({repr(r.get(key)) for r in rows}) > 1] if rows else []
-    columns = (*SWEEP_COLUMNS[:4], *((key, key, "") for key in varying), *SWEEP_COLUMNS[4:])
+    head = [c for c in SWEEP_COLUMNS[:4]  # a dataset column only where some row has one
+            if c[1] != "dataset" or any(_given(r.get("dataset")) for r in rows)]
+    columns = (*head, *((key, key, "") for key in varying), *SWEEP_COLUMNS[4:])
     return table([r | {"trace_name": names[str(r["trace"])]} for r in rows], columns)
 
 
 _PARAMS = {*(f.name for f in fields(Cell)), "alpha_fixed"}
+
+
+def _given(value: object) -> bool:
+    return value is not None and value == value and value != ""  # NaN, "" read back
 
 
 def trace_names(traces: list[str]) -> dict[str, str]:

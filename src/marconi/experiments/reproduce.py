@@ -54,11 +54,11 @@ def reproduce(experiments: list[Experiment], out: Path, *, quick: bool = False,
         figures.append(png)
         sections.append(table)
     distinct = {row["cell_id"]: row for row in rows}  # figures may share cells
-    refusing = refusal_warnings(distinct.values())
-    if refusing:
-        print(f"reproduce: {len(refusing)} cells refused more than 1% of their commits "
-              "(the note under each table names them); the first: {refusing[0]}",
-              file=sys.stderr)
+    warned = refusal_warnings(distinct.values())
+    if warned:
+        print(f"reproduce: {len(warned)} warning{'s' * (len(warned) != 1)} from its cells "
+              "(refused commits, untuned alphas, dropped bounds; the note under each table "
+              f"names the cells that refused); the first: {warned[0]}", file=sys.stderr)
     failed = sum(row["status"] != "ok" for row in distinct.values())
     seconds = time.perf_counter() - start
     cell_seconds = sum(float(row.get("wall_s") or 0) for row in distinct.values())

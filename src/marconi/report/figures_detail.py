@@ -122,13 +122,16 @@ def _mean_share(rows: list[Row], name: str, best: str, metric: str) -> float | N
 def _alpha_scatter(rows: list[Row], best: str, ax: Any) -> None:
     for name in ordered(variant(r) for r in rows if r.get("tuning_window") is not None):
         pairs = [(g[best]["alpha"], g[name]["alpha"]) for g in by_config(rows).values()
-                 if name in g and best in g]
+                 if name in g and best in g and g[name]["alpha"] is not None]  # untuned: no point
         if pairs:
             ax.scatter(*zip(*pairs, strict=True), label=name, alpha=0.7)
     ax.plot([0, 2], [0, 2], color="grey", lw=0.8)
     ax.set(xlabel="best static alpha (oracle)", ylabel="bootstrap alpha",
            title="(b) alpha chosen per configuration")
-    ax.legend(fontsize=7)
+    if ax.collections:
+        ax.legend(fontsize=7)
+    else:  # every bootstrap run left untuned: nothing to place
+        ax.text(0.5, 0.5, "no tuning finished", transform=ax.transAxes, ha="center")
 
 
 def _tuner_table(rows: list[Row], variants: list[str], best: str, metric: str) -> str:
@@ -150,7 +153,8 @@ def _pct(x: float | None) -> float | None:
 def _cell(row: Row | None, metric: str) -> str:
     if row is None:
         return "-"
-    return f"{100 * row[metric]:.1f} ({row['alpha']:g})"
+    alpha = "untuned" if row.get("alpha") is None else f"{row['alpha']:g}"
+    return f"{100 * row[metric]:.1f} ({alpha})"
 
 
 __all__ = ["config_key", "length_bins", "tuner"]

@@ -34,10 +34,19 @@ def _cell(value: Any, fmt: str) -> str:
     return format(value, fmt)
 
 
+def _row_cell(row: dict[str, Any], key: str, fmt: str) -> str:
+    if key == "alpha" and "alpha_status" in row:
+        if row["alpha_status"] == "untuned":
+            return "untuned"  # its tuner never finished (never "0.0" as if tuned to zero)
+        if row["alpha_status"] is None:
+            return "-"  # a system without an alpha
+    return _cell(row.get(key), fmt)
+
+
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]] = COLUMNS) -> str:
     """Aligned text table, one row per summary."""
     cells = [[header for header, _, _ in columns]]
-    cells += [[_cell(row.get(key), fmt) for _, key, fmt in columns] for row in rows]
+    cells += [[_row_cell(row, key, fmt) for _, key, fmt in columns] for row in rows]
     return align(cells)
 
 
@@ -54,6 +63,6 @@ def markdown(rows: Sequence[dict[str, Any]],
              columns: Sequence[tuple[str, str, str]] = COLUMNS) -> str:
     head = "| " + " | ".join(h for h, _, _ in columns) + " |"
     rule = "|" + "|".join("---" for _ in columns) + "|"
-    body = ["| " + " | ".join(_cell(row.get(k), f) for _, k, f in columns) + " |"
+    body = ["| " + " | ".join(_row_cell(row, k, f) for _, k, f in columns) + " |"
             for row in rows]
     return "\n".join([head, rule, *body])

@@ -71,11 +71,25 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
     if len(sessions) < len(records):  # the stream's rows only
         records, arrivals = records.resized(len(sessions)), resized(arrivals, len(sessions))
     seconds = time.perf_counter() - start
+    alpha, status = alpha_in_force(system, config, tuner, cache.alpha)
     return SimResult(
         config=config, trace=trace.name if isinstance(trace, Trace) else "stream", records=records,
-        sessions=sessions, arrivals=arrivals, stats=cache.stats.copy(), alpha=cache.alpha,
+        sessions=sessions, arrivals=arrivals, stats=cache.stats.copy(), alpha=alpha,
         seconds=seconds, tuning=tuner.report() if tuner is not None else None,
-        bounds_dropped=dropped)
+        bounds_dropped=dropped, alpha_status=status)
+
+
+def alpha_in_force(system: System, config: SimConfig, tuner: Tuner | None,
+                   alpha: float) -> tuple[float | None, str | None]:
+    """The alpha a run reports and how it was set (docs/architecture.md, the CLI
+    contract): a tuned system whose tuner never finished reports None, never the 0.0 it
+    evicted with while it waited."""
+    if not system.uses_alpha:
+        return alpha, None
+    if config.alpha is not None or system.tuner is None:
+        return alpha, "fixed"
+    finished = tuner is not None and bool(getattr(tuner, "done", True))
+    return (alpha, "tuned") if finished else (None, "untuned")
 
 
 def _concurrent(trace: Iterable[Request], config: SimConfig, cache: PrefixCache,

@@ -113,13 +113,16 @@ class SimResult:
     sessions: list[str]
     arrivals: np.ndarray
     stats: CacheStats  # the cache's counters at the end of the replay
-    alpha: float
+    alpha: float | None  # in force at the end; None: a tuned system that never finished
     seconds: float
     tuning: TuningReport | None = None  # what the tuner did (None: no tuner, or nothing yet)
     # requests replayed when the bounds outgrew `config.bounds_tokens` and were dropped
     bounds_dropped: int | None = None
     # a real engine's replay (marconi.realpeers): what its worker said of itself
     engine: dict[str, Any] | None = None
+    # a FLOP-aware system's alpha: "fixed" (by the user), "tuned" (the tuner finished),
+    # "untuned" (it never did: alpha is None); None for systems without an alpha
+    alpha_status: str | None = None
 
     def summary(self) -> dict[str, Any]:
         return summarize(self)
@@ -143,6 +146,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "flops_total": flops_total,
         "flops_saved_rate": rate(flops_saved, flops_total),
         "alpha": result.alpha,
+        "alpha_status": result.alpha_status,
         "states_admitted": stats.states_admitted,
         "states_evicted": stats.states_evicted,
         "evictions": stats.evictions,
@@ -237,11 +241,37 @@ def sampling_note(summary: Mapping[str, Any]) -> str | None:
             "shadow_sample_after = none, keeps them exact)")
 
 
+def untuned_warning(summary: Mapping[str, Any]) -> str | None:
+    """A tuned system whose tuner never finished: it evicted at alpha 0 (recency alone)
+    all along, and its alpha is null, never 0.0 as if tuned to zero."""
+    if summary.get("alpha_status") != "untuned":
+        return None
+    tuning, n = summary.get("tuning"), summary.get("requests")
+    if tuning is None and _given(summary.get("tuning_window")):  # a sweep's flat row
+        tuning = {"window": int(summary["tuning_window"]),
+                  "n0": int(summary["tuning_n0"]) if _given(summary.get("tuning_n0"))
+                  else "?"}
+    if tuning is None:
+        why = ("the cache never evicted, so its bootstrap window never began (alpha "
+               "changed nothing)")
+    else:
+        why = (f"its bootstrap window of {tuning['window']} requests, from the first "
+               f"eviction at request {tuning['n0']}, outlasts the trace's {n} requests, so "
+               "it evicted with alpha 0 (recency alone) throughout")
+    return (f"warning: {summary['system']} never finished tuning alpha: {why}; its alpha "
+            "is reported as untuned (null)")
+
+
+def _given(value: object) -> bool:
+    """Not missing: neither None nor the NaN a results file reads back for it."""
+    return value is not None and value == value
+
+
 def run_warnings(summary: Mapping[str, Any]) -> list[str]:
     """What a run's summary must say on stderr: refusals above 1%, a policy that ran
-    out of victims, bounds dropped, shadows sampled."""
+    out of victims, bounds dropped, shadows sampled, a tuner that never finished."""
     found = (refusal_warning(summary), policy_warning(summary), bounds_warning(summary),
-             sampling_note(summary))
+             sampling_note(summary), untuned_warning(summary))
     return [message for message in found if message is not None]
 
 

@@ -124,6 +124,7 @@ def summary_scalars(summary: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "tuning":
             out["tuned_alpha"] = value.get("alpha")
             out["tuning_window"] = value.get("window")
+            out["tuning_n0"] = value.get("n0")
             if value.get("sampled_from") is not None:  # marconi+'s shadows, a long replay
                 out["shadows_sampled_from"] = value["sampled_from"]
                 out["shadows_sample_rate"] = value["sample_rate"]
