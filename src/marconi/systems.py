@@ -411,7 +411,13 @@ def _sglang_options(strategies: tuple[str, ...], evictions: tuple[str, ...],
     )
     core = Option(name="core", default="python", choices=("python", "rust"),
                   help="SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND: the tree's implementation")
-    return (*out, core) if real else out
+    integration = Option(name="integration", default="none", choices=("none", "marconi"),
+                         help="marconi's eviction installed in SGLang's own cache "
+                              "(marconi.integrations.sglang; needs core=python)")
+    tuner = Option(name="tuner", default="thread", choices=("thread", "inline"),
+                   help="the integration's bootstrap tuner: in its own thread (as deployed) "
+                        "or inline (reproducible)")
+    return (*out, core, integration, tuner) if real else out
 
 
 def _sglang_config(settings: Settings) -> object:

@@ -15,10 +15,12 @@ import dataclasses
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+import marconi
 from marconi.core.spec import ModelSpec
 from marconi.core.stats import CacheStats
 from marconi.core.units import parse_size
@@ -54,11 +56,20 @@ def sglang_options(config: SimConfig, system: System) -> dict[str, Any]:
         capacity = system.engine_memory(config.spec, capacity)[1]
     kv = layout.kv_capacity(config.spec, capacity)
     s = system.settings
-    return {"kv_tokens": kv // config.spec.kv_bytes_per_token, "mamba_slots": layout.state_slots,
-            "strategy": s["strategy"], "eviction": s["eviction"],
-            "page_size": int(str(s["page_size"])),
-            "chunked_prefill_size": s["chunked_prefill_size"],
-            "core": s["core"], "check": False, "progress_every": PROGRESS_EVERY}
+    out = {"kv_tokens": kv // config.spec.kv_bytes_per_token,
+           "mamba_slots": layout.state_slots, "strategy": s["strategy"],
+           "eviction": s["eviction"], "page_size": int(str(s["page_size"])),
+           "chunked_prefill_size": s["chunked_prefill_size"],
+           "core": s["core"], "check": False, "progress_every": PROGRESS_EVERY}
+    if s["integration"] != "none":
+        if s["core"] != "python":
+            raise PeerError(f"{system.name}: marconi's integration needs SGLang's Python tree "
+                            "core (core=python)")
+        out["integration"] = {"policy": s["integration"],
+                              "spec": dataclasses.asdict(config.spec), "alpha": config.alpha,
+                              "background": s["tuner"] == "thread",
+                              "src": str(Path(marconi.__file__).resolve().parents[1])}
+    return out
 
 
 def vllm_options(config: SimConfig, system: System) -> dict[str, Any]:
@@ -103,12 +114,15 @@ def replay(trace: Trace | Sequence[Request], config: SimConfig, system: System, 
               file=sys.stderr)
     records, stats = _records(trace, columns, meta, config.spec, engine.name)
     meta["micros_total"] = float(columns["micros"].sum())  # the engine's cache calls alone
+    hook = meta.get("integration")  # marconi's eviction inside the engine: its alpha
+    alpha = None if hook is None or hook["alpha_status"] == "untuned" else hook["alpha"]
     return SimResult(config=dataclasses.replace(config, system=system.name, bounds=False),
                      trace=trace.name if isinstance(trace, Trace) else "requests",
                      records=records, sessions=[r.session_id for r in trace],
                      arrivals=np.array([r.arrival for r in trace], dtype=np.float64),
-                     stats=stats, alpha=0.0, seconds=time.perf_counter() - start,
-                     engine=meta)
+                     stats=stats, alpha=0.0 if hook is None else alpha,
+                     seconds=time.perf_counter() - start, engine=meta,
+                     alpha_status=None if hook is None else hook["alpha_status"])
 
 
 def _ttft(trace: Sequence[Request], config: SimConfig) -> Callable[[int, int], float]:

@@ -41,6 +41,7 @@ pools cannot hold; exit 1 for anything unexpected.
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.machinery
 import importlib.metadata
 import importlib.util
@@ -74,6 +75,11 @@ DEFAULTS: dict[str, Any] = {
     # requests overlap as they arrive (arrivals.py): each runs TTFT (from the parent, on
     # stdin) + decode_s_per_token x n_output; false: one at a time, in arrival order
     "concurrent": False, "decode_s_per_token": 0.02,
+    # marconi's eviction inside this SGLang (marconi.integrations.sglang, imported from
+    # `src`, the only marconi this worker ever imports): null, or {"policy": "marconi",
+    # "spec": a ModelSpec's fields, "alpha": null (tuned) or a number, "background":
+    # whether the tuner runs in its thread, "src": the folder holding marconi}
+    "integration": None,
     "model": None,  # marconi's layer byte sizes: recorded, not used (only indices matter)
 }
 REQUIRED = ("kv_tokens", "mamba_slots")
@@ -231,12 +237,41 @@ def resolve_options(raw: Any) -> dict[str, Any]:
     if isinstance(decode, bool) or not isinstance(decode, int | float) or not decode >= 0:
         raise UsageError(f"option 'decode_s_per_token': {decode!r} is not a number >= 0")
     _check_model(opts["model"])
+    _check_integration(opts["integration"])
     _check_combination(opts)
     # SGLang's pool is whole pages (`calculate_pool_sizes`: tokens // page * page)
     opts["kv_tokens"] -= opts["kv_tokens"] % opts["page_size"]
     if not opts["kv_tokens"]:
         raise UsageError(f"option 'kv_tokens': less than one page of {opts['page_size']}")
     return opts
+
+
+INTEGRATION_KEYS = ("policy", "spec", "alpha", "background", "src")
+
+
+def _check_integration(value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict) or sorted(value) != sorted(INTEGRATION_KEYS):
+        raise UsageError(f"option 'integration': {value!r} is not null or an object with "
+                         f"exactly {', '.join(INTEGRATION_KEYS)}")
+    if not isinstance(value["spec"], dict) or not isinstance(value["src"], str):
+        raise UsageError("option 'integration': 'spec' must be an object, 'src' a folder")
+
+
+def install_integration(opts: dict[str, Any]) -> Any:
+    """marconi's integration, installed before the cache is built; None without one."""
+    wanted = opts["integration"]
+    if wanted is None:
+        return None
+    sys.path.insert(0, wanted["src"])
+    integration = importlib.import_module("marconi.integrations.sglang")
+    spec = importlib.import_module("marconi.core.spec").ModelSpec(**wanted["spec"])
+    try:
+        return integration.install(spec, policy=wanted["policy"], alpha=wanted["alpha"],
+                                   background=wanted["background"])
+    except integration.IntegrationError as err:
+        raise UsageError(str(err)) from None
 
 
 def _check_keys(raw: Any) -> None:
@@ -776,8 +811,13 @@ def run_worker(args: argparse.Namespace) -> int:
     for name in ("result.npz", "meta.json"):  # a failed run must leave no result
         (args.out / name).unlink(missing_ok=True)
     sgl = load_sglang()
+    integration = install_integration(opts)
     replayer = Replayer(sgl, opts, trace.max_len())
     columns, extra = replay(replayer, trace, opts)
+    if integration is not None:
+        if integration.tuning is not None:
+            integration.tuning.close()
+        extra["integration"] = integration.report()
     meta = {"engine": "sglang", "version": version, "requests": len(trace),
             "options": opts, "seconds": time.perf_counter() - start, **extra}
     write_result(args.out, columns, meta)

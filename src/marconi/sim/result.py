@@ -182,7 +182,7 @@ def _engine(meta: Mapping[str, Any]) -> dict[str, Any]:
            "seconds": meta.get("seconds")}
     if meta.get("micros_total") is not None:
         out["us_per_request"] = float(meta["micros_total"]) / requests
-    for key in ("waited", "max_running"):  # a concurrent replay's queue
+    for key in ("waited", "max_running", "integration"):  # a concurrent queue; marconi's hook
         if key in meta:
             out[key] = meta[key]
     return out

@@ -1,0 +1,6 @@
+"""Marconi's eviction inside the engines people run (docs/integrations.md).
+
+`marconi.integrations.sglang` installs Marconi's FLOP-aware eviction, with its bootstrap
+alpha tuner beside the scheduling loop, into SGLang 0.5.23's `UnifiedRadixCache`. Each
+integration imports its engine, so it runs only in that engine's environment.
+"""

@@ -1,0 +1,394 @@
+"""Marconi's FLOP-aware eviction inside SGLang 0.5.23 (docs/integrations.md).
+
+In a deployment whose SGLang environment has marconi installed, one variable turns it on:
+
+    MARCONI_SGLANG=marconi MARCONI_MODEL=paper-7b python -m sglang.launch_server ...
+
+SGLang loads every general plugin (entry-point group `sglang.srt.plugins`) early in each
+scheduler process; marconi's (`plugin`, declared in marconi's package metadata) does
+nothing unless `MARCONI_SGLANG` is set. When it is, `install` puts in, before any cache is
+built:
+
+- **the eviction order of SGLang's Mamba states**: `COMPONENT_REGISTRY[ComponentType.MAMBA]`
+  becomes `MarconiMamba`, a subclass of SGLang's own `MambaComponent` that overrides only
+  the two documented walk methods (`_evict_device_start`, `_evict_device_next_node`). The
+  walk visits the states the stock walk would (unlocked, in the Mamba LRU list) in
+  Marconi's order instead: lowest `recency + alpha x efficiency` first, both min-max
+  normalized over the candidates, `efficiency = (F(depth) - F(parent depth)) / (edge KV
+  bytes + state bytes)` as in marconi (`paper.eviction.FlopAware`), recency the state's
+  rank in SGLang's own Mamba LRU list. A state whose node has two or more children comes
+  after every other (marconi never evicts one). At alpha 0 the order is SGLang's LRU, so
+  until the tuner's first choice the engine runs stock. What leaves with a victim (its
+  KV, the cascade to now-childless parents) is SGLang's own code. The Full (KV)
+  component's order is left as SGLang has it (`--radix-eviction-policy`): Marconi's
+  score decides which states leave, and a KV leaf goes with its state as in SGLang.
+- **the bootstrap tuner beside the engine**: `UnifiedRadixCache.on_release` (called once
+  per finished request, after its KV went into the tree) is wrapped to hand the request's
+  tokens to `Tuning`, which runs a marconi mirror of the cache (SGLang's admission as
+  `peers.mamba_radix` emulates it, Marconi's eviction, the engine's pools) and marconi's
+  `BootstrapTuner` over it, in a background thread: the replays never run in the
+  scheduling loop. The alpha it adopts is the engine's from its next eviction.
+  `MARCONI_ALPHA` fixes alpha instead (no tuner).
+
+Requirements, each checked at start-up with a one-line error: sglang 0.5.23 exactly; the
+Python tree core (`SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python`, which `install` selects
+when unset: the Rust core walks its own lists); no HiCache and no session radix cache
+(their walks are not reordered).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from marconi.core.spec import ModelSpec, resolve_model
+
+SUPPORTED_VERSION = "0.5.23"
+ENABLE = "MARCONI_SGLANG"  # "marconi": install at plugin load
+MODEL = "MARCONI_MODEL"  # a marconi model (name or config path) for the FLOP count
+ALPHA = "MARCONI_ALPHA"  # a fixed alpha; unset: bootstrap-tuned
+CORE = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
+POLICIES = ("marconi",)
+
+
+class IntegrationError(RuntimeError):
+    """The integration cannot run here; the message is one line saying why."""
+
+
+def check_version() -> str:
+    """The installed SGLang's version, or IntegrationError naming the supported one."""
+    try:
+        version = importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        raise IntegrationError("marconi.integrations.sglang: sglang is not installed "
+                               f"(it supports sglang {SUPPORTED_VERSION})") from None
+    if version != SUPPORTED_VERSION:
+        raise IntegrationError(f"marconi.integrations.sglang supports sglang "
+                               f"{SUPPORTED_VERSION} only; this environment has {version}")
+    return version
+
+
+# --- the order -------------------------------------------------------------------------
+
+
+@dataclass
+class Counters:
+    """What the integration did and what it cost in the scheduling loop."""
+
+    walks: int = 0  # eviction walks reordered
+    victims: int = 0  # states the walks chose
+    order_ns: int = 0  # time spent ordering candidates (in the scheduling loop)
+    feed_ns: int = 0  # time spent handing finished requests to the tuner (in the loop)
+    tuner_ns: int = 0  # time the mirror and the tuner took (beside the loop)
+    requests: int = 0  # finished requests handed over
+
+    def to_json(self) -> dict[str, int]:
+        return {k: int(v) for k, v in self.__dict__.items()}
+
+
+class FlopOrder:
+    """Marconi's score over SGLang's Mamba states; `alpha` may change at any time (the
+    tuner's thread sets it; a float assignment is atomic)."""
+
+    def __init__(self, spec: ModelSpec, alpha: float = 0.0) -> None:
+        self.spec, self.alpha = spec, float(alpha)
+        self._flops: dict[int, float] = {}
+        self._token_bytes, self._state_bytes = spec.kv_bytes_per_token, spec.ssm_bytes
+
+    def _f(self, depth: int) -> float:
+        out = self._flops.get(depth)
+        if out is None:
+            out = self._flops[depth] = float(self.spec.flops(depth))
+        return out
+
+    def order(self, nodes: list[Any]) -> list[Any]:
+        """`nodes` (least recently used first) in the order to evict them."""
+        alpha, n = self.alpha, len(nodes)
+        if alpha == 0.0 or n < 2:
+            return sorted(nodes, key=lambda x: len(x.children) >= 2)  # stable: LRU order
+        depth: dict[int, int] = {}
+        eff = np.empty(n)
+        for i, x in enumerate(nodes):
+            d, parent = _depth(x, depth), x.parent
+            pd = _depth(parent, depth) if parent is not None else 0
+            held = self._token_bytes * (d - pd) + self._state_bytes
+            eff[i] = (self._f(d) - self._f(pd)) / held if held else 0.0
+        rec = np.arange(n, dtype=np.float64)
+        score = _normalized(rec) + alpha * _normalized(eff)
+        branch = np.array([len(x.children) >= 2 for x in nodes])
+        ranked = np.lexsort((rec, score, branch))  # branch states last, then score, then LRU
+        return [nodes[i] for i in ranked]
+
+
+def _normalized(x: np.ndarray) -> np.ndarray:
+    low, high = float(x.min()), float(x.max())
+    return np.ones_like(x) if high == low else (x - low) / (high - low)
+
+
+def _depth(node: Any, memo: dict[int, int]) -> int:
+    """Tokens from the root to the end of `node`'s key."""
+    chain = []
+    while node is not None and id(node) not in memo:
+        chain.append(node)
+        node = node.parent
+    base = memo[id(node)] if node is not None else 0
+    for x in reversed(chain):
+        base += len(x.key) if x.key is not None else 0
+        memo[id(x)] = base
+    return base
+
+
+# --- the tuner beside the engine ---------------------------------------------------------
+
+
+class Tuning:
+    """marconi's bootstrap tuner over a mirror of the engine's cache, fed finished
+    requests. `background` (the default): a daemon thread does all of it; else it runs
+    in the caller (a reproducible benchmark, never a deployment)."""
+
+    def __init__(self, order: FlopOrder, counters: Counters, *, background: bool = True
+                 ) -> None:
+        self.order, self.counters, self.background = order, counters, background
+        self.mirror: Any = None
+        self.tuner: Any = None
+        self.alpha_adopted: float | None = None
+        self.threads: set[int] = set()  # where the tuner's work ran (tests read it)
+        self.error: BaseException | None = None
+        self._queue: queue.Queue[tuple[np.ndarray, int] | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    def start(self, kv_tokens: int, state_slots: int, extra_buffer: bool) -> None:
+        """Build the mirror for the engine's pools (once, at the first request)."""
+        from marconi.core.cache import PrefixCache
+        from marconi.paper.eviction import FlopAware
+        from marconi.paper.tuner import BootstrapTuner
+        from marconi.peers.mamba_radix import BufferMode, MambaRadix, SGLangConfig
+
+        spec = self.order.spec
+        config = SGLangConfig(mode=BufferMode.EXTRA_BUFFER if extra_buffer
+                              else BufferMode.NO_BUFFER)
+        capacity = kv_tokens * spec.kv_bytes_per_token + state_slots * spec.ssm_bytes
+        self.mirror = PrefixCache(spec, capacity, MambaRadix(config), FlopAware(spec, 0.0),
+                                  name="sglang+marconi mirror", state_slots=state_slots)
+        self.tuner = BootstrapTuner(wait=not self.background)
+        if self.background:
+            self._thread = threading.Thread(target=self._run, name="marconi-tuner",
+                                            daemon=True)
+            self._thread.start()
+
+    def feed(self, tokens: np.ndarray, n_input: int) -> None:
+        if self.background:
+            self._queue.put((tokens, n_input))
+        else:
+            self._serve(tokens, n_input)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            try:
+                self._serve(*item)
+            except BaseException as err:  # reported by `close`; the engine runs on
+                self.error = err
+                return
+
+    def _serve(self, tokens: np.ndarray, n_input: int) -> None:
+        start = time.perf_counter_ns()
+        self.threads.add(threading.get_ident())
+        self.mirror.lookup(tokens[:n_input])
+        self.mirror.commit(tokens, n_input)
+        self.tuner.observe(self.mirror, tokens, n_input)
+        if self.tuner.done and self.alpha_adopted is None:
+            self.alpha_adopted = float(self.mirror.alpha)
+            self.order.alpha = self.alpha_adopted  # the engine's from its next eviction
+        self.counters.tuner_ns += time.perf_counter_ns() - start
+
+    def close(self, timeout: float | None = None) -> None:
+        """Let the thread finish what it was given (the benchmark's end); its error, if
+        it failed, as IntegrationError."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout)
+        if self.error is not None:
+            raise IntegrationError(f"marconi's tuner failed: {type(self.error).__name__}: "
+                                   f"{self.error}") from self.error
+
+
+# --- installing it ----------------------------------------------------------------------
+
+
+@dataclass
+class Integration:
+    """What `install` put in, its order and tuner, and what they did."""
+
+    policy: str
+    order: FlopOrder
+    tuning: Tuning | None
+    counters: Counters = field(default_factory=Counters)
+    undo: list[Any] = field(default_factory=list)
+
+    def report(self) -> dict[str, Any]:
+        tuned = self.tuning.alpha_adopted if self.tuning is not None else None
+        return {"policy": self.policy, "alpha": self.order.alpha,
+                "alpha_status": "fixed" if self.tuning is None else
+                ("tuned" if tuned is not None else "untuned"), **self.counters.to_json()}
+
+
+_installed: Integration | None = None
+
+
+def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = None,
+            background: bool = True) -> Integration:
+    """Put Marconi's eviction into SGLang (before its caches are built); `alpha` fixes
+    it, else the bootstrap tuner sets it (`background`: in its own thread)."""
+    global _installed
+    if policy not in POLICIES:
+        raise IntegrationError(f"marconi.integrations.sglang: unknown policy {policy!r} "
+                               f"(allowed: {', '.join(POLICIES)})")
+    check_version()
+    core = os.environ.setdefault(CORE, "python")
+    if core != "python":
+        raise IntegrationError(f"marconi.integrations.sglang needs SGLang's Python tree "
+                               f"core ({CORE}=python); {CORE}={core} walks its own lists")
+    from sglang.srt.mem_cache import unified_radix_cache as urc
+    from sglang.srt.mem_cache.unified_cache.components import ComponentType
+
+    uninstall()
+    order = FlopOrder(spec, 0.0 if alpha is None else alpha)
+    counters = Counters()
+    tuning = None if alpha is not None else Tuning(order, counters, background=background)
+    done = Integration(policy=policy, order=order, tuning=tuning, counters=counters)
+    registry = urc.COMPONENT_REGISTRY
+    stock = registry[ComponentType.MAMBA]
+    registry[ComponentType.MAMBA] = _component(stock, done)
+    release = urc.UnifiedRadixCache.on_release
+    urc.UnifiedRadixCache.on_release = _on_release(release, done)
+    done.undo = [(registry, ComponentType.MAMBA, stock),
+                 (urc.UnifiedRadixCache, "on_release", release)]
+    _installed = done
+    return done
+
+
+def uninstall() -> None:
+    """Put SGLang's own classes back (tests, benchmarks running both)."""
+    global _installed
+    if _installed is None:
+        return
+    for target, key, value in reversed(_installed.undo):
+        if isinstance(target, dict):
+            target[key] = value
+        else:
+            setattr(target, key, value)
+    if _installed.tuning is not None:
+        _installed.tuning.close(timeout=5.0)
+    _installed = None
+
+
+def plugin() -> None:
+    """SGLang's general-plugin entry point: install when `MARCONI_SGLANG` asks. A bad
+    setting stops the process with one line (SGLang would log a plugin's exception and
+    run stock, silently)."""
+    wanted = os.environ.get(ENABLE)
+    if not wanted:
+        return
+    try:
+        if MODEL not in os.environ:
+            raise IntegrationError(f"marconi.integrations.sglang: {ENABLE}={wanted} needs "
+                                   f"{MODEL} (a marconi model name or config path)")
+        spec = resolve_model(os.environ[MODEL])
+        alpha = float(os.environ[ALPHA]) if os.environ.get(ALPHA) else None
+        install(spec, policy=wanted, alpha=alpha)
+    except (IntegrationError, ValueError) as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+def _component(stock: type, integration: Integration) -> type:
+    """SGLang's Mamba component with Marconi's walk order."""
+    from sglang.srt.mem_cache.unified_cache.components import EvictLayer
+
+    class MarconiMamba(stock):
+        """SGLang's `MambaComponent`; its device-eviction walk visits states in
+        Marconi's order (marconi.integrations.sglang)."""
+
+        def _evict_device_start(self, request_cnt: int) -> None:
+            core = self.tree_core
+            if core.enable_session_radix_cache or core.enable_hicache:
+                raise IntegrationError("marconi.integrations.sglang supports neither "
+                                       "HiCache nor the session radix cache")
+            start = time.perf_counter_ns()
+            self._evict_device_request_cnt = request_cnt
+            self._evict_device_cursor = None
+            self._marconi_walk = deque(integration.order.order(_candidates(self)))
+            integration.counters.walks += 1
+            integration.counters.order_ns += time.perf_counter_ns() - start
+
+        def _evict_device_next_node(self, tracker: dict, device_frees: dict,
+                                    host_frees: dict, cache_actions: list) -> Any:
+            ct = self.component_type
+            lru, walk = self.tree_core.lru_lists[ct], self._marconi_walk
+            if tracker[ct] >= self._evict_device_request_cnt:
+                return None
+            while walk and not (lru.in_list(walk[0])
+                                and walk[0].component_data[ct].lock_ref == 0
+                                and walk[0].component_data[ct].value is not None):
+                walk.popleft()  # gone with an earlier victim, or locked since
+            if not walk:
+                return None
+            x = walk.popleft()
+            integration.counters.victims += 1
+            if x in self.tree_core.evictable_device_leaves:
+                return x.id  # SGLang evicts the leaf: its KV and its state
+            core = self.tree_core  # an inner state: tombstoned, its KV kept
+            core._evict_component_and_detach_lru(
+                x, self, target=EvictLayer.DEVICE, tracker=tracker,
+                device_frees=device_frees, host_frees=host_frees, cache_actions=cache_actions)
+            core._cascade_evict(x, self, tracker, device_frees=device_frees,
+                                host_frees=host_frees, cache_actions=cache_actions)
+            return None
+
+        def _evict_device_end(self) -> None:
+            self._marconi_walk = deque()
+            self._evict_device_cursor = None
+
+    return MarconiMamba
+
+
+def _candidates(component: Any) -> list[Any]:
+    """The states the stock walk visits, least recently used first (unlocked ones)."""
+    lru = component.tree_core.lru_lists[component.component_type]
+    out, x = [], lru.get_lru_no_lock()
+    while x is not None:
+        out.append(x)
+        x = lru.get_prev_no_lock(x)
+    return out
+
+
+def _on_release(release: Any, integration: Integration) -> Any:
+    """`UnifiedRadixCache.on_release`, then the finished request to the tuner."""
+
+    def on_release(self: Any, req: Any, *, checkpointed: bool) -> None:
+        release(self, req, checkpointed=checkpointed)
+        tuning = integration.tuning
+        if tuning is None or not req.finished():
+            return
+        start = time.perf_counter_ns()
+        if tuning.mirror is None:
+            tuning.start(self.token_to_kv_pool_allocator.size,
+                         self.req_to_token_pool.mamba_pool.size,
+                         bool(getattr(self.req_to_token_pool, "enable_mamba_extra_buffer",
+                                      False)))
+        tokens = np.concatenate([np.asarray(req.origin_input_ids, dtype=np.int64),
+                                 np.asarray(req.output_ids, dtype=np.int64)]).astype(np.int32)
+        integration.counters.requests += 1
+        tuning.feed(tokens, len(req.origin_input_ids))
+        if tuning.background:
+            integration.counters.feed_ns += time.perf_counter_ns() - start
+
+    return on_release
+
