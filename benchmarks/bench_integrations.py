@@ -40,7 +40,7 @@ from marconi.workload import Trace
 
 STOCK = "sglang-0.5.23"
 WITH = {"sglang-0.5.23+marconi": "sglang-0.5.23:integration=marconi,tuner=inline"}
-FULL = {"sharegpt": ("2GB", "5GB", "10GB"), "swe-agent": ("10GB", "20GB", "40GB"),
+FULL = {"sharegpt": ("2GB", "5GB", "10GB"), "swe-agent": ("20GB", "40GB", "60GB"),
         "mooncake[0:1000]": ("20GB", "40GB", "60GB")}
 QUICK = {"sharegpt(40)": ("1GB", "2GB")}
 

@@ -16,10 +16,11 @@ built:
   Marconi's order instead: lowest `recency + alpha x efficiency` first, both min-max
   normalized over the candidates, `efficiency = (F(depth) - F(parent depth)) / (edge KV
   bytes + state bytes)` as in marconi (`paper.eviction.FlopAware`), recency the state's
-  rank in SGLang's own Mamba LRU list. A state whose node has two or more children comes
-  after every other (marconi never evicts one). At alpha 0 the order is SGLang's LRU, so
-  until the tuner's first choice the engine runs stock. What leaves with a victim (its
-  KV, the cascade to now-childless parents) is SGLang's own code. The Full (KV)
+  rank in SGLang's own Mamba LRU list. With alpha > 0 a state whose node has two or more
+  children comes after every other (marconi never evicts one); at alpha 0 the order is
+  SGLang's LRU exactly, so until the tuner's first choice the engine runs stock. What
+  leaves with a victim (its KV, the cascade to now-childless parents) is SGLang's own
+  code. The Full (KV)
   component's order is left as SGLang has it (`--radix-eviction-policy`): Marconi's
   score decides which states leave, and a KV leaf goes with its state as in SGLang.
 - **the bootstrap tuner beside the engine**: `UnifiedRadixCache.on_release` (called once
@@ -101,7 +102,18 @@ class FlopOrder:
     def __init__(self, spec: ModelSpec, alpha: float = 0.0) -> None:
         self.spec, self.alpha = spec, float(alpha)
         self._flops: dict[int, float] = {}
+        self._depths: dict[int, int] = {}  # node id -> depth
         self._token_bytes, self._state_bytes = spec.kv_bytes_per_token, spec.ssm_bytes
+
+    def _depth(self, node: Any) -> int:
+        """Tokens from the root to the end of `node`'s key: fixed for a node's life (a
+        split shortens its key and puts the cut above it), so kept by node id."""
+        d = self._depths.get(node.id)
+        if d is None:
+            if len(self._depths) > 1 << 20:  # ids of nodes long gone
+                self._depths.clear()
+            d = self._depths[node.id] = _depth(node, {})
+        return d
 
     def _f(self, depth: int) -> float:
         out = self._flops.get(depth)
@@ -113,14 +125,13 @@ class FlopOrder:
         """`nodes` (least recently used first) in the order to evict them."""
         alpha, n = self.alpha, len(nodes)
         if alpha == 0.0 or n < 2:
-            return sorted(nodes, key=lambda x: len(x.children) >= 2)  # stable: LRU order
-        depth: dict[int, int] = {}
+            return nodes  # recency alone: SGLang's own LRU walk, branch states included
         eff = np.empty(n)
         for i, x in enumerate(nodes):
-            d, parent = _depth(x, depth), x.parent
-            pd = _depth(parent, depth) if parent is not None else 0
-            held = self._token_bytes * (d - pd) + self._state_bytes
-            eff[i] = (self._f(d) - self._f(pd)) / held if held else 0.0
+            d = self._depth(x)
+            edge = len(x.key) if x.key is not None else 0
+            held = self._token_bytes * edge + self._state_bytes
+            eff[i] = (self._f(d) - self._f(d - edge)) / held if held else 0.0
         rec = np.arange(n, dtype=np.float64)
         score = _normalized(rec) + alpha * _normalized(eff)
         branch = np.array([len(x.children) >= 2 for x in nodes])
@@ -232,12 +243,15 @@ class Integration:
     tuning: Tuning | None
     counters: Counters = field(default_factory=Counters)
     undo: list[Any] = field(default_factory=list)
+    loop_thread: int = field(default_factory=threading.get_ident)  # the scheduler's
 
     def report(self) -> dict[str, Any]:
         tuned = self.tuning.alpha_adopted if self.tuning is not None else None
+        off = None if self.tuning is None else self.loop_thread not in self.tuning.threads
         return {"policy": self.policy, "alpha": self.order.alpha,
                 "alpha_status": "fixed" if self.tuning is None else
-                ("tuned" if tuned is not None else "untuned"), **self.counters.to_json()}
+                ("tuned" if tuned is not None else "untuned"),
+                "tuner_off_loop": off, **self.counters.to_json()}
 
 
 _installed: Integration | None = None
