@@ -17,7 +17,9 @@ from marconi.peers.mamba_align import (
     vllm_memory,
 )
 from marconi.peers.mamba_radix import BufferMode, MambaRadix, MambaRadixLRU, SGLangConfig
-from marconi.systems import SYSTEMS, make_cache
+from marconi.sim import SimConfig, simulate
+from marconi.systems import SYSTEMS, get_system, make_cache
+from marconi.workload import load_trace
 from tests.helpers import SMALL, ListStore
 from tests.test_cache_properties import inputs, outputs, reference_hit, state_prefixes
 
@@ -244,3 +246,29 @@ def test_small_blocks_against_reference(peer: str, capacity: int, requests: list
         states = {p: ("state", p) for p in cache.required_states(inp + out, len(inp))}
         cache.commit(inp + out, len(inp), states=states, kv=inp + out)
         check_integrity(cache)
+
+
+class TestSGLangWithMarconi:
+    """`sglang-2026+marconi`: SGLang's two lists, Marconi's order for the states."""
+
+    def test_alpha_zero_is_sglang_2026(self) -> None:
+        trace = load_trace("synthetic:multi-turn:sessions=12")
+        runs = [simulate(trace, SimConfig(spec=PAPER_7B, capacity="600MB", system=name,
+                                          alpha=alpha, bounds=False))
+                for name, alpha in (("sglang-2026", None), ("sglang-2026+marconi", 0.0))]
+        assert runs[0].stats.evictions > 0
+        assert (runs[0].records.hit == runs[1].records.hit).all()
+
+    def test_the_state_victim_is_the_least_efficient(self) -> None:
+        """A long prompt's state, then a short one's: the short one leaves first (its
+        prefill is cheap per byte), where LRU would drop the older, long one."""
+        spec = PAPER_7B
+        slots = 2  # two states and the running request's: the third evicts one
+        cache = get_system("sglang-2026+marconi").cache(
+            spec, 10**12, alpha=2.0, state_slots=slots)
+        long_prompt, short_prompt = _seq(1, 4000), _seq(100_000, 40)
+        _request(cache, long_prompt)
+        _request(cache, short_prompt)
+        _request(cache, _seq(200_000, 40))  # a third state: one of the first two leaves
+        assert cache.lookup([*long_prompt, 7]).hit > 0
+        assert cache.lookup([*short_prompt, 7]).hit == 0

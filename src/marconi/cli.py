@@ -19,7 +19,7 @@ from marconi.api import write_records
 from marconi.commands.extras import require, require_for_trace
 from marconi.commands.parsing import Parser, add_plugin_argument, load_plugins
 from marconi.core.layout import Layout
-from marconi.core.spec import ModelSpec, resolve_model
+from marconi.core.spec import ModelSpec, model_from
 from marconi.report.table import table
 from marconi.sim.bounds import BOUND_TOKENS
 from marconi.sim.capacity import check_capacity
@@ -146,11 +146,7 @@ def _register_analyze(sub: Any) -> None:
 
 
 def _model(text: str) -> ModelSpec:
-    if text.endswith(".json") or Path(text).is_dir():
-        from marconi.core.spec import from_hf_config
-
-        return from_hf_config(text)
-    return resolve_model(text)
+    return model_from(text)
 
 
 def _latency(args: argparse.Namespace, spec: ModelSpec) -> LatencyModel:

@@ -455,6 +455,20 @@ def _sglang(name: str, description: str, settings: Settings, real: bool) -> Syst
                   engine_memory=memory, engine="sglang" if real else None)
 
 
+def _sglang_marconi(name: str, description: str, settings: Settings, real: bool) -> System:
+    """SGLang's admission and layout with Marconi's eviction and tuner: what
+    marconi.integrations.sglang puts into SGLang, emulated (its tuner's mirror)."""
+    base = _sglang(name, description, settings, real)
+
+    def policies(spec: ModelSpec, alpha: float) -> Policies:
+        from marconi.peers.mamba_radix import MambaRadix, MambaRadixFlop
+
+        config = _sglang_config(settings)
+        return MambaRadix(config), MambaRadixFlop(config, spec, alpha)  # type: ignore[arg-type]
+
+    return replace(base, policies=policies, tuner=bootstrap, uses_alpha=True)
+
+
 def _vllm_options() -> tuple[Option, ...]:
     return (
         Option(name="mamba_cache_mode", default="align", choices=("align",),
@@ -529,6 +543,10 @@ _peer("sglang-2026-extra", "SGLang emulation (extra-buffer): 64-aligned chunk an
       "states; its layout: a state pool beside the KV", _sglang,
       tuple(o for o in _sglang_options((), ("lru",), ("1",), real=False)
             if o.name != "strategy"), False, strategy="extra_buffer")
+_peer("sglang-2026+marconi", "SGLang emulation with Marconi's FLOP-aware eviction and "
+      "bootstrap tuner (what marconi.integrations.sglang installs); its layout: a state "
+      "pool beside the KV", _sglang_marconi,
+      _sglang_options(("no_buffer", "extra_buffer"), ("lru",), ("1",), real=False), False)
 _peer("vllm-2026", "vLLM emulation (align mode): block-aligned states, shared-prefix "
       "junctions, block LRU; its layout: KV in pages of its block size", _vllm,
       _vllm_options(), False)

@@ -178,6 +178,11 @@ class Eviction(ABC):
         one refuse."""
         raise ValueError(f"{type(self).__name__} has no alpha to set")
 
+    def fresh(self, alpha: float) -> Eviction:
+        """An empty policy like this one running `alpha` (the bootstrap tuner's replays);
+        policies without an alpha refuse."""
+        raise ValueError(f"{type(self).__name__} has no alpha to tune")
+
     def check(self, nodes: Sequence[Node]) -> None:
         """Assert this policy's books agree with the tree's `nodes` (a full walk, for
         `marconi.core.integrity`); default: nothing to check."""

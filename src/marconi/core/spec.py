@@ -118,6 +118,14 @@ _ALIASES = {"ssm": "ssm_layers", "attn": "attention_layers", "attention": "atten
             "mlp": "mlp_layers", "N": "d_state", "n": "d_state", "D": "d_model"}
 
 
+def model_from(text: str) -> ModelSpec:
+    """A `--model` value: a Hugging Face `config.json` (or its folder), else a preset
+    with optional overrides (`resolve_model`)."""
+    if text.endswith(".json") or Path(text).is_dir():
+        return from_hf_config(text)
+    return resolve_model(text)
+
+
 def resolve_model(text: str) -> ModelSpec:
     """Parse a `--model` value: a preset name with optional `,key=value` overrides.
 

@@ -25,8 +25,9 @@ built:
   score decides which states leave, and a KV leaf goes with its state as in SGLang.
 - **the bootstrap tuner beside the engine**: `UnifiedRadixCache.on_release` (called once
   per finished request, after its KV went into the tree) is wrapped to hand the request's
-  tokens to `Tuning`, which runs a marconi mirror of the cache (SGLang's admission as
-  `peers.mamba_radix` emulates it, Marconi's eviction, the engine's pools) and marconi's
+  tokens to `Tuning`, which runs a marconi mirror of the cache (system
+  `sglang-2026+marconi`: SGLang's admission as emulated, Marconi's eviction, the engine's
+  pools) and marconi's
   `BootstrapTuner` over it, in a background thread: the replays never run in the
   scheduling loop. The alpha it adopts is the engine's from its next eviction.
   `MARCONI_ALPHA` fixes alpha instead (no tuner).
@@ -50,14 +51,15 @@ from typing import Any
 
 import numpy as np
 
-from marconi.core.spec import ModelSpec, resolve_model
+from marconi.core.spec import ModelSpec, model_from
 
 SUPPORTED_VERSION = "0.5.23"
 ENABLE = "MARCONI_SGLANG"  # "marconi": install at plugin load
-MODEL = "MARCONI_MODEL"  # a marconi model (name or config path) for the FLOP count
+MODEL = "MARCONI_MODEL"  # a marconi model (preset or config.json) for the FLOP count
 ALPHA = "MARCONI_ALPHA"  # a fixed alpha; unset: bootstrap-tuned
 CORE = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
 POLICIES = ("marconi",)
+MIRROR = "sglang-2026+marconi"  # the tuner's mirror: SGLang's admission, Marconi's eviction
 
 
 class IntegrationError(RuntimeError):
@@ -178,18 +180,14 @@ class Tuning:
 
     def start(self, kv_tokens: int, state_slots: int, extra_buffer: bool) -> None:
         """Build the mirror for the engine's pools (once, at the first request)."""
-        from marconi.core.cache import PrefixCache
-        from marconi.paper.eviction import FlopAware
-        from marconi.paper.tuner import BootstrapTuner
-        from marconi.peers.mamba_radix import BufferMode, MambaRadix, SGLangConfig
+        from marconi.systems import TunerOptions, get_system
 
         spec = self.order.spec
-        config = SGLangConfig(mode=BufferMode.EXTRA_BUFFER if extra_buffer
-                              else BufferMode.NO_BUFFER)
+        strategy = "extra_buffer" if extra_buffer else "no_buffer"
+        system = get_system(f"{MIRROR}:strategy={strategy}")
         capacity = kv_tokens * spec.kv_bytes_per_token + state_slots * spec.ssm_bytes
-        self.mirror = PrefixCache(spec, capacity, MambaRadix(config), FlopAware(spec, 0.0),
-                                  name="sglang+marconi mirror", state_slots=state_slots)
-        self.tuner = BootstrapTuner(wait=not self.background)
+        self.mirror = system.cache(spec, capacity, state_slots=state_slots)
+        self.tuner = system.make_tuner(None, TunerOptions(wait=not self.background))
         if self.background:
             self._thread = threading.Thread(target=self._run, name="marconi-tuner",
                                             daemon=True)
@@ -315,7 +313,7 @@ def plugin() -> None:
         if MODEL not in os.environ:
             raise IntegrationError(f"marconi.integrations.sglang: {ENABLE}={wanted} needs "
                                    f"{MODEL} (a marconi model name or config path)")
-        spec = resolve_model(os.environ[MODEL])
+        spec = model_from(os.environ[MODEL])
         alpha = float(os.environ[ALPHA]) if os.environ.get(ALPHA) else None
         install(spec, policy=wanted, alpha=alpha)
     except (IntegrationError, ValueError) as err:

@@ -28,10 +28,9 @@ import numpy as np
 
 from marconi.core.cache import PrefixCache
 from marconi.core.orphans import die_with_parent
-from marconi.core.policy import Admission
+from marconi.core.policy import Admission, Eviction
 from marconi.core.snapshot import Snapshot, rebuild, take
 from marconi.core.tuning import Objective, serve
-from marconi.paper.eviction import FlopAware
 
 GRID = tuple(round(0.1 * i, 1) for i in range(21))  # 0, 0.1, ..., 2.0
 
@@ -43,7 +42,7 @@ class Policies:
     """Empty policies of the live cache, to copy for each replay (picklable)."""
 
     admission: Admission
-    eviction: FlopAware
+    eviction: Eviction  # one with an alpha (FlopAware, peers' MambaRadixFlop)
 
     def cache(self, snapshot: Snapshot, alpha: float) -> PrefixCache:
         """A fresh cache running these policies at `alpha`, holding the snapshot."""
@@ -126,7 +125,7 @@ class BootstrapTuner:
     def _launch(self, cache: PrefixCache) -> None:
         assert self._snapshot is not None
         eviction = cache.eviction
-        if not isinstance(eviction, FlopAware):
+        if eviction.alpha is None:  # FlopAware, or any eviction with an alpha to tune
             raise ValueError(f"the bootstrap tuner needs FLOP-aware eviction, cache "
                              f"{cache.name!r} runs {type(eviction).__name__}")
         policies = Policies(copy.deepcopy(cache.admission), eviction.fresh(0.0))

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-import marconi
 from marconi.core.spec import ModelSpec
 from marconi.core.stats import CacheStats
 from marconi.core.units import parse_size
@@ -68,7 +67,7 @@ def sglang_options(config: SimConfig, system: System) -> dict[str, Any]:
         out["integration"] = {"policy": s["integration"],
                               "spec": dataclasses.asdict(config.spec), "alpha": config.alpha,
                               "background": s["tuner"] == "thread",
-                              "src": str(Path(marconi.__file__).resolve().parents[1])}
+                              "src": str(Path(__file__).resolve().parents[2])}  # src/
     return out
 
 
