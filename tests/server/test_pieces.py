@@ -107,6 +107,20 @@ class TestCli:
         args = parser.parse_args(["serve", "--max-body-size", "2MB"])
         assert config_from_args(args).body_limit(4096) == 2 * 10**6
 
+    @pytest.mark.parametrize(("flags", "said"), [
+        (["--threads", "0"], "must be >= 1, got 0"),
+        (["--served-model-name", ""], "--served-model-name must not be empty"),
+    ])
+    def test_serve_refuses_what_cannot_work(self, flags: list[str], said: str,
+                                            capsys: pytest.CaptureFixture) -> None:
+        from marconi.cli import main
+
+        try:
+            code = main(["serve", *flags])
+        except SystemExit as stop:  # argparse's own refusal
+            code = stop.code
+        assert code == 2 and said in capsys.readouterr().err
+
     def test_serve_says_what_it_serves_and_where(self) -> None:
         """The real command: its first lines name the model, system, cache and URL."""
         with socket.socket() as probe:

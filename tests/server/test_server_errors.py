@@ -131,6 +131,7 @@ CASES = (  # (name, path, body builder, status, text the message must contain, p
      "one prompt", "prompt"),
     # bodies that are not JSON text at all
     ("not UTF-8", COMPLETIONS, lambda s: b'{"model": "\xff"}', 400, "UTF-8", None),
+    ("UTF-16", COMPLETIONS, lambda s: _completion(s).encode("utf-16"), 400, "UTF-8", None),
     ("nested too deeply", COMPLETIONS, lambda s: "[" * 50_000 + "]" * 50_000, 400,
      "nested too deeply", None),
 )
@@ -149,6 +150,23 @@ class TestBadRequests:
         reply = shared.client().completions.create(model=shared.model, prompt="ok",
                                                    max_tokens=2)
         assert reply.usage.completion_tokens == 2  # still serving
+
+    @pytest.mark.parametrize("fields", [{"stream": None}, {"n": None}, {"top_k": 0},
+                                        {"top_k": -1}])
+    def test_what_openai_and_vllm_accept_is_accepted(self, shared: Served,
+                                                     fields: dict[str, Any]) -> None:
+        """null means the default (OpenAI); top_k 0 and -1 mean off (vLLM)."""
+        for body in (_chat(shared, **fields), _completion(shared, **fields)):
+            code, payload, _ = post(shared.url, CHAT if "messages" in body else COMPLETIONS,
+                                    body)
+            assert code == 200, payload
+            assert payload["usage"]["completion_tokens"] == 2
+
+    def test_a_huge_model_name_is_not_quoted_whole(self, shared: Served) -> None:
+        code, payload, _ = post(shared.url, COMPLETIONS,
+                                _completion(shared, model="m" * 100_000))
+        assert code == 404 and "100000 characters" in payload["error"]["message"]
+        assert len(payload["error"]["message"]) < 1000
 
     def test_openai_client_exceptions(self, shared: Served) -> None:
         client = shared.client()

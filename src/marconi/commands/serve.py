@@ -41,9 +41,19 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="largest request body, e.g. 4MB; larger gets 413 (default: 256 bytes "
                         "per token of the model's context, at least 1 MiB)")
     p.add_argument("--seed", type=int, default=0, help="random weights of the embedded model")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=_positive, default=None, help="torch CPU threads")
     p.set_defaults(func=run_command)
     return p
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:

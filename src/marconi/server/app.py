@@ -111,8 +111,8 @@ async def parse_body(request: Request, model: type[Body],
 def _validated(raw: bytes, model: type[Body], precheck: Callable[[bytes], None] | None) -> Body:
     if precheck is not None:
         precheck(raw)
-    try:
-        value = json.loads(raw)
+    try:  # UTF-8 only: json.loads would take bytes in UTF-16 or UTF-32 as well
+        value = json.loads(raw.decode("utf-8"))
     except json.JSONDecodeError as err:
         raise RequestValidationError([{"type": "json_invalid", "loc": ("body", err.pos),
                                        "msg": "JSON decode error", "input": {},

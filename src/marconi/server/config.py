@@ -39,6 +39,9 @@ class ServerConfig:
         return max(MIN_BODY_BYTES, BODY_BYTES_PER_TOKEN * max_context)
 
     def __post_init__(self) -> None:
+        if self.served_name is not None and not self.served_name.strip():
+            raise ValueError("--served-model-name must not be empty (it is the name "
+                             "clients pass as `model`)")
         get_system(self.system)  # ValueError listing the known systems
         parse_size(self.cache_size)  # ValueError naming a bad size
         if self.alpha is not None and not self.alpha >= 0:

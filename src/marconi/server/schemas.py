@@ -103,6 +103,22 @@ class _Common(BaseModel):
     ignore_eos: Any = None
     repetition_penalty: Any = None
 
+    @field_validator("stream", "n", mode="before")
+    @classmethod
+    def _null_is_the_default(cls, value: Any, info: ValidationInfo) -> Any:
+        """`null` means the default, as OpenAI reads it."""
+        if value is None:
+            return False if info.field_name == "stream" else 1
+        return value
+
+    @field_validator("top_k", mode="before")
+    @classmethod
+    def _top_k_off(cls, value: Any) -> Any:
+        """0 and -1 turn top-k off, as vLLM reads them."""
+        if isinstance(value, int) and not isinstance(value, bool) and value in (0, -1):
+            return None
+        return value
+
     @field_validator(*REFUSED, mode="before", check_fields=False)
     @classmethod
     def _refuse(cls, value: Any, info: ValidationInfo) -> Any:

@@ -45,6 +45,7 @@ _decode_shape = msgspec.json.Decoder(_Shape).decode
 INLINE_TOKENS = 1 << 16  # token-id prompts checked on the event loop; longer ones off it
 CHARS_PER_TOKEN = 32  # text over this x the context is refused untokenized (Mistral
 # v1's longest piece is 16 characters: such a text cannot fit)
+MODEL_NAME_SHOWN = 200  # characters of an unknown model name a 404 quotes back
 RETRY_AFTER_S = 1  # what a 429 tells the client to wait: requests here take about that
 T = TypeVar("T")
 
@@ -82,7 +83,9 @@ class Service:
 
     def check_model(self, name: str) -> None:
         if name != self.backend.name:
-            raise ApiError(404, f"The model `{name}` does not exist; this server serves "
+            shown = name if len(name) <= MODEL_NAME_SHOWN else \
+                f"{name[:MODEL_NAME_SHOWN]}... ({len(name)} characters)"
+            raise ApiError(404, f"The model `{shown}` does not exist; this server serves "
                            f"`{self.backend.name}`.", param="model", code="model_not_found")
 
     async def encode(self, prompt: str | list[int]) -> list[int]:
