@@ -79,6 +79,39 @@ class TestQueueAndDisconnect:
         assert log.errors == []
 
 
+    def test_a_streaming_client_that_leaves_is_logged_in_one_line(
+            self, model: HybridModel) -> None:
+        with serve(model, cache_size="64MB") as server, logged() as log:
+            stream = server.client().completions.create(
+                model=server.model, prompt="go", stream=True, max_tokens=3000)
+            next(iter(stream))
+            stream.close()  # the client goes away mid-stream
+            wait_for(lambda: any("disconnected mid-stream" in r.getMessage()
+                                 for r in log.records), timeout=60,
+                     what="the stream's log line")
+        assert log.errors == []
+
+    def test_a_client_that_leaves_while_sending_its_body_is_a_disconnect(
+            self, model: HybridModel) -> None:
+        """Counted as `disconnected`, logged in one line: not an internal failure with a
+        traceback."""
+        with serve(model, cache_size="64MB") as server, logged() as log:
+            where = urlsplit(server.url)
+            for _ in range(3):
+                sock = socket.create_connection((where.hostname, where.port), timeout=10)
+                sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                             b"application/json\r\nContent-Length: 5000\r\n\r\n{\"model")
+                sock.close()
+            wait_for(lambda: scrape(server.url).get(
+                "marconi:request_failure_total{reason=disconnected}") == 3, timeout=60,
+                what="three disconnects counted")
+            metrics = scrape(server.url)
+        assert not metrics.get("marconi:request_failure_total{reason=internal}")
+        assert log.errors == []
+        said = [r for r in log.records if "while sending its body" in r.getMessage()]
+        assert len(said) == 3 and all(r.exc_info is None for r in said)
+
+
 class TestMetricsAddUp:
     def test_every_request_is_counted_once(self, model: HybridModel) -> None:
         with serve(model, cache_size="64MB", max_tokens=2) as server:

@@ -63,7 +63,8 @@ def create_app(backend: Backend, config: ServerConfig) -> FastAPI:
     app = FastAPI(title="marconi", lifespan=lifespan)
     errors.install(app, rejected)
     app.add_middleware(Guard, max_body=config.body_limit(backend.max_context),
-                       rejected=rejected, crashed=metrics.failed.labels(reason="internal").inc)
+                       rejected=rejected, crashed=metrics.failed.labels(reason="internal").inc,
+                       gone=metrics.failed.labels(reason="disconnected").inc)
     _routes(app, service)
     return app
 

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 
 from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from marconi.server.errors import ApiError, BodyTooLarge, Rejected
@@ -28,8 +29,10 @@ class Guard:
     """Wraps the app (inside Starlette's error middleware, outside the routes)."""
 
     def __init__(self, app: ASGIApp, max_body: int, rejected: Rejected,
-                 crashed: Callable[[], object]) -> None:
+                 crashed: Callable[[], object], gone: Callable[[], object] = lambda: None
+                 ) -> None:
         self.app, self.max_body, self.rejected, self.crashed = app, max_body, rejected, crashed
+        self.gone = gone  # a client that left before its request was read
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -48,6 +51,10 @@ class Guard:
 
         try:
             await self.app(scope, self._limited(receive), watched)
+        except ClientDisconnect:  # it left while sending its body: nobody to answer
+            log.info("%s %s: the client disconnected while sending its body",
+                     scope.get("method", ""), scope.get("path", ""))
+            self.gone()
         except Exception as err:
             if started:  # mid-response: nothing left to answer with
                 raise

@@ -11,7 +11,9 @@ data: [DONE]
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -19,6 +21,8 @@ from typing import Any
 from marconi.server.bodies import error_body, usage
 from marconi.server.errors import ApiError
 from marconi.server.service import Finished, Service, Submission
+
+log = logging.getLogger("marconi.server")
 
 Choice = Callable[[str | None, str | None], dict[str, Any]]  # (text, finish_reason) -> choice
 
@@ -68,6 +72,10 @@ class ChunkStream:
                     yield self.chunk([self.choice(item, None)])
         except ApiError as err:
             yield sse(error_body(err.message, err.kind, err.param, err.code))
+        except (asyncio.CancelledError, GeneratorExit):  # the client left: the stream closed
+            log.info("%s: the client disconnected mid-stream; its request was cancelled",
+                     self.head["id"])
+            raise
         yield sse("[DONE]")
 
     def _final(self, done: Finished) -> str:
