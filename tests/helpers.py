@@ -59,3 +59,20 @@ def cache_systems() -> dict[str, Any]:
 
 
 CACHES = cache_systems()  # the registry's caches, for tests parametrized over them
+
+
+def needs(*modules: str) -> None:
+    """Skip the calling test module unless `modules` import; under CI (CI=true), which
+    installs every extra, fail instead: a missing extra must not skip a folder silently."""
+    import importlib.util
+    import os
+
+    import pytest
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not missing:
+        return
+    message = f"{', '.join(missing)} not installed"
+    if os.environ.get("CI"):
+        raise ImportError(f"{message}: CI installs every extra, so this is a broken install")
+    pytest.skip(message, allow_module_level=True)

@@ -124,7 +124,8 @@ def test_oracle_reports_the_time_of_all_its_replays() -> None:
     one = simulate(trace, SimConfig(spec=PAPER_7B, capacity="300MB", system="marconi",
                                     alpha=best.alpha, bounds=False))
     assert best.tuning is not None and len(best.tuning.to_json()["scores"]) == 21  # type: ignore[arg-type]
-    assert best.seconds > 5 * one.seconds  # 21 replays, not one
+    # the wall time covers the 21 replays (run one after another here), not the best one
+    assert best.seconds >= best.tuning.replay_seconds > 0  # type: ignore[attr-defined]
     assert np.array_equal(best.records.hit, one.records.hit)
 
 

@@ -48,12 +48,16 @@ def test_the_lock_satisfies_every_range_it_pins() -> None:
 
 
 def test_installed_versions_are_the_lock() -> None:
+    checked = set()
     for name, pinned in _lock().items():
         try:
             installed = Version(version(name))
         except PackageNotFoundError:
             continue  # an extra this environment lacks
         assert installed.public == pinned or Version(installed.public) == Version(pinned), name
+        checked.add(name.lower())
+    # the package's own dependencies are always installed: at least they were compared
+    assert {"numpy", "tqdm", "scipy", "msgspec"} <= checked, checked
 
 
 def test_engine_refuses_a_transformers_below_its_floor() -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from tests.helpers import needs
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+needs("torch", "transformers")  # CI: a missing extra fails
 
-from marconi.engine import HybridModel, tiny_model
+from marconi.engine import HybridModel, tiny_model  # noqa: E402
 
 _MODELS: dict[str, HybridModel] = {}
 

@@ -6,13 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("fastapi")
-pytest.importorskip("openai")
+from tests.helpers import needs
 
-from marconi.engine import HybridModel
-from marconi.server import embedded_model
-from tests.server.harness import Served, serve
+needs("torch", "fastapi", "openai")  # CI: a missing extra fails
+
+from marconi.engine import HybridModel  # noqa: E402
+from marconi.server import embedded_model  # noqa: E402
+from tests.server.harness import Served, serve  # noqa: E402
 
 
 @pytest.fixture(scope="session")

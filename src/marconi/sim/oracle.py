@@ -23,6 +23,7 @@ class OracleReport:
 
     alpha: float
     scores: dict[float, float]
+    replay_seconds: float = 0.0  # the replays' own times, summed
 
     def to_json(self) -> dict[str, object]:
         return {"alpha": self.alpha, "scores": {str(a): s for a, s in self.scores.items()}}
@@ -50,6 +51,6 @@ def oracle(trace: Trace, config: SimConfig, *, grid: tuple[float, ...] = GRID,
     best_alpha = max(scores, key=lambda a: (scores[a], -a))
     best = results[grid.index(best_alpha)]
     best.config = dataclasses.replace(config, alpha=best_alpha)
-    best.tuning = OracleReport(best_alpha, scores)
+    best.tuning = OracleReport(best_alpha, scores, sum(r.seconds for r in results))
     best.seconds = time.perf_counter() - start
     return best
