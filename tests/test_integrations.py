@@ -105,6 +105,25 @@ class TestInsideSGLang:
         assert hook["tuner_off_loop"] is True  # the mirror and replays: its own thread
         assert hook["requests"] == len(chat) and hook["tuner_ns"] > 0
 
+    @pytest.mark.parametrize(("trace", "seed", "capacity"), [
+        ("synthetic:agent:sessions=8", 11, "3GB"),
+        ("synthetic:multi-turn:sessions=30", 12, "1GB"),
+        ("synthetic:multi-turn:sessions=40,turns=6", 15, "800MB"),
+    ])
+    def test_integrity_holds_on_fuzzed_traces_that_evict(self, trace: str, seed: int,
+                                                         capacity: str) -> None:
+        """SGLang's `sanity_check()` and pool accounting after every request, with
+        Marconi's walk choosing the victims (alpha 2) on traces of other shapes."""
+        need("sglang")
+        from marconi.realpeers.replay import replay
+        from marconi.workload import TraceOptions, load_trace
+
+        config = SimConfig(spec=PAPER_7B, capacity=capacity, bounds=False, system=WITH,
+                           alpha=2.0)
+        requests = load_trace(trace, options=TraceOptions(seed=seed))
+        ours = replay(requests, config, get_system(WITH), check=True).summary()
+        assert ours["engine"]["integration"]["victims"] > 0 and ours["evictions"] > 0
+
     def test_a_fixed_alpha_of_zero_is_the_stock_engine(self, chat, stock) -> None:
         """At alpha 0 Marconi's order is SGLang's LRU: every hit is the stock engine's."""
         need("sglang")

@@ -49,9 +49,10 @@ class TestFlags:
                      "--param", "sps=0.5,1", "--out", str(tmp_path / "s.csv"),
                      "--workers", "1", "--quiet"]) == 0
         lines = capsys.readouterr().out.splitlines()
-        assert lines[0].split()[:6] == ["trace", "dataset", "capacity", "model", "sps", "system"]
+        # no row has a dataset here: no empty dataset column
+        assert lines[0].split()[:5] == ["trace", "capacity", "model", "sps", "system"]
         name = Path(traces[0]).name
-        words = [line.split() for line in lines[2:]]  # no dataset here: its cell is blank
+        words = [line.split() for line in lines[2:]]
         rows = sorted((w[0], w[w.index("sglang+") - 1]) for w in words)
         assert rows == [(f"d1/{name}", "0.5"), (f"d1/{name}", "1.0"),
                         (f"d2/{name}", "0.5"), (f"d2/{name}", "1.0")]
@@ -217,3 +218,16 @@ def test_a_killed_worker_takes_its_tuner_replays_with_it() -> None:
         if proc.poll() is None:
             proc.kill()
     assert _gone(replays, within=10) == [], "the tuner's replays outlived their worker"
+
+
+def test_the_table_shows_a_dataset_column_only_where_a_row_has_one() -> None:
+    from marconi.commands.sweep import sweep_table
+
+    base = {"trace": "t.jsonl", "capacity": "1GB", "model": "paper-7b", "system": "marconi",
+            "alpha": 1.0, "alpha_status": "tuned", "alpha_fixed": None}
+    header = sweep_table([base | {"dataset": None}, base | {"dataset": ""}]).split("\n")[0]
+    assert "dataset" not in header.split() and header.split().count("alpha") == 1
+    varied = [base | {"dataset": "sharegpt", "alpha_fixed": 0.5}, base | {"dataset": None}]
+    header = sweep_table(varied).split("\n")[0].split()
+    assert header[:2] == ["trace", "dataset"] and header.count("alpha") == 1
+    assert "alpha_fixed" in header  # the axis that varies, beside the alpha in force
