@@ -51,6 +51,10 @@ class TestApi:
         frame = mc.compare(TRACE, ["vanilla", "sglang+"], capacity="1GB", sessions=4)
         assert list(frame["system"]) == ["vanilla", "sglang+"]
         assert frame["hit_tokens"].iloc[0] == 0 < frame["hit_tokens"].iloc[1]
+        shown = repr(frame).splitlines()  # what a reader compares, not "[2 rows x 34 ...]"
+        assert shown[0].split()[:3] == ["system", "token_hit_rate", "flops_saved_rate"]
+        assert shown[2].split()[0] == "sglang+" and "more columns in .columns" in shown[-1]
+        assert "x" not in shown[-1].split()
 
     def test_bad_input_is_a_value_error(self) -> None:
         with pytest.raises(ValueError, match="is 0 bytes"):

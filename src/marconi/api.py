@@ -78,8 +78,39 @@ def compare(trace: str | Path | Trace, systems: Sequence[str], **kwargs: Any) ->
     options = {k: kwargs.pop(k) for k in list(kwargs) if k in TraceOptions.__dataclass_fields__}
     loaded = load(trace, format=kwargs.pop("format", None), **options)
     rows = [simulate(loaded, system=name, **kwargs).summary for name in systems]
-    return _pandas().DataFrame([{k: v for k, v in row.items() if not isinstance(v, dict | list)}
-                                for row in rows])
+    frame = _pandas().DataFrame([{k: v for k, v in row.items()
+                                  if not isinstance(v, dict | list)} for row in rows])
+    first = [c for c in FIRST_COLUMNS if c in frame.columns]  # what a reader looks for
+    return _comparison()(frame[first + [c for c in frame.columns if c not in first]])
+
+
+# the columns `compare` puts first, and what `print(compare(...))` shows
+FIRST_COLUMNS = ("system", "token_hit_rate", "flops_saved_rate", "request_hit_rate",
+                 "alpha", "refused_commits", "ttft_p50")
+_COMPARISON: type | None = None
+
+
+def _comparison() -> type:
+    """A DataFrame whose printout is the figures a reader compares (a plain DataFrame of
+    34 columns prints as `[2 rows x 34 columns]` and little else); every column stays."""
+    global _COMPARISON
+    if _COMPARISON is None:
+        pd = _pandas()
+        frame: Any = pd.DataFrame
+
+        class Comparison(frame):
+            @property
+            def _constructor(self) -> type:
+                return Comparison
+
+            def __repr__(self) -> str:
+                shown = [c for c in FIRST_COLUMNS if c in self.columns]
+                rest = len(self.columns) - len(shown)
+                return (pd.DataFrame(self[shown]).to_string(index=False)
+                        + f"\n({len(self)} rows; {rest} more columns in .columns)")
+
+        _COMPARISON = Comparison
+    return _COMPARISON
 
 
 def record_columns(result: SimResult) -> dict[str, Any]:
