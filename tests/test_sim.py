@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -300,3 +301,36 @@ class TestAlphaReport:
                 if line.startswith(("sglang+", "marconi"))}
         assert "untuned" in rows["marconi"] and "untuned" not in rows["sglang+"]
         assert rows["marconi"][6] == "untuned" and rows["sglang+"][6] == "-"  # no alpha
+
+
+def test_compare_plot_labels_never_overlap() -> None:
+    """Two-line labels ("vllm+ / refused 42/1235") once ran across the next system's."""
+    pytest.importorskip("matplotlib")
+
+    from marconi.report.plot import compare_figure
+
+    rows = [{"system": name, "token_hit_rate": hit, "flops_saved_rate": hit, "ttft_p95": 0.1,
+             "refused_commits": refused, "commits": 1235}
+            for name, hit, refused in (("vanilla", 0.0, 0), ("vllm+", 0.03, 42),
+                                       ("sglang+", 0.3, 0), ("marconi", 0.3, 0),
+                                       ("marconi+", 0.39, 0))]
+    long = [*rows, rows[2] | {"system": "sglang-2026-extra:strategy=extra_buffer"}]
+    for fig in (compare_figure(rows, "t"), compare_figure(long, "t")):
+        _no_overlap(fig)
+
+
+def _no_overlap(fig: object) -> None:
+    import matplotlib.pyplot as plt
+
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels()]
+            for a, b in itertools.pairwise(boxes):
+                assert not a.overlaps(b), (ax.get_title(), a, b)
+            frame = ax.get_window_extent(renderer)
+            for text in ax.texts:  # the values above the bars stay inside the frame
+                assert text.get_window_extent(renderer).y1 <= frame.y1
+    finally:
+        plt.close(fig)
