@@ -231,7 +231,7 @@ class TestCli:
                              **{k: 0.0 for k in ("token_hit_rate", "request_hit_rate",
                                                   "flops_saved_rate", "ttft_p50",
                                                   "ttft_p95")}})
-        assert _label(seeds.mean_rows()[0]) == "vllm+\nrefused 80/80"
+        assert _label(seeds.mean_rows()[0]) == "vllm+\nrefused\n80/80"
 
     def test_compare_seeds_must_be_positive(self, tmp_path: Path,
                                             capsys: pytest.CaptureFixture) -> None:

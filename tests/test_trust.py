@@ -69,7 +69,7 @@ class TestRefusalsShown:
     def test_plot_labels_name_refusals(self, agent_runs: dict[str, dict]) -> None:
         from marconi.report.plot import _label
 
-        assert _label(agent_runs["vllm+"]) == "vllm+\nrefused 200/200"
+        assert _label(agent_runs["vllm+"]) == "vllm+\nrefused\n200/200"
         assert _label(agent_runs["sglang+"]) == "sglang+"
 
 
