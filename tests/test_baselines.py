@@ -1,0 +1,62 @@
+"""The baselines beside the paper's and the engines' (docs/peers.md, "Other baselines"):
+each one's defining behaviour on a tiny hand-made trace."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from marconi.sim.result import OFFLINE, REUSE_ORACLE, SimConfig
+from marconi.sim.run import run
+from marconi.systems import SYSTEMS, get_system
+from marconi.workload.types import Request, Trace
+from tests.helpers import SMALL
+
+# SMALL: KV 256 bytes a token, a state 81,920 bytes
+KV, STATE = SMALL.kv_bytes_per_token, SMALL.ssm_bytes
+
+
+def seq(start: int, n: int) -> list[int]:
+    return list(range(start, start + n))
+
+
+def trace(*inputs: list[int], sessions: list[str] | None = None) -> Trace:
+    """One request per input, no output; each its own session unless `sessions`."""
+    names = sessions or [f"s{i}" for i in range(len(inputs))]
+    turns: dict[str, int] = {}
+    requests = []
+    for i, (tokens, session) in enumerate(zip(inputs, names, strict=True)):
+        turns[session] = turns.get(session, -1) + 1
+        requests.append(Request(session_id=session, turn=turns[session], arrival=float(i),
+                                input_tokens=np.asarray(tokens, dtype=np.int32),
+                                output_tokens=np.zeros(0, dtype=np.int32)))
+    return Trace(name="hand-made", requests=tuple(requests))
+
+
+def hits(system: str, t: Trace, capacity: int) -> list[int]:
+    config = SimConfig(spec=SMALL, capacity=capacity, system=system, bounds=False)
+    return [int(h) for h in run(t, config, warn=False).records.hit]
+
+
+class TestReuseOracle:
+    """Sequences A, B, C of 100 tokens, then A extended; room for two of them. LRU drops A
+    (the oldest) for C; told that B is never reused, `reuse-oracle` drops B and A hits."""
+
+    T = trace(seq(0, 100), seq(1000, 100), seq(2000, 100), seq(0, 100) + seq(5000, 20))
+    CAPACITY = 2 * (100 * KV + STATE) + 1000
+
+    def test_it_keeps_what_is_reused(self) -> None:
+        assert hits("sglang+", self.T, self.CAPACITY) == [0, 0, 0, 0]
+        assert hits(REUSE_ORACLE, self.T, self.CAPACITY) == [0, 0, 0, 100]
+
+    def test_it_is_no_registered_system(self) -> None:
+        """Only the simulator knows the future: every other face refuses the name (the
+        server, the engine and `make_cache` all go through `get_system`)."""
+        from marconi.server.config import ServerConfig
+
+        assert REUSE_ORACLE not in SYSTEMS
+        for name in (OFFLINE, REUSE_ORACLE):
+            with pytest.raises(ValueError, match=f"unknown system '{name}'"):
+                get_system(name)
+            with pytest.raises(ValueError, match=f"unknown system '{name}'"):
+                ServerConfig(system=name)
