@@ -33,7 +33,7 @@ from marconi.core.tree import Match, Node
 from marconi.sim.future import FutureIndex
 from marconi.sim.replay import simulate
 from marconi.sim.result import OFFLINE, REUSE_ORACLE, SimConfig, SimResult
-from marconi.systems import System
+from marconi.systems import System, get_system
 from marconi.workload.types import Trace
 
 NEVER = 1e15  # distance of an entry no later request uses
@@ -207,9 +207,8 @@ def offline_system(future: FutureIndex) -> System:
 
 def reuse_oracle_system(future: FutureIndex) -> System:
     def policies(spec: ModelSpec, alpha: float) -> tuple[Admission, Eviction]:
-        from marconi.paper.admission import Judicious
-
-        return Judicious(), ReuseOnlyEviction(spec, future)
+        admission, _ = get_system("marconi").policies(spec, 0.0)  # the paper's judicious
+        return admission, ReuseOnlyEviction(spec, future)
 
     return System(name=REUSE_ORACLE, policies=policies,
                   description="judicious admission, eviction told only which entries "
