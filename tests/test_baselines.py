@@ -60,3 +60,34 @@ class TestReuseOracle:
                 get_system(name)
             with pytest.raises(ValueError, match=f"unknown system '{name}'"):
                 ServerConfig(system=name)
+
+
+class TestSegLen:
+    """A (200 tokens) oldest, then B and C (20 each); D needs one of them to leave. LRU
+    drops A; SegLen weighs A's long replay: scores A 0 + 0.85, B 0.5 + 0, C 1 + 0, so B
+    goes, and A's extension hits all of A."""
+
+    T = trace(seq(0, 200), seq(1000, 20), seq(2000, 20), seq(3000, 20),
+              seq(0, 200) + seq(5000, 10))
+    CAPACITY = (200 * KV + STATE) + 2 * (20 * KV + STATE) + 1000
+
+    def test_long_replays_stay(self) -> None:
+        assert hits("sglang+", self.T, self.CAPACITY) == [0, 0, 0, 0, 0]
+        assert hits("seglen", self.T, self.CAPACITY) == [0, 0, 0, 0, 200]
+
+    def test_weight_zero_is_recency_alone(self) -> None:
+        assert hits("seglen:weight=0", self.T, self.CAPACITY) == [0, 0, 0, 0, 0]
+
+    def test_replay_length_runs_to_the_nearest_state(self) -> None:
+        from marconi.core.tree import RadixTree
+        from marconi.peers.seglen import replay_length
+
+        tree = RadixTree()
+        a = tree.insert(tree.root, np.arange(10, dtype=np.int32).tobytes())
+        b = tree.insert(a, np.arange(10, 15, dtype=np.int32).tobytes())
+        c = tree.insert(b, np.arange(15, 18, dtype=np.int32).tobytes())
+        a.has_state = True
+        assert (replay_length(a), replay_length(b), replay_length(c)) == (10, 5, 8)
+        b.has_state = True
+        assert replay_length(c) == 3
+

@@ -593,3 +593,26 @@ _plus("marconi+-no-boundaries", "marconi+ without boundary checkpoints",
       shadows(boundaries=False))
 
 MARCONI_PLUS = SYSTEMS["marconi+"]
+
+
+# --- other baselines (what each models: docs/peers.md, "Other baselines") -----------------
+
+
+def _seglen(settings: Settings) -> System:
+    weight = float(settings["weight"])  # type: ignore[arg-type]
+
+    def policies(spec: ModelSpec, alpha: float) -> Policies:
+        from marconi.paper.admission import Judicious
+        from marconi.peers.seglen import SegLen
+
+        return Judicious(), SegLen(weight)
+
+    return System(name="seglen", policies=policies,
+                  description="judicious admission; eviction by recency + weight x replay "
+                              "length to the nearest state above (SegLen, SGLang's proposal)")
+
+
+register_configurable("seglen", (
+    Option(name="weight", default=0.85, kind=float, minimum=0.0,
+           help="--seglen-eff-weight: the replay length's weight beside recency"),), _seglen)
+
