@@ -91,3 +91,49 @@ class TestSegLen:
         b.has_state = True
         assert replay_length(c) == 3
 
+
+class TestTailLRU:
+    TLRU = "tlru:threshold=150,next_prompt_estimate=0"
+
+    def test_tel_safe_tail_leaves_first(self) -> None:
+        """Y (300 tokens) oldest; X grows to 200 tokens (100 + 100); Z needs room for one
+        leaf. LRU drops Y; T-LRU drops X's last 100 tokens, which start at depth 100 >=
+        200 - 150 (a next prefill of X recomputes at most 150 tokens), so Y hits."""
+        y, x1, z = seq(0, 300), seq(1000, 100), seq(3000, 100)
+        x2 = x1 + seq(2000, 100)
+        t = trace(y, x1, x2, z, y + seq(4000, 10), x2 + seq(5000, 10),
+                  sessions=["y", "x", "x", "z", "y", "x"])
+        capacity = 11 * STATE + 550 * KV  # 10 state slots (and SGLang's padding slot)
+
+        def run_hits(system: str) -> list[int]:
+            config = SimConfig(spec=SMALL, capacity=capacity, system=system, bounds=False,
+                               page_size=1, state_slots=10)
+            return [int(h) for h in run(t, config, warn=False).records.hit]
+
+        assert run_hits("sglang-2026") == [0, 0, 100, 0, 0, 100]
+        assert run_hits(self.TLRU) == [0, 0, 100, 0, 300, 100]
+
+    def test_trimming_stops_at_the_budget(self) -> None:
+        """The high-water depth does not shrink as the tail leaves: X (400 tokens in four
+        turns) loses its last 100 tokens, then no more (200 < 400 - 150); W goes next."""
+        from tests.helpers import serve
+
+        cache = get_system(self.TLRU).cache(SMALL, "10GB", page_size=1, state_slots=0)
+        serve(cache, None, seq(9000, 500), 500)  # W, the oldest
+        x: list[int] = []
+        for turn in range(4):
+            x += seq(1000 * (turn + 1), 100)
+            serve(cache, None, x, len(x))
+
+        def leaves() -> list[int]:
+            return sorted(n.depth for n in cache.tree.nodes() if n.is_leaf)
+
+        assert leaves() == [400, 500]
+        cache.evict(1)
+        assert leaves() == [300, 500]
+        cache.evict(1)
+        assert leaves() == [300]
+
+    def test_threshold_must_exceed_the_estimate(self) -> None:
+        with pytest.raises(ValueError, match="must exceed next_prompt_estimate"):
+            get_system("tlru:threshold=512,next_prompt_estimate=512")

@@ -616,3 +616,36 @@ register_configurable("seglen", (
     Option(name="weight", default=0.85, kind=float, minimum=0.0,
            help="--seglen-eff-weight: the replay length's weight beside recency"),), _seglen)
 
+
+def _tlru(name: str, description: str, settings: Settings, real: bool) -> System:
+    """`sglang-2026` with its KV list in T-LRU order (SGLang's `tlru` strategy)."""
+    threshold = int(settings["threshold"])  # type: ignore[call-overload]
+    estimate = int(settings["next_prompt_estimate"])  # type: ignore[call-overload]
+    if threshold <= estimate:
+        raise ValueError(f"system {name}: threshold ({threshold}) must exceed "
+                         f"next_prompt_estimate ({estimate}), as SGLang requires; otherwise "
+                         "no token is ever TEL-safe and T-LRU is LRU (sglang-2026)")
+    base = _sglang(name, description, settings, real)
+
+    def policies(spec: ModelSpec, alpha: float) -> Policies:
+        from marconi.peers.mamba_radix import MambaRadix
+        from marconi.peers.tlru import TailLRU
+
+        config = _sglang_config(settings)
+        return MambaRadix(config), TailLRU(config, threshold=threshold,  # type: ignore[arg-type]
+                                           next_prompt=estimate)
+
+    return replace(base, policies=policies)
+
+
+_peer("tlru", "SGLang emulation with tail-optimized LRU for its KV (--radix-eviction-policy "
+      "tlru): a conversation's KV past what keeps its next prefill within threshold tokens "
+      "leaves first, then LRU", _tlru,
+      (*(o for o in _sglang_options(("no_buffer", "extra_buffer"), ("lru",), ("1",),
+                                    real=False) if o.name != "eviction"),
+       Option(name="threshold", default=4096, kind=int, minimum=0,
+              help="--radix-eviction-policy-config threshold: the tokens a next prefill "
+                   "may compute within its TTFT budget"),
+       Option(name="next_prompt_estimate", default=512, kind=int, minimum=0,
+              help="--radix-eviction-policy-config next_prompt_estimate: the tokens a "
+                   "next prompt is expected to add")), False)
