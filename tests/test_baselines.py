@@ -137,3 +137,31 @@ class TestTailLRU:
     def test_threshold_must_exceed_the_estimate(self) -> None:
         with pytest.raises(ValueError, match="must exceed next_prompt_estimate"):
             get_system("tlru:threshold=512,next_prompt_estimate=512")
+
+
+class TestLlamaCpp:
+    """Session a sends P (100 tokens), then P + R, then P + S (parting from its slot's
+    sequence at 100), then P + R + T; session b sends P + Q in between. Each session has
+    a slot of its own: b reuses nothing of a's. a reuses its live state (100), then the
+    checkpoint one token before P's end (99), and after P + S replaced P + R in the slot,
+    only that checkpoint again. sglang+'s shared tree keeps every branch."""
+
+    P = seq(0, 100)
+    T = trace(P, P + seq(1000, 20), P + seq(2000, 50), P + seq(3000, 30),
+              P + seq(2000, 50) + seq(4000, 20), sessions=["a", "b", "a", "a", "a"])
+
+    def test_slots_and_checkpoints(self) -> None:
+        assert hits("sglang+", self.T, 10**9) == [0, 100, 100, 100, 150]
+        assert hits("llamacpp-2026", self.T, 10**9) == [0, 0, 100, 99, 99]
+
+    def test_older_checkpoints_leave_first(self) -> None:
+        """One checkpoint a slot: P + R's (149) pushed P's (99) out."""
+        assert hits("llamacpp-2026:ctx_checkpoints=1", self.T, 10**9) == [0, 0, 100, 0, 0]
+
+    def test_without_sessions_one_slot(self) -> None:
+        """A driver that names no session (the engine, the server) runs one slot."""
+        from tests.helpers import serve
+
+        cache = get_system("llamacpp-2026").cache(SMALL, "1GB")
+        got = [serve(cache, None, r.input_tokens, r.n_input) for r in self.T]
+        assert got == [0, 100, 99, 99, 99]

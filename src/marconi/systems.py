@@ -649,3 +649,24 @@ _peer("tlru", "SGLang emulation with tail-optimized LRU for its KV (--radix-evic
        Option(name="next_prompt_estimate", default=512, kind=int, minimum=0,
               help="--radix-eviction-policy-config next_prompt_estimate: the tokens a "
                    "next prompt is expected to add")), False)
+
+
+def _llamacpp(settings: Settings) -> System:
+    checkpoints = int(settings["ctx_checkpoints"])  # type: ignore[call-overload]
+
+    def policies(spec: ModelSpec, alpha: float) -> Policies:
+        from marconi.peers.llamacpp import ContextCheckpoints, SlotBook, SlotFIFO
+
+        book = SlotBook()
+        return ContextCheckpoints(book), SlotFIFO(book, checkpoints)
+
+    return System(name="llamacpp-2026", policies=policies,
+                  description="llama.cpp server slots (one per session) with context "
+                              "checkpoints: the longest of the slot's own checkpoints and "
+                              "live state, newest N checkpoints kept")
+
+
+register_configurable("llamacpp-2026", (
+    Option(name="ctx_checkpoints", default=32, kind=int, minimum=1,
+           help="--ctx-checkpoints: checkpoints a slot keeps (oldest dropped first)"),),
+    _llamacpp)
