@@ -165,3 +165,47 @@ class TestLlamaCpp:
         cache = get_system("llamacpp-2026").cache(SMALL, "1GB")
         got = [serve(cache, None, r.input_tokens, r.n_input) for r in self.T]
         assert got == [0, 100, 99, 99, 99]
+
+
+class TestSparsePrefix:
+    @staticmethod
+    def brute(depths: list[int], survival: list[float], budget: int) -> float:
+        from itertools import combinations
+
+        best = 0.0
+        for k in range(1, budget + 1):
+            for chosen in combinations(range(len(depths)), k):
+                got, last = 0.0, 0
+                for j in chosen:
+                    got += (depths[j] - last) * survival[j]
+                    last = depths[j]
+                best = max(best, got)
+        return best
+
+    def test_the_placement_is_exact(self) -> None:
+        from marconi.peers.sparse_prefix import place
+
+        rng = np.random.default_rng(0)
+        for _ in range(300):
+            n = int(rng.integers(1, 9))
+            depths = sorted(int(d) for d in rng.choice(200, size=n, replace=False) + 1)
+            survival = sorted((float(v) for v in rng.random(n)), reverse=True)
+            budget = int(rng.integers(1, 5))
+            value, chosen = place(depths, survival, budget)
+            assert value == pytest.approx(self.brute(depths, survival, budget))
+            assert len(chosen) <= budget and list(chosen) == sorted(chosen)
+            at = {d: s for d, s in zip(depths, survival, strict=True)}
+            again, last = 0.0, 0
+            for c in chosen:
+                again, last = again + (c - last) * at[c], c
+            assert again == pytest.approx(value)
+
+    def test_checkpoints_follow_the_overlaps_seen(self) -> None:
+        """A 50-token system prompt P; every request is P + its own question. The first
+        two see no overlap worth a checkpoint (none yet, then one at 0); from the third
+        on half the requests before overlapped 50 tokens: a checkpoint at 50, which the
+        fourth reuses. Under a budget of 1 nothing else is kept."""
+        p = seq(0, 50)
+        t = trace(*(p + seq(1000 * (k + 1), 30) for k in range(4)))
+        assert hits("sparse-prefix:budget=1", t, 10**9) == [0, 0, 0, 50]
+        assert hits("sglang+", t, 10**9) == [0, 0, 50, 50]

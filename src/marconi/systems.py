@@ -670,3 +670,23 @@ register_configurable("llamacpp-2026", (
     Option(name="ctx_checkpoints", default=32, kind=int, minimum=1,
            help="--ctx-checkpoints: checkpoints a slot keeps (oldest dropped first)"),),
     _llamacpp)
+
+
+def _sparse_prefix(settings: Settings) -> System:
+    budget = int(settings["budget"])  # type: ignore[call-overload]
+
+    def policies(spec: ModelSpec, alpha: float) -> Policies:
+        from marconi.paper.eviction import LRULeaf
+        from marconi.peers.sparse_prefix import SparsePrefix
+
+        return SparsePrefix(budget), LRULeaf()
+
+    return System(name="sparse-prefix", policies=policies,
+                  description="sparse prefix caching: per input at most `budget` states, "
+                              "placed by a dynamic program over the overlap depths seen so "
+                              "far; LRU over leaves")
+
+
+register_configurable("sparse-prefix", (
+    Option(name="budget", default=4, kind=int, minimum=1,
+           help="checkpoints a sequence may hold (the placement's budget)"),), _sparse_prefix)
