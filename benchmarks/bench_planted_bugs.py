@@ -1,13 +1,13 @@
 """Planted engine bugs: which tests kill each one, per model family.
 
 Each bug below is one textual edit of the engine's source, planted in a fresh copy of
-HEAD (the working tree is never touched) and judged by the engine's whole test suite
-(`tests/engine`). A bug is killed on a family when at least `--need` (2) independent
-tests fail there: distinct test functions, parametrizations of one function counting
-once. A test whose id names no family runs the default tiny model and counts for
-`bamba` alone. Families where a bug cannot act are declared with the reason (a decode
-position is invisible to a family whose attention has no positional encoding); a bug
-that survives anywhere else fails the run.
+the commit at HEAD when the run starts (the working tree is never touched) and judged
+by the engine's whole test suite (`tests/engine`). A bug is killed on a family when at
+least `--need` (2) independent tests fail there: distinct test functions, the
+parametrizations of one function counting once. A test whose id names no family runs
+the default tiny model and counts for `bamba` alone. Families where a bug cannot act
+are declared with the reason (a decode position is invisible to a family whose
+attention has no positional encoding); a bug that survives anywhere else fails the run.
 
     .venv/bin/python benchmarks/bench_planted_bugs.py [--only NAME ...] [--need 2]
         [--no-baseline] [--keep]
@@ -82,9 +82,16 @@ BUGS = (
 )
 
 
-def copy_of_head(into: Path) -> None:
-    """HEAD's `src/` and `tests/` (and what the tests read) in `into`."""
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", "HEAD", "src", "tests",
+def head() -> str:
+    """The commit every copy is taken from (resolved once: commits made during the run
+    do not change what it measures)."""
+    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def copy_of(commit: str, into: Path) -> None:
+    """The commit's `src/` and `tests/` (and what the tests read) in `into`."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "src", "tests",
                               "examples", "pyproject.toml"], check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
 
@@ -146,12 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.only and len(bugs) != len(args.only):
         known = ", ".join(repr(b.name) for b in BUGS)
         raise SystemExit(f"bench_planted_bugs: unknown bug in --only; known: {known}")
-    work = Path(tempfile.mkdtemp(prefix="planted-"))
+    work, commit = Path(tempfile.mkdtemp(prefix="planted-")), head()
+    print(f"planting in copies of {commit[:12]}", flush=True)
     try:
         if not args.no_baseline:
             base = work / "baseline"
             base.mkdir()
-            copy_of_head(base)
+            copy_of(commit, base)
             failed, total, seconds = run_suite(base, args.timeout)
             print(f"baseline: {total} tests, {len(failed)} failed, {seconds:.0f} s", flush=True)
             if failed:
@@ -161,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, bug in enumerate(bugs):
             root = work / f"bug{i}"
             root.mkdir()
-            copy_of_head(root)
+            copy_of(commit, root)
             plant(root, bug)
             failed, total, seconds = run_suite(root, args.timeout)
             families = by_family(failed)
