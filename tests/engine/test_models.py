@@ -63,3 +63,25 @@ def test_every_family_has_its_mixers_adjusted(get_model):
             if isinstance(getattr(mixer, "D", None), torch.nn.Parameter):
                 assert torch.all(mixer.D == 0), arch
     assert PROJECTION_GAIN > 1
+
+
+def test_the_reference_kernel_notice_is_said_once_in_our_words():
+    """transformers says it per kernel function (four lines for a Mamba2 model, two more
+    for Qwen3-Next); the engine says it once (its own process: transformers says each
+    only once per process)."""
+    import subprocess
+    import sys
+
+    from marconi.engine._kernels import FALLBACK, NOTICE
+
+    script = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
+        "import numpy as np\n"
+        "from marconi.engine import Engine, tiny_model\n"
+        "for arch in ('bamba', 'qwen3_next'):\n"
+        "    Engine(tiny_model(arch), 'marconi').generate(np.arange(20) % 200, 3)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, check=True)
+    assert FALLBACK not in done.stderr, done.stderr
+    assert done.stderr.count(NOTICE) == 1, done.stderr
