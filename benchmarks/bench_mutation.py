@@ -65,8 +65,8 @@ ENGINE = Group("engine", tuple(f"engine/{m}.py" for m in ("prefill", "state", "t
                 "tests/engine/test_exactness.py::TestChunkCapture",
                 "tests/engine/test_exactness.py::TestExactRepeat",
                 "tests/engine/test_store.py::TestRelease",
-                f"{FUZZ}[bamba-chunk-sglang-2026]",
-                f"{FUZZ}[qwen3_next-exact-marconi-inverse-age]"))
+                f"{FUZZ}[bamba-chunk-sglang-2026-paged]",
+                f"{FUZZ}[qwen3_next-exact-marconi-inverse-age-tensor]"))
 QUICK = Group("quick", ("core/tree.py", "paper/admission.py"),
               ("tests/test_tree.py", "tests/test_policies.py", "tests/test_cache.py",
                "tests/test_core_exact.py"))
