@@ -70,10 +70,13 @@ class TestCachedEqualsUncached:
 
 
 class TestExactRepeat:
-    @pytest.mark.parametrize("arch", ["bamba", "qwen3_next"])
-    def test_repeat_of_a_cached_sequence_is_exact(self, get_model, arch):
+    @pytest.mark.parametrize("arch", FAMILIES)
+    @pytest.mark.parametrize("paged", [False, True], ids=["tensor", "paged"])
+    def test_repeat_of_a_cached_sequence_is_exact(self, get_model, arch, paged):
+        """No prefill at all: the first token comes from the logits kept with the state."""
         model, rng = get_model(arch), np.random.default_rng(3)
-        cached, plain = Engine(model, "sglang+"), Engine(model, "vanilla")
+        layout = {"page_size": 4, "state_slots": 4} if paged else {}
+        cached, plain = Engine(model, "sglang+", **layout), Engine(model, "vanilla")
         prompt = _tokens(rng, 30)
         first = cached.generate(prompt, 5)
         repeat = np.concatenate([prompt, first.output])  # the cache holds a state at its end
