@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from marconi.engine import HybridModel
 from marconi.server import Backend, ServerConfig, build_backend, create_app
+from marconi.server.app import uvicorn_config
 
 START_TIMEOUT_S = 30.0
 
@@ -57,7 +58,7 @@ def run_app(app: FastAPI) -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn_config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT_S
