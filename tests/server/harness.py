@@ -32,6 +32,7 @@ class Served:
     url: str  # http://127.0.0.1:PORT
     backend: Backend
     config: ServerConfig
+    app: FastAPI
 
     def client(self, timeout: float = 60.0) -> OpenAI:
         return OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0,
@@ -47,8 +48,9 @@ def serve(hybrid: HybridModel, /, **config: object) -> Iterator[Served]:
     """Start a server with a fresh cache over `hybrid`; stop it on exit."""
     cfg = ServerConfig(**config)  # type: ignore[arg-type]
     backend = build_backend(cfg, hybrid)
-    with run_app(create_app(backend, cfg)) as url:
-        yield Served(url, backend, cfg)
+    app = create_app(backend, cfg)
+    with run_app(app) as url:
+        yield Served(url, backend, cfg, app)
 
 
 @contextmanager

@@ -74,6 +74,7 @@ def create_app(backend: Backend, config: ServerConfig) -> FastAPI:
                        body_timeout=config.body_timeout)
     app.state.http_protocol = protocol_class(config.header_timeout, config.max_connections,
                                              rejected)
+    app.state.parser = parser
     _routes(app, service, parser)
     return app
 
