@@ -109,10 +109,15 @@ async def _respond(service: Service, sub: Submission, body: CompletionRequest | 
                              done.generation, logprobs))
 
 
+async def _chunks(request: Request) -> list[bytes]:
+    """The request's body as received (see `BodyParser.parse`)."""
+    return [chunk async for chunk in request.stream() if chunk]
+
+
 def _routes(app: FastAPI, service: Service, parser: BodyParser) -> None:
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        body = (await parser.parse(await request.body(), "completion")).body
+        body = (await parser.parse(await _chunks(request), "completion")).body
         assert isinstance(body, CompletionRequest)
         service.check_model(body.model)
         prompt = await service.encode(body.prompt)
@@ -121,7 +126,7 @@ def _routes(app: FastAPI, service: Service, parser: BodyParser) -> None:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        parsed = await parser.parse(await request.body(), "chat")
+        parsed = await parser.parse(await _chunks(request), "chat")
         body, messages = parsed.body, parsed.messages
         assert isinstance(body, ChatRequest) and messages is not None
         service.check_model(body.model)
