@@ -73,6 +73,9 @@ SHAPES: dict[str, Callable[[int], bytes]] = {
     "many-long-messages": lambda n: _chat(  # 4000 messages of 1000 characters
         4000 * 1029, b'{"role":"user","content":"' + b"a " * 500 + b'"},',
         b'{"role":"user"}'),
+    "huge-unknown-field": lambda n: _fill(  # a valid chat beside an ignored field: 200
+        b'{"model": "%s", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}], '
+        b'"x": "' % MODEL.encode(), b"a", b'"}', n),
     "token-id-prompt": lambda n: _fill(
         b'{"model": "%s", "prompt": [' % MODEL.encode(), b"415,", b"1]}", n),
 }
