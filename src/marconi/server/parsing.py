@@ -121,26 +121,32 @@ class _Shape(msgspec.Struct):
 _decode_shape = msgspec.json.Decoder(_Shape).decode
 
 
-class _ChatShape(msgspec.Struct):
-    """What `skim_chat` reads of a chat body: its messages, each left as raw JSON."""
+class _MessageShape(msgspec.Struct):
+    """What `skim_chat` reads of a message: its content, each part left as raw JSON."""
 
-    messages: list[msgspec.Raw] | None = None
+    content: list[msgspec.Raw] | str | None = None
+
+
+class _ChatShape(msgspec.Struct):
+    messages: list[_MessageShape] | None = None
 
 
 _decode_chat_shape = msgspec.json.Decoder(_ChatShape).decode
 
 
 def skim_chat(raw: bytes, limits: Limits) -> None:
-    """Refuse a chat body of more messages than the limit from a skim (msgspec passes
-    over each message without building it: tens of milliseconds where decoding a
-    million small objects takes seconds). A body the skim cannot read is left to the
-    full parse."""
+    """Refuse a chat body of more messages or content parts than the limits from a skim
+    (msgspec passes over each part without building it: tens of milliseconds where
+    decoding a million small objects takes seconds). A body the skim cannot read (one
+    whose messages are not all objects, say) is left to the full parse."""
     try:
         shape = _decode_chat_shape(raw)
     except (msgspec.MsgspecError, ValueError, RecursionError):
         return
     if shape.messages is not None:
         _check_messages(len(shape.messages), limits)
+        _check_parts(sum(len(m.content) for m in shape.messages
+                         if isinstance(m.content, list)), limits)
 
 
 def skim_completion(raw: bytes, limits: Limits) -> None:
@@ -224,10 +230,13 @@ def _count_messages(value: Any, limits: Limits) -> None:
     if not isinstance(messages, list):
         return
     _check_messages(len(messages), limits)
-    parts = sum(len(m["content"]) for m in messages
-                if isinstance(m, dict) and isinstance(m.get("content"), list))
-    if parts > limits.parts:
-        raise bad_request(f"messages: {parts} content parts in all; this server takes at "
+    _check_parts(sum(len(m["content"]) for m in messages
+                     if isinstance(m, dict) and isinstance(m.get("content"), list)), limits)
+
+
+def _check_parts(n: int, limits: Limits) -> None:
+    if n > limits.parts:
+        raise bad_request(f"messages: {n} content parts in all; this server takes at "
                           f"most {limits.parts} (--max-content-parts)", param="messages",
                           code="array_above_max_length")
 
@@ -337,4 +346,7 @@ def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
 if __name__ == "__main__":  # answers pickled by the module's own name, not __main__'s
     from marconi.server import parsing
 
-    parsing._serve(sys.stdin.buffer, sys.stdout.buffer)
+    answers = os.fdopen(os.dup(1), "wb")  # the pipe to the server, for answers alone:
+    os.dup2(2, 1)  # whatever else writes to stdout goes to stderr
+    sys.stdout = sys.stderr
+    parsing._serve(sys.stdin.buffer, answers)
