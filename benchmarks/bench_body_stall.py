@@ -9,7 +9,9 @@ character bound and are tokenized); this process sends each body on one connecti
 polls `/health` on another every `--poll-ms` while that request is in flight, from the
 first byte sent to the answer. One line per shape: the body's size, the status it got and
 how long it took, and `/health` p50 / p99 / max over the polls. Each body is sized to
-just under the limit (but `long-text`, 4M characters, and `many-long-messages`).
+just under the limit (but `long-text`, 4M characters, and `many-long-messages`). Last,
+`--stalled` connections stop mid-header or mid-body against a server whose header and
+body timeouts are 2 s: how many it closed 4 s later, and `/health` meanwhile.
 """
 
 from __future__ import annotations
@@ -85,13 +87,15 @@ import sys
 import uvicorn
 from marconi.engine import tiny_model
 from marconi.server import ServerConfig, build_backend, create_app
-from marconi.server.app import uvicorn_config
+from marconi.server.app import settle, uvicorn_config
 from marconi.server.backend import EMBEDDED_VOCAB
 
-port, limit = int(sys.argv[1]), sys.argv[2]
-config = ServerConfig(cache_size="64MB", port=port, max_body_size=limit or None)
+port, limit, timeout = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+config = ServerConfig(cache_size="64MB", port=port, max_body_size=limit or None,
+                      header_timeout=timeout, body_timeout=timeout)
 hybrid = tiny_model("bamba", vocab_size=EMBEDDED_VOCAB, max_position_embeddings=CONTEXT)
 app = create_app(build_backend(config, hybrid), config)
+settle()  # as `marconi serve` does
 uvicorn.Server(uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning")).run()
 """.replace("CONTEXT", str(CONTEXT))
 
@@ -103,12 +107,13 @@ def _free_port() -> int:
 
 
 @contextmanager
-def server(limit: str) -> Iterator[int]:
-    """A server process (`limit` "": the default body limit); yields its port."""
+def server(limit: str, timeout: float = 10.0) -> Iterator[int]:
+    """A server process (`limit` "": the default body limit; `timeout`: its header and
+    body timeouts); yields its port."""
     port = _free_port()
     path = f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "PYTHONPATH": path}
-    proc = subprocess.Popen([sys.executable, "-c", SERVE, str(port), limit], env=env)
+    proc = subprocess.Popen([sys.executable, "-c", SERVE, str(port), limit, str(timeout)], env=env)
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -166,6 +171,45 @@ def send(port: int, body: bytes, poll_s: float) -> tuple[int, str, float, list[f
     return response.status, code, took, latencies
 
 
+def stalled(port: int, n: int, timeout: float, poll_s: float) -> str:
+    """`n` connections stalled, half mid-header and half mid-body, while /health is
+    polled for `timeout` + 2 s; how many the server closed, and the /health figures."""
+    socks = []
+    for k in range(n):
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-" if k % 2
+                     else b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Length: 1000\r\n\r\n{\"model\": ")
+        socks.append(sock)
+    latencies: list[float] = []
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    deadline = time.monotonic() + timeout + 2
+    while time.monotonic() < deadline:
+        start = time.perf_counter()
+        conn.request("GET", "/health")
+        conn.getresponse().read()
+        latencies.append(time.perf_counter() - start)
+        time.sleep(poll_s)
+    conn.close()
+    closed = answered = 0
+    for sock in socks:
+        sock.setblocking(False)
+        data = b""
+        try:
+            while chunk := sock.recv(65536):
+                data += chunk
+            closed += 1
+        except BlockingIOError:
+            pass
+        answered += data.startswith(b"HTTP/1.1 408")
+        sock.close()
+    return (f"  {n} stalled connections ({n // 2} mid-header, {n - n // 2} mid-body), "
+            f"timeouts {timeout:g} s: {closed} closed ({answered} with a 408) after "
+            f"{timeout + 2:g} s; /health n={len(latencies)} p50 "
+            f"{statistics.median(latencies) * 1000:.1f} ms, p99 {_ms(latencies, 0.99):.1f} ms,"
+            f" max {max(latencies) * 1000:.1f} ms")
+
+
 def _ms(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -178,6 +222,8 @@ def main() -> None:
                              "context (the server is started without --max-body-size)")
     parser.add_argument("--poll-ms", type=float, default=20.0)
     parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--stalled", type=int, default=300,
+                        help="connections to stall (0: skip that part)")
     args = parser.parse_args()
     from marconi.core.units import parse_size
 
@@ -196,6 +242,11 @@ def main() -> None:
                       f"in {took:5.2f} s; /health n={len(lat):3d} p50 "
                       f"{statistics.median(lat) * 1000:5.1f} ms, p99 {_ms(lat, 0.99):6.1f} ms, "
                       f"max {max(lat) * 1000:6.1f} ms", flush=True)
+
+    if args.stalled:
+        with server("", timeout=2.0) as port:
+            print("stalled connections (slowloris), /health polled meanwhile:", flush=True)
+            print(stalled(port, args.stalled, 2.0, args.poll_ms / 1000), flush=True)
 
 
 if __name__ == "__main__":

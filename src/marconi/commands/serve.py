@@ -89,7 +89,7 @@ def run_command(args: argparse.Namespace) -> int:
     import torch
     import uvicorn
 
-    from marconi.server.app import create_app, uvicorn_config
+    from marconi.server.app import create_app, settle, uvicorn_config
     from marconi.server.backend import build_backend, describe
 
     config = config_from_args(args)
@@ -99,6 +99,7 @@ def run_command(args: argparse.Namespace) -> int:
     print(describe(backend, config), flush=True)
     _log_to_stderr()
     app = create_app(backend, config)
+    settle()
     uvicorn.Server(uvicorn_config(app, host=config.host, port=config.port,
                                   log_level="info")).run()
     return 0

@@ -15,6 +15,7 @@ stalls the event loop); `uvicorn_config` runs the app behind the protocol of
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -77,6 +78,17 @@ def create_app(backend: Backend, config: ServerConfig) -> FastAPI:
     app.state.parser = parser
     _routes(app, service, parser)
     return app
+
+
+def settle() -> None:
+    """For a process about to serve an app and nothing else (`marconi serve`): what is
+    alive now (torch, the model, the app) lives as long as the process, so it is moved out
+    of the garbage collector's sight, and a full collection no longer walks it (with it,
+    one stalled every client for a few hundred milliseconds when a burst of 150 timed-out
+    bodies was answered; `benchmarks/bench_body_stall.py`). Not for a process that makes
+    many servers (a test suite): garbage it holds now would never be collected."""
+    gc.collect()
+    gc.freeze()
 
 
 def uvicorn_config(app: FastAPI, **options: Any) -> uvicorn.Config:

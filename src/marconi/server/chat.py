@@ -81,8 +81,9 @@ class EmbeddedCodec:
 
     def _encode(self, text: str) -> list[int]:
         """The ids of `text`. Asked for as a numpy array: a list of Python ints would be
-        built inside the call, the GIL held all along (250 ms for 2M ids); the list is
-        built here in slices instead, between which the event loop runs."""
+        built inside the call, the GIL held all along (a stall of the event loop for a
+        text of millions of tokens); the list is built here in slices instead, between
+        which the event loop runs."""
         if not text:
             return []
         ids = self._sp.encode(text, out_type="numpy")
