@@ -1,15 +1,16 @@
 """Request bodies, from bytes to a validated request, with bounds on what one may hold.
 
 Decoding and validating JSON are long C calls that hold the GIL from start to end (for
-30 MiB of `{"role": "user"}` messages, seconds of pydantic), so neither the
-event loop nor a worker thread can run them without stalling `/health` and every other
-client. A body over `INLINE_BODY` bytes is therefore parsed in a separate process
-(`BodyParser`), which sends back only what the handler needs: the request's scalar
-fields, and for a chat its messages already flattened to text. The bounds are checked
-there too, before anything big is sent back:
+30 MiB of `{"role": "user"}` messages, seconds of pydantic), so neither the event loop
+nor a worker thread can run them without stalling `/health` and every other client. A
+body over `INLINE_BODY` bytes is therefore parsed in a separate process (`BodyParser`),
+which sends back only what the handler needs: the request's scalar fields, and for a
+chat its messages already flattened to text. The bounds are checked there too, before
+anything big is sent back:
 
-- `Limits.messages` / `Limits.parts`: a chat's messages, and its text parts in all, from
-  the decoded JSON before it is validated (a 400 naming the flag);
+- `Limits.messages` / `Limits.parts`: a chat's messages, and its text parts in all (a
+  400 naming the flag), from a skim of a big body before it is decoded (`skim_chat`)
+  and from the decoded JSON before it is validated;
 - `Limits.chars`: text that cannot fit the context (`CHARS_PER_TOKEN` a token);
 - a completion's token-id prompt longer than the context, and an unknown model, from a
   skim of the body before it is decoded at all (`skim_completion`).
