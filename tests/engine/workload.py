@@ -3,6 +3,8 @@
 Kinds (docs/architecture.md, "Admission" and "Eviction", name what each exercises):
 
 - `new`: fresh tokens (cold; a later branch splits its edge);
+- `system`: one of two shared system prompts, then new tokens (a branch point that many
+  requests resume at);
 - `turn`: the last conversation's prompt + output + new tokens (resumes at its end);
 - `branch-prompt` / `branch-output`: an earlier sequence cut inside its prompt or its
   output, then new tokens (a new branch point: a split edge, a state mid-sequence);
@@ -19,8 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 VOCAB = 256
-KINDS = ("new", "turn", "branch-prompt", "branch-output", "repeat", "long")
-WEIGHTS = (0.2, 0.25, 0.2, 0.15, 0.12, 0.08)
+KINDS = ("new", "system", "turn", "branch-prompt", "branch-output", "repeat", "long")
+WEIGHTS = (0.14, 0.12, 0.22, 0.17, 0.15, 0.12, 0.08)
+# kinds drawn at fixed request numbers, so every mix reaches each path whatever its seed
+# (a shared prompt's second use, a repeat of a prompt plus its output, a refusal)
+SCHEDULE = {1: "system", 2: "system", 4: "turn", 6: "repeat", 8: "branch-output",
+            10: "long", 13: "system", 16: "repeat", 22: "long"}
 MAX_TURN = 110  # a conversation longer than this starts over (it must fit the capacity)
 
 
@@ -41,6 +47,8 @@ class Mix:
         self.long_len = long_len
         self.history: list[tuple[np.ndarray, np.ndarray]] = []
         self.last: tuple[np.ndarray, np.ndarray] | None = None  # the running conversation
+        self.systems = [self.tokens(20, 40) for _ in range(2)]
+        self.drawn = 0
 
     def tokens(self, lo: int, hi: int) -> np.ndarray:
         return self.rng.integers(0, VOCAB, int(self.rng.integers(lo, hi + 1))).astype(np.int32)
@@ -52,6 +60,8 @@ class Mix:
 
     def next(self) -> Request:
         kind = str(self.rng.choice(KINDS, p=WEIGHTS)) if self.history else "new"
+        kind = SCHEDULE.get(self.drawn, kind) if self.history else kind
+        self.drawn += 1
         prompt = self._prompt(kind)
         roll = self.rng.random()
         if roll < 0.15:
@@ -66,13 +76,16 @@ class Mix:
             return self.tokens(self.long_len, self.long_len + 10)
         if kind == "new" or (kind == "turn" and self.last is None):
             return self.tokens(12, 50)
+        if kind == "system":
+            system = self.systems[int(self.rng.integers(len(self.systems)))]
+            return np.concatenate([system, self.tokens(3, 15)])
         prompt, out = self.last if kind == "turn" and self.last else self._earlier()
         full = np.concatenate([prompt, out])
         if kind == "turn":  # a conversation grown too long starts over
             return self.tokens(12, 50) if len(full) > MAX_TURN else \
                 np.concatenate([full, self.tokens(3, 10)])
-        if kind == "repeat":
-            return prompt if self.rng.random() < 0.5 else full
+        if kind == "repeat":  # every other one: the prompt plus its output
+            return full if self.drawn in SCHEDULE or self.rng.random() < 0.5 else prompt
         lo, hi = (1, len(prompt)) if kind == "branch-prompt" else (len(prompt), len(full))
         cut = int(self.rng.integers(lo, hi)) if hi > lo else lo
         return np.concatenate([full[:cut], self.tokens(3, 12)])

@@ -95,9 +95,9 @@ def run_command(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
+    _log_to_stderr()
     backend = build_backend(config)
     print(describe(backend, config), flush=True)
-    _log_to_stderr()
     app = create_app(backend, config)
     settle()
     uvicorn.Server(uvicorn_config(app, host=config.host, port=config.port,
@@ -106,10 +106,12 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _log_to_stderr() -> None:
-    """The server's own lines (a client gone, a crash) beside uvicorn's, from INFO up."""
+    """The server's own lines (a client gone, a crash) and the engine's (its one kernel
+    notice) beside uvicorn's, from INFO up."""
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
-    log = logging.getLogger("marconi.server")
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False
+    for name in ("marconi.server", "marconi.engine"):
+        log = logging.getLogger(name)
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False

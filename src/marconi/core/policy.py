@@ -30,6 +30,10 @@ class Admission(ABC):
     """Decides where SSM checkpoints are taken. One instance per cache."""
 
     caches = True  # False: the system caches nothing at all (vanilla)
+    # True: a namespace per session (a server slot of its own): a driver that knows each
+    # request's session passes it as `salt` (the simulator); one that does not runs every
+    # request in the default namespace
+    per_session = False
     truncates = False  # True: commit keeps a sequence only up to its last admitted state
 
     def for_model(self, spec: ModelSpec) -> Admission:

@@ -11,6 +11,7 @@ Needs the `engine` extra (torch, transformers).
 from __future__ import annotations
 
 import marconi.engine._versions  # noqa: F401  (first: refuses a transformers too old)
+from marconi.engine import _kernels
 from marconi.engine.engine import Engine, Generation, Timings
 from marconi.engine.models import (
     ARCHITECTURES,
@@ -25,6 +26,8 @@ from marconi.engine.prefill import Capture, PrefillResult, capture_points, forwa
 from marconi.engine.sampling import Sampling, sample
 from marconi.engine.state import KVBlock, SSMState, restore, snapshot_kv, snapshot_state
 from marconi.engine.tensor_store import KVSource, TensorStore
+
+_kernels.install()  # transformers' four reference-kernel notices: one line of ours
 
 __all__ = [
     "ARCHITECTURES", "Architecture", "Capture", "Engine", "Generation", "HybridModel",

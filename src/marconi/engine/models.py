@@ -1,9 +1,10 @@
 """Hybrid models the reference engine runs: a typed registry over transformers' own classes.
 
-`tiny_model(arch, seed)` builds a small random-weight model in code (tests, benchmarks);
-`load_model(path)` loads a local checkpoint folder (config.json + safetensors). Nothing is
-ever downloaded. Every model comes with its exact `ModelSpec` (`spec.from_hf_config`) and
-the layer layout the state snapshots need.
+`tiny_model(arch, seed)` builds a small random-weight model in code (tests, benchmarks),
+its SSM layers adjusted so that their state matters (`remember`); `load_model(path)` loads
+a local checkpoint folder (config.json + safetensors). Nothing is ever downloaded. Every
+model comes with its exact `ModelSpec` (`spec.from_hf_config`) and the layer layout the
+state snapshots need.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ def _tiny_granite() -> dict[str, Any]:
 
 
 def _tiny_falcon_h1() -> dict[str, Any]:
+    # the gated RMSNorm after the scan (off by default) lifts its small output, as it
+    # does in the other families, so the state reaches the logits
     return {**_TINY, "num_hidden_layers": 3, "mamba_d_ssm": 128, "mamba_n_heads": 8,
-            "mamba_n_groups": 2, "mamba_d_state": 16, "mamba_chunk_size": 16}
+            "mamba_n_groups": 2, "mamba_d_state": 16, "mamba_chunk_size": 16,
+            "mamba_rms_norm": True}
 
 
 def _tiny_zamba2() -> dict[str, Any]:
@@ -126,16 +130,57 @@ def _wrap(module: torch.nn.Module, config: PretrainedConfig, arch: Architecture)
                        vocab_size=int(config.vocab_size))
 
 
+# `remember`: what the SSM layers of a tiny model are set to (docs/architecture.md,
+# "Modules", engine/models.py). At transformers' initialization the state barely reaches the
+# logits (zeroing a restored recurrent state moves them by ~1e-6): the projections are
+# small next to the skip connection, and the state decays within a few tokens. Then a
+# cache that restored the wrong state, or none, would look exact.
+SLOW_A_LOG = -4.0  # A = -exp(-4): a state decays by ~1% a token
+DT_BIAS = 0.0  # dt = softplus(0) ~ 0.69
+PROJECTION_GAIN = 5.0  # in and out projections of the SSM mixer, scaled
+SSM_PARAMETERS = ("A_log", "dt_bias")
+
+
+def remember(model: torch.nn.Module) -> int:
+    """Make every SSM mixer of `model` depend on its state: a slowly decaying state
+    (`SLOW_A_LOG`, `DT_BIAS`), no skip connection (`D` = 0, so the output is the state's
+    read-out alone) and in/out projections scaled by `PROJECTION_GAIN`. Deterministic, in
+    place; returns the number of mixers changed. Cached and uncached runs still agree to
+    float32 rounding (tests/engine/test_models.py measures both)."""
+    changed = 0
+    with torch.no_grad():
+        for mixer in model.modules():
+            a_log, dt_bias = (getattr(mixer, p, None) for p in SSM_PARAMETERS)
+            if not (isinstance(a_log, torch.nn.Parameter)
+                    and isinstance(dt_bias, torch.nn.Parameter)):
+                continue
+            a_log.fill_(SLOW_A_LOG)
+            dt_bias.fill_(DT_BIAS)
+            skip = getattr(mixer, "D", None)
+            if isinstance(skip, torch.nn.Parameter):
+                skip.zero_()
+            for name in ("in_proj", "in_proj_qkvz", "in_proj_ba", "out_proj"):
+                layer = getattr(mixer, name, None)
+                if isinstance(layer, torch.nn.Linear):
+                    layer.weight.mul_(PROJECTION_GAIN)
+            changed += 1
+    return changed
+
+
 def tiny_model(arch: str = "bamba", seed: int = 0, dtype: torch.dtype = torch.float32,
-               **overrides: Any) -> HybridModel:
+               *, stateful: bool = True, **overrides: Any) -> HybridModel:
     """A small random-weight model of family `arch` (default a tiny float32 Bamba).
 
     `overrides` replace tiny config fields (e.g. `max_position_embeddings=64`).
+    `stateful`: adjust its SSM layers with `remember` so that a wrong restored state shows
+    in the logits (False: transformers' initialization, whose state barely does).
     """
     family = architecture(arch)
     config = AutoConfig.for_model(arch, **{**family.tiny(), **overrides})
     torch.manual_seed(seed)
     module = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    if stateful and not remember(module):
+        raise ValueError(f"{arch}: no SSM mixer found to adjust")
     return _wrap(module, config, family)
 
 

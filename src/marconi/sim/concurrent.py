@@ -38,7 +38,8 @@ def replay_concurrent(requests: Iterable[Request], cache: PrefixCache, spec: Mod
             _finish(cache, tuner, heapq.heappop(running))
         if before is not None:
             before(i)
-        plan = cache.lookup(request.input_tokens, boundaries=request.boundaries)
+        plan = cache.lookup(request.input_tokens, boundaries=request.boundaries,
+                            salt=_salt(cache, request))
         cache.pin(plan.node)
         record(i, request, plan.hit)
         ttft = float(model.ttft(np.array([request.n_input]), np.array([plan.hit]))[0])
@@ -51,7 +52,13 @@ def replay_concurrent(requests: Iterable[Request], cache: PrefixCache, spec: Mod
 def _finish(cache: PrefixCache, tuner: Tuner | None, item: Running) -> None:
     _, _, request, plan = item
     tokens = request.tokens()
-    cache.commit(tokens, request.n_input, boundaries=request.boundaries)
+    cache.commit(tokens, request.n_input, boundaries=request.boundaries,
+                 salt=_salt(cache, request))
     if tuner is not None:
         tuner.observe(cache, tokens, request.n_input, request.boundaries, request.session_id)
     cache.unpin(plan.node)
+
+
+def _salt(cache: PrefixCache, request: Request) -> str | None:
+    """The request's session, where the system keeps a namespace per session."""
+    return request.session_id if cache.admission.per_session else None

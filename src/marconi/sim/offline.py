@@ -1,6 +1,8 @@
-"""`offline`: a policy that knows the trace's future (an upper reference).
+"""`offline`: a policy that knows the trace's future (an upper reference), and
+`reuse-oracle`, half of what it knows.
 
-Like `marconi-oracle`, it needs the whole trace, so the simulator handles it (`run`):
+Like `marconi-oracle`, both need the whole trace, so the simulator handles them (`run`);
+no other face can run them (they are not registered systems). `offline`:
 
 - admission: a state wherever some later request's input leaves the sequence (their
   longest common prefix: exactly where a state would be hit), nowhere else;
@@ -12,12 +14,15 @@ Like `marconi-oracle`, it needs the whole trace, so the simulator handles it (`r
 
 It is a heuristic, not a proof of optimality (weighted caching is NP-hard), but it is
 what every figure's `gap_closed` measures against.
+
+`reuse-oracle` ("J + reused"): the paper's judicious admission, as `marconi` runs it, with
+`ReuseOnlyEviction`, told only whether a later request reuses an entry, not when.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 import numpy as np
 
@@ -27,8 +32,8 @@ from marconi.core.spec import ModelSpec
 from marconi.core.tree import Match, Node
 from marconi.sim.future import FutureIndex
 from marconi.sim.replay import simulate
-from marconi.sim.result import OFFLINE, SimConfig, SimResult
-from marconi.systems import System
+from marconi.sim.result import OFFLINE, REUSE_ORACLE, SimConfig, SimResult
+from marconi.systems import System, get_system
 from marconi.workload.types import Trace
 
 NEVER = 1e15  # distance of an entry no later request uses
@@ -132,8 +137,8 @@ class FutureEviction(Eviction):
 
 class ReuseOnlyEviction(FutureEviction):
     """Half of what `FutureEviction` knows, to measure what the other half is worth: whether
-    a candidate is ever used again, not when (an analysis reference of
-    `benchmarks/bench_offline_parts.py`, not a system).
+    a candidate is ever used again, not when (the eviction of `reuse-oracle`, and of
+    `benchmarks/bench_offline_parts.py`'s `J + reused`).
 
     Entries no later request uses go first (the most bytes per FLOP saved first), as in
     `FutureEviction`; among the others, the distance to the next use, which it does not
@@ -200,13 +205,32 @@ def offline_system(future: FutureIndex) -> System:
                   description="knows the future: upper reference")
 
 
+def reuse_oracle_system(future: FutureIndex) -> System:
+    def policies(spec: ModelSpec, alpha: float) -> tuple[Admission, Eviction]:
+        admission, _ = get_system("marconi").policies(spec, 0.0)  # the paper's judicious
+        return admission, ReuseOnlyEviction(spec, future)
+
+    return System(name=REUSE_ORACLE, policies=policies,
+                  description="judicious admission, eviction told only which entries "
+                              "a later request reuses")
+
+
 def offline(trace: Trace, config: SimConfig, *, progress: bool = False) -> SimResult:
     """Replay `trace` under the offline reference (one pass to index the future)."""
+    return _with_future(trace, config, OFFLINE, offline_system, progress)
+
+
+def reuse_oracle(trace: Trace, config: SimConfig, *, progress: bool = False) -> SimResult:
+    """Replay `trace` under `reuse-oracle` (one pass to index the future)."""
+    return _with_future(trace, config, REUSE_ORACLE, reuse_oracle_system, progress)
+
+
+def _with_future(trace: Trace, config: SimConfig, name: str,
+                 make: Callable[[FutureIndex], System], progress: bool) -> SimResult:
     future = FutureIndex([r.input_tokens for r in trace])
 
     def at(i: int) -> None:
         future.now = i
 
-    config = dataclasses.replace(config, system=OFFLINE, alpha=None)
-    return simulate(trace, config, progress=progress, system=offline_system(future),
-                    before=at)
+    config = dataclasses.replace(config, system=name, alpha=None)
+    return simulate(trace, config, progress=progress, system=make(future), before=at)

@@ -107,9 +107,10 @@ def _concurrent(trace: Iterable[Request], config: SimConfig, cache: PrefixCache,
 
 def _step(request: Request, i: int, cache: PrefixCache, tuner: Tuner | None,
           records: Records) -> None:
-    plan = cache.lookup(request.input_tokens, boundaries=request.boundaries)
+    salt = request.session_id if cache.admission.per_session else None
+    plan = cache.lookup(request.input_tokens, boundaries=request.boundaries, salt=salt)
     tokens = request.tokens()
-    cache.commit(tokens, request.n_input, boundaries=request.boundaries)
+    cache.commit(tokens, request.n_input, boundaries=request.boundaries, salt=salt)
     if tuner is not None:
         tuner.observe(cache, tokens, request.n_input, request.boundaries, request.session_id)
     records.n_input[i] = request.n_input
@@ -123,8 +124,10 @@ def _bounds(request: Request, i: int, bound: PrefixCache, seen: SeenTree,
             records: Records) -> None:
     """Same system with unbounded capacity, and every prefix ever seen."""
     tokens = request.tokens()
-    records.bound[i] = bound.lookup(request.input_tokens, boundaries=request.boundaries).hit
-    bound.commit(tokens, request.n_input, boundaries=request.boundaries)
+    salt = request.session_id if bound.admission.per_session else None
+    records.bound[i] = bound.lookup(request.input_tokens, boundaries=request.boundaries,
+                                    salt=salt).hit
+    bound.commit(tokens, request.n_input, boundaries=request.boundaries, salt=salt)
     found = seen.lookup(request.input_tokens)
     records.seen[i] = found.seen
     records.from_inputs[i] = found.from_inputs

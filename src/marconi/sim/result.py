@@ -23,7 +23,9 @@ from marconi.systems import get_system
 
 ORACLE = "marconi-oracle"  # best static alpha in hindsight: sim.oracle, not a cache policy
 OFFLINE = "offline"  # knows the trace's future: sim.offline, not a registered system
-REFERENCES = (ORACLE, OFFLINE)  # names the simulator handles itself
+# judicious admission, eviction told which entries are reused: sim.offline, not registered
+REUSE_ORACLE = "reuse-oracle"
+REFERENCES = (ORACLE, OFFLINE, REUSE_ORACLE)  # names the simulator handles itself
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from marconi.sim.offline import offline
+from marconi.sim.offline import offline, reuse_oracle
 from marconi.sim.oracle import oracle
 from marconi.sim.replay import simulate
 from marconi.sim.result import (
     OFFLINE,
     ORACLE,
+    REUSE_ORACLE,
     SimConfig,
     SimResult,
     run_warnings,
@@ -20,7 +21,8 @@ from marconi.workload.types import Trace
 
 def run(trace: Trace, config: SimConfig, *, progress: bool = False,
         warn: bool = True) -> SimResult:
-    """`simulate`, or the oracle / offline reference when `config.system` names one.
+    """`simulate`, or a reference (`marconi-oracle`, `offline`, `reuse-oracle`) when
+    `config.system` names one.
     `warn`: say on stderr when the run refused more than 1% of its commits, evicted for a
     commit it then refused (a policy bug), or dropped its bounds (they outgrew
     `config.bounds_tokens`). A system run by a real engine (`sglang-0.5.23`, `vllm-0.32`)
@@ -29,6 +31,8 @@ def run(trace: Trace, config: SimConfig, *, progress: bool = False,
         result = oracle(trace, config)
     elif config.system == OFFLINE:
         result = offline(trace, config, progress=progress)
+    elif config.system == REUSE_ORACLE:
+        result = reuse_oracle(trace, config, progress=progress)
     elif (system := get_system(config.system)).engine is not None:
         from marconi.realpeers.replay import replay
 

@@ -1,0 +1,177 @@
+"""Sparse prefix caching (Shirokikh and Nikolenko, arXiv 2605.05219; docs/peers.md,
+"Other baselines"): states only at checkpoint positions chosen for the distribution of
+overlap depths, under a checkpoint budget.
+
+A request whose input shares `d` tokens with an earlier sequence (its overlap depth)
+resumes from the deepest checkpoint at or before `d`. With checkpoints `c_1 < ... < c_k`
+on a sequence and `S(x)` the share of requests whose overlap depth is at least `x`, the
+tokens a request is expected to reuse are `sum_i (c_i - c_(i-1)) S(c_i)` (`c_0 = 0`). The
+best `k <= budget` checkpoints lie at overlap depths seen (between two, moving a
+checkpoint deeper only gains), and the dynamic program over those `N` depths,
+
+    F_m(j) = x_j S_j + max_(i < j) (F_(m-1)(i) - x_i S_j),
+
+is `O(N x budget)`: the lines `F_(m-1)(i) - x_i s` come in with falling slopes and are
+asked at falling `S_j`, so a monotone hull answers each in amortized constant time.
+
+Online: the distribution is that of the requests before this one (overlap depth: the
+longest prefix of its input that some earlier request's input or output spelled, kept in
+a radix tree of everything seen), so the first requests take no checkpoint.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+
+from marconi.core.policy import Admission
+from marconi.core.tree import TOKEN_BYTES, Match, RadixTree, first_mismatch
+
+
+def place(depths: Sequence[int], survival: Sequence[float], budget: int
+          ) -> tuple[float, tuple[int, ...]]:
+    """The checkpoints (at most `budget`, among `depths`, ascending) that maximize the
+    expected reuse `sum (c_i - c_(i-1)) S(c_i)`, and that reuse; `survival[j]` is S at
+    `depths[j]`, not increasing."""
+    n = len(depths)
+    if budget < 1 or n == 0:
+        return 0.0, ()
+    x = [0, *depths]  # index 0: no checkpoint before
+    s = [1.0, *survival]
+    prev = [0.0] + [float("-inf")] * n  # F_(m-1); with no checkpoint yet only index 0
+    choice: list[list[int]] = []
+    best, best_at = 0.0, (0, 0)
+    for m in range(1, budget + 1):
+        cur = [float("-inf")] * (n + 1)
+        back = [0] * (n + 1)
+        hull: list[int] = []  # line indices, slopes -x falling
+        head = 0
+        for j in range(1, n + 1):
+            i = j - 1
+            if prev[i] != float("-inf"):
+                while len(hull) - head >= 2 and _useless(hull[-2], hull[-1], i, x, prev):
+                    hull.pop()
+                hull.append(i)
+                head = min(head, len(hull) - 1)
+            if len(hull) == head:
+                continue
+            q = s[j]
+            while len(hull) - head >= 2 and _at(hull[head + 1], q, x, prev) >= \
+                    _at(hull[head], q, x, prev):
+                head += 1
+            i = hull[head]
+            cur[j], back[j] = _at(i, q, x, prev) + x[j] * q, i
+            if cur[j] > best:
+                best, best_at = cur[j], (m, j)
+        choice.append(back)
+        prev = cur
+    out, (m, j) = [], best_at
+    while m > 0 and j > 0:
+        out.append(x[j])
+        j, m = choice[m - 1][j], m - 1
+    return best, tuple(reversed(out))
+
+
+def _at(i: int, q: float, x: Sequence[int], f: Sequence[float]) -> float:
+    return f[i] - x[i] * q
+
+
+def _useless(a: int, b: int, c: int, x: Sequence[int], f: Sequence[float]) -> bool:
+    """Whether line `b` is nowhere above both `a` and `c` (slopes -x[a] > -x[b] > -x[c])."""
+    # b is dominated iff the crossing of a and c lies above (in value) b's line there
+    return (f[c] - f[a]) * (x[b] - x[a]) >= (f[b] - f[a]) * (x[c] - x[a])
+
+
+class SparsePrefix(Admission):
+    """States at the checkpoints `place` picks for each input from the overlap depths of
+    the requests before it; a sequence is kept up to its last checkpoint."""
+
+    truncates = True  # KV past the last checkpoint is never reusable
+
+    def __init__(self, budget: int = 4) -> None:
+        if budget < 1:
+            raise ValueError(f"the checkpoint budget must be >= 1, got {budget!r}")
+        self.budget = budget
+        self.seen = RadixTree()  # every sequence committed so far
+        self.overlaps: list[int] = []  # overlap depth of each request, ascending
+        self.zeros = 0  # requests that overlapped nothing
+        self._planned: tuple[bytes, int, tuple[int, ...]] | None = None
+        # the latest commit's (overlap depth, tokens), learnt when the next input is
+        # planned: asking what a commit would admit (`required_states`) and the commit
+        # itself then learn the request once (so do two commits of one sequence with no
+        # lookup between: a request is a lookup and its commit)
+        self._committed: tuple[int, bytes] | None = None
+
+    def overlap(self, key: bytes) -> int:
+        """Tokens of `key` that some earlier sequence spelled."""
+        found = self.seen.match(key).length
+        if self._committed is not None:  # not yet in `seen`
+            found = max(found, first_mismatch(key, self._committed[1]))
+        return found
+
+    def plan(self, key: bytes) -> tuple[int, tuple[int, ...]]:
+        """(overlap depth, checkpoints) of the input `key`, from the requests before it;
+        no side effect."""
+        overlaps, zeros = self.overlaps, self.zeros
+        if self._committed is not None:  # the latest commit counts, learnt or not
+            depth = self._committed[0]
+            overlaps = sorted([*overlaps, depth]) if depth else overlaps
+            zeros += not depth
+        n = len(key) // TOKEN_BYTES
+        total = len(overlaps) + zeros
+        depths = sorted({d for d in overlaps if d <= n})
+        survival = [(len(overlaps) - bisect_right(overlaps, d - 1)) / total
+                    for d in depths]
+        return self.overlap(key), place(depths, survival, self.budget)[1]
+
+    def _plan(self, key: bytes) -> tuple[int, tuple[int, ...]]:
+        planned = self._planned
+        if planned is not None and planned[0] == key and self._committed is None:
+            return planned[1], planned[2]
+        self._learn()
+        depth, points = self.plan(key)
+        self._planned = (key, depth, points)
+        return depth, points
+
+    def preview(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
+                tokens: bytes = b"") -> tuple[int, ...]:
+        _, points = self.plan(tokens[: n_input * TOKEN_BYTES])
+        return tuple(p for p in points if p > hit)
+
+    def checkpoints(self, match: Match, n_input: int, hit: int) -> tuple[int, ...]:
+        raise NotImplementedError("SparsePrefix needs the input's tokens (checkpoints_at)")
+
+    def checkpoints_at(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
+                       tokens: bytes = b"") -> tuple[int, ...]:
+        _, points = self._plan(tokens[: n_input * TOKEN_BYTES])
+        return tuple(p for p in points if p > hit)
+
+    def positions(self, match: Match, n_total: int, n_input: int) -> tuple[int, ...]:
+        raise NotImplementedError("SparsePrefix needs the input's tokens (positions_at)")
+
+    def positions_at(self, match: Match, n_total: int, n_input: int, boundaries: Sequence[int],
+                     tokens: bytes = b"") -> tuple[int, ...]:
+        committed = self._committed
+        if committed is not None and committed[1] == tokens:  # asked again: as planned
+            assert self._planned is not None
+            return self._planned[2]
+        depth, points = self._plan(tokens[: n_input * TOKEN_BYTES])
+        self._committed = (depth, tokens)
+        return points
+
+    def _learn(self) -> None:
+        """Add the latest commit's request to the distribution and its tokens to `seen`."""
+        if self._committed is None:
+            return
+        depth, tokens = self._committed
+        self._committed = None
+        if depth:
+            self.overlaps.insert(bisect_right(self.overlaps, depth), depth)
+        else:
+            self.zeros += 1
+        match = self.seen.match(tokens)
+        node = self.seen.root if match.node is None else match.node
+        if match.partial is not None:
+            node = self.seen.split(match.partial, match.offset)
+        if match.length * TOKEN_BYTES < len(tokens):
+            self.seen.insert(node, tokens[match.length * TOKEN_BYTES:])
