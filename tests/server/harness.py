@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from marconi.engine import HybridModel
 from marconi.server import Backend, ServerConfig, build_backend, create_app
+from marconi.server.app import uvicorn_config
 
 START_TIMEOUT_S = 30.0
 
@@ -31,6 +32,7 @@ class Served:
     url: str  # http://127.0.0.1:PORT
     backend: Backend
     config: ServerConfig
+    app: FastAPI
 
     def client(self, timeout: float = 60.0) -> OpenAI:
         return OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0,
@@ -46,8 +48,9 @@ def serve(hybrid: HybridModel, /, **config: object) -> Iterator[Served]:
     """Start a server with a fresh cache over `hybrid`; stop it on exit."""
     cfg = ServerConfig(**config)  # type: ignore[arg-type]
     backend = build_backend(cfg, hybrid)
-    with run_app(create_app(backend, cfg)) as url:
-        yield Served(url, backend, cfg)
+    app = create_app(backend, cfg)
+    with run_app(app) as url:
+        yield Served(url, backend, cfg, app)
 
 
 @contextmanager
@@ -57,7 +60,7 @@ def run_app(app: FastAPI) -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn_config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT_S

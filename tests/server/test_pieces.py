@@ -77,7 +77,14 @@ class TestConfig:
     @pytest.mark.parametrize(("field", "value", "match"), [
         ("system", "nope", "unknown system"), ("cache_size", "lots", "bad size"),
         ("alpha", -1.0, "alpha"), ("port", 70000, "port"), ("max_queue", 0, "queue"),
-        ("max_tokens", 0, "max tokens"), ("model", "/no/such/folder", "not a folder")])
+        ("max_tokens", 0, "max tokens"), ("model", "/no/such/folder", "not a folder"),
+        ("max_messages", 0, "--max-messages must be an integer >= 1, got 0"),
+        ("max_content_parts", -1, "--max-content-parts must be an integer >= 1"),
+        ("max_connections", 0, "--max-connections must be an integer >= 1"),
+        ("header_timeout", 0, r"--header-timeout must be seconds in \(0, 86400\], got 0"),
+        ("header_timeout", float("nan"), "--header-timeout must be seconds"),
+        ("body_timeout", -1.0, "--body-timeout must be seconds"),
+        ("body_timeout", float("inf"), "--body-timeout must be seconds")])
     def test_rejects(self, field: str, value: object, match: str) -> None:
         with pytest.raises(ValueError, match=match):
             ServerConfig(**{field: value})  # type: ignore[arg-type]
@@ -106,10 +113,22 @@ class TestCli:
         assert config.max_body_size is None
         args = parser.parse_args(["serve", "--max-body-size", "2MB"])
         assert config_from_args(args).body_limit(4096) == 2 * 10**6
+        assert (config.header_timeout, config.body_timeout, config.max_connections,
+                config.max_messages, config.max_content_parts) == (10, 30, 512, 4096, 4096)
+        args = parser.parse_args(["serve", "--header-timeout", "2.5", "--body-timeout", "7",
+                                  "--max-connections", "9", "--max-messages", "5",
+                                  "--max-content-parts", "6"])
+        config = config_from_args(args)
+        assert (config.header_timeout, config.body_timeout, config.max_connections,
+                config.max_messages, config.max_content_parts) == (2.5, 7, 9, 5, 6)
 
     @pytest.mark.parametrize(("flags", "said"), [
         (["--threads", "0"], "must be >= 1, got 0"),
         (["--served-model-name", ""], "--served-model-name must not be empty"),
+        (["--header-timeout", "0"], "--header-timeout must be seconds in (0, 86400], got 0.0"),
+        (["--body-timeout", "-2"], "--body-timeout must be seconds in (0, 86400]"),
+        (["--max-connections", "0"], "--max-connections must be an integer >= 1, got 0"),
+        (["--max-messages", "0"], "--max-messages must be an integer >= 1, got 0"),
     ])
     def test_serve_refuses_what_cannot_work(self, flags: list[str], said: str,
                                             capsys: pytest.CaptureFixture) -> None:

@@ -40,6 +40,20 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--max-body-size", default=None,
                    help="largest request body, e.g. 4MB; larger gets 413 (default: 256 bytes "
                         "per token of the model's context, at least 1 MiB)")
+    p.add_argument("--max-messages", type=int, default=4096,
+                   help="most messages in one chat body; more gets 400 (default: 4096)")
+    p.add_argument("--max-content-parts", type=int, default=4096,
+                   help="most content parts in one chat body, all messages together; "
+                        "more gets 400 (default: 4096)")
+    p.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds a client has to send a request's headers, from connecting "
+                        "or from the request's first byte; then its connection is closed "
+                        "(default: 10)")
+    p.add_argument("--body-timeout", type=float, default=30.0,
+                   help="seconds a request body may stall (no bytes arriving) before 408 "
+                        "(default: 30)")
+    p.add_argument("--max-connections", type=int, default=512,
+                   help="open connections; a request on one more gets 503 (default: 512)")
     p.add_argument("--seed", type=int, default=0, help="random weights of the embedded model")
     p.add_argument("--threads", type=_positive, default=None, help="torch CPU threads")
     p.set_defaults(func=run_command)
@@ -63,7 +77,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                         cache_size=args.cache_size, system=args.system, alpha=args.alpha,
                         host=args.host, port=args.port, max_queue=args.max_queue,
                         max_tokens=args.max_tokens, seed=args.seed,
-                        max_body_size=args.max_body_size)
+                        max_body_size=args.max_body_size, max_messages=args.max_messages,
+                        max_content_parts=args.max_content_parts,
+                        header_timeout=args.header_timeout, body_timeout=args.body_timeout,
+                        max_connections=args.max_connections)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -72,7 +89,7 @@ def run_command(args: argparse.Namespace) -> int:
     import torch
     import uvicorn
 
-    from marconi.server.app import create_app
+    from marconi.server.app import create_app, settle, uvicorn_config
     from marconi.server.backend import build_backend, describe
 
     config = config_from_args(args)
@@ -81,8 +98,10 @@ def run_command(args: argparse.Namespace) -> int:
     _log_to_stderr()
     backend = build_backend(config)
     print(describe(backend, config), flush=True)
-    uvicorn.run(create_app(backend, config), host=config.host, port=config.port,
-                log_level="info")
+    app = create_app(backend, config)
+    settle()
+    uvicorn.Server(uvicorn_config(app, host=config.host, port=config.port,
+                                  log_level="info")).run()
     return 0
 
 

@@ -7,38 +7,41 @@
 | `GET /v1/models` | the one model served |
 | `GET /health` | 200 while the engine worker lives |
 | `GET /metrics` | Prometheus text format |
+
+Bodies are parsed by `parsing.BodyParser` (a large one in a separate process, so no body
+stalls the event loop); `uvicorn_config` runs the app behind the protocol of
+`connections.py` (header timeout, connection bound).
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
+import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import Any
 
+import uvicorn
 from fastapi import FastAPI, Request, Response
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import BaseModel, ValidationError
 
 from marconi.server import errors
 from marconi.server.backend import Backend
 from marconi.server.bodies import chat_body, completion_body, new_id
 from marconi.server.config import ServerConfig
+from marconi.server.connections import protocol_class
 from marconi.server.guard import Guard
 from marconi.server.logprobs import chat_logprobs, completion_logprobs
 from marconi.server.metrics import ServerMetrics
+from marconi.server.parsing import BodyParser, Limits
 from marconi.server.scheduler import Scheduler
 from marconi.server.schemas import ChatRequest, CompletionRequest
 from marconi.server.service import Service, Submission
 from marconi.server.streaming import ChunkStream
 
 log = logging.getLogger("marconi.server")
-Body = TypeVar("Body", bound=BaseModel)
 CLIENT_GONE = 499  # nginx's "client closed request": logged, never received by anyone
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -49,6 +52,9 @@ def create_app(backend: Backend, config: ServerConfig) -> FastAPI:
     scheduler = Scheduler(backend.engine, metrics, config.max_queue)
     metrics.track_queue(lambda: scheduler.waiting, lambda: scheduler.running)
     service = Service(backend, scheduler, metrics, config.max_tokens)
+    parser = BodyParser(Limits(served=backend.name, context=backend.max_context,
+                               messages=config.max_messages,
+                               parts=config.max_content_parts))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -56,6 +62,7 @@ def create_app(backend: Backend, config: ServerConfig) -> FastAPI:
         yield
         scheduler.stop()
         service.close()
+        parser.close()
 
     def rejected(reason: str) -> None:
         metrics.rejected.labels(reason=reason).inc()
@@ -64,9 +71,30 @@ def create_app(backend: Backend, config: ServerConfig) -> FastAPI:
     errors.install(app, rejected)
     app.add_middleware(Guard, max_body=config.body_limit(backend.max_context),
                        rejected=rejected, crashed=metrics.failed.labels(reason="internal").inc,
-                       gone=metrics.failed.labels(reason="disconnected").inc)
-    _routes(app, service)
+                       gone=metrics.failed.labels(reason="disconnected").inc,
+                       body_timeout=config.body_timeout)
+    app.state.http_protocol = protocol_class(config.header_timeout, config.max_connections,
+                                             rejected)
+    app.state.parser = parser
+    _routes(app, service, parser)
     return app
+
+
+def settle() -> None:
+    """For a process about to serve an app and nothing else (`marconi serve`): what is
+    alive now (torch, the model, the app) lives as long as the process, so it is moved out
+    of the garbage collector's sight, and a full collection no longer walks it (with it,
+    one stalled every client for a few hundred milliseconds when a burst of 150 timed-out
+    bodies was answered; `benchmarks/bench_body_stall.py`). Not for a process that makes
+    many servers (a test suite): garbage it holds now would never be collected."""
+    gc.collect()
+    gc.freeze()
+
+
+def uvicorn_config(app: FastAPI, **options: Any) -> uvicorn.Config:
+    """uvicorn's settings for an app `create_app` made: its HTTP protocol (uvicorn's h11
+    with the header timeout and the connection bound, `connections.py`) and `options`."""
+    return uvicorn.Config(app, http=app.state.http_protocol, **options)
 
 
 async def _respond(service: Service, sub: Submission, body: CompletionRequest | ChatRequest,
@@ -93,46 +121,16 @@ async def _respond(service: Service, sub: Submission, body: CompletionRequest | 
                              done.generation, logprobs))
 
 
-INLINE_BODY = 256 << 10  # bytes of body parsed on the event loop; larger ones on a thread
+async def _chunks(request: Request) -> list[bytes]:
+    """The request's body as received (see `BodyParser.parse`)."""
+    return [chunk async for chunk in request.stream() if chunk]
 
 
-async def parse_body(request: Request, model: type[Body],
-                     precheck: Callable[[bytes], None] | None = None) -> Body:
-    """The request's JSON body as `model`: decoded and validated on a worker thread when
-    it is large, so `/health` and every other client are answered meanwhile. Errors are
-    FastAPI's (the same 400s, counted). `precheck(raw)` may refuse the body first, from a
-    skim that builds nothing big: a thread does not free the event loop from one long C
-    call holding the GIL (decoding 10M token ids takes seconds in one)."""
-    raw = await request.body()
-    if len(raw) <= INLINE_BODY:
-        return _validated(raw, model, precheck)
-    return await asyncio.to_thread(_validated, raw, model, precheck)
-
-
-def _validated(raw: bytes, model: type[Body], precheck: Callable[[bytes], None] | None) -> Body:
-    if precheck is not None:
-        precheck(raw)
-    try:  # UTF-8 only: json.loads would take bytes in UTF-16 or UTF-32 as well
-        value = json.loads(raw.decode("utf-8"))
-    except json.JSONDecodeError as err:
-        raise RequestValidationError([{"type": "json_invalid", "loc": ("body", err.pos),
-                                       "msg": "JSON decode error", "input": {},
-                                       "ctx": {"error": err.msg}}]) from None
-    except UnicodeDecodeError as err:
-        raise errors.bad_request(f"request body is not UTF-8 text (byte {err.start})") from None
-    except RecursionError:
-        raise errors.bad_request("request body: JSON nested too deeply") from None
-    try:
-        return model.model_validate(value)
-    except ValidationError as err:
-        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])}
-                                      for e in err.errors()]) from None
-
-
-def _routes(app: FastAPI, service: Service) -> None:
+def _routes(app: FastAPI, service: Service, parser: BodyParser) -> None:
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        body = await parse_body(request, CompletionRequest, service.precheck_prompt)
+        body = (await parser.parse(await _chunks(request), "completion")).body
+        assert isinstance(body, CompletionRequest)
         service.check_model(body.model)
         prompt = await service.encode(body.prompt)
         sub = service.submit(body, prompt, body.max_tokens, "prompt")
@@ -140,9 +138,11 @@ def _routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        body = await parse_body(request, ChatRequest)
+        parsed = await parser.parse(await _chunks(request), "chat")
+        body, messages = parsed.body, parsed.messages
+        assert isinstance(body, ChatRequest) and messages is not None
         service.check_model(body.model)
-        prompt, ends = await service.render([m.to_message() for m in body.messages])
+        prompt, ends = await service.render(messages)
         sub = service.submit(body, prompt, body.requested_tokens(), "messages", ends)
         return await _respond(service, sub, body, request, chat=True)
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from marconi.engine import Generation
+if TYPE_CHECKING:  # not at run time: the body parser's process imports errors, and so this
+    from marconi.engine import Generation
 
 
 def new_id(prefix: str) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 ROLES = ("system", "developer", "user", "assistant")
+ID_SLICE = 1 << 16  # token ids made Python ints in one call
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +80,17 @@ class EmbeddedCodec:
         self._lock = threading.Lock()
 
     def _encode(self, text: str) -> list[int]:
-        return [int(t) for t in self._sp.encode(text)] if text else []
+        """The ids of `text`. Asked for as a numpy array: a list of Python ints would be
+        built inside the call, the GIL held all along (a stall of the event loop for a
+        text of millions of tokens); the list is built here in slices instead, between
+        which the event loop runs."""
+        if not text:
+            return []
+        ids = self._sp.encode(text, out_type="numpy")
+        out: list[int] = []
+        for start in range(0, len(ids), ID_SLICE):
+            out += ids[start:start + ID_SLICE].tolist()
+        return out
 
     def encode_prompt(self, text: str) -> list[int]:
         return [self.bos_id, *self._encode(text)]

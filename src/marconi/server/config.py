@@ -13,6 +13,7 @@ EMBEDDED_MODEL = "marconi-tiny-bamba"  # name served when no --model is given
 # longer text untokenized), and JSON spends at most 6 bytes on a character ("\u00e9").
 BODY_BYTES_PER_TOKEN = 256
 MIN_BODY_BYTES = 2**20  # chat history and fields around a short-context prompt
+MAX_TIMEOUT_S = 86400  # a day: longer is a typo (and past what asyncio timers are for)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,6 +31,11 @@ class ServerConfig:
     max_tokens: int = 16  # default completion length when a request sets none
     seed: int = 0  # random weights of the embedded model
     max_body_size: int | str | None = None  # bytes of a request body; None: from the context
+    max_messages: int = 4096  # messages in one chat body
+    max_content_parts: int = 4096  # content parts in one chat body, all messages together
+    header_timeout: float = 10.0  # seconds to send a request's headers
+    body_timeout: float = 30.0  # seconds a request body may go without a byte arriving
+    max_connections: int = 512  # open connections; past it a connection's request gets 503
 
     def body_limit(self, max_context: int) -> int:
         """The request body limit: as set, or `BODY_BYTES_PER_TOKEN` per token of the
@@ -54,6 +60,17 @@ class ServerConfig:
             raise ValueError(f"max tokens must be >= 1, got {self.max_tokens!r}")
         if self.max_body_size is not None and parse_size(self.max_body_size) < 1024:
             raise ValueError(f"max body size must be >= 1KB, got {self.max_body_size!r}")
+        for flag, value in (("--max-messages", self.max_messages),
+                            ("--max-content-parts", self.max_content_parts),
+                            ("--max-connections", self.max_connections)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{flag} must be an integer >= 1, got {value!r}")
+        for flag, seconds in (("--header-timeout", self.header_timeout),
+                              ("--body-timeout", self.body_timeout)):
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or \
+                    not 0 < seconds <= MAX_TIMEOUT_S:
+                raise ValueError(f"{flag} must be seconds in (0, {MAX_TIMEOUT_S}], got "
+                                 f"{seconds!r}")
         if self.model is not None and not Path(self.model).is_dir():
             raise ValueError(f"--model {self.model}: not a folder (a local HF checkpoint)")
 

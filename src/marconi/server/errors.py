@@ -9,6 +9,7 @@ shape. Every 4xx is counted by the reason it gives (`Rejected`).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from starlette.exceptions import HTTPException
 from marconi.core.units import format_size
 from marconi.server.bodies import error_body
 
+log = logging.getLogger("marconi.server")
 Rejected = Callable[[str], object]  # called with the reason of each 4xx answered
 _BRANCH_MARKS = ("[", "(", "-")  # in pydantic's names for union members: list[int], ...
 _BRANCH_NAMES = {"str", "int", "float", "bool", "none"}
@@ -69,6 +71,18 @@ class BodyTooLarge(HTTPException):
     def error(self) -> ApiError:
         close = {} if self.drained else {"Connection": "close"}
         return ApiError(413, str(self.detail), code="body_too_large", headers=close)
+
+
+class BodyTimeout(HTTPException):
+    """A request body that stalled: no bytes for `seconds` while more were expected."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(408, f"request body: no bytes arrived for {seconds:g} s "
+                              "(--body-timeout); send the body without pausing")
+
+    def error(self) -> ApiError:
+        return ApiError(408, str(self.detail), code="body_timeout",
+                        headers={"Connection": "close"})
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
@@ -129,7 +143,9 @@ def install(app: FastAPI, rejected: Rejected) -> None:
 
     async def on_http(request: Request, err: Exception) -> JSONResponse:
         assert isinstance(err, HTTPException)
-        if isinstance(err, BodyTooLarge):
+        if isinstance(err, BodyTimeout):
+            log.info("%s %s: %s: answered 408", request.method, request.url.path, err.detail)
+        if isinstance(err, BodyTooLarge | BodyTimeout):
             return answer(err.error())
         kind = "not_found_error" if err.status_code == 404 else "invalid_request_error"
         return answer(ApiError(err.status_code, str(err.detail), kind, headers=err.headers))

@@ -1,10 +1,14 @@
-"""ASGI middleware in front of the routes: a body-size limit and a last-resort 500.
+"""ASGI middleware in front of the routes: body-size and body-read limits, a last-resort 500.
 
 - A body declared (`Content-Length`) or found while reading to exceed `max_body` bytes
   is refused with a 413 before any of it is parsed, so no client can make the event
   loop parse or tokenize megabytes that could never fit the model's context. The rest
   of it is read and dropped first (up to `DRAIN_BYTES`): a client still sending would
   otherwise see its connection reset instead of the answer.
+- A request body that stalls, no byte arriving for `body_timeout` seconds while the
+  application waits for more, is answered 408 (`body_timeout`, `Connection: close`) and
+  logged in one line. Once the body is complete, `receive` (which then only waits for
+  the client to disconnect) is passed through untimed.
 - An exception no handler knows becomes a 500 in OpenAI's shape here, and the
   connection stays usable: Starlette's own last-resort handler answers and then re-raises,
   which makes uvicorn drop a keep-alive connection (the client's next request fails).
@@ -12,6 +16,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -19,7 +24,7 @@ from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from marconi.server.errors import ApiError, BodyTooLarge, Rejected
+from marconi.server.errors import ApiError, BodyTimeout, BodyTooLarge, Rejected
 
 log = logging.getLogger("marconi.server")
 DRAIN_BYTES = 64 * 2**20  # past this a refused body is not read: the connection is closed
@@ -29,15 +34,17 @@ class Guard:
     """Wraps the app (inside Starlette's error middleware, outside the routes)."""
 
     def __init__(self, app: ASGIApp, max_body: int, rejected: Rejected,
-                 crashed: Callable[[], object], gone: Callable[[], object] = lambda: None
-                 ) -> None:
+                 crashed: Callable[[], object], gone: Callable[[], object] = lambda: None,
+                 body_timeout: float = 30.0) -> None:
         self.app, self.max_body, self.rejected, self.crashed = app, max_body, rejected, crashed
         self.gone = gone  # a client that left before its request was read
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        receive = self._timed(receive)
         declared = Headers(scope=scope).get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_body:
             await self._refuse(int(declared), scope, receive, send)
@@ -65,7 +72,7 @@ class Guard:
             await error.response()(scope, receive, send)
 
     async def _refuse(self, declared: int, scope: Scope, receive: Receive, send: Send) -> None:
-        drained = declared <= DRAIN_BYTES and await _drain(receive, DRAIN_BYTES)
+        drained = declared <= DRAIN_BYTES and await drain(receive, DRAIN_BYTES)
         error = BodyTooLarge(self.max_body, drained).error()
         self.rejected(error.reason)
         await error.response()(scope, receive, send)
@@ -79,19 +86,40 @@ class Guard:
             message = await receive()
             seen += len(message.get("body", b""))
             if seen > self.max_body:
-                drained = not message.get("more_body", False) or await _drain(
+                drained = not message.get("more_body", False) or await drain(
                     receive, DRAIN_BYTES - seen)
                 raise BodyTooLarge(self.max_body, drained)
             return message
 
         return limited
 
+    def _timed(self, receive: Receive) -> Receive:
+        """`receive` that raises BodyTimeout when the body stalls for `body_timeout`."""
+        complete = False
 
-async def _drain(receive: Receive, budget: int) -> bool:
-    """Read the rest of a request's body, keeping none of it; False if the client left
-    or more than `budget` bytes remain."""
+        async def timed() -> Message:
+            nonlocal complete
+            if complete:
+                return await receive()
+            try:
+                async with asyncio.timeout(self.body_timeout):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTimeout(self.body_timeout) from None
+            complete = message["type"] != "http.request" or not message.get("more_body")
+            return message
+
+        return timed
+
+
+async def drain(receive: Receive, budget: int) -> bool:
+    """Read the rest of a request's body, keeping none of it; False if the client left,
+    stalled, or more than `budget` bytes remain."""
     while budget >= 0:
-        message = await receive()
+        try:
+            message = await receive()
+        except BodyTimeout:
+            return False
         if message["type"] != "http.request":
             return False
         budget -= len(message.get("body", b""))

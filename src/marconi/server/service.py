@@ -15,9 +15,8 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import msgspec
 from starlette.requests import Request
 
 from marconi.engine import Generation, Sampling
@@ -26,26 +25,14 @@ from marconi.server.chat import Detokenizer, Message
 from marconi.server.errors import ApiError, bad_request
 from marconi.server.logprobs import TokenLogprob, token_logprobs
 from marconi.server.metrics import ServerMetrics
+from marconi.server.parsing import check_chars, check_model
 from marconi.server.scheduler import Done, Event, Failed, Job, QueueFull, Scheduler, Token
 from marconi.server.schemas import _Common
 
 POLL_S = 0.25  # how often a waiting non-streaming handler checks its client is still there
 
 
-class _Shape(msgspec.Struct):
-    """What `precheck_prompt` reads of a completion body: the model, and the prompt left
-    as raw JSON."""
-
-    model: Any = None
-    prompt: msgspec.Raw = msgspec.Raw(b"")
-
-
-_decode_shape = msgspec.json.Decoder(_Shape).decode
-
 INLINE_TOKENS = 1 << 16  # token-id prompts checked on the event loop; longer ones off it
-CHARS_PER_TOKEN = 32  # text over this x the context is refused untokenized (Mistral
-# v1's longest piece is 16 characters: such a text cannot fit)
-MODEL_NAME_SHOWN = 200  # characters of an unknown model name a 404 quotes back
 RETRY_AFTER_S = 1  # what a 429 tells the client to wait: requests here take about that
 T = TypeVar("T")
 
@@ -82,11 +69,7 @@ class Service:
         self._tokenizer.shutdown(wait=False, cancel_futures=True)
 
     def check_model(self, name: str) -> None:
-        if name != self.backend.name:
-            shown = name if len(name) <= MODEL_NAME_SHOWN else \
-                f"{name[:MODEL_NAME_SHOWN]}... ({len(name)} characters)"
-            raise ApiError(404, f"The model `{shown}` does not exist; this server serves "
-                           f"`{self.backend.name}`.", param="model", code="model_not_found")
+        check_model(name, self.backend.name)
 
     async def encode(self, prompt: str | list[int]) -> list[int]:
         """A completion's prompt as token ids (a text tokenized off the event loop)."""
@@ -109,34 +92,7 @@ class Service:
         return await asyncio.get_running_loop().run_in_executor(self._tokenizer, fn, *args)
 
     def _check_chars(self, n: int, field: str) -> None:
-        limit = CHARS_PER_TOKEN * self.backend.max_context
-        if n > limit:
-            raise bad_request(
-                f"{field}: {n} characters cannot fit this model's maximum context length of "
-                f"{self.backend.max_context} tokens (text over {limit} characters is refused "
-                "before it is tokenized)", param=field, code="context_length_exceeded")
-
-    def precheck_prompt(self, raw: bytes) -> None:
-        """Refuse a completion body whose model is unknown or whose token-id prompt has
-        more ids than the context holds, from a skim of the JSON (msgspec passes over the
-        prompt without building it; its commas count its ids). Anything else, a body
-        that is not JSON included, is left to the full parse and its errors."""
-        try:
-            shape = _decode_shape(raw)
-        except (msgspec.MsgspecError, ValueError, RecursionError):  # not JSON: left to the parse
-            return
-        if isinstance(shape.model, str):
-            self.check_model(shape.model)
-        prompt = memoryview(shape.prompt)
-        if not prompt or prompt[0] != ord("["):
-            return
-        ids = prompt.tobytes().count(b",") + 1  # a flat list of ids: one more than commas
-        limit = self.backend.max_context
-        if ids > limit:
-            raise bad_request(
-                f"prompt: {ids} token ids cannot fit this model's maximum context length of "
-                f"{limit} tokens (refused before they are read)", param="prompt",
-                code="context_length_exceeded")
+        check_chars(n, field, self.backend.max_context)
 
     def _token_prompt(self, tokens: list[int]) -> list[int]:
         vocab = self.backend.engine.model.vocab_size

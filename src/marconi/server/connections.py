@@ -1,0 +1,106 @@
+"""uvicorn's HTTP/1.1 protocol (h11) with a header timeout and a bound on connections.
+
+uvicorn closes a connection idle between requests (`timeout_keep_alive`) but waits
+forever for the headers of a request: a client that connects and sends nothing, or half
+a header line, holds its connection (and a file descriptor) as long as it likes, and a few
+hundred such clients slow everyone else. Here:
+
+- a request's headers must arrive within `header_timeout` seconds of the connection
+  opening or of the request's first byte; past that the connection is closed (there is
+  no request to answer), logged in one line and counted as `header_timeout`;
+- a connection opened while `max_connections` are already open gets a 503 for its request
+  (OpenAI's error shape, `Connection: close`), counted as `too_many_connections`.
+
+A stalled body is the ASGI middleware's to time out (`guard.py`): the protocol sees bytes,
+the middleware sees what the application is waiting for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import h11
+from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from marconi.server.errors import ApiError, Rejected
+from marconi.server.guard import drain
+
+log = logging.getLogger("marconi.server")
+RETRY_AFTER_S = 1
+REFUSED_DRAIN_BYTES = 1 << 20  # of a refused request's body read before answering
+
+
+def protocol_class(header_timeout: float, max_connections: int,
+                   rejected: Rejected) -> type[asyncio.Protocol]:
+    """The protocol uvicorn is to run (its `http` setting) for one server."""
+
+    class Protocol(_Guarded):
+        pass
+
+    Protocol.header_timeout, Protocol.max_connections = header_timeout, max_connections
+    Protocol.rejected = staticmethod(rejected)
+    return Protocol
+
+
+class _Guarded(H11Protocol):
+    header_timeout: float = 10.0
+    max_connections: int = 512
+    rejected: Rejected = staticmethod(lambda reason: None)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        if len(self.connections) > self.max_connections:
+            self.app = self._refuse  # answers this connection's request, then closes it
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            if self._header_timer is None:  # the first bytes of a request's headers
+                self._arm()
+        else:  # the headers are in (or the connection is done)
+            self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_late)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        client = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
+        log.info("closed the connection of %s: no complete request headers within %g s "
+                 "(--header-timeout)", client, self.header_timeout)
+        self.rejected("header_timeout")
+        self.transport.close()
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        log.warning("%s %s: refused (503), over %d open connections (--max-connections)",
+                    scope.get("method", ""), scope.get("path", ""), self.max_connections)
+        self.rejected("too_many_connections")
+        with contextlib.suppress(TimeoutError):  # read what the client sent (bounded), so
+            # closing the connection does not reset it before the answer is read
+            await asyncio.wait_for(drain(receive, REFUSED_DRAIN_BYTES), self.header_timeout)
+        error = ApiError(503, f"this server is at its limit of {self.max_connections} open "
+                         "connections (--max-connections); retry shortly", "server_error",
+                         code="too_many_connections",
+                         headers={"Connection": "close", "Retry-After": str(RETRY_AFTER_S)})
+        await error.response()(scope, receive, send)
