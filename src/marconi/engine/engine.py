@@ -25,6 +25,7 @@ from marconi.core.cache import Plan
 from marconi.core.layout import Layout
 from marconi.core.spec import ModelSpec
 from marconi.core.tokens import Tokens, as_tokens
+from marconi.core.tree import Node
 from marconi.core.tuning import Tuner
 from marconi.core.units import parse_size
 from marconi.engine.models import HybridModel
@@ -185,9 +186,13 @@ class Engine:
         return result
 
     def _restore(self, plan: Plan) -> tuple[DynamicCache, SSMState | None]:
-        """A fresh model cache holding the hit's KV (the path's edges) and state."""
-        state = self.store.state(plan.node.state) if plan.node is not None else None
-        kv = self.store.gather([n.kv for n in self.cache.path(plan.node)]) if state else None
+        return self.restored(plan.node)
+
+    def restored(self, node: Node | None) -> tuple[DynamicCache, SSMState | None]:
+        """A fresh model cache holding a node's prefix: its path's KV (the edges, gathered
+        in order) and its state; empty for None. Reads the cache, changes nothing."""
+        state = self.store.state(node.state) if node is not None else None
+        kv = self.store.gather([n.kv for n in self.cache.path(node)]) if state else None
         return restore(self.model, kv, state), state
 
     def _measure_split(self, tokens: Tokens, plan: Plan, timings: Timings) -> None:
