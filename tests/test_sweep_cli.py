@@ -129,10 +129,17 @@ def test_dask_dashboard_address_is_printed(capsys: pytest.CaptureFixture) -> Non
     assert expected in err, err
 
 
+def _interruptible() -> None:
+    """Ctrl-C as at a terminal: a background job of a non-interactive shell (a CI script's
+    `cmd &`) starts with SIGINT ignored, and children inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(out: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
     with log.open("w") as stderr:
         return subprocess.Popen([*LONG, "--out", str(out), *extra], stdout=subprocess.DEVNULL,
-                                stderr=stderr, start_new_session=True)
+                                stderr=stderr, start_new_session=True,
+                                preexec_fn=_interruptible)
 
 
 def _wait_for_workers(proc: subprocess.Popen[bytes], out: Path) -> list[psutil.Process]:
