@@ -411,13 +411,19 @@ def _sglang_options(strategies: tuple[str, ...], evictions: tuple[str, ...],
     )
     core = Option(name="core", default="python", choices=("python", "rust"),
                   help="SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND: the tree's implementation")
-    integration = Option(name="integration", default="none", choices=("none", "marconi"),
-                         help="marconi's eviction installed in SGLang's own cache "
-                              "(marconi.integrations.sglang; needs core=python)")
-    tuner = Option(name="tuner", default="thread", choices=("thread", "inline"),
-                   help="the integration's bootstrap tuner: in its own thread (as deployed) "
-                        "or inline (reproducible)")
-    return (*out, core, integration, tuner) if real else out
+    return (*out, core, *_integration_options("SGLang", "sglang", " (needs core=python)")) \
+        if real else out
+
+
+def _integration_options(engine: str, module: str, needs: str = "") -> tuple[Option, ...]:
+    """The options of a real-engine system that installs marconi's integration."""
+    return (
+        Option(name="integration", default="none", choices=("none", "marconi"),
+               help=f"marconi's eviction installed in {engine}'s own cache "
+                    f"(marconi.integrations.{module}){needs}"),
+        Option(name="tuner", default="thread", choices=("thread", "inline"),
+               help="the integration's bootstrap tuner: in its own thread (as deployed) "
+                    "or inline (reproducible)"))
 
 
 def _sglang_config(settings: Settings) -> object:
@@ -469,8 +475,8 @@ def _sglang_marconi(name: str, description: str, settings: Settings, real: bool)
     return replace(base, policies=policies, tuner=bootstrap, uses_alpha=True)
 
 
-def _vllm_options() -> tuple[Option, ...]:
-    return (
+def _vllm_options(real: bool = False) -> tuple[Option, ...]:
+    return *(
         Option(name="mamba_cache_mode", default="align", choices=("align",),
                help="--mamba-cache-mode: where states are cached (0.32 has align only)"),
         Option(name="block_size", default=None, kind=int, minimum=1, optional=True,
@@ -480,7 +486,7 @@ def _vllm_options() -> tuple[Option, ...]:
         Option(name="retention_interval", default=0, kind=int, minimum=0, optional=True,
                help="--prefix-cache-retention-interval (tokens): 0 keeps only reusable "
                     "boundaries, R one state per R tokens, none every block's"),
-    )
+    ), *(_integration_options("vLLM", "vllm") if real else ())
 
 
 def _vllm_config(settings: Settings) -> object:
@@ -513,6 +519,19 @@ def _vllm(name: str, description: str, settings: Settings, real: bool) -> System
 
     return System(name=name, policies=policies, description=description, engine_layout=layout,
                   engine_memory=memory, engine="vllm" if real else None)
+
+
+def _vllm_marconi(name: str, description: str, settings: Settings, real: bool) -> System:
+    """vLLM's admission and layout with Marconi's order for states: what
+    marconi.integrations.vllm puts into vLLM, emulated (its tuner's mirror)."""
+    base = _vllm(name, description, settings, real)
+
+    def policies(spec: ModelSpec, alpha: float) -> Policies:
+        from marconi.peers.mamba_align import Align, BlockFlop
+
+        return Align(_vllm_config(settings)), BlockFlop(spec, alpha)  # type: ignore[arg-type]
+
+    return replace(base, policies=policies, tuner=bootstrap, uses_alpha=True)
 
 
 def register_configurable(name: str, options: tuple[Option, ...],
@@ -550,11 +569,14 @@ _peer("sglang-2026+marconi", "SGLang emulation with Marconi's FLOP-aware evictio
 _peer("vllm-2026", "vLLM emulation (align mode): block-aligned states, shared-prefix "
       "junctions, block LRU; its layout: KV in pages of its block size", _vllm,
       _vllm_options(), False)
+_peer("vllm-2026+marconi", "vLLM emulation with Marconi's order for the states its block "
+      "queue evicts and the bootstrap tuner (what marconi.integrations.vllm installs); its "
+      "layout: KV in pages of its block size", _vllm_marconi, _vllm_options(), False)
 _peer("sglang-0.5.23", "SGLang 0.5.23's own UnifiedRadixCache, replayed in its environment "
       "(scripts/setup-peers.sh)", _sglang,
       _sglang_options(SGLANG_STRATEGIES, SGLANG_EVICTIONS, ("1",), real=True), True)
 _peer("vllm-0.32", "vLLM 0.32's own KVCacheManager, replayed in its environment "
-      "(scripts/setup-peers.sh)", _vllm, _vllm_options(), True)
+      "(scripts/setup-peers.sh)", _vllm, _vllm_options(real=True), True)
 
 
 # --- marconi+ and its ablation ----------------------------------------------------------------

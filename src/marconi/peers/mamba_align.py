@@ -20,11 +20,12 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from marconi.core.layout import Layout
-from marconi.core.policy import Action, Admission, Victim
+from marconi.core.policy import Action, Admission, Victim, check_alpha
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Match, Node
 from marconi.peers.mamba_radix import deepest_state
-from marconi.peers.two_lists import TwoListLRU
+from marconi.peers.seglen import replay_length
+from marconi.peers.two_lists import FlopStates, TwoListLRU
 
 ATTENTION_ALIGN = 16  # vLLM rounds the attention block size to a multiple of 16 tokens
 
@@ -202,5 +203,38 @@ class BlockLRU(TwoListLRU):
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
         kv, state = self.kv.peek(protected), self.states.peek(protected)
         if state is not None and (kv is None or state[:3] <= kv[:3]):
-            return Victim(state[3], Action.DROP_STATE)
+            return Victim(self._state_victim(state[3], protected), Action.DROP_STATE)
         return Victim(kv[3], Action.REMOVE) if kv is not None else None
+
+    def _state_victim(self, lru_state: Node, protected: Collection[Node]) -> Node:
+        """Which state leaves when the queue's next victim is a state: that one."""
+        return lru_state
+
+
+class BlockFlop(BlockLRU):
+    """vLLM's free-block queue with Marconi's order for states (what
+    marconi.integrations.vllm puts into vLLM's block pool): whenever the queue's next
+    victim is a state, the state that leaves is the first in `FlopStates` order, its
+    efficiency over the nearest state above it (vLLM keeps no tree, so no branch rule).
+    KV leaves as in `BlockLRU`; alpha 0 is `BlockLRU` exactly."""
+
+    def __init__(self, spec: ModelSpec, alpha: float = 0.0) -> None:
+        super().__init__()
+        self.spec, self.alpha = spec, check_alpha(alpha)
+        self.flop = FlopStates(spec, parent_depth=state_above,
+                               branches_last=False)
+
+    def set_alpha(self, alpha: float) -> None:
+        self.alpha = check_alpha(alpha)
+
+    def fresh(self, alpha: float) -> BlockFlop:
+        return BlockFlop(self.spec, alpha)
+
+    def _state_victim(self, lru_state: Node, protected: Collection[Node]) -> Node:
+        return self.flop.pick(self.states, protected, self.alpha or 0.0) or lru_state
+
+
+
+def state_above(node: Node) -> int:
+    """Where a state's replay starts without a tree (vLLM): the nearest state above it."""
+    return node.depth - replay_length(node)

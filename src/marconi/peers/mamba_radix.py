@@ -23,13 +23,11 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-import numpy as np
-
 from marconi.core.layout import Layout
 from marconi.core.policy import Action, Admission, Pressure, Victim, alive, check_alpha
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Match, Node
-from marconi.peers.two_lists import Entry, TwoListLRU
+from marconi.peers.two_lists import FlopStates, TwoListLRU, parent_node_depth
 
 
 class BufferMode(Enum):
@@ -253,17 +251,16 @@ class MambaRadixLRU(TwoListLRU):
 class MambaRadixFlop(MambaRadixLRU):
     """SGLang's two lists with Marconi's order for states (what
     marconi.integrations.sglang puts into SGLang): the KV list stays LRU; the state list
-    gives the lowest `recency + alpha x efficiency`, both min-max normalized over its
-    candidates, recency the candidate's rank in the state list's LRU order,
-    `efficiency = (F(depth) - F(parent depth)) / (edge KV bytes + state bytes)`, and with
-    alpha > 0 states at branches (two or more children) after every other. Alpha 0 is
-    `MambaRadixLRU` exactly."""
+    gives its victim in `FlopStates` order, the efficiency over the node's parent, states
+    at branches (two or more children) after every other. Alpha 0 is `MambaRadixLRU`
+    exactly."""
 
     def __init__(self, config: SGLangConfig | None, spec: ModelSpec, alpha: float = 0.0
                  ) -> None:
         super().__init__(config)
         self.spec, self.alpha = spec, check_alpha(alpha)
-        self._flops: dict[int, float] = {}
+        self.flop = FlopStates(spec, parent_depth=parent_node_depth,
+                               branches_last=True)
 
     def set_alpha(self, alpha: float) -> None:
         self.alpha = check_alpha(alpha)
@@ -271,34 +268,8 @@ class MambaRadixFlop(MambaRadixLRU):
     def fresh(self, alpha: float) -> MambaRadixFlop:
         return MambaRadixFlop(self.config, self.spec, alpha)
 
-    def _f(self, depth: int) -> float:
-        out = self._flops.get(depth)
-        if out is None:
-            out = self._flops[depth] = float(self.spec.flops(depth))
-        return out
-
     def _state_victim(self, protected: Collection[Node]) -> Victim | None:
-        if self.alpha == 0.0:
-            return super()._state_victim(protected)
-        lru = self.states
-        seen: dict[Node, Entry] = {}
-        for entry in lru.heap:
-            node = entry[3]
-            if node not in seen and node not in protected and lru.valid(entry):
-                seen[node] = entry
-        if not seen:
+        node = self.flop.pick(self.states, protected, self.alpha or 0.0)
+        if node is None:
             return None
-        nodes = [e[3] for e in sorted(seen.values(), key=lambda e: e[:3])]  # LRU first
-        kv, state = self.spec.kv_bytes_per_token, self.spec.ssm_bytes
-        eff = np.array([(self._f(n.depth) - self._f(n.depth - n.edge_len))
-                        / (kv * n.edge_len + state) for n in nodes])
-        rec = np.arange(len(nodes), dtype=np.float64)
-        score = _normalized(rec) + self.alpha * _normalized(eff)
-        branch = np.array([len(n.children) >= 2 for n in nodes])
-        node = nodes[int(np.lexsort((rec, score, branch))[0])]
         return Victim(node, Action.REMOVE if node.is_leaf else Action.DROP_STATE)
-
-
-def _normalized(x: np.ndarray) -> np.ndarray:
-    low, high = float(x.min()), float(x.max())
-    return np.ones_like(x) if high == low else (x - low) / (high - low)

@@ -20,6 +20,7 @@ from collections.abc import Collection, Iterable, Sequence
 import numpy as np
 
 from marconi.core.policy import Action, Eviction, Victim, alive
+from marconi.core.scores import normalized
 from marconi.core.slots import Slots
 from marconi.core.tree import Node
 
@@ -30,12 +31,6 @@ def replay_length(node: Node) -> int:
     while cur is not None and cur.parent is not None and not cur.has_state:
         cur = cur.parent
     return node.depth - (cur.depth if cur is not None else 0)
-
-
-def normalized(x: np.ndarray) -> np.ndarray:
-    """Min-max over the candidates; all equal -> 1 (as Marconi's terms)."""
-    low, high = float(x.min()), float(x.max())
-    return np.ones_like(x) if high == low else (x - low) / (high - low)
 
 
 class SegLen(Eviction):

@@ -15,8 +15,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Collection, Iterable, Sequence
 
+import numpy as np
+
 from marconi.core.lazy_heap import HeapEntry, compact, lazy_min
 from marconi.core.policy import Eviction, alive
+from marconi.core.scores import flop_order
+from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 
 Entry = HeapEntry
@@ -121,3 +125,50 @@ class TwoListLRU(Eviction):
                 assert node in states, f"state of {node!r} missing from the state list"
             assert (node in stamped) == node.has_state, f"state stamp of {node!r} out of step"
         assert stamped <= set(nodes), "state stamps kept for nodes no longer in the tree"
+
+
+class FlopStates:
+    """Marconi's order over a state list (what marconi's integrations put into an engine's
+    walk): the lowest `recency + alpha x efficiency` first (`core.scores.flop_order`),
+    recency the candidate's rank in the list's LRU order, `efficiency = (F(depth) -
+    F(parent depth)) / (KV bytes between them + state bytes)`. `parent_depth` says where
+    a candidate's replay starts; `branches_last`: states at a node with two or more
+    children go after every other. At alpha 0 the list's own LRU order, exactly."""
+
+    def __init__(self, spec: ModelSpec, parent_depth: Callable[[Node], int],
+                 branches_last: bool) -> None:
+        self.spec = spec
+        self.parent_depth, self.branches_last = parent_depth, branches_last
+        self._flops: dict[int, float] = {}
+
+    def _f(self, depth: int) -> float:
+        out = self._flops.get(depth)
+        if out is None:
+            out = self._flops[depth] = float(self.spec.flops(depth))
+        return out
+
+    def pick(self, states: LazyLRU, protected: Collection[Node], alpha: float) -> Node | None:
+        """The state to evict from `states` (outside `protected`) at `alpha`, or None."""
+        if alpha == 0.0:
+            entry = states.peek(protected)
+            return entry[3] if entry is not None else None
+        seen: dict[Node, Entry] = {}
+        for entry in states.heap:
+            node = entry[3]
+            if node not in seen and node not in protected and states.valid(entry):
+                seen[node] = entry
+        if not seen:
+            return None
+        nodes = [e[3] for e in sorted(seen.values(), key=lambda e: e[:3])]  # LRU first
+        kv, state = self.spec.kv_bytes_per_token, self.spec.ssm_bytes
+        eff = np.empty(len(nodes))
+        for i, n in enumerate(nodes):
+            top = self.parent_depth(n)
+            eff[i] = (self._f(n.depth) - self._f(top)) / (kv * (n.depth - top) + state)
+        last = np.array([len(n.children) >= 2 for n in nodes]) if self.branches_last else None
+        return nodes[int(flop_order(eff, alpha, last)[0])]
+
+
+def parent_node_depth(node: Node) -> int:
+    """Where a node's replay starts in a tree: its parent's depth (Marconi's paper)."""
+    return node.depth - node.edge_len
