@@ -40,18 +40,22 @@ when unset: the Rust core walks its own lists); no HiCache and no session radix 
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
-import queue
-import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from marconi.core.scores import flop_order
 from marconi.core.spec import ModelSpec, model_from
+from marconi.integrations.common import (
+    Counters,
+    Integration,
+    IntegrationError,
+    Tuning,
+)
+from marconi.integrations.common import check_version as _check
 
 SUPPORTED_VERSION = "0.5.23"
 ENABLE = "MARCONI_SGLANG"  # "marconi": install at plugin load
@@ -62,39 +66,12 @@ POLICIES = ("marconi",)
 MIRROR = "sglang-2026+marconi"  # the tuner's mirror: SGLang's admission, Marconi's eviction
 
 
-class IntegrationError(RuntimeError):
-    """The integration cannot run here; the message is one line saying why."""
-
-
 def check_version() -> str:
     """The installed SGLang's version, or IntegrationError naming the supported one."""
-    try:
-        version = importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        raise IntegrationError("marconi.integrations.sglang: sglang is not installed "
-                               f"(it supports sglang {SUPPORTED_VERSION})") from None
-    if version != SUPPORTED_VERSION:
-        raise IntegrationError(f"marconi.integrations.sglang supports sglang "
-                               f"{SUPPORTED_VERSION} only; this environment has {version}")
-    return version
+    return _check("sglang", SUPPORTED_VERSION, "marconi.integrations.sglang")
 
 
 # --- the order -------------------------------------------------------------------------
-
-
-@dataclass
-class Counters:
-    """What the integration did and what it cost in the scheduling loop."""
-
-    walks: int = 0  # eviction walks reordered
-    victims: int = 0  # states the walks chose
-    order_ns: int = 0  # time spent ordering candidates (in the scheduling loop)
-    feed_ns: int = 0  # time spent handing finished requests to the tuner (in the loop)
-    tuner_ns: int = 0  # time the mirror and the tuner took (beside the loop)
-    requests: int = 0  # finished requests handed over
-
-    def to_json(self) -> dict[str, int]:
-        return {k: int(v) for k, v in self.__dict__.items()}
 
 
 class FlopOrder:
@@ -134,16 +111,8 @@ class FlopOrder:
             edge = len(x.key) if x.key is not None else 0
             held = self._token_bytes * edge + self._state_bytes
             eff[i] = (self._f(d) - self._f(d - edge)) / held if held else 0.0
-        rec = np.arange(n, dtype=np.float64)
-        score = _normalized(rec) + alpha * _normalized(eff)
-        branch = np.array([len(x.children) >= 2 for x in nodes])
-        ranked = np.lexsort((rec, score, branch))  # branch states last, then score, then LRU
-        return [nodes[i] for i in ranked]
-
-
-def _normalized(x: np.ndarray) -> np.ndarray:
-    low, high = float(x.min()), float(x.max())
-    return np.ones_like(x) if high == low else (x - low) / (high - low)
+        branch = np.array([len(x.children) >= 2 for x in nodes])  # branch states last
+        return [nodes[i] for i in flop_order(eff, alpha, branch)]
 
 
 def _depth(node: Any, memo: dict[int, int]) -> int:
@@ -159,97 +128,7 @@ def _depth(node: Any, memo: dict[int, int]) -> int:
     return base
 
 
-# --- the tuner beside the engine ---------------------------------------------------------
-
-
-class Tuning:
-    """marconi's bootstrap tuner over a mirror of the engine's cache, fed finished
-    requests. `background` (the default): a daemon thread does all of it; else it runs
-    in the caller (a reproducible benchmark, never a deployment)."""
-
-    def __init__(self, order: FlopOrder, counters: Counters, *, background: bool = True
-                 ) -> None:
-        self.order, self.counters, self.background = order, counters, background
-        self.mirror: Any = None
-        self.tuner: Any = None
-        self.alpha_adopted: float | None = None
-        self.threads: set[int] = set()  # where the tuner's work ran (tests read it)
-        self.error: BaseException | None = None
-        self._queue: queue.Queue[tuple[np.ndarray, int] | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
-
-    def start(self, kv_tokens: int, state_slots: int, extra_buffer: bool) -> None:
-        """Build the mirror for the engine's pools (once, at the first request)."""
-        from marconi.systems import TunerOptions, get_system
-
-        spec = self.order.spec
-        strategy = "extra_buffer" if extra_buffer else "no_buffer"
-        system = get_system(f"{MIRROR}:strategy={strategy}")
-        capacity = kv_tokens * spec.kv_bytes_per_token + state_slots * spec.ssm_bytes
-        self.mirror = system.cache(spec, capacity, state_slots=state_slots)
-        self.tuner = system.make_tuner(None, TunerOptions(wait=not self.background))
-        if self.background:
-            self._thread = threading.Thread(target=self._run, name="marconi-tuner",
-                                            daemon=True)
-            self._thread.start()
-
-    def feed(self, tokens: np.ndarray, n_input: int) -> None:
-        if self.background:
-            self._queue.put((tokens, n_input))
-        else:
-            self._serve(tokens, n_input)
-
-    def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            try:
-                self._serve(*item)
-            except BaseException as err:  # reported by `close`; the engine runs on
-                self.error = err
-                return
-
-    def _serve(self, tokens: np.ndarray, n_input: int) -> None:
-        start = time.perf_counter_ns()
-        self.threads.add(threading.get_ident())
-        self.mirror.lookup(tokens[:n_input])
-        self.mirror.commit(tokens, n_input)
-        self.tuner.observe(self.mirror, tokens, n_input)
-        if self.tuner.done and self.alpha_adopted is None:
-            self.alpha_adopted = float(self.mirror.alpha)
-            self.order.alpha = self.alpha_adopted  # the engine's from its next eviction
-        self.counters.tuner_ns += time.perf_counter_ns() - start
-
-    def close(self, timeout: float | None = None) -> None:
-        """Let the thread finish what it was given (the benchmark's end); its error, if
-        it failed, as IntegrationError."""
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout)
-        if self.error is not None:
-            raise IntegrationError(f"marconi's tuner failed: {type(self.error).__name__}: "
-                                   f"{self.error}") from self.error
-
-
 # --- installing it ----------------------------------------------------------------------
-
-
-@dataclass
-class Integration:
-    """What `install` put in, its order and tuner, and what they did."""
-
-    policy: str
-    order: FlopOrder
-    tuning: Tuning | None
-    counters: Counters = field(default_factory=Counters)
-    undo: list[Any] = field(default_factory=list)
-    loop_thread: int = field(default_factory=threading.get_ident)  # the scheduler's
-
-    def report(self) -> dict[str, Any]:
-        tuned = self.tuning.alpha_adopted if self.tuning is not None else None
-        off = None if self.tuning is None else self.loop_thread not in self.tuning.threads
-        return {"policy": self.policy, "alpha": self.order.alpha,
-                "alpha_status": "fixed" if self.tuning is None else
-                ("tuned" if tuned is not None else "untuned"),
-                "tuner_off_loop": off, **self.counters.to_json()}
 
 
 _installed: Integration | None = None
@@ -274,7 +153,8 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
     uninstall()
     order = FlopOrder(spec, 0.0 if alpha is None else alpha)
     counters = Counters()
-    tuning = None if alpha is not None else Tuning(order, counters, background=background)
+    tuning = None if alpha is not None else Tuning(order, spec, counters,
+                                                   background=background)
     done = Integration(policy=policy, order=order, tuning=tuning, counters=counters)
     registry = urc.COMPONENT_REGISTRY
     stock = registry[ComponentType.MAMBA]
@@ -290,15 +170,8 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
 def uninstall() -> None:
     """Put SGLang's own classes back (tests, benchmarks running both)."""
     global _installed
-    if _installed is None:
-        return
-    for target, key, value in reversed(_installed.undo):
-        if isinstance(target, dict):
-            target[key] = value
-        else:
-            setattr(target, key, value)
-    if _installed.tuning is not None:
-        _installed.tuning.close(timeout=5.0)
+    if _installed is not None:
+        _installed.uninstall()
     _installed = None
 
 
@@ -324,6 +197,9 @@ def _component(stock: type, integration: Integration) -> type:
     """SGLang's Mamba component with Marconi's walk order."""
     from sglang.srt.mem_cache.unified_cache.components import EvictLayer
 
+    assert isinstance(integration.order, FlopOrder)
+    order: FlopOrder = integration.order
+
     class MarconiMamba(stock):
         """SGLang's `MambaComponent`; its device-eviction walk visits states in
         Marconi's order (marconi.integrations.sglang)."""
@@ -336,7 +212,7 @@ def _component(stock: type, integration: Integration) -> type:
             start = time.perf_counter_ns()
             self._evict_device_request_cnt = request_cnt
             self._evict_device_cursor = None
-            self._marconi_walk = deque(integration.order.order(_candidates(self)))
+            self._marconi_walk = deque(order.order(_candidates(self)))
             integration.counters.walks += 1
             integration.counters.order_ns += time.perf_counter_ns() - start
 
@@ -390,11 +266,10 @@ def _on_release(release: Any, integration: Integration) -> Any:
         if tuning is None or not req.finished():
             return
         start = time.perf_counter_ns()
-        if tuning.mirror is None:
-            tuning.start(self.token_to_kv_pool_allocator.size,
-                         self.req_to_token_pool.mamba_pool.size,
-                         bool(getattr(self.req_to_token_pool, "enable_mamba_extra_buffer",
-                                      False)))
+        if not tuning.started:
+            _start(tuning, self.token_to_kv_pool_allocator.size,
+                   self.req_to_token_pool.mamba_pool.size,
+                   bool(getattr(self.req_to_token_pool, "enable_mamba_extra_buffer", False)))
         tokens = np.concatenate([np.asarray(req.origin_input_ids, dtype=np.int64),
                                  np.asarray(req.output_ids, dtype=np.int64)]).astype(np.int32)
         integration.counters.requests += 1
@@ -404,3 +279,12 @@ def _on_release(release: Any, integration: Integration) -> Any:
 
     return on_release
 
+
+
+def _start(tuning: Tuning, kv_tokens: int, state_slots: int, extra_buffer: bool) -> None:
+    """The tuner's mirror for the engine's pools: SGLang's admission as emulated, Marconi's
+    eviction."""
+    spec = tuning.spec
+    strategy = "extra_buffer" if extra_buffer else "no_buffer"
+    capacity = kv_tokens * spec.kv_bytes_per_token + state_slots * spec.ssm_bytes
+    tuning.start(f"{MIRROR}:strategy={strategy}", capacity, state_slots=state_slots)

@@ -64,11 +64,18 @@ def sglang_options(config: SimConfig, system: System) -> dict[str, Any]:
         if s["core"] != "python":
             raise PeerError(f"{system.name}: marconi's integration needs SGLang's Python tree "
                             "core (core=python)")
-        out["integration"] = {"policy": s["integration"],
-                              "spec": dataclasses.asdict(config.spec), "alpha": config.alpha,
-                              "background": s["tuner"] == "thread",
-                              "src": str(Path(__file__).resolve().parents[2])}  # src/
+        out["integration"] = integration_options(config, system)
     return out
+
+
+def integration_options(config: SimConfig, system: System) -> dict[str, Any] | None:
+    """What a worker needs to install marconi's integration in its engine; None: none."""
+    s = system.settings
+    if s.get("integration", "none") == "none":
+        return None
+    return {"policy": s["integration"], "spec": dataclasses.asdict(config.spec),
+            "alpha": config.alpha, "background": s["tuner"] == "thread",
+            "src": str(Path(__file__).resolve().parents[2])}  # src/
 
 
 def vllm_options(config: SimConfig, system: System) -> dict[str, Any]:
@@ -78,7 +85,8 @@ def vllm_options(config: SimConfig, system: System) -> dict[str, Any]:
             "block_size": s["block_size"], "mamba_cache_mode": s["mamba_cache_mode"],
             "retention_interval": s["retention_interval"],
             "max_num_batched_tokens": s["max_num_batched_tokens"], "check": False,
-            "progress_every": PROGRESS_EVERY}
+            "progress_every": PROGRESS_EVERY,
+            "integration": integration_options(config, system)}
 
 
 def replay(trace: Trace | Sequence[Request], config: SimConfig, system: System, *,

@@ -125,7 +125,36 @@ OPTION_RULES: dict[str, Rule] = {
         0.02, lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v >= 0,
         "a number >= 0"),
     "progress_every": Rule(0, _int_rule(0), "an integer >= 0 (0: only at the end)"),
+    # marconi's eviction inside this vLLM (marconi.integrations.vllm, imported from `src`
+    # only when asked): null, or {policy, spec, alpha, background, src}
+    "integration": Rule(None, lambda v: v is None or _integration_rule(v),
+                        "null or an object with exactly alpha, background, policy, spec "
+                        "(an object) and src (a folder)"),
 }
+
+INTEGRATION_KEYS = ("alpha", "background", "policy", "spec", "src")
+
+
+def _integration_rule(value: object) -> bool:
+    return (isinstance(value, dict) and sorted(value) == list(INTEGRATION_KEYS)
+            and isinstance(value["spec"], dict) and isinstance(value["src"], str))
+
+
+def install_integration(options: dict[str, Any]) -> Any:
+    """marconi's integration, installed before the cache is built; None without one."""
+    import importlib
+
+    wanted = options["integration"]
+    if wanted is None:
+        return None
+    sys.path.insert(0, wanted["src"])
+    integration = importlib.import_module("marconi.integrations.vllm")
+    spec = importlib.import_module("marconi.core.spec").ModelSpec(**wanted["spec"])
+    try:
+        return integration.install(spec, policy=wanted["policy"], alpha=wanted["alpha"],
+                                   background=wanted["background"])
+    except integration.IntegrationError as err:
+        raise UsageError(str(err)) from None
 
 
 def load_options(path: Path) -> dict[str, Any]:
@@ -856,11 +885,16 @@ def run(args: argparse.Namespace, started: float) -> None:
     options = load_options(args.options)
     trace = load_trace(args.trace)
     version = import_vllm()
+    integration = install_integration(options)
     longest = int(np.diff(trace.offsets).max()) if len(trace) else 1
     engine = build_engine(options, longest + 1)  # max_model_len: never the limit
     replay_start = time.perf_counter()
     results, extra = replay(engine, trace, options)
     done = time.perf_counter()
+    if integration is not None:
+        if integration.tuning is not None:
+            integration.tuning.close()
+        extra["integration"] = integration.report()
     meta = {"engine": "vllm", "version": version, "requests": len(trace),
             **engine_meta(engine), **extra, "options": options,
             "seconds": round(done - started, 3),

@@ -1,0 +1,437 @@
+"""Marconi's FLOP-aware eviction inside vLLM 0.32's block pool (docs/integrations.md).
+
+In a deployment whose vLLM environment has marconi installed, one variable turns it on:
+
+    MARCONI_VLLM=marconi MARCONI_MODEL=paper-7b vllm serve ...
+
+vLLM loads every general plugin (entry-point group `vllm.general_plugins`) in each of its
+processes, the engine core's included, before it builds the KV cache manager; marconi's
+(`plugin`) does nothing unless `MARCONI_VLLM` is set. When it is, `install` puts in:
+
+- **which Mamba states leave**: `kv_cache_coordinator.BlockPool`, the class every KV cache
+  coordinator builds its pool from, becomes `MarconiBlockPool`, a subclass of vLLM's own
+  `BlockPool`. vLLM takes new blocks from the head of its free queue (LRU, a finished
+  request's tail first), evicting the hash of each cached block it takes. The subclass
+  takes the same number of blocks, and the same KV blocks; only when a block it takes is
+  a cached Mamba state of group g does it take, in its place, the free cached state of
+  group g that comes first in Marconi's order: lowest `recency + alpha x efficiency`, both
+  min-max normalized over the group's free states, recency the state's rank in the free
+  queue, `efficiency = (F(d) - F(p)) / (KV bytes of p..d + state bytes)` for a state after
+  `d` tokens whose nearest cached state above was after `p` tokens when it was cached (F
+  the model's prefill FLOPs). So as many states leave as under stock vLLM, per group;
+  Marconi's score decides which. At alpha 0 the order is vLLM's exactly. The blocks are
+  put at the head of the queue and taken by vLLM's own `get_new_blocks`.
+- **the bootstrap tuner beside the engine**: `KVCacheManager.free` (a finished request's
+  blocks back to the pool) is wrapped to hand the request's tokens to `Tuning`, which
+  runs a marconi mirror of the cache (system `vllm-2026+marconi`: vLLM's admission and
+  block queue as emulated, Marconi's order for the states it evicts, the engine's pool)
+  and marconi's `BootstrapTuner` in a background thread. The alpha it adopts is the
+  engine's from its next eviction. `MARCONI_ALPHA` fixes alpha instead (no tuner).
+
+Requirements, each checked with a one-line error: vLLM 0.32.x; a model with Mamba layers
+(checked when the cache is built).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from marconi.core.scores import flop_order
+from marconi.core.spec import ModelSpec, model_from
+from marconi.integrations.common import Counters, Integration, IntegrationError, Tuning
+
+SUPPORTED_VERSION = "0.32"  # any 0.32.x
+WHO = "marconi.integrations.vllm"
+ENABLE = "MARCONI_VLLM"  # "marconi": install at plugin load
+MODEL = "MARCONI_MODEL"  # a marconi model (preset or config.json) for the FLOP count
+ALPHA = "MARCONI_ALPHA"  # a fixed alpha; unset: bootstrap-tuned
+POLICIES = ("marconi",)
+MIRROR = "vllm-2026+marconi"  # the tuner's mirror: vLLM's admission, Marconi's order
+
+
+def check_version() -> str:
+    """The installed vLLM's version (its own `__version__`: the GPU and CPU builds ship
+    under different distribution names), or IntegrationError naming the supported one."""
+    try:
+        import vllm
+    except ImportError:
+        raise IntegrationError(f"{WHO}: vllm is not installed (it supports vllm "
+                               f"{SUPPORTED_VERSION}.x)") from None
+    version = str(vllm.__version__)
+    if version != SUPPORTED_VERSION and not version.startswith(SUPPORTED_VERSION + "."):
+        raise IntegrationError(f"{WHO} supports vllm {SUPPORTED_VERSION}.x only; this "
+                               f"environment has {version}")
+    return version
+
+
+# --- the order -------------------------------------------------------------------------
+
+
+class StateOrder:
+    """Marconi's score over the free cached states of one Mamba group; `alpha` may change
+    at any time (the tuner's thread sets it; a float assignment is atomic)."""
+
+    def __init__(self, spec: ModelSpec, alpha: float = 0.0) -> None:
+        self.spec, self.alpha = spec, float(alpha)
+        self.above: dict[int, tuple[int, int]] = {}  # block id -> (depth, state above)
+        # block id -> the hash keys of the attention blocks that end at or before its
+        # depth, deepest first, one per attention group: a hit needs them all
+        self.kv_keys: dict[int, tuple[Any, ...]] = {}
+        self._flops: dict[int, float] = {}
+
+    def _f(self, depth: int) -> float:
+        out = self._flops.get(depth)
+        if out is None:
+            out = self._flops[depth] = float(self.spec.flops(depth))
+        return out
+
+    def efficiency(self, block: Any) -> float:
+        depth = int(block.block_hash_num_tokens)
+        known = self.above.get(block.block_id)
+        top = known[1] if known is not None and known[0] == depth else 0
+        held = self.spec.kv_bytes_per_token * (depth - top) + self.spec.ssm_bytes
+        return (self._f(depth) - self._f(top)) / held
+
+    def first(self, candidates: list[Any], cached: Any) -> int:
+        """The index, in `candidates` (free queue order), of the state to evict: the
+        first whose KV is gone (`cached(key)` false for a key of `kv_keys`: no hit can
+        use it, and a tree would have dropped it with its KV), else the first in
+        Marconi's order."""
+        if self.alpha == 0.0 or len(candidates) < 2:
+            return 0
+        for i, block in enumerate(candidates):
+            if not all(cached(key) for key in self.kv_keys.get(block.block_id, ())):
+                return i
+        eff = np.array([self.efficiency(b) for b in candidates])
+        return int(flop_order(eff, self.alpha)[0])
+
+
+class FreeStates:
+    """The pool's free cached Mamba states, per group, in free-queue order (a dict keeps
+    insertion order, and vLLM appends cached blocks at the queue's tail), kept beside
+    vLLM's own queue by the pool's hooks; an entry whose block was taken or lost its hash
+    behind the hooks' back is dropped when next seen."""
+
+    def __init__(self, groups: Iterable[int]) -> None:
+        self.by_group: dict[int, dict[int, Any]] = {g: {} for g in groups}
+        self.group_of: dict[int, int] = {}  # block id -> group
+
+    def add(self, block: Any, group: int) -> None:
+        self.discard(block)
+        self.by_group[group][block.block_id] = block
+        self.group_of[block.block_id] = group
+
+    def discard(self, block: Any) -> None:
+        group = self.group_of.pop(block.block_id, None)
+        if group is not None:
+            self.by_group[group].pop(block.block_id, None)
+
+    def live(self, group: int, group_id_of: Any) -> list[Any]:
+        """The group's free cached states, stale entries dropped."""
+        found = self.by_group[group]
+        stale = [b for b in found.values() if b.ref_cnt != 0 or b.block_hash is None
+                 or group_id_of(b.block_hash) != group]
+        for block in stale:
+            self.discard(block)
+        return list(found.values())
+
+
+# --- installing it ----------------------------------------------------------------------
+
+
+_installed: Integration | None = None
+
+
+def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = None,
+            background: bool = True) -> Integration:
+    """Put Marconi's eviction into vLLM (before its KV cache manager is built); `alpha`
+    fixes it, else the bootstrap tuner sets it (`background`: in its own thread)."""
+    global _installed
+    if policy not in POLICIES:
+        raise IntegrationError(f"{WHO}: unknown policy {policy!r} "
+                               f"(allowed: {', '.join(POLICIES)})")
+    check_version()
+    from vllm.v1.core import kv_cache_coordinator as kcc
+    from vllm.v1.core import kv_cache_manager as kcm
+
+    uninstall()
+    order = StateOrder(spec, 0.0 if alpha is None else alpha)
+    counters = Counters()
+    tuning = None if alpha is not None else Tuning(order, spec, counters,
+                                                   background=background)
+    done = Integration(policy=policy, order=order, tuning=tuning, counters=counters)
+    stock_pool, stock_init = kcc.BlockPool, kcc.KVCacheCoordinator.__init__
+    free = kcm.KVCacheManager.free
+    kcc.BlockPool = _pool_class(stock_pool, done)
+    kcc.KVCacheCoordinator.__init__ = _coordinator_init(stock_init)
+    kcm.KVCacheManager.free = _free(free, done)
+    done.undo = [(kcc, "BlockPool", stock_pool),
+                 (kcc.KVCacheCoordinator, "__init__", stock_init),
+                 (kcm.KVCacheManager, "free", free)]
+    _installed = done
+    return done
+
+
+def uninstall() -> None:
+    """Put vLLM's own classes back (tests, benchmarks running both)."""
+    global _installed
+    if _installed is not None:
+        _installed.uninstall()
+    _installed = None
+
+
+def plugin() -> None:
+    """vLLM's general-plugin entry point: install when `MARCONI_VLLM` asks. A bad setting
+    stops the process with one line. vLLM loads plugins in several processes and may call
+    this more than once in one; a second call in a process changes nothing."""
+    wanted = os.environ.get(ENABLE)
+    if not wanted or _installed is not None:
+        return
+    try:
+        if MODEL not in os.environ:
+            raise IntegrationError(f"{WHO}: {ENABLE}={wanted} needs {MODEL} (a marconi "
+                                   "model name or config path)")
+        spec = model_from(os.environ[MODEL])
+        alpha = float(os.environ[ALPHA]) if os.environ.get(ALPHA) else None
+        install(spec, policy=wanted, alpha=alpha)
+    except (IntegrationError, ValueError) as err:
+        raise SystemExit(f"error: {err}") from None
+    logging.getLogger(WHO).warning(
+        "%s: Marconi's order for vLLM's Mamba states is installed; measured through vLLM's "
+        "own cache classes it has not yet saved more prefill FLOPs than stock vLLM "
+        "(docs/integrations.md)", WHO)
+
+
+def _coordinator_init(stock: Any) -> Any:
+    """`KVCacheCoordinator.__init__`, then the pool told which groups hold Mamba states."""
+    from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
+
+    def __init__(self: Any, kv_cache_config: Any, *args: Any, **kwargs: Any) -> None:
+        stock(self, kv_cache_config, *args, **kwargs)
+        pool = self.block_pool
+        if hasattr(pool, "marconi_states"):
+            groups = [i for i, g in enumerate(kv_cache_config.kv_cache_groups)
+                      if isinstance(g.kv_cache_spec, MambaSpec)]
+            if not groups:
+                raise IntegrationError(f"{WHO}: this model has no Mamba layers; Marconi's "
+                                       "eviction orders Mamba states only")
+            pool.marconi_states = FreeStates(groups)
+            pool.marconi_replacing = {}
+            pool.marconi_config = kv_cache_config
+            pool.marconi_kv_groups = [
+                (i, g.kv_cache_spec.block_size)
+                for i, g in enumerate(kv_cache_config.kv_cache_groups)
+                if isinstance(g.kv_cache_spec, AttentionSpec)]
+
+    return __init__
+
+
+def _pool_class(stock: type, integration: Integration) -> type:
+    """vLLM's `BlockPool` with Marconi's choice of the Mamba states that leave."""
+    from vllm.v1.core.kv_cache_utils import (
+        get_block_hash,
+        get_group_id,
+        make_block_hash_with_group_id,
+        resolve_block_hashes,
+    )
+
+    assert isinstance(integration.order, StateOrder)
+    order: StateOrder = integration.order
+    counters = integration.counters
+
+    class MarconiBlockPool(stock):
+        """vLLM's `BlockPool`; when a block it takes is a cached Mamba state, Marconi's
+        order says which state goes (marconi.integrations.vllm)."""
+
+        marconi_states: FreeStates | None = None  # set by the coordinator's hook
+        marconi_config: Any = None
+        marconi_kv_groups: list[tuple[int, int]] = []  # noqa: RUF012  (group, block size)
+        marconi_replacing: dict[bytes, bytes] = {}  # noqa: RUF012  state -> its victim
+
+        def cache_full_blocks(self, request: Any, blocks: list[Any], num_cached_blocks: int,
+                              num_full_blocks: int, block_size: int, kv_cache_group_id: int,
+                              block_mask: list[bool] | None = None) -> None:
+            super().cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks,
+                                      block_size, kv_cache_group_id, block_mask)
+            if self._is_state_group(kv_cache_group_id):
+                for block in blocks[num_cached_blocks:num_full_blocks]:
+                    self._record(request, block, kv_cache_group_id)
+
+        def cache_partial_block(self, request: Any, block: Any, num_tokens: int,
+                                kv_cache_group_id: int, block_size: int,
+                                replace_existing_hashes: bool = False) -> Any:
+            out = super().cache_partial_block(request, block, num_tokens, kv_cache_group_id,
+                                              block_size, replace_existing_hashes)
+            if out is not None and self._is_state_group(kv_cache_group_id):
+                self._record(request, block, kv_cache_group_id)
+            return out
+
+        def move_block_hashes(self, src_block: Any, dst_block: Any) -> None:
+            super().move_block_hashes(src_block, dst_block)
+            for book in (order.above, order.kv_keys):
+                known = book.pop(src_block.block_id, None)
+                if known is not None:
+                    book[dst_block.block_id] = known
+
+        def free_blocks(self, ordered_blocks: Iterable[Any]) -> None:
+            blocks = list(ordered_blocks)
+            super().free_blocks(blocks)
+            states = self.marconi_states
+            if states is None:
+                return
+            for block in blocks:  # cached blocks were appended in this order
+                if block.ref_cnt == 0 and not block.is_null and block.block_hash is not None \
+                        and block.pool is self:
+                    group = get_group_id(block.block_hash)
+                    if group in states.by_group:
+                        states.add(block, group)
+
+        def touch(self, blocks: Any) -> None:
+            if self.marconi_states is not None:
+                for block in blocks:
+                    if block.ref_cnt == 0:
+                        self.marconi_states.discard(block)
+            super().touch(blocks)
+
+        def get_new_blocks(self, num_blocks: int) -> list[Any]:
+            chosen = self._marconi_choice(num_blocks)
+            if chosen is not None:  # to the head of the queue, where vLLM takes from
+                queue = self.free_block_queue
+                for block in chosen:
+                    queue.remove(block)
+                queue.prepend_n(chosen)
+            taken: list[Any] = super().get_new_blocks(num_blocks)
+            if chosen is not None and [b.block_id for b in taken] != \
+                    [b.block_id for b in chosen]:
+                raise IntegrationError(f"{WHO}: vLLM took other blocks than the ones put at "
+                                       "the head of its free queue")
+            if self.marconi_states is not None:
+                for block in taken:
+                    self.marconi_states.discard(block)
+            return taken
+
+        def _is_state_group(self, group: int) -> bool:
+            return self.marconi_states is not None and group in self.marconi_states.by_group
+
+        def _record(self, request: Any, block: Any, group: int) -> None:
+            """The depth of the nearest cached state above `block`'s (same group) on the
+            request's prefix, found through vLLM's own hash map."""
+            if block.is_null or block.block_hash is None or self.marconi_states is None:
+                return
+            start = time.perf_counter_ns()
+            depth, size = int(block.block_hash_num_tokens), self.hash_block_size
+            hashes, top = request.block_hashes, 0
+            for j in range(min(depth // size, len(hashes)) - 2, -1, -1):
+                key = make_block_hash_with_group_id(hashes[j], group)
+                if self.cached_block_hash_to_block.get_one_block(key) is not None:
+                    top = (j + 1) * size
+                    break
+            order.above[block.block_id] = (depth, top)
+            keys = []
+            for kv_group, kv_block in self.marconi_kv_groups:
+                full = resolve_block_hashes(hashes, size, kv_block)
+                if depth // kv_block:
+                    keys.append(make_block_hash_with_group_id(full[depth // kv_block - 1],
+                                                              kv_group))
+            state = get_block_hash(block.block_hash)
+            keys += [make_block_hash_with_group_id(state, g) for g in self.marconi_states.by_group
+                     if g != group]
+            order.kv_keys[block.block_id] = tuple(keys)
+            counters.order_ns += time.perf_counter_ns() - start
+
+        def _cached(self, key: Any) -> bool:
+            return self.cached_block_hash_to_block.get_one_block(key) is not None
+
+        def _marconi_choice(self, num_blocks: int) -> list[Any] | None:
+            """The blocks to take, in Marconi's order; None: vLLM's own (alpha 0, nothing
+            cached among them, or a request vLLM refuses)."""
+            states = self.marconi_states
+            if states is None or order.alpha == 0.0 or not self.enable_caching \
+                    or num_blocks > self.get_num_free_blocks():
+                return None
+            start = time.perf_counter_ns()
+            head: list[Any] = []
+            block = self.free_block_queue.fake_free_list_head.next_free_block
+            while len(head) < num_blocks:
+                head.append(block)
+                block = block.next_free_block
+            slots = [(i, get_group_id(b.block_hash)) for i, b in enumerate(head)
+                     if b.block_hash is not None
+                     and states.group_of.get(b.block_id) == get_group_id(b.block_hash)]
+            if not slots:
+                counters.order_ns += time.perf_counter_ns() - start
+                return None
+            chosen, live = list(head), {g: states.live(g, get_group_id) for _, g in slots}
+            taken = {b.block_id for b in head}
+            for i, group in slots:
+                pick = self._victim(head[i], group, live[group], taken)
+                taken.add(pick.block_id)
+                chosen[i] = pick
+                counters.victims += 1
+            counters.walks += 1
+            counters.order_ns += time.perf_counter_ns() - start
+            return chosen
+
+        def _victim(self, head: Any, group: int, candidates: list[Any], taken: set[int]
+                    ) -> Any:
+            """The block of `group` to take where vLLM would take the state block `head`.
+            A state spans one block per Mamba group and is usable only whole, so the
+            victim is chosen per state: the first of `head`'s groups to come up chooses
+            it (`replacing`), the others follow, each taking `head` itself where the
+            victim's block of its group is no longer free."""
+            state = get_block_hash(head.block_hash)
+            victim = self.marconi_replacing.get(state)
+            if victim is None:
+                free = [b for b in candidates if b.block_id not in taken
+                        or b.block_id == head.block_id]
+                victim = get_block_hash(free[order.first(free, self._cached)].block_hash)
+                if victim != state:
+                    if len(self.marconi_replacing) > 4096:  # states long gone
+                        self.marconi_replacing.clear()
+                    self.marconi_replacing[state] = victim
+            pick = self.cached_block_hash_to_block.get_one_block(
+                make_block_hash_with_group_id(victim, group))
+            if pick is None or pick.ref_cnt != 0 or pick.block_id in taken:
+                return head
+            return pick
+
+    return MarconiBlockPool
+
+
+def _free(free: Any, integration: Integration) -> Any:
+    """`KVCacheManager.free`, then a finished request to the tuner (a preempted one is
+    freed too, and is not handed over)."""
+
+    def marconi_free(self: Any, request: Any) -> None:
+        free(self, request)
+        tuning = integration.tuning
+        if tuning is None or not request.is_finished():
+            return
+        start = time.perf_counter_ns()
+        if not tuning.started:
+            _start(tuning, self.kv_cache_config)
+        tokens = np.asarray(request.all_token_ids, dtype=np.int32)
+        integration.counters.requests += 1
+        tuning.feed(tokens, int(request.num_prompt_tokens))
+        if tuning.background:
+            integration.counters.feed_ns += time.perf_counter_ns() - start
+
+    return marconi_free
+
+
+def _start(tuning: Tuning, kv_cache_config: Any) -> None:
+    """The tuner's mirror for the engine's pool: vLLM's memory (blocks x one block's bytes
+    over a group's layers), block size and retention interval."""
+    group = kv_cache_config.kv_cache_groups[0]
+    memory = kv_cache_config.num_blocks * group.kv_cache_spec.page_size_bytes * len(
+        group.layer_names)
+    retention = kv_cache_config.prefix_cache_retention_interval
+    system = (f"{MIRROR}:block_size={group.kv_cache_spec.block_size},"
+              f"retention_interval={'none' if retention is None else retention}")
+    tuning.start(system, memory, as_engine=True)
