@@ -2,14 +2,16 @@
 
     .venv/bin/python benchmarks/bench_integrations.py [--quick]
 
-Needs SGLang's environment (`bash scripts/setup-peers.sh sglang`); without it, one line
-says so. Replays ShareGPT, the agent trajectories and the Mooncake conversation trace
-(both from ../shared/data, skipped when absent) at three capacities each, model paper-7b,
-one request at a time, through stock SGLang 0.5.23 (`sglang-0.5.23`, its UnifiedRadixCache
-with the Python tree core) and through the same code with Marconi's eviction installed
-(`sglang-0.5.23:integration=marconi`, marconi.integrations.sglang), its bootstrap tuner
-inline so that the figures are reproducible (deployed, it runs in its own thread). Prints
-per configuration both FLOPs-saved rates and their ratio, then one line per integration
+Needs the engines' environments (`bash scripts/setup-peers.sh`); an engine whose
+environment is missing is skipped with one line. Replays ShareGPT, the agent trajectories
+and the Mooncake conversation trace (both from ../shared/data, skipped when absent) at
+three capacities each, model paper-7b, one request at a time, through each stock engine
+(`sglang-0.5.23`, its UnifiedRadixCache with the Python tree core; `vllm-0.32`, its
+KVCacheManager) and through the same code with Marconi's eviction installed
+(`integration=marconi`: marconi.integrations.sglang, marconi.integrations.vllm), its
+bootstrap tuner inline so that the figures are reproducible (deployed, it runs in its own
+thread). Prints per configuration both FLOPs-saved rates and their ratio, then one line
+per integration
 
     integration sglang-0.5.23+marconi vs sglang-0.5.23: 9 configs, FLOPs saved ratio min
     1.031 mean 1.142   (one line)
@@ -38,11 +40,14 @@ from marconi.sim import SimConfig
 from marconi.sim.run import run
 from marconi.workload import Trace
 
-STOCK = "sglang-0.5.23"
-WITH = {"sglang-0.5.23+marconi": "sglang-0.5.23:integration=marconi,tuner=inline"}
-FULL = {"sharegpt": ("2GB", "5GB", "10GB"), "swe-agent": ("20GB", "40GB", "60GB"),
+# stock engine -> {label: the same engine with an integration installed}
+ENGINES = {
+    "sglang-0.5.23": {"sglang-0.5.23+marconi": "sglang-0.5.23:integration=marconi,tuner=inline"},
+    "vllm-0.32": {"vllm-0.32+marconi": "vllm-0.32:integration=marconi,tuner=inline"},
+}
+FULL: dict[str, tuple[str, ...]] = {"sharegpt": ("2GB", "5GB", "10GB"), "swe-agent": ("20GB", "40GB", "60GB"),
         "mooncake[0:1000]": ("20GB", "40GB", "60GB")}
-QUICK = {"sharegpt(40)": ("1GB", "2GB")}
+QUICK: dict[str, tuple[str, ...]] = {"sharegpt(40)": ("1GB", "2GB")}
 
 
 def ratio(ours: float, stock: float) -> float:
@@ -51,38 +56,52 @@ def ratio(ours: float, stock: float) -> float:
     return 1.0 if ours == 0 else math.inf
 
 
-def summary_line(label: str, ratios: list[float]) -> str:
+def summary_line(label: str, stock: str, ratios: list[float]) -> str:
     finite = [r for r in ratios if math.isfinite(r)]
     left = len(ratios) - len(finite)
-    note = f" ({left} where {STOCK} saved nothing left out)" if left else ""
+    note = f" ({left} where {stock} saved nothing left out)" if left else ""
     if not finite:
-        return f"integration {label} vs {STOCK}: {len(ratios)} configs, no finite ratio{note}"
-    return (f"integration {label} vs {STOCK}: {len(ratios)} configs, FLOPs saved ratio min "
+        return f"integration {label} vs {stock}: {len(ratios)} configs, no finite ratio{note}"
+    return (f"integration {label} vs {stock}: {len(ratios)} configs, FLOPs saved ratio min "
             f"{min(finite):.3f} mean {sum(finite) / len(finite):.3f}{note}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a CI-sized subset")
+    parser.add_argument("--engines", default=",".join(ENGINES),
+                        help=f"comma-separated, of {', '.join(ENGINES)}")
     args = parser.parse_args(argv)
-    if not available("sglang"):
-        print("skipped: SGLang's environment is missing (bash scripts/setup-peers.sh sglang)")
-        return
     plan = QUICK if args.quick else FULL
-    ratios: dict[str, list[float]] = {label: [] for label in WITH}
-    loop_ns: dict[str, float] = dict.fromkeys(WITH, 0.0)
-    beside_ns: dict[str, float] = dict.fromkeys(WITH, 0.0)
-    served: dict[str, int] = dict.fromkeys(WITH, 0)
-    print("per configuration: FLOPs saved (stock, with marconi), ratio, tuned alpha, "
-          "requests")
+    for stock in args.engines.split(","):
+        if stock not in ENGINES:
+            parser.error(f"--engines: unknown engine {stock!r} (known: {', '.join(ENGINES)})")
+        engine = stock.split("-")[0]
+        if not available(engine):
+            print(f"{stock}: skipped, its environment is missing "
+                  f"(bash scripts/setup-peers.sh {engine})")
+            continue
+        bench_engine(stock, ENGINES[stock], plan)
+    print("integration marconi+ (either engine): not built yet (docs/integrations.md)")
+
+
+def bench_engine(stock_name: str, systems: dict[str, str],
+                 plan: dict[str, tuple[str, ...]]) -> None:
+    """Every configuration of `plan` through the stock engine and each integration."""
+    ratios: dict[str, list[float]] = {label: [] for label in systems}
+    loop_ns: dict[str, float] = dict.fromkeys(systems, 0.0)
+    beside_ns: dict[str, float] = dict.fromkeys(systems, 0.0)
+    served: dict[str, int] = dict.fromkeys(systems, 0)
+    print(f"{stock_name}, per configuration: FLOPs saved (stock, with marconi), ratio, "
+          "tuned alpha, requests")
     for name, capacities in plan.items():
         trace = load(name)
         if trace is None:
             print(f"  {name}: data absent, skipped")
             continue
         for capacity in capacities:
-            stock = replay(trace, capacity, STOCK)
-            for label, system in WITH.items():
+            stock = replay(trace, capacity, stock_name)
+            for label, system in systems.items():
                 ours = replay(trace, capacity, system)
                 r = ratio(ours["flops_saved"], stock["flops_saved"])
                 ratios[label].append(r)
@@ -94,14 +113,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                 print(f"  {name:18} {capacity:>5}  {100 * stock['flops_saved_rate']:6.2f}%  "
                       f"{100 * ours['flops_saved_rate']:6.2f}%  ratio {r:6.3f}  "
                       f"alpha {alpha:>7}  {len(trace)} requests", flush=True)
-    for label in WITH:
-        print(summary_line(label, ratios[label]))
+    for label in systems:
+        print(summary_line(label, stock_name, ratios[label]))
         n = max(served[label], 1)
         print(f"integration {label}: added cost per request {loop_ns[label] / n / 1e3:.0f} us "
               f"in the scheduling loop (ordering eviction candidates), "
               f"{beside_ns[label] / n / 1e3:.0f} us beside it (the tuner's mirror and "
               "replays, a thread when deployed)")
-    print("integration sglang-0.5.23+marconi+: not built yet (docs/integrations.md)")
 
 
 def replay(trace: Trace, capacity: str, system: str) -> dict:

@@ -1,9 +1,10 @@
-"""Marconi inside SGLang's own cache code (marconi.integrations.sglang): it refuses what it
-cannot run with one line, SGLang's integrity checks pass after every request with it in,
-it saves at least the stock engine's FLOPs, and its tuner runs off the scheduling loop.
+"""Marconi inside SGLang's and vLLM's own cache code (marconi.integrations.sglang, .vllm):
+each refuses what it cannot run with one line, the engine's integrity checks pass after
+every request with it in, alpha 0 is the stock engine, and its tuner runs off the
+scheduling loop; in SGLang it saves more FLOPs than stock.
 
-The engine tests need SGLang's environment (`bash scripts/setup-peers.sh sglang`): they
-skip without it, except under CI (CI=true), where they fail."""
+The engine tests need the engines' environments (`bash scripts/setup-peers.sh`): they
+skip without them, except under CI (CI=true), where they fail."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 from marconi.core.spec import PAPER_7B
 from marconi.integrations import sglang as integration
+from marconi.integrations import vllm as vllm_integration
 from marconi.realpeers.envs import PeerError, envs_dir
 from marconi.sim import SimConfig
 from marconi.sim.run import run
@@ -24,6 +26,7 @@ from tests.test_realpeers import need
 
 ROOT = Path(__file__).resolve().parents[1]
 STOCK, WITH = "sglang-0.5.23", "sglang-0.5.23:integration=marconi"
+VLLM_STOCK, VLLM_WITH = "vllm-0.32", "vllm-0.32:integration=marconi"
 
 
 class TestWithoutTheEngine:
@@ -148,3 +151,122 @@ def stock(chat):
 
     config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=STOCK)
     return replay(chat, config, get_system(STOCK), check=True)
+
+
+class TestVLLMWithoutTheEngine:
+    def test_the_plugin_does_nothing_unless_asked(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.delenv(vllm_integration.ENABLE, raising=False)
+        assert vllm_integration.plugin() is None and vllm_integration._installed is None
+
+    @pytest.mark.parametrize(("env", "said"), [
+        ({"MARCONI_VLLM": "marconi"}, "needs MARCONI_MODEL"),
+        ({"MARCONI_VLLM": "lru", "MARCONI_MODEL": "paper-7b"}, "unknown policy 'lru'"),
+        ({"MARCONI_VLLM": "marconi", "MARCONI_MODEL": "no-such-model"}, "no-such-model"),
+        ({"MARCONI_VLLM": "marconi", "MARCONI_MODEL": "paper-7b"}, "vllm is not installed"),
+    ])
+    def test_a_bad_setting_stops_the_process_with_one_line(
+            self, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], said: str) -> None:
+        for key in ("MARCONI_VLLM", "MARCONI_MODEL", "MARCONI_ALPHA"):
+            monkeypatch.delenv(key, raising=False)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        with pytest.raises(SystemExit) as stop:  # vLLM would crash its engine core
+            vllm_integration.plugin()
+        message = str(stop.value.code)
+        assert message.startswith("error: ") and said in message and "\n" not in message
+
+    def test_the_entry_point_names_the_plugin(self) -> None:
+        meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+        entry = meta["project"]["entry-points"]["vllm.general_plugins"]["marconi"]
+        assert entry == "marconi.integrations.vllm:plugin"
+
+    def test_its_mirror_at_alpha_zero_is_the_vllm_emulation(self) -> None:
+        """The tuner's mirror (vllm-2026+marconi) runs vLLM's block queue exactly at alpha
+        0, and another order at alpha 2 on a trace that evicts states."""
+        from marconi.workload import TraceOptions, load_trace
+
+        chat = load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=20))
+
+        def hits(system: str, alpha: float | None) -> list[int]:
+            config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=system,
+                               alpha=alpha)
+            return run(chat, config, warn=False).records.hit.tolist()
+
+        stock = hits("vllm-2026", None)
+        assert hits("vllm-2026+marconi", 0.0) == stock
+        assert hits("vllm-2026+marconi", 2.0) != stock
+
+
+class TestInsideVLLM:
+    def test_any_other_version_is_refused(self) -> None:
+        need("vllm")
+        code = ("import vllm; vllm.__version__ = '0.33.0'\n"
+                "from marconi.integrations.vllm import install\n"
+                "from marconi.core.spec import PAPER_7B\n"
+                "install(PAPER_7B)\n")
+        python = envs_dir() / "vllm" / "bin" / "python"
+        done = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        assert done.returncode != 0
+        assert "supports vllm 0.32.x only; this environment has 0.33.0" in done.stderr
+
+    @pytest.mark.parametrize(("trace", "seed", "capacity"), [
+        ("synthetic:agent:sessions=8", 11, "3GB"),
+        ("synthetic:multi-turn:sessions=30", 12, "1GB"),
+        ("synthetic:multi-turn:sessions=40,turns=6", 15, "800MB"),
+    ])
+    def test_integrity_holds_on_fuzzed_traces_that_evict(self, trace: str, seed: int,
+                                                         capacity: str) -> None:
+        """vLLM's pool accounting and hash map checked after every request, with Marconi's
+        order choosing which states leave (alpha 2), on traces of other shapes."""
+        need("vllm")
+        from marconi.realpeers.replay import replay
+        from marconi.workload import TraceOptions, load_trace
+
+        config = SimConfig(spec=PAPER_7B, capacity=capacity, bounds=False, system=VLLM_WITH,
+                           alpha=2.0)
+        requests = load_trace(trace, options=TraceOptions(seed=seed))
+        ours = replay(requests, config, get_system(VLLM_WITH), check=True).summary()
+        assert ours["engine"]["integration"]["victims"] > 0 and ours["evictions"] > 0
+
+    def test_a_fixed_alpha_of_zero_is_the_stock_engine(self, chat, vllm_stock) -> None:
+        need("vllm")
+        ours = run(chat, SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False,
+                                   system=VLLM_WITH, alpha=0.0), warn=False)
+        assert (ours.records.hit == vllm_stock.records.hit).all()
+        assert ours.alpha_status == "fixed" and ours.stats.evictions > 0
+
+    def test_its_order_keeps_states_whole_and_changes_what_leaves(self, chat,
+                                                                  vllm_stock) -> None:
+        """A state spans one block per Mamba group (six here) and serves a hit only whole:
+        choosing victims group by group broke states apart and saved under a third of
+        stock's FLOPs. With whole states the order moves hits, not the scale of them."""
+        need("vllm")
+        from marconi.realpeers.replay import replay
+
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=VLLM_WITH,
+                           alpha=2.0)
+        ours = replay(chat, config, get_system(VLLM_WITH), check=True)
+        hook = ours.summary()["engine"]["integration"]
+        assert hook["victims"] > 0 and ours.alpha == 2.0 and ours.alpha_status == "fixed"
+        assert (ours.records.hit != vllm_stock.records.hit).any()
+        assert ours.summary()["flops_saved"] > 0.9 * vllm_stock.summary()["flops_saved"]
+
+    def test_the_tuner_tunes_off_the_scheduling_loop(self, chat) -> None:
+        need("vllm")
+        ours = run(chat, SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False,
+                                   system=VLLM_WITH), warn=False).summary()
+        hook = ours["engine"]["integration"]
+        assert ours["alpha_status"] == "tuned" and ours["alpha"] == hook["alpha"]
+        assert hook["tuner_off_loop"] is True
+        assert 0 < hook["requests"] <= len(chat) and hook["tuner_ns"] > 0
+
+
+@pytest.fixture(scope="module")
+def vllm_stock(chat):
+    """Stock vLLM on `chat` at 1 GB, its integrity checks after every request."""
+    need("vllm")
+    from marconi.realpeers.replay import replay
+
+    config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=VLLM_STOCK)
+    return replay(chat, config, get_system(VLLM_STOCK), check=True)
