@@ -43,10 +43,15 @@ from marconi.workload import Trace
 # stock engine -> {label: the same engine with an integration installed}
 ENGINES = {
     "sglang-0.5.23": {"sglang-0.5.23+marconi": "sglang-0.5.23:integration=marconi,tuner=inline"},
-    "vllm-0.32": {"vllm-0.32+marconi": "vllm-0.32:integration=marconi,tuner=inline"},
+    "vllm-0.32": {
+        "vllm-0.32+marconi": "vllm-0.32:integration=marconi,tuner=inline",
+        # the ablation: Marconi's state order alone, orphan KV left in vLLM's order
+        "vllm-0.32+marconi[orphans=keep]":
+            "vllm-0.32:integration=marconi,tuner=inline,orphans=keep"},
 }
-FULL: dict[str, tuple[str, ...]] = {"sharegpt": ("2GB", "5GB", "10GB"), "swe-agent": ("20GB", "40GB", "60GB"),
-        "mooncake[0:1000]": ("20GB", "40GB", "60GB")}
+FULL: dict[str, tuple[str, ...]] = {
+    "sharegpt": ("2GB", "5GB", "10GB"), "swe-agent": ("20GB", "40GB", "60GB"),
+    "mooncake[0:1000]": ("20GB", "40GB", "60GB")}
 QUICK: dict[str, tuple[str, ...]] = {"sharegpt(40)": ("1GB", "2GB")}
 
 

@@ -229,12 +229,27 @@ class TestInsideVLLM:
         ours = replay(requests, config, get_system(VLLM_WITH), check=True).summary()
         assert ours["engine"]["integration"]["victims"] > 0 and ours["evictions"] > 0
 
-    def test_a_fixed_alpha_of_zero_is_the_stock_engine(self, chat, vllm_stock) -> None:
+    def test_alpha_zero_keeping_orphans_is_the_stock_engine(self, chat, vllm_stock) -> None:
         need("vllm")
         ours = run(chat, SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False,
-                                   system=VLLM_WITH, alpha=0.0), warn=False)
+                                   system=f"{VLLM_WITH},orphans=keep", alpha=0.0), warn=False)
         assert (ours.records.hit == vllm_stock.records.hit).all()
         assert ours.alpha_status == "fixed" and ours.stats.evictions > 0
+
+    def test_kv_past_the_last_state_leaves_first_and_saves_more(self, chat,
+                                                                vllm_stock) -> None:
+        """Alpha 0: states leave in vLLM's order, and the cached KV no hit can reach
+        (past each finished request's last state) before anything else: more FLOPs saved
+        than stock (a last state found too shallow evicts live KV and saves far less)."""
+        need("vllm")
+        from marconi.realpeers.replay import replay
+
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=VLLM_WITH,
+                           alpha=0.0)
+        ours = replay(chat, config, get_system(VLLM_WITH), check=True)
+        hook = ours.summary()["engine"]["integration"]
+        assert hook["orphans"] > 0 and hook["victims"] == 0
+        assert ours.summary()["flops_saved"] > 1.05 * vllm_stock.summary()["flops_saved"]
 
     def test_its_order_keeps_states_whole_and_changes_what_leaves(self, chat,
                                                                   vllm_stock) -> None:
@@ -244,11 +259,13 @@ class TestInsideVLLM:
         need("vllm")
         from marconi.realpeers.replay import replay
 
-        config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=VLLM_WITH,
+        system = f"{VLLM_WITH},orphans=keep"  # the state order alone
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=system,
                            alpha=2.0)
-        ours = replay(chat, config, get_system(VLLM_WITH), check=True)
+        ours = replay(chat, config, get_system(system), check=True)
         hook = ours.summary()["engine"]["integration"]
-        assert hook["victims"] > 0 and ours.alpha == 2.0 and ours.alpha_status == "fixed"
+        assert hook["victims"] > 0 and hook["orphans"] == 0
+        assert ours.alpha == 2.0 and ours.alpha_status == "fixed"
         assert (ours.records.hit != vllm_stock.records.hit).any()
         assert ours.summary()["flops_saved"] > 0.9 * vllm_stock.summary()["flops_saved"]
 

@@ -486,7 +486,12 @@ def _vllm_options(real: bool = False) -> tuple[Option, ...]:
         Option(name="retention_interval", default=0, kind=int, minimum=0, optional=True,
                help="--prefix-cache-retention-interval (tokens): 0 keeps only reusable "
                     "boundaries, R one state per R tokens, none every block's"),
-    ), *(_integration_options("vLLM", "vllm") if real else ())
+    ), *((*_integration_options("vLLM", "vllm"),
+          Option(name="orphans", default="first", choices=("first", "keep"),
+                 help="with integration=marconi: cached KV past a request's last state "
+                      "evicted before anything else (first) or left in vLLM's order "
+                      "(keep, an ablation)"))
+         if real else ())
 
 
 def _vllm_config(settings: Settings) -> object:

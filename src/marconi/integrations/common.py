@@ -42,6 +42,7 @@ class Counters:
     feed_ns: int = 0  # time spent handing finished requests to the tuner (in the loop)
     tuner_ns: int = 0  # time the mirror and the tuner took (beside the loop)
     requests: int = 0  # finished requests handed over
+    orphans: int = 0  # cached KV blocks taken before their turn (no hit could use them)
 
     def to_json(self) -> dict[str, int]:
         return {k: int(v) for k, v in self.__dict__.items()}

@@ -8,25 +8,34 @@ vLLM loads every general plugin (entry-point group `vllm.general_plugins`) in ea
 processes, the engine core's included, before it builds the KV cache manager; marconi's
 (`plugin`) does nothing unless `MARCONI_VLLM` is set. When it is, `install` puts in:
 
+- **KV no hit can use, first**: vLLM caches every full block a request computed, also
+  the blocks past the last state cached on its sequence (its output, mostly), though a
+  hit must end at a state: once the request is gone they save no FLOPs, and Marconi's
+  tree would not hold them. `KVCacheManager.free` is wrapped to note them (the deepest
+  state on the request's sequence is found through vLLM's own hash map), and the pool
+  takes them before anything else vLLM would evict (`MARCONI_ORPHANS=keep` leaves them in
+  vLLM's order).
 - **which Mamba states leave**: `kv_cache_coordinator.BlockPool`, the class every KV cache
   coordinator builds its pool from, becomes `MarconiBlockPool`, a subclass of vLLM's own
   `BlockPool`. vLLM takes new blocks from the head of its free queue (LRU, a finished
   request's tail first), evicting the hash of each cached block it takes. The subclass
-  takes the same number of blocks, and the same KV blocks; only when a block it takes is
-  a cached Mamba state of group g does it take, in its place, the free cached state of
-  group g that comes first in Marconi's order: lowest `recency + alpha x efficiency`, both
-  min-max normalized over the group's free states, recency the state's rank in the free
-  queue, `efficiency = (F(d) - F(p)) / (KV bytes of p..d + state bytes)` for a state after
-  `d` tokens whose nearest cached state above was after `p` tokens when it was cached (F
-  the model's prefill FLOPs). So as many states leave as under stock vLLM, per group;
-  Marconi's score decides which. At alpha 0 the order is vLLM's exactly. The blocks are
-  put at the head of the queue and taken by vLLM's own `get_new_blocks`.
-- **the bootstrap tuner beside the engine**: `KVCacheManager.free` (a finished request's
-  blocks back to the pool) is wrapped to hand the request's tokens to `Tuning`, which
-  runs a marconi mirror of the cache (system `vllm-2026+marconi`: vLLM's admission and
-  block queue as emulated, Marconi's order for the states it evicts, the engine's pool)
-  and marconi's `BootstrapTuner` in a background thread. The alpha it adopts is the
-  engine's from its next eviction. `MARCONI_ALPHA` fixes alpha instead (no tuner).
+  takes as many, and the same KV blocks (orphans aside); only when a block it takes is a
+  cached Mamba state does it take, in its place, the free cached state that comes first
+  in Marconi's order: one whose KV or other groups' blocks are gone (no hit can use it),
+  else the lowest `recency + alpha x efficiency`, both min-max normalized over the
+  group's free states, recency the state's rank in the free queue, `efficiency = (F(d) -
+  F(p)) / (KV bytes of p..d + state bytes)` for a state after `d` tokens whose nearest
+  cached state above was after `p` tokens when it was cached (F the model's prefill
+  FLOPs). A state spans one block per Mamba group and serves a hit only whole, so the
+  victim is chosen once per state and every group's block of it goes. At alpha 0 the
+  states leave in vLLM's order. The blocks are put at the head of the queue and taken by
+  vLLM's own `get_new_blocks`.
+- **the bootstrap tuner beside the engine**: `KVCacheManager.free` hands a finished
+  request's tokens to `Tuning`, which runs a marconi mirror of the cache (system
+  `vllm-2026+marconi`: vLLM's admission and block queue as emulated, Marconi's order for
+  the states it evicts, the engine's pool; orphan KV is not modelled) and marconi's
+  `BootstrapTuner` in a background thread. The alpha it adopts is the engine's from its
+  next eviction. `MARCONI_ALPHA` fixes alpha instead (no tuner).
 
 Requirements, each checked with a one-line error: vLLM 0.32.x; a model with Mamba layers
 (checked when the cache is built).
@@ -34,7 +43,6 @@ Requirements, each checked with a one-line error: vLLM 0.32.x; a model with Mamb
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Iterable
@@ -51,6 +59,7 @@ WHO = "marconi.integrations.vllm"
 ENABLE = "MARCONI_VLLM"  # "marconi": install at plugin load
 MODEL = "MARCONI_MODEL"  # a marconi model (preset or config.json) for the FLOP count
 ALPHA = "MARCONI_ALPHA"  # a fixed alpha; unset: bootstrap-tuned
+ORPHANS = "MARCONI_ORPHANS"  # "keep": orphan KV left in vLLM's order (default "first")
 POLICIES = ("marconi",)
 MIRROR = "vllm-2026+marconi"  # the tuner's mirror: vLLM's admission, Marconi's order
 
@@ -77,8 +86,10 @@ class StateOrder:
     """Marconi's score over the free cached states of one Mamba group; `alpha` may change
     at any time (the tuner's thread sets it; a float assignment is atomic)."""
 
-    def __init__(self, spec: ModelSpec, alpha: float = 0.0) -> None:
+    def __init__(self, spec: ModelSpec, alpha: float = 0.0, orphans_first: bool = True
+                 ) -> None:
         self.spec, self.alpha = spec, float(alpha)
+        self.orphans_first = orphans_first  # False: orphan KV left in vLLM's order
         self.above: dict[int, tuple[int, int]] = {}  # block id -> (depth, state above)
         # block id -> the hash keys of the attention blocks that end at or before its
         # depth, deepest first, one per attention group: a hit needs them all
@@ -149,9 +160,11 @@ _installed: Integration | None = None
 
 
 def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = None,
-            background: bool = True) -> Integration:
+            background: bool = True, orphans_first: bool = True) -> Integration:
     """Put Marconi's eviction into vLLM (before its KV cache manager is built); `alpha`
-    fixes it, else the bootstrap tuner sets it (`background`: in its own thread)."""
+    fixes it, else the bootstrap tuner sets it (`background`: in its own thread).
+    `orphans_first=False` leaves cached KV past a request's last state in vLLM's order
+    (an ablation: with alpha 0 the engine is then stock vLLM)."""
     global _installed
     if policy not in POLICIES:
         raise IntegrationError(f"{WHO}: unknown policy {policy!r} "
@@ -161,7 +174,7 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
     from vllm.v1.core import kv_cache_manager as kcm
 
     uninstall()
-    order = StateOrder(spec, 0.0 if alpha is None else alpha)
+    order = StateOrder(spec, 0.0 if alpha is None else alpha, orphans_first)
     counters = Counters()
     tuning = None if alpha is not None else Tuning(order, spec, counters,
                                                    background=background)
@@ -169,7 +182,7 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
     stock_pool, stock_init = kcc.BlockPool, kcc.KVCacheCoordinator.__init__
     free = kcm.KVCacheManager.free
     kcc.BlockPool = _pool_class(stock_pool, done)
-    kcc.KVCacheCoordinator.__init__ = _coordinator_init(stock_init)
+    kcc.KVCacheCoordinator.__init__ = _coordinator_init(stock_init, order)
     kcm.KVCacheManager.free = _free(free, done)
     done.undo = [(kcc, "BlockPool", stock_pool),
                  (kcc.KVCacheCoordinator, "__init__", stock_init),
@@ -199,16 +212,15 @@ def plugin() -> None:
                                    "model name or config path)")
         spec = model_from(os.environ[MODEL])
         alpha = float(os.environ[ALPHA]) if os.environ.get(ALPHA) else None
-        install(spec, policy=wanted, alpha=alpha)
+        orphans = os.environ.get(ORPHANS, "first")
+        if orphans not in ("first", "keep"):
+            raise IntegrationError(f"{WHO}: {ORPHANS}={orphans!r} is not first or keep")
+        install(spec, policy=wanted, alpha=alpha, orphans_first=orphans == "first")
     except (IntegrationError, ValueError) as err:
         raise SystemExit(f"error: {err}") from None
-    logging.getLogger(WHO).warning(
-        "%s: Marconi's order for vLLM's Mamba states is installed; measured through vLLM's "
-        "own cache classes it has not yet saved more prefill FLOPs than stock vLLM "
-        "(docs/integrations.md)", WHO)
 
 
-def _coordinator_init(stock: Any) -> Any:
+def _coordinator_init(stock: Any, order: StateOrder) -> Any:
     """`KVCacheCoordinator.__init__`, then the pool told which groups hold Mamba states."""
     from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
 
@@ -223,6 +235,8 @@ def _coordinator_init(stock: Any) -> Any:
                                        "eviction orders Mamba states only")
             pool.marconi_states = FreeStates(groups)
             pool.marconi_replacing = {}
+            pool.marconi_orphans = {}
+            pool.marconi_orphans_first = order.orphans_first
             pool.marconi_config = kv_cache_config
             pool.marconi_kv_groups = [
                 (i, g.kv_cache_spec.block_size)
@@ -253,6 +267,10 @@ def _pool_class(stock: type, integration: Integration) -> type:
         marconi_config: Any = None
         marconi_kv_groups: list[tuple[int, int]] = []  # noqa: RUF012  (group, block size)
         marconi_replacing: dict[bytes, bytes] = {}  # noqa: RUF012  state -> its victim
+        # free cached KV blocks past the last state of the request that freed them: no
+        # hit ends past a state, so they save no FLOPs (a tree would not keep them)
+        marconi_orphans: dict[int, Any] = {}  # noqa: RUF012
+        marconi_orphans_first = True  # False: left in vLLM's order (an ablation)
 
         def cache_full_blocks(self, request: Any, blocks: list[Any], num_cached_blocks: int,
                               num_full_blocks: int, block_size: int, kv_cache_group_id: int,
@@ -297,6 +315,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 for block in blocks:
                     if block.ref_cnt == 0:
                         self.marconi_states.discard(block)
+                        self.marconi_orphans.pop(block.block_id, None)
             super().touch(blocks)
 
         def get_new_blocks(self, num_blocks: int) -> list[Any]:
@@ -314,6 +333,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
             if self.marconi_states is not None:
                 for block in taken:
                     self.marconi_states.discard(block)
+                    self.marconi_orphans.pop(block.block_id, None)
             return taken
 
         def _is_state_group(self, group: int) -> bool:
@@ -350,26 +370,41 @@ def _pool_class(stock: type, integration: Integration) -> type:
 
         def _marconi_choice(self, num_blocks: int) -> list[Any] | None:
             """The blocks to take, in Marconi's order; None: vLLM's own (alpha 0, nothing
-            cached among them, or a request vLLM refuses)."""
+            cached among them, or a request vLLM refuses). Free uncached blocks first, as
+            vLLM takes them; then cached KV no hit can reach (`marconi_orphans`); then
+            vLLM's queue, each state in it standing for the state Marconi's order
+            evicts."""
             states = self.marconi_states
-            if states is None or order.alpha == 0.0 or not self.enable_caching \
-                    or num_blocks > self.get_num_free_blocks():
+            if states is None or not self.enable_caching \
+                    or num_blocks > self.get_num_free_blocks() \
+                    or (order.alpha == 0.0 and not (self.marconi_orphans_first
+                                                    and self.marconi_orphans)):
                 return None
             start = time.perf_counter_ns()
             head: list[Any] = []
             block = self.free_block_queue.fake_free_list_head.next_free_block
-            while len(head) < num_blocks:
+            while len(head) < num_blocks and block.block_hash is None:
                 head.append(block)
+                block = block.next_free_block
+            orphans = self.marconi_orphans
+            for block_id in list(orphans):
+                if len(head) == num_blocks:
+                    break
+                orphan = orphans.pop(block_id)
+                if orphan.ref_cnt == 0 and orphan.block_hash is not None:
+                    head.append(orphan)
+                    counters.orphans += 1
+            chosen_ids = {b.block_id for b in head}
+            while len(head) < num_blocks:
+                if block.block_id not in chosen_ids:
+                    head.append(block)
                 block = block.next_free_block
             slots = [(i, get_group_id(b.block_hash)) for i, b in enumerate(head)
                      if b.block_hash is not None
                      and states.group_of.get(b.block_id) == get_group_id(b.block_hash)]
-            if not slots:
-                counters.order_ns += time.perf_counter_ns() - start
-                return None
             chosen, live = list(head), {g: states.live(g, get_group_id) for _, g in slots}
             taken = {b.block_id for b in head}
-            for i, group in slots:
+            for i, group in slots if order.alpha else ():
                 pick = self._victim(head[i], group, live[group], taken)
                 taken.add(pick.block_id)
                 chosen[i] = pick
@@ -409,7 +444,14 @@ def _free(free: Any, integration: Integration) -> Any:
     freed too, and is not handed over)."""
 
     def marconi_free(self: Any, request: Any) -> None:
+        pool = self.block_pool
+        past = _past_last_state(pool, request, self.coordinator.get_blocks(request.request_id)) \
+            if getattr(pool, "marconi_states", None) is not None and pool.marconi_orphans_first \
+            else []
         free(self, request)
+        for block in past:
+            if block.ref_cnt == 0 and block.block_hash is not None:
+                pool.marconi_orphans[block.block_id] = block
         tuning = integration.tuning
         if tuning is None or not request.is_finished():
             return
@@ -423,6 +465,24 @@ def _free(free: Any, integration: Integration) -> Any:
             integration.counters.feed_ns += time.perf_counter_ns() - start
 
     return marconi_free
+
+
+def _past_last_state(pool: Any, request: Any, blocks: tuple[list[Any], ...]) -> list[Any]:
+    """A request's cached attention blocks that end past the deepest state cached on its
+    sequence (whole: in every Mamba group), found through vLLM's own hash map: KV no hit
+    can use once the request is gone."""
+    from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
+
+    hashes, size, groups = request.block_hashes, pool.hash_block_size, pool.marconi_states.by_group
+    cached = pool.cached_block_hash_to_block
+    last = 0
+    for j in range(len(hashes) - 1, -1, -1):
+        if all(cached.get_one_block(make_block_hash_with_group_id(hashes[j], g)) is not None
+               for g in groups):
+            last = (j + 1) * size
+            break
+    return [b for g, kv_size in pool.marconi_kv_groups for i, b in enumerate(blocks[g])
+            if (i + 1) * kv_size > last and not b.is_null and b.block_hash is not None]
 
 
 def _start(tuning: Tuning, kv_cache_config: Any) -> None:

@@ -73,9 +73,12 @@ def integration_options(config: SimConfig, system: System) -> dict[str, Any] | N
     s = system.settings
     if s.get("integration", "none") == "none":
         return None
-    return {"policy": s["integration"], "spec": dataclasses.asdict(config.spec),
-            "alpha": config.alpha, "background": s["tuner"] == "thread",
-            "src": str(Path(__file__).resolve().parents[2])}  # src/
+    out = {"policy": s["integration"], "spec": dataclasses.asdict(config.spec),
+           "alpha": config.alpha, "background": s["tuner"] == "thread",
+           "src": str(Path(__file__).resolve().parents[2])}  # src/
+    if "orphans" in s:  # vLLM's
+        out["orphans_first"] = s["orphans"] == "first"
+    return out
 
 
 def vllm_options(config: SimConfig, system: System) -> dict[str, Any]:

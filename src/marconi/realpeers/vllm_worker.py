@@ -128,11 +128,11 @@ OPTION_RULES: dict[str, Rule] = {
     # marconi's eviction inside this vLLM (marconi.integrations.vllm, imported from `src`
     # only when asked): null, or {policy, spec, alpha, background, src}
     "integration": Rule(None, lambda v: v is None or _integration_rule(v),
-                        "null or an object with exactly alpha, background, policy, spec "
-                        "(an object) and src (a folder)"),
+                        "null or an object with exactly alpha, background, orphans_first, "
+                        "policy, spec (an object) and src (a folder)"),
 }
 
-INTEGRATION_KEYS = ("alpha", "background", "policy", "spec", "src")
+INTEGRATION_KEYS = ("alpha", "background", "orphans_first", "policy", "spec", "src")
 
 
 def _integration_rule(value: object) -> bool:
@@ -152,7 +152,8 @@ def install_integration(options: dict[str, Any]) -> Any:
     spec = importlib.import_module("marconi.core.spec").ModelSpec(**wanted["spec"])
     try:
         return integration.install(spec, policy=wanted["policy"], alpha=wanted["alpha"],
-                                   background=wanted["background"])
+                                   background=wanted["background"],
+                                   orphans_first=wanted["orphans_first"])
     except integration.IntegrationError as err:
         raise UsageError(str(err)) from None
 
