@@ -98,7 +98,7 @@ def bench_engine(stock_name: str, systems: dict[str, str],
     beside_ns: dict[str, float] = dict.fromkeys(systems, 0.0)
     served: dict[str, int] = dict.fromkeys(systems, 0)
     print(f"{stock_name}, per configuration: FLOPs saved (stock, with marconi), ratio, "
-          "tuned alpha, requests")
+          "tuned alpha, requests, system")
     for name, capacities in plan.items():
         trace = load(name)
         if trace is None:
@@ -117,7 +117,7 @@ def bench_engine(stock_name: str, systems: dict[str, str],
                 alpha = "untuned" if ours["alpha"] is None else f"{ours['alpha']:g}"
                 print(f"  {name:18} {capacity:>5}  {100 * stock['flops_saved_rate']:6.2f}%  "
                       f"{100 * ours['flops_saved_rate']:6.2f}%  ratio {r:6.3f}  "
-                      f"alpha {alpha:>7}  {len(trace)} requests", flush=True)
+                      f"alpha {alpha:>7}  {len(trace)} requests  {label}", flush=True)
     for label in systems:
         print(summary_line(label, stock_name, ratios[label]))
         n = max(served[label], 1)

@@ -83,16 +83,18 @@ def check_version() -> str:
 
 
 class StateOrder:
-    """Marconi's score over the free cached states of one Mamba group; `alpha` may change
-    at any time (the tuner's thread sets it; a float assignment is atomic)."""
+    """Marconi's score over the free cached states of a Mamba group, and what it needs to
+    know of each state block; `alpha` may change at any time (the tuner's thread sets
+    it; a float assignment is atomic)."""
 
     def __init__(self, spec: ModelSpec, alpha: float = 0.0, orphans_first: bool = True
                  ) -> None:
         self.spec, self.alpha = spec, float(alpha)
         self.orphans_first = orphans_first  # False: orphan KV left in vLLM's order
         self.above: dict[int, tuple[int, int]] = {}  # block id -> (depth, state above)
-        # block id -> the hash keys of the attention blocks that end at or before its
-        # depth, deepest first, one per attention group: a hit needs them all
+        # block id -> the hash keys a hit on its state needs besides it: the deepest
+        # attention block at or before its depth (one per attention group) and the
+        # state's block in every other Mamba group
         self.kv_keys: dict[int, tuple[Any, ...]] = {}
         self._flops: dict[int, float] = {}
 
