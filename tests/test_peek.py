@@ -15,7 +15,9 @@ def _history(system: str):
     """A cache with shared prefixes, branches, partial hits and evictions behind it."""
     # vLLM keeps fewer states (its replay boundaries): a smaller cache evicts there too;
     # SGLang's extra buffer holds two tracking slots beside its states: a larger one
-    room = {"vllm-2026": (3, 200), "sglang-2026-extra": (10, 400)}.get(system, (6, 400))
+    # (an engine's "+marconi" variant sizes as the engine does)
+    room = {"vllm-2026": (3, 200), "sglang-2026-extra": (10, 400)}.get(
+        system.split("+")[0], (6, 400))
     cache = make_cache(SMALL, room[0] * SMALL.ssm_bytes + room[1] * SMALL.kv_bytes_per_token,
                        system)
     rng = np.random.default_rng(0)
