@@ -273,6 +273,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
         # hit ends past a state, so they save no FLOPs (a tree would not keep them)
         marconi_orphans: dict[int, Any] = {}  # noqa: RUF012
         marconi_orphans_first = True  # False: left in vLLM's order (an ablation)
+        marconi_last_top: tuple[bytes | None, int] = (None, 0)  # the last state recorded
 
         def cache_full_blocks(self, request: Any, blocks: list[Any], num_cached_blocks: int,
                               num_full_blocks: int, block_size: int, kv_cache_group_id: int,
@@ -348,12 +349,17 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 return
             start = time.perf_counter_ns()
             depth, size = int(block.block_hash_num_tokens), self.hash_block_size
-            hashes, top = request.block_hashes, 0
-            for j in range(min(depth // size, len(hashes)) - 2, -1, -1):
-                key = make_block_hash_with_group_id(hashes[j], group)
-                if self.cached_block_hash_to_block.get_one_block(key) is not None:
-                    top = (j + 1) * size
-                    break
+            hashes, state = request.block_hashes, get_block_hash(block.block_hash)
+            if self.marconi_last_top[0] == state:  # the same state's block in another group
+                top = self.marconi_last_top[1]
+            else:
+                top = 0
+                for j in range(min(depth // size, len(hashes)) - 2, -1, -1):
+                    key = make_block_hash_with_group_id(hashes[j], group)
+                    if self.cached_block_hash_to_block.get_one_block(key) is not None:
+                        top = (j + 1) * size
+                        break
+                self.marconi_last_top = (state, top)
             order.above[block.block_id] = (depth, top)
             keys = []
             for kv_group, kv_block in self.marconi_kv_groups:
@@ -361,7 +367,6 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 if depth // kv_block:
                     keys.append(make_block_hash_with_group_id(full[depth // kv_block - 1],
                                                               kv_group))
-            state = get_block_hash(block.block_hash)
             keys += [make_block_hash_with_group_id(state, g) for g in self.marconi_states.by_group
                      if g != group]
             order.kv_keys[block.block_id] = tuple(keys)
@@ -389,10 +394,8 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 head.append(block)
                 block = block.next_free_block
             orphans = self.marconi_orphans
-            for block_id in list(orphans):
-                if len(head) == num_blocks:
-                    break
-                orphan = orphans.pop(block_id)
+            while orphans and len(head) < num_blocks:
+                orphan = orphans.pop(next(iter(orphans)))
                 if orphan.ref_cnt == 0 and orphan.block_hash is not None:
                     head.append(orphan)
                     counters.orphans += 1
@@ -401,12 +404,13 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 if block.block_id not in chosen_ids:
                     head.append(block)
                 block = block.next_free_block
-            slots = [(i, get_group_id(b.block_hash)) for i, b in enumerate(head)
-                     if b.block_hash is not None
-                     and states.group_of.get(b.block_id) == get_group_id(b.block_hash)]
+            slots = [] if order.alpha == 0.0 else [  # at alpha 0 states go in vLLM's order
+                (i, get_group_id(b.block_hash)) for i, b in enumerate(head)
+                if b.block_hash is not None
+                and states.group_of.get(b.block_id) == get_group_id(b.block_hash)]
             chosen, live = list(head), {g: states.live(g, get_group_id) for _, g in slots}
             taken = {b.block_id for b in head}
-            for i, group in slots if order.alpha else ():
+            for i, group in slots:
                 pick = self._victim(head[i], group, live[group], taken)
                 taken.add(pick.block_id)
                 chosen[i] = pick
