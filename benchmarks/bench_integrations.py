@@ -8,10 +8,11 @@ and the Mooncake conversation trace (both from ../shared/data, skipped when abse
 three capacities each, model paper-7b, one request at a time, through each stock engine
 (`sglang-0.5.23`, its UnifiedRadixCache with the Python tree core; `vllm-0.32`, its
 KVCacheManager) and through the same code with Marconi's eviction installed
-(`integration=marconi`: marconi.integrations.sglang, marconi.integrations.vllm), its
-bootstrap tuner inline so that the figures are reproducible (deployed, it runs in its own
-thread). Prints per configuration both FLOPs-saved rates and their ratio, then one line
-per integration
+(`integration=marconi`: marconi.integrations.sglang, marconi.integrations.vllm) and with
+marconi+'s shadow experts choosing the order (`integration=marconi+`), the tuner inline so
+that the figures are reproducible (deployed, it runs in its own thread); `--only` runs
+some of these beside each stock engine. Prints per configuration both FLOPs-saved rates
+and their ratio, then one line per integration
 
     integration sglang-0.5.23+marconi vs sglang-0.5.23: 9 configs, FLOPs saved ratio min
     1.031 mean 1.142   (one line)
@@ -42,9 +43,12 @@ from marconi.workload import Trace
 
 # stock engine -> {label: the same engine with an integration installed}
 ENGINES = {
-    "sglang-0.5.23": {"sglang-0.5.23+marconi": "sglang-0.5.23:integration=marconi,tuner=inline"},
+    "sglang-0.5.23": {
+        "sglang-0.5.23+marconi": "sglang-0.5.23:integration=marconi,tuner=inline",
+        "sglang-0.5.23+marconi+": "sglang-0.5.23:integration=marconi+,tuner=inline"},
     "vllm-0.32": {
         "vllm-0.32+marconi": "vllm-0.32:integration=marconi,tuner=inline",
+        "vllm-0.32+marconi+": "vllm-0.32:integration=marconi+,tuner=inline",
         # the ablation: Marconi's state order alone, orphan KV left in vLLM's order
         "vllm-0.32+marconi[orphans=keep]":
             "vllm-0.32:integration=marconi,tuner=inline,orphans=keep"},
@@ -76,8 +80,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a CI-sized subset")
     parser.add_argument("--engines", default=",".join(ENGINES),
                         help=f"comma-separated, of {', '.join(ENGINES)}")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated integration labels to run beside each stock "
+                             "engine (default: all of them), e.g. sglang-0.5.23+marconi+")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
+    only = None if args.only is None else set(args.only.split(","))
+    known = {label for systems in ENGINES.values() for label in systems}
+    if only is not None and not only <= known:
+        parser.error(f"--only: unknown label(s) {', '.join(sorted(only - known))} "
+                     f"(known: {', '.join(sorted(known))})")
     for stock in args.engines.split(","):
         if stock not in ENGINES:
             parser.error(f"--engines: unknown engine {stock!r} (known: {', '.join(ENGINES)})")
@@ -86,8 +98,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"{stock}: skipped, its environment is missing "
                   f"(bash scripts/setup-peers.sh {engine})")
             continue
-        bench_engine(stock, ENGINES[stock], plan)
-    print("integration marconi+ (either engine): not built yet (docs/integrations.md)")
+        systems = {label: system for label, system in ENGINES[stock].items()
+                   if only is None or label in only}
+        if systems:
+            bench_engine(stock, systems, plan)
 
 
 def bench_engine(stock_name: str, systems: dict[str, str],

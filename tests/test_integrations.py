@@ -13,9 +13,11 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from marconi.core.spec import PAPER_7B
+from marconi.core.units import parse_size
 from marconi.integrations import sglang as integration
 from marconi.integrations import vllm as vllm_integration
 from marconi.realpeers.envs import PeerError, envs_dir
@@ -127,6 +129,21 @@ class TestInsideSGLang:
         ours = replay(requests, config, get_system(WITH), check=True).summary()
         assert ours["engine"]["integration"]["victims"] > 0 and ours["evictions"] > 0
 
+    def test_marconi_plus_checks_pass_and_it_follows_its_leader(self, chat, stock) -> None:
+        """marconi+'s shadow experts inline (reproducible): SGLang's checks pass after
+        every request, the engine switches to the leading order and saves more than
+        stock."""
+        need("sglang")
+        from marconi.realpeers.replay import replay
+
+        system = f"{STOCK}:integration=marconi+,tuner=inline"
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=system)
+        ours = replay(chat, config, get_system(system), check=True).summary()
+        hook = ours["engine"]["integration"]
+        assert hook["policy"] == "marconi+" and hook["victims"] > 0 and hook["switches"]
+        assert ours["alpha"] == hook["switches"][-1][1] > 0 and ours["alpha_status"] == "tuned"
+        assert ours["flops_saved"] > 1.1 * stock.summary()["flops_saved"]
+
     def test_a_fixed_alpha_of_zero_is_the_stock_engine(self, chat, stock) -> None:
         """At alpha 0 Marconi's order is SGLang's LRU: every hit is the stock engine's."""
         need("sglang")
@@ -151,6 +168,69 @@ def stock(chat):
 
     config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=STOCK)
     return replay(chat, config, get_system(STOCK), check=True)
+
+
+class _Order:
+    alpha = 0.0
+
+
+class TestShadowsBesideTheEngine:
+    """marconi+ in an engine: the shadow experts' mirrors, fed what the engine finished,
+    choose the alpha its walks run at (marconi.integrations.common.Shadows)."""
+
+    @pytest.mark.parametrize("mirror", ["sglang-2026+marconi", "vllm-2026+marconi"])
+    def test_each_mirror_saves_what_its_system_saves_at_that_alpha(self, mirror: str) -> None:
+        """An expert's total is its mirror's FLOPs saved: the simulator's replay of the
+        mirror system at that fixed alpha, request for request."""
+        from marconi.integrations.common import Counters, Shadows, Tuning
+        from marconi.workload import TraceOptions, load_trace
+
+        chat = load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=20))
+        shadows = Shadows(alphas=(0.0, 2.0))
+        tuning = Tuning(_Order(), PAPER_7B, Counters(), background=False, chooser=shadows)
+        tuning.start(mirror, parse_size("1GB"), as_engine=True)
+        for r in chat:
+            tuning.feed(r.tokens(), r.n_input)
+        for alpha, total in zip(shadows.alphas, shadows.totals, strict=True):
+            config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=mirror,
+                               alpha=alpha)
+            assert total == pytest.approx(run(chat, config, warn=False).summary()["flops_saved"],
+                                          rel=1e-12)
+        assert shadows.totals[1] != shadows.totals[0]  # the two orders differ here
+
+    def test_leader_needs_a_decisive_lead(self) -> None:
+        """marconi+'s rule, shared with its simulator tuner: twice as much while warming
+        up, then 5% more than the running expert."""
+        from marconi.plus.shadows import ShadowConfig, leader
+
+        config = ShadowConfig(warmup=128)
+        assert leader(np.array([2.0, 3.9]), 0, 16, config) == 0  # warming up: under 2x
+        assert leader(np.array([2.0, 4.1]), 0, 16, config) == 1
+        assert leader(np.array([2.0, 2.09]), 0, 128, config) == 0  # warm: under 5%
+        assert leader(np.array([2.0, 2.11]), 0, 128, config) == 1
+        assert leader(np.array([2.5, 2.0]), 1, 128, config) == 0
+
+    def test_the_engine_runs_the_leader_where_one_order_saves_more(self) -> None:
+        """SGLang's pools at 1 GB on chat sessions: Marconi's order at a positive alpha
+        saves far more than SGLang's LRU, so the engine switches to it and runs it."""
+        from marconi.integrations.common import Counters, Shadows, Tuning
+        from marconi.workload import TraceOptions, load_trace
+
+        chat = load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=20))
+        order, shadows = _Order(), Shadows()
+        tuning = Tuning(order, PAPER_7B, Counters(), background=False, chooser=shadows)
+        tuning.start("sglang-2026+marconi", parse_size("1GB"), state_slots=17)
+        for r in chat:
+            tuning.feed(r.tokens(), r.n_input)
+        assert shadows.switches and shadows.status() == "tuned"
+        assert order.alpha == shadows.alphas[shadows.current] > 0
+        assert shadows.totals[shadows.current] > 1.05 * shadows.totals[0]
+
+    def test_a_fixed_alpha_is_refused_for_marconi_plus(self) -> None:
+        from marconi.integrations.common import Counters, IntegrationError, tuning_for
+
+        with pytest.raises(IntegrationError, match="chooses its own alpha"):
+            tuning_for("marconi+", _Order(), PAPER_7B, Counters(), 1.0, False)
 
 
 class TestVLLMWithoutTheEngine:
@@ -268,6 +348,21 @@ class TestInsideVLLM:
         assert ours.alpha == 2.0 and ours.alpha_status == "fixed"
         assert (ours.records.hit != vllm_stock.records.hit).any()
         assert ours.summary()["flops_saved"] > 0.9 * vllm_stock.summary()["flops_saved"]
+
+    def test_marconi_plus_checks_pass_and_it_saves_more(self, chat, vllm_stock) -> None:
+        """marconi+'s shadow experts inline: vLLM's checks pass after every request, the
+        engine runs the alpha its shadows chose, and saves more than stock."""
+        need("vllm")
+        from marconi.realpeers.replay import replay
+
+        system = f"{VLLM_STOCK}:integration=marconi+,tuner=inline"
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=system)
+        ours = replay(chat, config, get_system(system), check=True).summary()
+        hook = ours["engine"]["integration"]
+        chosen = hook["switches"][-1][1] if hook["switches"] else 0.0
+        assert hook["policy"] == "marconi+" and ours["alpha"] == chosen
+        assert ours["alpha_status"] == "tuned" and hook["requests"] == len(chat)
+        assert ours["flops_saved"] > 1.05 * vllm_stock.summary()["flops_saved"]
 
     def test_the_tuner_tunes_off_the_scheduling_loop(self, chat) -> None:
         need("vllm")

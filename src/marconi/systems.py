@@ -418,12 +418,14 @@ def _sglang_options(strategies: tuple[str, ...], evictions: tuple[str, ...],
 def _integration_options(engine: str, module: str, needs: str = "") -> tuple[Option, ...]:
     """The options of a real-engine system that installs marconi's integration."""
     return (
-        Option(name="integration", default="none", choices=("none", "marconi"),
-               help=f"marconi's eviction installed in {engine}'s own cache "
-                    f"(marconi.integrations.{module}){needs}"),
+        Option(name="integration", default="none", choices=("none", "marconi", "marconi+"),
+               help=f"installed in {engine}'s own cache (marconi.integrations.{module}): "
+                    f"Marconi's eviction and bootstrap tuner (marconi), or marconi+'s "
+                    f"shadow experts choosing among the orders it can run (marconi+)"
+                    f"{needs}"),
         Option(name="tuner", default="thread", choices=("thread", "inline"),
-               help="the integration's bootstrap tuner: in its own thread (as deployed) "
-                    "or inline (reproducible)"))
+               help="the integration's tuner: in its own thread (as deployed) or inline "
+                    "(reproducible)"))
 
 
 def _sglang_config(settings: Settings) -> object:

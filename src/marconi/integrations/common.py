@@ -1,6 +1,7 @@
 """What every integration shares (docs/integrations.md): the one-line error, the version
-check, the counters of what it did and cost, and `Tuning`, marconi's bootstrap tuner over
-a mirror of the engine's cache, fed finished requests beside the scheduling loop."""
+check, the counters of what it did and cost, and `Tuning`: what picks the engine's alpha
+beside the scheduling loop from the requests it finished, over mirrors of its cache
+(marconi's bootstrap tuner, `Bootstrap`, or marconi+'s shadow experts, `Shadows`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+
+# what an integration installs: Marconi's eviction with its bootstrap tuner, or marconi+'s
+# shadow experts choosing among the eviction orders the engine can run
+POLICIES = ("marconi", "marconi+")
 
 
 class IntegrationError(RuntimeError):
@@ -54,36 +59,135 @@ class Order(Protocol):
     alpha: float
 
 
+class Chooser(Protocol):
+    """What picks the engine's alpha from finished requests, beside the scheduling loop:
+    marconi's bootstrap tuner (`Bootstrap`) or marconi+'s shadow experts (`Shadows`)."""
+
+    def build(self, system: Any, spec: Any, capacity: int, layout: dict[str, Any],
+              wait: bool) -> None:
+        """Set up for the engine's pools (`system`: the mirror's, with the engine's layout)."""
+
+    def observe(self, tokens: np.ndarray, n_input: int) -> float | None:
+        """One finished request; the alpha to run from now on, or None to keep it."""
+
+    def status(self) -> str:
+        """"tuned" once it has chosen, else "untuned"."""
+
+    def report(self) -> dict[str, Any]:
+        """What it did, for the integration's report (JSON-ready)."""
+
+
+class Bootstrap:
+    """marconi's bootstrap tuner over one mirror of the engine's cache: the alpha it adopts
+    at the end of its window, once."""
+
+    def __init__(self) -> None:
+        self.mirror: Any = None
+        self.tuner: Any = None
+        self.adopted: float | None = None
+
+    def build(self, system: Any, spec: Any, capacity: int, layout: dict[str, Any],
+              wait: bool) -> None:
+        from marconi.systems import TunerOptions
+
+        self.mirror = system.cache(spec, capacity, **layout)
+        self.tuner = system.make_tuner(None, TunerOptions(wait=wait))
+
+    def observe(self, tokens: np.ndarray, n_input: int) -> float | None:
+        self.mirror.lookup(tokens[:n_input])
+        self.mirror.commit(tokens, n_input)
+        self.tuner.observe(self.mirror, tokens, n_input)
+        if self.tuner.done and self.adopted is None:
+            self.adopted = float(self.mirror.alpha)
+            return self.adopted
+        return None
+
+    def status(self) -> str:
+        return "tuned" if self.adopted is not None else "untuned"
+
+    def report(self) -> dict[str, Any]:
+        return {}
+
+
+# marconi+'s experts in an engine: the engine's own order (alpha 0) and Marconi's score
+# at marconi+'s fixed alphas; admission stays the engine's (docs/integrations.md)
+ENGINE_ALPHAS = (0.0, 0.5, 1.0, 2.0, 4.0)
+
+
+class Shadows:
+    """marconi+'s shadow experts over mirrors of the engine's cache: one token-only mirror
+    per expert (`alphas`), each fed every finished request; every `config.every` requests
+    the engine switches to the expert whose mirror saved the most FLOPs so far when it
+    leads the running one decisively (`plus.shadows.leader`, marconi+'s own rule). The
+    first expert (the engine's own order) runs until then."""
+
+    def __init__(self, alphas: tuple[float, ...] = ENGINE_ALPHAS, config: Any = None) -> None:
+        from marconi.plus.shadows import ShadowConfig
+
+        self.alphas = alphas
+        self.config = config if config is not None else ShadowConfig(sample_after=None)
+        self.mirrors: list[Any] = []
+        self.totals = np.zeros(len(alphas))
+        self.current, self.seen = 0, 0
+        self.switches: list[tuple[int, float]] = []
+
+    def build(self, system: Any, spec: Any, capacity: int, layout: dict[str, Any],
+              wait: bool) -> None:
+        self.mirrors = [system.cache(spec, capacity, alpha=a, **layout) for a in self.alphas]
+
+    def observe(self, tokens: np.ndarray, n_input: int) -> float | None:
+        from marconi.core.tokens import as_tokens
+        from marconi.core.tuning import serve
+        from marconi.plus.shadows import leader
+
+        key = as_tokens(tokens, what="observe: tokens").tobytes()
+        for k, mirror in enumerate(self.mirrors):
+            self.totals[k] += serve(mirror, key, n_input, (), self.config.objective)
+        self.seen += 1
+        if self.seen % self.config.every:
+            return None
+        best = leader(self.totals, self.current, self.seen, self.config)
+        if best == self.current:
+            return None
+        self.current = best
+        self.switches.append((self.seen, self.alphas[best]))
+        return self.alphas[best]
+
+    def status(self) -> str:
+        return "tuned" if self.seen >= self.config.every else "untuned"
+
+    def report(self) -> dict[str, Any]:
+        return {"experts": [f"alpha {a:g}" for a in self.alphas],
+                "switches": [[at, a] for at, a in self.switches],
+                "totals": [float(t) for t in self.totals]}
+
+
 class Tuning:
-    """marconi's bootstrap tuner over a mirror of the engine's cache, fed finished
-    requests. `background` (the default): a daemon thread does all of it; else it runs
-    in the caller (a reproducible benchmark, never a deployment). The alpha it adopts
+    """A chooser (`Bootstrap`, `Shadows`) over mirrors of the engine's cache, fed finished
+    requests. `background` (the default): a daemon thread does all of it; else it runs in
+    the caller (a reproducible benchmark, never a deployment). Each alpha it chooses
     becomes `order.alpha`, the engine's from its next eviction."""
 
     def __init__(self, order: Order, spec: Any, counters: Counters, *,
-                 background: bool = True) -> None:
+                 background: bool = True, chooser: Chooser | None = None) -> None:
         self.order, self.spec, self.counters = order, spec, counters
         self.background = background
-        self.mirror: Any = None
-        self.tuner: Any = None
-        self.alpha_adopted: float | None = None
+        self.chooser: Chooser = chooser if chooser is not None else Bootstrap()
+        self.started = False
+        self.alpha_adopted: float | None = None  # the last alpha chosen
         self.threads: set[int] = set()  # where the tuner's work ran (tests read it)
         self.error: BaseException | None = None
         self._queue: queue.Queue[tuple[np.ndarray, int] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
 
-    @property
-    def started(self) -> bool:
-        return self.mirror is not None
-
     def start(self, system: str, capacity: int, **layout: Any) -> None:
-        """Build the mirror (`system` with the engine's pools; once, at the first
+        """Build the mirrors (`system` with the engine's pools; once, at the first
         request) and, in the background, the thread."""
-        from marconi.systems import TunerOptions, get_system
+        from marconi.systems import get_system
 
-        chosen = get_system(system)
-        self.mirror = chosen.cache(self.spec, capacity, **layout)
-        self.tuner = chosen.make_tuner(None, TunerOptions(wait=not self.background))
+        self.chooser.build(get_system(system), self.spec, capacity, layout,
+                           not self.background)
+        self.started = True
         if self.background:
             self._thread = threading.Thread(target=self._run, name="marconi-tuner",
                                             daemon=True)
@@ -106,12 +210,10 @@ class Tuning:
     def _serve(self, tokens: np.ndarray, n_input: int) -> None:
         start = time.perf_counter_ns()
         self.threads.add(threading.get_ident())
-        self.mirror.lookup(tokens[:n_input])
-        self.mirror.commit(tokens, n_input)
-        self.tuner.observe(self.mirror, tokens, n_input)
-        if self.tuner.done and self.alpha_adopted is None:
-            self.alpha_adopted = float(self.mirror.alpha)
-            self.order.alpha = self.alpha_adopted  # the engine's from its next eviction
+        alpha = self.chooser.observe(tokens, n_input)
+        if alpha is not None:
+            self.alpha_adopted = alpha
+            self.order.alpha = alpha  # the engine's from its next eviction
         self.counters.tuner_ns += time.perf_counter_ns() - start
 
     def close(self, timeout: float | None = None) -> None:
@@ -123,6 +225,20 @@ class Tuning:
         if self.error is not None:
             raise IntegrationError(f"marconi's tuner failed: {type(self.error).__name__}: "
                                    f"{self.error}") from self.error
+
+
+def tuning_for(policy: str, order: Order, spec: Any, counters: Counters,
+               alpha: float | None, background: bool) -> Tuning | None:
+    """The tuner an integration's `policy` runs beside the engine: none with a fixed
+    `alpha` (marconi only), marconi's bootstrap tuner, or marconi+'s shadow experts."""
+    if policy == "marconi+":
+        if alpha is not None:
+            raise IntegrationError("marconi+ chooses its own alpha among its experts; "
+                                   "a fixed alpha is for policy marconi")
+        return Tuning(order, spec, counters, background=background, chooser=Shadows())
+    if alpha is not None:
+        return None
+    return Tuning(order, spec, counters, background=background)
 
 
 @dataclass
@@ -137,12 +253,12 @@ class Integration:
     loop_thread: int = field(default_factory=threading.get_ident)  # the scheduler's
 
     def report(self) -> dict[str, Any]:
-        tuned = self.tuning.alpha_adopted if self.tuning is not None else None
-        off = None if self.tuning is None else self.loop_thread not in self.tuning.threads
+        tuning = self.tuning
+        off = None if tuning is None else self.loop_thread not in tuning.threads
         return {"policy": self.policy, "alpha": self.order.alpha,
-                "alpha_status": "fixed" if self.tuning is None else
-                ("tuned" if tuned is not None else "untuned"),
-                "tuner_off_loop": off, **self.counters.to_json()}
+                "alpha_status": "fixed" if tuning is None else tuning.chooser.status(),
+                "tuner_off_loop": off, **self.counters.to_json(),
+                **({} if tuning is None else tuning.chooser.report())}
 
     def uninstall(self) -> None:
         """Put the engine's own classes back (tests, benchmarks running both)."""

@@ -31,6 +31,9 @@ built:
   `BootstrapTuner` over it, in a background thread: the replays never run in the
   scheduling loop. The alpha it adopts is the engine's from its next eviction.
   `MARCONI_ALPHA` fixes alpha instead (no tuner).
+- **or marconi+** (`=marconi+` instead of `=marconi`): marconi+'s shadow experts
+  choose the alpha instead, from mirrors at the engine's own order and Marconi's score
+  at fixed alphas, never stopping (`integrations.common.Shadows`).
 
 Requirements, each checked at start-up with a one-line error: sglang 0.5.23 exactly; the
 Python tree core (`SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python`, which `install` selects
@@ -50,19 +53,20 @@ import numpy as np
 from marconi.core.scores import flop_order
 from marconi.core.spec import ModelSpec, model_from
 from marconi.integrations.common import (
+    POLICIES,
     Counters,
     Integration,
     IntegrationError,
     Tuning,
+    tuning_for,
 )
 from marconi.integrations.common import check_version as _check
 
 SUPPORTED_VERSION = "0.5.23"
 ENABLE = "MARCONI_SGLANG"  # "marconi": install at plugin load
 MODEL = "MARCONI_MODEL"  # a marconi model (preset or config.json) for the FLOP count
-ALPHA = "MARCONI_ALPHA"  # a fixed alpha; unset: bootstrap-tuned
+ALPHA = "MARCONI_ALPHA"  # policy marconi: a fixed alpha; unset: bootstrap-tuned
 CORE = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
-POLICIES = ("marconi",)
 MIRROR = "sglang-2026+marconi"  # the tuner's mirror: SGLang's admission, Marconi's eviction
 
 
@@ -153,8 +157,7 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
     uninstall()
     order = FlopOrder(spec, 0.0 if alpha is None else alpha)
     counters = Counters()
-    tuning = None if alpha is not None else Tuning(order, spec, counters,
-                                                   background=background)
+    tuning = tuning_for(policy, order, spec, counters, alpha, background)
     done = Integration(policy=policy, order=order, tuning=tuning, counters=counters)
     registry = urc.COMPONENT_REGISTRY
     stock = registry[ComponentType.MAMBA]

@@ -36,6 +36,9 @@ processes, the engine core's included, before it builds the KV cache manager; ma
   the states it evicts, the engine's pool; orphan KV is not modelled) and marconi's
   `BootstrapTuner` in a background thread. The alpha it adopts is the engine's from its
   next eviction. `MARCONI_ALPHA` fixes alpha instead (no tuner).
+- **or marconi+** (`=marconi+` instead of `=marconi`): marconi+'s shadow experts
+  choose the alpha instead, from mirrors at the engine's own order and Marconi's score
+  at fixed alphas, never stopping (`integrations.common.Shadows`).
 
 Requirements, each checked with a one-line error: vLLM 0.32.x; a model with Mamba layers
 (checked when the cache is built).
@@ -52,15 +55,21 @@ import numpy as np
 
 from marconi.core.scores import flop_order
 from marconi.core.spec import ModelSpec, model_from
-from marconi.integrations.common import Counters, Integration, IntegrationError, Tuning
+from marconi.integrations.common import (
+    POLICIES,
+    Counters,
+    Integration,
+    IntegrationError,
+    Tuning,
+    tuning_for,
+)
 
 SUPPORTED_VERSION = "0.32"  # any 0.32.x
 WHO = "marconi.integrations.vllm"
 ENABLE = "MARCONI_VLLM"  # "marconi": install at plugin load
 MODEL = "MARCONI_MODEL"  # a marconi model (preset or config.json) for the FLOP count
-ALPHA = "MARCONI_ALPHA"  # a fixed alpha; unset: bootstrap-tuned
+ALPHA = "MARCONI_ALPHA"  # policy marconi: a fixed alpha; unset: bootstrap-tuned
 ORPHANS = "MARCONI_ORPHANS"  # "keep": orphan KV left in vLLM's order (default "first")
-POLICIES = ("marconi",)
 MIRROR = "vllm-2026+marconi"  # the tuner's mirror: vLLM's admission, Marconi's order
 
 
@@ -178,8 +187,7 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
     uninstall()
     order = StateOrder(spec, 0.0 if alpha is None else alpha, orphans_first)
     counters = Counters()
-    tuning = None if alpha is not None else Tuning(order, spec, counters,
-                                                   background=background)
+    tuning = tuning_for(policy, order, spec, counters, alpha, background)
     done = Integration(policy=policy, order=order, tuning=tuning, counters=counters)
     stock_pool, stock_init = kcc.BlockPool, kcc.KVCacheCoordinator.__init__
     free = kcm.KVCacheManager.free

@@ -279,11 +279,9 @@ class ShadowTuner:
         self.shadows = [_shadow(cache, expert, rate) for expert in self.experts]
 
     def _decide(self, cache: PrefixCache) -> None:
-        config = self.config
-        threshold = config.threshold if self.seen >= config.warmup else config.early_threshold
-        score = self.totals if config.half_life is None else self.recent
-        best = int(np.argmax(score))
-        if score[best] > score[self.current] * (1 + threshold):
+        score = self.totals if self.config.half_life is None else self.recent
+        best = leader(score, self.current, self.seen, self.config)
+        if best != self.current:
             self.current = best
             self.switches.append(Switch(self.seen, self.expert))
             apply(cache, self.expert)
@@ -293,6 +291,15 @@ class ShadowTuner:
         return ShadowReport(self.expert, self.seen, self.seconds, tuple(self.switches),
                             {e: float(t) for e, t in zip(self.experts, self.totals, strict=True)},
                             self.sampled_from, self.rate)
+
+
+def leader(score: np.ndarray, current: int, seen: int, config: ShadowConfig) -> int:
+    """The expert to run after `seen` requests: the best-scoring one when it leads the
+    running one (`current`) by `config.threshold` (by `early_threshold` in the first
+    `warmup` requests), else the running one."""
+    threshold = config.threshold if seen >= config.warmup else config.early_threshold
+    best = int(np.argmax(score))
+    return best if score[best] > score[current] * (1 + threshold) else current
 
 
 def _hash(session: str) -> int:
