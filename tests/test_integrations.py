@@ -31,28 +31,44 @@ STOCK, WITH = "sglang-0.5.23", "sglang-0.5.23:integration=marconi"
 VLLM_STOCK, VLLM_WITH = "vllm-0.32", "vllm-0.32:integration=marconi"
 
 
-class TestWithoutTheEngine:
-    def test_the_plugin_does_nothing_unless_asked(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.delenv(integration.ENABLE, raising=False)
-        assert integration.plugin() is None and integration._installed is None
+PLUGINS = {"sglang": (integration, "MARCONI_SGLANG"), "vllm": (vllm_integration, "MARCONI_VLLM")}
+
+
+@pytest.mark.parametrize("engine", sorted(PLUGINS))
+class TestEitherPlugin:
+    def test_the_plugin_does_nothing_unless_asked(self, monkeypatch: pytest.MonkeyPatch,
+                                                  engine: str) -> None:
+        module, enable = PLUGINS[engine]
+        monkeypatch.delenv(enable, raising=False)
+        assert module.plugin() is None and module._installed is None
 
     @pytest.mark.parametrize(("env", "said"), [
-        ({"MARCONI_SGLANG": "marconi"}, "needs MARCONI_MODEL"),
-        ({"MARCONI_SGLANG": "lfu", "MARCONI_MODEL": "paper-7b"}, "unknown policy 'lfu'"),
-        ({"MARCONI_SGLANG": "marconi", "MARCONI_MODEL": "no-such-model"}, "no-such-model"),
-        ({"MARCONI_SGLANG": "marconi", "MARCONI_MODEL": "paper-7b"}, "sglang is not installed"),
+        ({"": "marconi"}, "needs MARCONI_MODEL"),
+        ({"": "lfu", "MARCONI_MODEL": "paper-7b"}, "unknown policy 'lfu'"),
+        ({"": "marconi", "MARCONI_MODEL": "no-such-model"}, "no-such-model"),
+        ({"": "marconi", "MARCONI_MODEL": "paper-7b", "MARCONI_ALPHA": "high"},
+         "MARCONI_ALPHA='high' is not a number"),
+        ({"": "marconi", "MARCONI_MODEL": "paper-7b"}, "{engine} is not installed"),
+        ({"": "marconi+", "MARCONI_MODEL": "paper-7b"}, "{engine} is not installed"),
     ])
     def test_a_bad_setting_stops_the_process_with_one_line(
-            self, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], said: str) -> None:
-        for key in ("MARCONI_SGLANG", "MARCONI_MODEL", "MARCONI_ALPHA"):
+            self, monkeypatch: pytest.MonkeyPatch, engine: str, env: dict[str, str],
+            said: str) -> None:
+        """The engine would log a plugin's exception and run stock (SGLang), or crash its
+        engine core (vLLM): the plugin stops the process with one line instead."""
+        module, enable = PLUGINS[engine]
+        for key in (enable, "MARCONI_MODEL", "MARCONI_ALPHA", "MARCONI_ORPHANS"):
             monkeypatch.delenv(key, raising=False)
         for key, value in env.items():
-            monkeypatch.setenv(key, value)
-        with pytest.raises(SystemExit) as stop:  # SGLang would log an exception, run stock
-            integration.plugin()
+            monkeypatch.setenv(key or enable, value)
+        with pytest.raises(SystemExit) as stop:
+            module.plugin()
         message = str(stop.value.code)
-        assert message.startswith("error: ") and said in message and "\n" not in message
+        assert message.startswith("error: ") and "\n" not in message
+        assert said.format(engine=engine) in message, message
 
+
+class TestWithoutTheEngine:
     def test_the_entry_point_names_the_plugin(self) -> None:
         meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
         entry = meta["project"]["entry-points"]["sglang.srt.plugins"]["marconi"]
@@ -234,27 +250,6 @@ class TestShadowsBesideTheEngine:
 
 
 class TestVLLMWithoutTheEngine:
-    def test_the_plugin_does_nothing_unless_asked(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.delenv(vllm_integration.ENABLE, raising=False)
-        assert vllm_integration.plugin() is None and vllm_integration._installed is None
-
-    @pytest.mark.parametrize(("env", "said"), [
-        ({"MARCONI_VLLM": "marconi"}, "needs MARCONI_MODEL"),
-        ({"MARCONI_VLLM": "lru", "MARCONI_MODEL": "paper-7b"}, "unknown policy 'lru'"),
-        ({"MARCONI_VLLM": "marconi", "MARCONI_MODEL": "no-such-model"}, "no-such-model"),
-        ({"MARCONI_VLLM": "marconi", "MARCONI_MODEL": "paper-7b"}, "vllm is not installed"),
-    ])
-    def test_a_bad_setting_stops_the_process_with_one_line(
-            self, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], said: str) -> None:
-        for key in ("MARCONI_VLLM", "MARCONI_MODEL", "MARCONI_ALPHA"):
-            monkeypatch.delenv(key, raising=False)
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
-        with pytest.raises(SystemExit) as stop:  # vLLM would crash its engine core
-            vllm_integration.plugin()
-        message = str(stop.value.code)
-        assert message.startswith("error: ") and said in message and "\n" not in message
-
     def test_the_entry_point_names_the_plugin(self) -> None:
         meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
         entry = meta["project"]["entry-points"]["vllm.general_plugins"]["marconi"]

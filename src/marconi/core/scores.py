@@ -8,7 +8,12 @@ least recently used first, so a candidate's index is its recency rank.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from marconi.core.spec import ModelSpec
 
 
 def normalized(x: np.ndarray) -> np.ndarray:
@@ -28,3 +33,18 @@ def flop_order(eff: np.ndarray, alpha: float, last: np.ndarray | None = None) ->
     score = normalized(rec) + alpha * normalized(np.asarray(eff, dtype=np.float64))
     keys = (rec, score) if last is None else (rec, score, last)
     return np.lexsort(keys)
+
+
+class FlopsAt:
+    """`spec.flops(depth)`, memoized by depth: an eviction walk asks for the same depths
+    again and again."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+        self._memo: dict[int, float] = {}
+
+    def __call__(self, depth: int) -> float:
+        out = self._memo.get(depth)
+        if out is None:
+            out = self._memo[depth] = float(self.spec.flops(depth))
+        return out

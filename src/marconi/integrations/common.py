@@ -6,9 +6,12 @@ beside the scheduling loop from the requests it finished, over mirrors of its ca
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import queue
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -35,6 +38,75 @@ def check_version(package: str, supported: str, who: str, *, series: bool = Fals
         raise IntegrationError(f"{who} supports {package} {supported}"
                                f"{'.x' if series else ''} only; this environment has {version}")
     return version
+
+
+MODEL = "MARCONI_MODEL"  # a marconi model (preset or config.json) for the FLOP count
+ALPHA = "MARCONI_ALPHA"  # policy marconi: a fixed alpha; unset: bootstrap-tuned
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What the environment asks an integration's plugin to install."""
+
+    policy: str
+    spec: Any  # a marconi ModelSpec
+    alpha: float | None
+
+
+def check_policy(who: str, policy: str) -> None:
+    if policy not in POLICIES:
+        raise IntegrationError(f"{who}: unknown policy {policy!r} "
+                               f"(allowed: {', '.join(POLICIES)})")
+
+
+def asked(who: str, enable: str) -> Asked | None:
+    """The policy `enable` names, the model `MARCONI_MODEL` names and the alpha
+    `MARCONI_ALPHA` fixes; None when `enable` is unset. IntegrationError (one line naming
+    the variable) when a setting is missing or wrong."""
+    from marconi.core.spec import model_from
+
+    wanted = os.environ.get(enable)
+    if not wanted:
+        return None
+    if wanted not in POLICIES:
+        raise IntegrationError(f"{who}: unknown policy {wanted!r} in {enable} "
+                               f"(allowed: {', '.join(POLICIES)})")
+    if MODEL not in os.environ:
+        raise IntegrationError(f"{who}: {enable}={wanted} needs {MODEL} (a marconi model "
+                               "name or config path)")
+    raw = os.environ.get(ALPHA)
+    try:
+        alpha = float(raw) if raw else None
+    except ValueError:
+        raise IntegrationError(f"{who}: {ALPHA}={raw!r} is not a number") from None
+    try:
+        spec = model_from(os.environ[MODEL])
+    except ValueError as err:
+        raise IntegrationError(f"{who}: {MODEL}: {err}") from None
+    return Asked(wanted, spec, alpha)
+
+
+def install_from(engine: str, options: dict[str, Any]) -> Any:
+    """`marconi.integrations.<engine>.install` with what a replay worker was given: the
+    model as a dict (`spec`), marconi's source folder (`src`, already on the path) and
+    `install`'s keywords."""
+    import importlib
+
+    from marconi.core.spec import ModelSpec
+
+    keywords = {k: v for k, v in options.items() if k not in ("spec", "src")}
+    module = importlib.import_module(f"marconi.integrations.{engine}")
+    return module.install(ModelSpec(**options["spec"]), **keywords)
+
+
+@contextmanager
+def one_line_exit() -> Iterator[None]:
+    """A plugin's refusal stops the process with one line `error: ...` (an engine would log
+    a plugin's exception and run stock, silently)."""
+    try:
+        yield
+    except IntegrationError as err:
+        raise SystemExit(f"error: {err}") from None
 
 
 @dataclass
@@ -251,6 +323,14 @@ class Integration:
     counters: Counters = field(default_factory=Counters)
     undo: list[Any] = field(default_factory=list)
     loop_thread: int = field(default_factory=threading.get_ident)  # the scheduler's
+
+    @classmethod
+    def of(cls, policy: str, order: Order, spec: Any, alpha: float | None,
+           background: bool) -> Integration:
+        """`order` in the engine and what tunes it under `policy` (`tuning_for`)."""
+        counters = Counters()
+        return cls(policy=policy, order=order, counters=counters,
+                   tuning=tuning_for(policy, order, spec, counters, alpha, background))
 
     def report(self) -> dict[str, Any]:
         tuning = self.tuning

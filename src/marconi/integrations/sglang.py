@@ -50,22 +50,20 @@ from typing import Any
 
 import numpy as np
 
-from marconi.core.scores import flop_order
-from marconi.core.spec import ModelSpec, model_from
+from marconi.core.scores import FlopsAt, flop_order
+from marconi.core.spec import ModelSpec
 from marconi.integrations.common import (
-    POLICIES,
-    Counters,
     Integration,
     IntegrationError,
     Tuning,
-    tuning_for,
+    asked,
+    check_policy,
+    one_line_exit,
 )
 from marconi.integrations.common import check_version as _check
 
 SUPPORTED_VERSION = "0.5.23"
 ENABLE = "MARCONI_SGLANG"  # "marconi": install at plugin load
-MODEL = "MARCONI_MODEL"  # a marconi model (preset or config.json) for the FLOP count
-ALPHA = "MARCONI_ALPHA"  # policy marconi: a fixed alpha; unset: bootstrap-tuned
 CORE = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
 MIRROR = "sglang-2026+marconi"  # the tuner's mirror: SGLang's admission, Marconi's eviction
 
@@ -84,7 +82,7 @@ class FlopOrder:
 
     def __init__(self, spec: ModelSpec, alpha: float = 0.0) -> None:
         self.spec, self.alpha = spec, float(alpha)
-        self._flops: dict[int, float] = {}
+        self._f = FlopsAt(spec)
         self._depths: dict[int, int] = {}  # node id -> depth
         self._token_bytes, self._state_bytes = spec.kv_bytes_per_token, spec.ssm_bytes
 
@@ -97,12 +95,6 @@ class FlopOrder:
                 self._depths.clear()
             d = self._depths[node.id] = _depth(node, {})
         return d
-
-    def _f(self, depth: int) -> float:
-        out = self._flops.get(depth)
-        if out is None:
-            out = self._flops[depth] = float(self.spec.flops(depth))
-        return out
 
     def order(self, nodes: list[Any]) -> list[Any]:
         """`nodes` (least recently used first) in the order to evict them."""
@@ -143,9 +135,7 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
     """Put Marconi's eviction into SGLang (before its caches are built); `alpha` fixes
     it, else the bootstrap tuner sets it (`background`: in its own thread)."""
     global _installed
-    if policy not in POLICIES:
-        raise IntegrationError(f"marconi.integrations.sglang: unknown policy {policy!r} "
-                               f"(allowed: {', '.join(POLICIES)})")
+    check_policy("marconi.integrations.sglang", policy)
     check_version()
     core = os.environ.setdefault(CORE, "python")
     if core != "python":
@@ -155,10 +145,7 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
     from sglang.srt.mem_cache.unified_cache.components import ComponentType
 
     uninstall()
-    order = FlopOrder(spec, 0.0 if alpha is None else alpha)
-    counters = Counters()
-    tuning = tuning_for(policy, order, spec, counters, alpha, background)
-    done = Integration(policy=policy, order=order, tuning=tuning, counters=counters)
+    done = Integration.of(policy, FlopOrder(spec, alpha or 0.0), spec, alpha, background)
     registry = urc.COMPONENT_REGISTRY
     stock = registry[ComponentType.MAMBA]
     registry[ComponentType.MAMBA] = _component(stock, done)
@@ -182,18 +169,10 @@ def plugin() -> None:
     """SGLang's general-plugin entry point: install when `MARCONI_SGLANG` asks. A bad
     setting stops the process with one line (SGLang would log a plugin's exception and
     run stock, silently)."""
-    wanted = os.environ.get(ENABLE)
-    if not wanted:
-        return
-    try:
-        if MODEL not in os.environ:
-            raise IntegrationError(f"marconi.integrations.sglang: {ENABLE}={wanted} needs "
-                                   f"{MODEL} (a marconi model name or config path)")
-        spec = model_from(os.environ[MODEL])
-        alpha = float(os.environ[ALPHA]) if os.environ.get(ALPHA) else None
-        install(spec, policy=wanted, alpha=alpha)
-    except (IntegrationError, ValueError) as err:
-        raise SystemExit(f"error: {err}") from None
+    with one_line_exit():
+        wanted = asked("marconi.integrations.sglang", ENABLE)
+        if wanted is not None:
+            install(wanted.spec, policy=wanted.policy, alpha=wanted.alpha)
 
 
 def _component(stock: type, integration: Integration) -> type:

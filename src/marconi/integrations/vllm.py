@@ -53,22 +53,20 @@ from typing import Any
 
 import numpy as np
 
-from marconi.core.scores import flop_order
-from marconi.core.spec import ModelSpec, model_from
+from marconi.core.scores import FlopsAt, flop_order
+from marconi.core.spec import ModelSpec
 from marconi.integrations.common import (
-    POLICIES,
-    Counters,
     Integration,
     IntegrationError,
     Tuning,
-    tuning_for,
+    asked,
+    check_policy,
+    one_line_exit,
 )
 
 SUPPORTED_VERSION = "0.32"  # any 0.32.x
 WHO = "marconi.integrations.vllm"
 ENABLE = "MARCONI_VLLM"  # "marconi": install at plugin load
-MODEL = "MARCONI_MODEL"  # a marconi model (preset or config.json) for the FLOP count
-ALPHA = "MARCONI_ALPHA"  # policy marconi: a fixed alpha; unset: bootstrap-tuned
 ORPHANS = "MARCONI_ORPHANS"  # "keep": orphan KV left in vLLM's order (default "first")
 MIRROR = "vllm-2026+marconi"  # the tuner's mirror: vLLM's admission, Marconi's order
 
@@ -105,13 +103,7 @@ class StateOrder:
         # attention block at or before its depth (one per attention group) and the
         # state's block in every other Mamba group
         self.kv_keys: dict[int, tuple[Any, ...]] = {}
-        self._flops: dict[int, float] = {}
-
-    def _f(self, depth: int) -> float:
-        out = self._flops.get(depth)
-        if out is None:
-            out = self._flops[depth] = float(self.spec.flops(depth))
-        return out
+        self._f = FlopsAt(spec)
 
     def efficiency(self, block: Any) -> float:
         depth = int(block.block_hash_num_tokens)
@@ -177,18 +169,14 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
     `orphans_first=False` leaves cached KV past a request's last state in vLLM's order
     (an ablation: with alpha 0 the engine is then stock vLLM)."""
     global _installed
-    if policy not in POLICIES:
-        raise IntegrationError(f"{WHO}: unknown policy {policy!r} "
-                               f"(allowed: {', '.join(POLICIES)})")
+    check_policy(WHO, policy)
     check_version()
     from vllm.v1.core import kv_cache_coordinator as kcc
     from vllm.v1.core import kv_cache_manager as kcm
 
     uninstall()
-    order = StateOrder(spec, 0.0 if alpha is None else alpha, orphans_first)
-    counters = Counters()
-    tuning = tuning_for(policy, order, spec, counters, alpha, background)
-    done = Integration(policy=policy, order=order, tuning=tuning, counters=counters)
+    order = StateOrder(spec, alpha or 0.0, orphans_first)
+    done = Integration.of(policy, order, spec, alpha, background)
     stock_pool, stock_init = kcc.BlockPool, kcc.KVCacheCoordinator.__init__
     free = kcm.KVCacheManager.free
     kcc.BlockPool = _pool_class(stock_pool, done)
@@ -213,21 +201,17 @@ def plugin() -> None:
     """vLLM's general-plugin entry point: install when `MARCONI_VLLM` asks. A bad setting
     stops the process with one line. vLLM loads plugins in several processes and may call
     this more than once in one; a second call in a process changes nothing."""
-    wanted = os.environ.get(ENABLE)
-    if not wanted or _installed is not None:
+    if _installed is not None:
         return
-    try:
-        if MODEL not in os.environ:
-            raise IntegrationError(f"{WHO}: {ENABLE}={wanted} needs {MODEL} (a marconi "
-                                   "model name or config path)")
-        spec = model_from(os.environ[MODEL])
-        alpha = float(os.environ[ALPHA]) if os.environ.get(ALPHA) else None
+    with one_line_exit():
+        wanted = asked(WHO, ENABLE)
+        if wanted is None:
+            return
         orphans = os.environ.get(ORPHANS, "first")
         if orphans not in ("first", "keep"):
             raise IntegrationError(f"{WHO}: {ORPHANS}={orphans!r} is not first or keep")
-        install(spec, policy=wanted, alpha=alpha, orphans_first=orphans == "first")
-    except (IntegrationError, ValueError) as err:
-        raise SystemExit(f"error: {err}") from None
+        install(wanted.spec, policy=wanted.policy, alpha=wanted.alpha,
+                orphans_first=orphans == "first")
 
 
 def _coordinator_init(stock: Any, order: StateOrder) -> Any:

@@ -19,7 +19,7 @@ import numpy as np
 
 from marconi.core.lazy_heap import HeapEntry, compact, lazy_min
 from marconi.core.policy import Eviction, alive
-from marconi.core.scores import flop_order
+from marconi.core.scores import FlopsAt, flop_order
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 
@@ -139,13 +139,7 @@ class FlopStates:
                  branches_last: bool) -> None:
         self.spec = spec
         self.parent_depth, self.branches_last = parent_depth, branches_last
-        self._flops: dict[int, float] = {}
-
-    def _f(self, depth: int) -> float:
-        out = self._flops.get(depth)
-        if out is None:
-            out = self._flops[depth] = float(self.spec.flops(depth))
-        return out
+        self._f = FlopsAt(spec)
 
     def pick(self, states: LazyLRU, protected: Collection[Node], alpha: float) -> Node | None:
         """The state to evict from `states` (outside `protected`) at `alpha`, or None."""

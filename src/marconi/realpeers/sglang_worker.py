@@ -265,12 +265,10 @@ def install_integration(opts: dict[str, Any]) -> Any:
     if wanted is None:
         return None
     sys.path.insert(0, wanted["src"])
-    integration = importlib.import_module("marconi.integrations.sglang")
-    spec = importlib.import_module("marconi.core.spec").ModelSpec(**wanted["spec"])
+    common = importlib.import_module("marconi.integrations.common")
     try:
-        return integration.install(spec, policy=wanted["policy"], alpha=wanted["alpha"],
-                                   background=wanted["background"])
-    except integration.IntegrationError as err:
+        return common.install_from("sglang", wanted)
+    except common.IntegrationError as err:
         raise UsageError(str(err)) from None
 
 

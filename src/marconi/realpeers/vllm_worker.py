@@ -148,13 +148,10 @@ def install_integration(options: dict[str, Any]) -> Any:
     if wanted is None:
         return None
     sys.path.insert(0, wanted["src"])
-    integration = importlib.import_module("marconi.integrations.vllm")
-    spec = importlib.import_module("marconi.core.spec").ModelSpec(**wanted["spec"])
+    common = importlib.import_module("marconi.integrations.common")
     try:
-        return integration.install(spec, policy=wanted["policy"], alpha=wanted["alpha"],
-                                   background=wanted["background"],
-                                   orphans_first=wanted["orphans_first"])
-    except integration.IntegrationError as err:
+        return common.install_from("vllm", wanted)
+    except common.IntegrationError as err:
         raise UsageError(str(err)) from None
 
 
