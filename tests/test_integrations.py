@@ -242,6 +242,29 @@ class TestShadowsBesideTheEngine:
         assert order.alpha == shadows.alphas[shadows.current] > 0
         assert shadows.totals[shadows.current] > 1.05 * shadows.totals[0]
 
+    def test_in_its_thread_it_chooses_as_inline(self) -> None:
+        """Deployed, the mirrors run in the tuner's thread, never the caller's, and reach
+        the same totals and switches as inline."""
+        import threading
+
+        from marconi.integrations.common import Counters, Shadows, Tuning
+        from marconi.workload import TraceOptions, load_trace
+
+        chat = load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=20))
+        done = []
+        for background in (False, True):
+            order, shadows = _Order(), Shadows()
+            tuning = Tuning(order, PAPER_7B, Counters(), background=background,
+                            chooser=shadows)
+            tuning.start("sglang-2026+marconi", parse_size("1GB"), state_slots=17)
+            for r in chat:
+                tuning.feed(r.tokens(), r.n_input)
+            tuning.close(timeout=60)
+            done.append((shadows.totals.tolist(), shadows.switches, order.alpha,
+                         threading.get_ident() in tuning.threads))
+        assert done[1][:3] == done[0][:3] and done[0][1]
+        assert done[0][3] is True and done[1][3] is False
+
     def test_a_fixed_alpha_is_refused_for_marconi_plus(self) -> None:
         from marconi.integrations.common import Counters, IntegrationError, tuning_for
 
