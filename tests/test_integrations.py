@@ -47,7 +47,9 @@ class TestEitherPlugin:
         ({"": "lfu", "MARCONI_MODEL": "paper-7b"}, "unknown policy 'lfu'"),
         ({"": "marconi", "MARCONI_MODEL": "no-such-model"}, "no-such-model"),
         ({"": "marconi", "MARCONI_MODEL": "paper-7b", "MARCONI_ALPHA": "high"},
-         "MARCONI_ALPHA='high' is not a number"),
+         "MARCONI_ALPHA='high' is not a finite number >= 0"),
+        ({"": "marconi", "MARCONI_MODEL": "paper-7b", "MARCONI_ALPHA": "-1"},
+         "MARCONI_ALPHA='-1' is not a finite number >= 0"),
         ({"": "marconi", "MARCONI_MODEL": "paper-7b"}, "{engine} is not installed"),
         ({"": "marconi+", "MARCONI_MODEL": "paper-7b"}, "{engine} is not installed"),
     ])
@@ -265,11 +267,14 @@ class TestShadowsBesideTheEngine:
         assert done[1][:3] == done[0][:3] and done[0][1]
         assert done[0][3] is True and done[1][3] is False
 
-    def test_a_fixed_alpha_is_refused_for_marconi_plus(self) -> None:
+    def test_a_fixed_alpha_is_refused_for_marconi_plus_and_a_negative_one_for_any(
+            self) -> None:
         from marconi.integrations.common import Counters, IntegrationError, tuning_for
 
         with pytest.raises(IntegrationError, match="chooses its own alpha"):
             tuning_for("marconi+", _Order(), PAPER_7B, Counters(), 1.0, False)
+        with pytest.raises(IntegrationError, match="alpha must be a finite number >= 0"):
+            tuning_for("marconi", _Order(), PAPER_7B, Counters(), -0.5, False)
 
 
 class TestVLLMWithoutTheEngine:

@@ -17,6 +17,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from marconi.core.policy import check_alpha
+
 # what an integration installs: Marconi's eviction with its bootstrap tuner, or marconi+'s
 # shadow experts choosing among the eviction orders the engine can run
 POLICIES = ("marconi", "marconi+")
@@ -76,9 +78,10 @@ def asked(who: str, enable: str) -> Asked | None:
                                "name or config path)")
     raw = os.environ.get(ALPHA)
     try:
-        alpha = float(raw) if raw else None
+        alpha = check_alpha(float(raw)) if raw else None
     except ValueError:
-        raise IntegrationError(f"{who}: {ALPHA}={raw!r} is not a number") from None
+        raise IntegrationError(f"{who}: {ALPHA}={raw!r} is not a finite number >= 0") \
+            from None
     try:
         spec = model_from(os.environ[MODEL])
     except ValueError as err:
@@ -303,6 +306,11 @@ def tuning_for(policy: str, order: Order, spec: Any, counters: Counters,
                alpha: float | None, background: bool) -> Tuning | None:
     """The tuner an integration's `policy` runs beside the engine: none with a fixed
     `alpha` (marconi only), marconi's bootstrap tuner, or marconi+'s shadow experts."""
+    if alpha is not None:
+        try:
+            check_alpha(alpha)
+        except ValueError as err:
+            raise IntegrationError(f"{policy}: {err}") from None
     if policy == "marconi+":
         if alpha is not None:
             raise IntegrationError("marconi+ chooses its own alpha among its experts; "
