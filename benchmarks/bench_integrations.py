@@ -21,7 +21,9 @@ and their ratio, then one line per integration
 nothing and is left out of min and mean otherwise, said on the line), and the
 integration's added cost per request: in the scheduling loop (ordering the eviction
 walk's candidates) and beside it (the tuner's mirror and replays). `--quick`: 40 ShareGPT
-sessions at two capacities that evict (CI-sized).
+sessions at two capacities that evict (CI-sized). `sglang-0.5.23[ratio=0.05]` is SGLang
+deployed with a small state pool (`--mamba-full-memory-ratio 0.05`), on the agent
+trajectories only, where its state pool fills before its KV pool (not under `--quick`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -41,17 +44,36 @@ from marconi.sim import SimConfig
 from marconi.sim.run import run
 from marconi.workload import Trace
 
-# stock engine -> {label: the same engine with an integration installed}
+
+@dataclass(frozen=True)
+class Setup:
+    """A stock engine (its system) and the same engine with integrations installed."""
+
+    stock: str
+    integrations: dict[str, str]  # label -> system
+    plan: dict[str, tuple[str, ...]] | None = None  # its own traces (None: FULL or QUICK)
+    quick: bool = True  # run under --quick
+
+
+SMALL_POOL = "sglang-0.5.23:mamba_full_memory_ratio=0.05"
 ENGINES = {
-    "sglang-0.5.23": {
+    "sglang-0.5.23": Setup("sglang-0.5.23", {
         "sglang-0.5.23+marconi": "sglang-0.5.23:integration=marconi,tuner=inline",
-        "sglang-0.5.23+marconi+": "sglang-0.5.23:integration=marconi+,tuner=inline"},
-    "vllm-0.32": {
+        "sglang-0.5.23+marconi+": "sglang-0.5.23:integration=marconi+,tuner=inline"}),
+    "vllm-0.32": Setup("vllm-0.32", {
         "vllm-0.32+marconi": "vllm-0.32:integration=marconi,tuner=inline",
         "vllm-0.32+marconi+": "vllm-0.32:integration=marconi+,tuner=inline",
         # the ablation: Marconi's state order alone, orphan KV left in vLLM's order
         "vllm-0.32+marconi[orphans=keep]":
-            "vllm-0.32:integration=marconi,tuner=inline,orphans=keep"},
+            "vllm-0.32:integration=marconi,tuner=inline,orphans=keep"}),
+    # SGLang deployed with a small state pool (--mamba-full-memory-ratio 0.05: state
+    # slots worth a twentieth of the KV pool's bytes), where the agent trajectories fill
+    # the state pool first and the order of the Mamba walk decides what stays
+    "sglang-0.5.23[ratio=0.05]": Setup(SMALL_POOL, {
+        "sglang-0.5.23[ratio=0.05]+marconi": f"{SMALL_POOL},integration=marconi,tuner=inline",
+        "sglang-0.5.23[ratio=0.05]+marconi+":
+            f"{SMALL_POOL},integration=marconi+,tuner=inline"},
+        plan={"swe-agent": ("20GB", "40GB", "60GB")}, quick=False),
 }
 FULL: dict[str, tuple[str, ...]] = {
     "sharegpt": ("2GB", "5GB", "10GB"), "swe-agent": ("20GB", "40GB", "60GB"),
@@ -86,25 +108,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     only = None if args.only is None else set(args.only.split(","))
-    known = {label for systems in ENGINES.values() for label in systems}
+    known = {label for setup in ENGINES.values() for label in setup.integrations}
     if only is not None and not only <= known:
         parser.error(f"--only: unknown label(s) {', '.join(sorted(only - known))} "
                      f"(known: {', '.join(sorted(known))})")
-    for stock in args.engines.split(","):
-        if stock not in ENGINES:
-            parser.error(f"--engines: unknown engine {stock!r} (known: {', '.join(ENGINES)})")
-        engine = stock.split("-")[0]
+    for name in args.engines.split(","):
+        if name not in ENGINES:
+            parser.error(f"--engines: unknown engine {name!r} (known: {', '.join(ENGINES)})")
+    for name in args.engines.split(","):
+        setup = ENGINES[name]
+        engine = name.split("-")[0]
         if not available(engine):
-            print(f"{stock}: skipped, its environment is missing "
+            print(f"{name}: skipped, its environment is missing "
                   f"(bash scripts/setup-peers.sh {engine})")
             continue
-        systems = {label: system for label, system in ENGINES[stock].items()
+        if args.quick and not setup.quick:
+            print(f"{name}: skipped under --quick")
+            continue
+        systems = {label: system for label, system in setup.integrations.items()
                    if only is None or label in only}
         if systems:
-            bench_engine(stock, systems, plan)
+            bench_engine(name, setup.stock, systems, setup.plan or plan)
 
 
-def bench_engine(stock_name: str, systems: dict[str, str],
+def bench_engine(stock_name: str, stock_system: str, systems: dict[str, str],
                  plan: dict[str, tuple[str, ...]]) -> None:
     """Every configuration of `plan` through the stock engine and each integration."""
     ratios: dict[str, list[float]] = {label: [] for label in systems}
@@ -119,7 +146,7 @@ def bench_engine(stock_name: str, systems: dict[str, str],
             print(f"  {name}: data absent, skipped")
             continue
         for capacity in capacities:
-            stock = replay(trace, capacity, stock_name)
+            stock = replay(trace, capacity, stock_system)
             for label, system in systems.items():
                 ours = replay(trace, capacity, system)
                 r = ratio(ours["flops_saved"], stock["flops_saved"])
