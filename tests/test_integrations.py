@@ -147,6 +147,26 @@ class TestInsideSGLang:
         ours = replay(requests, config, get_system(WITH), check=True).summary()
         assert ours["engine"]["integration"]["victims"] > 0 and ours["evictions"] > 0
 
+    @pytest.mark.parametrize(("trace", "seed", "capacity"), [
+        ("synthetic:multi-turn:sessions=30", 12, "1GB"),
+        ("synthetic:multi-turn:sessions=40,turns=6", 15, "800MB"),
+    ])
+    def test_integrity_holds_when_marconi_plus_switches_mid_run(self, trace: str, seed: int,
+                                                                 capacity: str) -> None:
+        """SGLang's checks after every request while marconi+'s shadows change the walk's
+        alpha during the replay (at request 128 on these traces)."""
+        need("sglang")
+        from marconi.realpeers.replay import replay
+        from marconi.workload import TraceOptions, load_trace
+
+        system = f"{STOCK}:integration=marconi+,tuner=inline"
+        config = SimConfig(spec=PAPER_7B, capacity=capacity, bounds=False, system=system)
+        requests = load_trace(trace, options=TraceOptions(seed=seed))
+        hook = replay(requests, config, get_system(system), check=True).summary()[
+            "engine"]["integration"]
+        assert hook["switches"] and 0 < hook["switches"][0][0] < len(requests)
+        assert hook["victims"] > 0
+
     def test_marconi_plus_checks_pass_and_it_follows_its_leader(self, chat, stock) -> None:
         """marconi+'s shadow experts inline (reproducible): SGLang's checks pass after
         every request, the engine switches to the leading order and saves more than
