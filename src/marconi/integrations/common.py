@@ -18,6 +18,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from marconi.core.policy import check_alpha
+from marconi.core.tokens import as_tokens
+from marconi.core.tuning import serve
 
 # what an integration installs: Marconi's eviction with its bootstrap tuner, or marconi+'s
 # shadow experts choosing among the eviction orders the engine can run
@@ -55,9 +57,11 @@ class Asked:
     alpha: float | None
 
 
-def check_policy(who: str, policy: str) -> None:
+def check_policy(who: str, policy: str, where: str = "") -> None:
+    """IntegrationError unless `policy` is one an integration installs (`where`: the
+    variable that named it, for the message)."""
     if policy not in POLICIES:
-        raise IntegrationError(f"{who}: unknown policy {policy!r} "
+        raise IntegrationError(f"{who}: unknown policy {policy!r}{where} "
                                f"(allowed: {', '.join(POLICIES)})")
 
 
@@ -70,9 +74,7 @@ def asked(who: str, enable: str) -> Asked | None:
     wanted = os.environ.get(enable)
     if not wanted:
         return None
-    if wanted not in POLICIES:
-        raise IntegrationError(f"{who}: unknown policy {wanted!r} in {enable} "
-                               f"(allowed: {', '.join(POLICIES)})")
+    check_policy(who, wanted, f" in {enable}")
     if MODEL not in os.environ:
         raise IntegrationError(f"{who}: {enable}={wanted} needs {MODEL} (a marconi model "
                                "name or config path)")
@@ -211,16 +213,14 @@ class Shadows:
         self.mirrors = [system.cache(spec, capacity, alpha=a, **layout) for a in self.alphas]
 
     def observe(self, tokens: np.ndarray, n_input: int) -> float | None:
-        from marconi.core.tokens import as_tokens
-        from marconi.core.tuning import serve
-        from marconi.plus.shadows import leader
-
         key = as_tokens(tokens, what="observe: tokens").tobytes()
         for k, mirror in enumerate(self.mirrors):
             self.totals[k] += serve(mirror, key, n_input, (), self.config.objective)
         self.seen += 1
         if self.seen % self.config.every:
             return None
+        from marconi.plus.shadows import leader  # (marconi+ loaded only where it runs)
+
         best = leader(self.totals, self.current, self.seen, self.config)
         if best == self.current:
             return None
