@@ -105,7 +105,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--only", default=None,
                         help="comma-separated integration labels to run beside each stock "
                              "engine (default: all of them), e.g. sglang-0.5.23+marconi+")
+    parser.add_argument("--emulated-splits", action="store_true",
+                        help="only the emulation (the integration's mirror) of SGLang on "
+                             "the agent trajectories at 20 GB over memory splits "
+                             f"({', '.join(SPLITS)}), stock and with Marconi's eviction")
     args = parser.parse_args(argv)
+    if args.emulated_splits:
+        emulated_splits()
+        return
     plan = QUICK if args.quick else FULL
     only = None if args.only is None else set(args.only.split(","))
     known = {label for setup in ENGINES.values() for label in setup.integrations}
@@ -166,6 +173,28 @@ def bench_engine(stock_name: str, stock_system: str, systems: dict[str, str],
               f"in the scheduling loop (ordering eviction candidates), "
               f"{beside_ns[label] / n / 1e3:.0f} us beside it (the tuner's mirror and "
               "replays, a thread when deployed)")
+
+
+SPLITS = ("0.9", "0.1", "0.05")  # --mamba-full-memory-ratio: SGLang's default, smaller
+
+
+def emulated_splits(capacity: str = "20GB") -> None:
+    """How SGLang's split of memory between its KV and state pools moves what stock and
+    Marconi's eviction save on the agent trajectories, in the emulation (`sglang-2026`,
+    and `sglang-2026+marconi` with its bootstrap tuner: the integration's mirror)."""
+    trace = load("swe-agent")
+    if trace is None:
+        print("swe-agent: data absent, skipped")
+        return
+    print(f"emulated SGLang on swe-agent at {capacity}, FLOPs saved by memory split: "
+          "stock, with marconi (tuned alpha)")
+    for split in SPLITS:
+        option = f"mamba_full_memory_ratio={split}"
+        stock = replay(trace, capacity, f"sglang-2026:{option}")
+        ours = replay(trace, capacity, f"sglang-2026+marconi:{option}")
+        alpha = "untuned" if ours["alpha"] is None else f"{ours['alpha']:g}"
+        print(f"  ratio {split:>4}  {100 * stock['flops_saved_rate']:6.2f}%  "
+              f"{100 * ours['flops_saved_rate']:6.2f}%  (alpha {alpha})", flush=True)
 
 
 def replay(trace: Trace, capacity: str, system: str) -> dict:
