@@ -77,13 +77,13 @@ def trace(key: str) -> Trace:
     if kind == "sg":
         sps, skip = float(opts.get("sps", 1)), int(opts.get("skip", 0))
         loaded = load_trace("sharegpt", options=TraceOptions(
-            min_turns=10, sessions=100 + skip, sessions_per_second=sps))
+            min_turns=10, sessions=100 + skip, sps=sps))
         return _skip(loaded, skip, sps) if skip else loaded
     if kind == "swe":
         source = _half(opts["half"]) if "half" in opts else DATA / "mini-swe-agent" / "trajs"
         return load_trace(source, format="swe-agent", options=TraceOptions(
             seed=int(opts.get("seed", 0)), sessions=None,
-            mean_gap_s=float(opts.get("gap", 5.0))))
+            mean_gap=float(opts.get("gap", 5.0))))
     if kind == "mc":
         full = load_trace(DATA / "mooncake" / "conversation_trace.jsonl")
         return Trace(key, full.requests[int(opts["a"]):int(opts["b"])], full.meta)

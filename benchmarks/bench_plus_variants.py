@@ -251,7 +251,7 @@ def configurations() -> list[tuple[dict[str, str], float]]:
 
 
 def _cell(p: dict[str, str], system: str) -> Cell:
-    return Cell(dataset=p["dataset"], trace=p["trace"], system=system, capacity=p["capacity"],
+    return Cell.of(dataset=p["dataset"], trace=p["trace"], system=system, capacity=p["capacity"],
                 model=p["model"], sessions=int(p["sessions"]) if p["sessions"] else None,
                 max_requests=int(p["max_requests"]) if p["max_requests"] else None,
                 sps=float(p["sps"]), response_time=float(p["response_time"]),

@@ -95,7 +95,7 @@ TRACES = ["synthetic:system-prompt:sessions=30", "synthetic:multi-turn:sessions=
 
 @pytest.mark.parametrize("name", TRACES)
 def test_offline_beats_every_online_system(name: str) -> None:
-    trace = load_trace(name, options=TraceOptions(sessions_per_second=4.0))
+    trace = load_trace(name, options=TraceOptions(sps=4.0))
     config = SimConfig(spec=PAPER_7B, capacity="1GB", system=OFFLINE, bounds=False)
     best = run(trace, config).summary()["flops_saved"]
     for system in CACHES:

@@ -194,7 +194,7 @@ class TestRealEngine:
 
         system = f"{ENGINES[engine].system}:max_num_batched_tokens=4096" if engine == "vllm" \
             else f"{ENGINES[engine].system}:chunked_prefill_size=4096"
-        row = run_cell(Cell(trace=TRACE, sessions=3, system=system, capacity="1GB"))
+        row = run_cell(Cell.of(trace=TRACE, sessions=3, system=system, capacity="1GB"))
         assert row["status"] == "ok", row["error"]
         assert row["system"] == system and row["token_hit_rate"] > 0
 

@@ -45,10 +45,10 @@ class CountingExecutor(Executor):
 
 class TestCell:
     def test_id_is_stable_and_distinct(self) -> None:
-        a = Cell(trace=TRACE, system="marconi", capacity="1GB")
-        assert a.cell_id == Cell(capacity="1GB", system="marconi", trace=TRACE).cell_id
-        assert a.cell_id != Cell(trace=TRACE, system="marconi", capacity="2GB").cell_id
-        assert a.cell_id != Cell(trace=TRACE, system="marconi", capacity="1GB", sps=2.0).cell_id
+        a = Cell.of(trace=TRACE, system="marconi", capacity="1GB")
+        assert a.cell_id == Cell.of(capacity="1GB", system="marconi", trace=TRACE).cell_id
+        assert a.cell_id != Cell.of(trace=TRACE, system="marconi", capacity="2GB").cell_id
+        assert a.cell_id != Cell.of(trace=TRACE, system="marconi", capacity="1GB", sps=2.0).cell_id
         assert len(a.cell_id) == 16
 
     def test_expand_is_a_product(self) -> None:
@@ -68,13 +68,13 @@ class TestCell:
 
     def test_every_registered_system_runs(self) -> None:
         for name in CACHES:
-            row = run_cell(Cell(trace=TRACE, sessions=3, system=name, capacity="1GB"))
+            row = run_cell(Cell.of(trace=TRACE, sessions=3, system=name, capacity="1GB"))
             assert row["status"] == "ok", row["error"]
             assert 0 <= row["token_hit_rate"] <= 1
             assert row["system"] == name and row["alpha_fixed"] is None
 
     def test_the_references_run_and_offline_leads(self) -> None:
-        rows = {name: run_cell(Cell(trace=TRACE, sessions=6, system=name, capacity="300MB"))
+        rows = {name: run_cell(Cell.of(trace=TRACE, sessions=6, system=name, capacity="300MB"))
                 for name in ("sglang+", *REFERENCES)}
         assert all(row["status"] == "ok" for row in rows.values()), rows
         assert rows[OFFLINE]["flops_saved"] >= rows["sglang+"]["flops_saved"]
@@ -121,7 +121,7 @@ class TestRunSweep:
 
     def test_failed_cell_is_recorded_and_retried(self, tmp_path: Path) -> None:
         good = expand(_grid())
-        bad = Cell(trace=str(tmp_path / "missing.jsonl"), system="marconi", capacity="1GB")
+        bad = Cell.of(trace=str(tmp_path / "missing.jsonl"), system="marconi", capacity="1GB")
         rows = run_sweep([*good, bad], tmp_path / "s.parquet", workers=2, progress=False)
         assert [r["status"] for r in rows] == ["ok"] * len(good) + ["error"]
         assert "missing.jsonl" in rows[-1]["error"]
@@ -132,7 +132,7 @@ class TestRunSweep:
     def test_records_are_saved(self, tmp_path: Path) -> None:
         from marconi.sim.sweep import load_records
 
-        cell = Cell(trace=TRACE, sessions=4, system="marconi", capacity="1GB", records=True)
+        cell = Cell.of(trace=TRACE, sessions=4, system="marconi", capacity="1GB", records=True)
         [row] = run_sweep([cell], tmp_path / "s.csv", progress=False, workers=1,
                           records_dir=tmp_path / "rec")
         rec = load_records(tmp_path / "rec", cell.cell_id)
@@ -204,20 +204,13 @@ def test_a_sweep_cell_can_keep_or_sample_marconi_plus_shadows() -> None:
     """`shadow_sample_after` reaches the replay; its default leaves earlier cells' ids
     (and so their rows) as they were; bad values are named."""
     base = dict(trace="synthetic:multi-turn", sessions=30, system="marconi+", capacity="2GB")
-    default, sampled = Cell(**base), Cell(**base, shadow_sample_after=100)
-    exact = Cell(**base, shadow_sample_after=None)
-    assert "shadow_sample_after" not in _id_params(default)
+    default, sampled = Cell.of(**base), Cell.of(**base, shadow_sample_after=100)
+    exact = Cell.of(**base, shadow_sample_after=None)
+    assert "shadow_sample_after" not in default.id_params()
     assert len({default.cell_id, sampled.cell_id, exact.cell_id}) == 3
     assert coerce("shadow_sample_after", "none") is None
     row = run_cell(sampled)
     assert row["status"] == "ok" and row["shadows_sampled_from"] == 100
     assert "shadows_sampled_from" not in run_cell(exact)
     with pytest.raises(ValueError, match="shadow_sample_after"):
-        Cell(**base, shadow_sample_after=-1)
-
-
-def _id_params(cell: Cell) -> dict[str, Any]:
-    """What `cell_id` hashes (fields added later enter only when not at their default)."""
-    from marconi.sim.cell import ADDED
-
-    return {k: v for k, v in cell.params().items() if k not in ADDED or v != ADDED[k]}
+        Cell.of(**base, shadow_sample_after=-1)

@@ -95,11 +95,11 @@ class TestFlags:
 
     def test_earlier_cell_ids_are_kept(self) -> None:
         # ids computed before the trace knobs were added: old results files still match
-        assert Cell(trace=TRACE, system="marconi", capacity="1GB").cell_id == "b6ad38e8ded765ad"
-        assert Cell(trace="/work/shared/data/mini-swe-agent/trajs", dataset="swe-agent",
+        assert Cell.of(trace=TRACE, system="marconi", capacity="1GB").cell_id == "b6ad38e8ded765ad"
+        assert Cell.of(trace="/work/shared/data/mini-swe-agent/trajs", dataset="swe-agent",
                     system="marconi+", capacity="20GB", sessions=99,
                     sps=0.5).cell_id == "39cc04e81063417e"
-        assert Cell(trace=TRACE, system="marconi", capacity="1GB",
+        assert Cell.of(trace=TRACE, system="marconi", capacity="1GB",
                     min_turns=2).cell_id != "b6ad38e8ded765ad"
 
     def test_progress_in_a_log_file_is_lines_not_frames(self, tmp_path: Path) -> None:

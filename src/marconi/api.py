@@ -7,7 +7,8 @@ result.summary["token_hit_rate"]     # the JSON of `marconi simulate`
 result.to_pandas()                   # one row per request (needs pandas)
 mc.compare("synthetic:agent", ["sglang+", "marconi"], capacity="1GB")   # one row per system
 ```
-Trace knobs are `TraceOptions` fields (`sessions=`, `min_turns=`, `tokenizer=`, ...).
+Every run setting is a keyword of its name: trace settings (`sessions=`, `sps=`,
+`tokenizer=`, ...) and replay settings (`bounds=`, `multiplier=`, `page_size=`, ...).
 A system registered from user code (`@marconi.systems.system(...)`, see
 docs/architecture.md) is usable here by name at once.
 """
@@ -22,10 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from marconi.core.spec import ModelSpec, resolve_model
-from marconi.sim.capacity import check_capacity
-from marconi.sim.latency import FlopsLatency
-from marconi.sim.result import SimConfig, SimResult, ttft_seconds
+from marconi.core.spec import ModelSpec
+from marconi.sim.config import SETTINGS, configure, split, unknown
+from marconi.sim.result import SimResult, ttft_seconds
 from marconi.sim.run import run
 from marconi.workload import Trace, TraceOptions, load_trace
 
@@ -64,24 +64,31 @@ def load(trace: str | Path | Trace, *, format: str | None = None, **options: Any
 
 def simulate(trace: str | Path | Trace, *, system: str = "marconi", capacity: str | int = "2GB",
              model: str | ModelSpec = "paper-7b", alpha: float | None = None,
-             bounds: bool = True, format: str | None = None, **options: Any) -> Result:
-    """Replay `trace` through one system (`--system`), as `marconi simulate` does."""
-    spec = model if isinstance(model, ModelSpec) else resolve_model(model)
-    config = SimConfig(spec=spec, capacity=check_capacity(spec, capacity, system),
-                       system=system,
-                       alpha=alpha, latency=FlopsLatency(spec), bounds=bounds)
-    return Result(run(load(trace, format=format, **options), config))
+             format: str | None = None, **settings: Any) -> Result:
+    """Replay `trace` through one system (`--system`), as `marconi simulate` does. Every
+    run setting is a keyword of its name (docs/architecture.md, "Settings"): trace
+    settings (`sessions=`, `sps=`, ...) shape the trace, replay settings (`bounds=`,
+    `multiplier=`, ...) the replay; `params`, `use_cache` and `cache_dir` are passed to
+    the load."""
+    trace_settings, replay, rest = split(settings)
+    unknown(rest, [*SETTINGS, *LOADING], "keyword")
+    config = configure(model=model, capacity=capacity, system=system, alpha=alpha, **replay)
+    return Result(run(load(trace, format=format, **trace_settings, **rest), config))
 
 
 def compare(trace: str | Path | Trace, systems: Sequence[str], **kwargs: Any) -> pd.DataFrame:
     """`simulate` once per system over one load of the trace: one summary row each."""
-    options = {k: kwargs.pop(k) for k in list(kwargs) if k in TraceOptions.__dataclass_fields__}
-    loaded = load(trace, format=kwargs.pop("format", None), **options)
-    rows = [simulate(loaded, system=name, **kwargs).summary for name in systems]
+    trace_settings, replay, rest = split(kwargs)
+    loading = {k: rest.pop(k) for k in [*rest] if k in LOADING}
+    loaded = load(trace, format=rest.pop("format", None), **trace_settings, **loading)
+    rows = [simulate(loaded, system=name, **replay, **rest).summary for name in systems]
     frame = _pandas().DataFrame([{k: v for k, v in row.items()
                                   if not isinstance(v, dict | list)} for row in rows])
     first = [c for c in FIRST_COLUMNS if c in frame.columns]  # what a reader looks for
     return _comparison()(frame[first + [c for c in frame.columns if c not in first]])
+
+
+LOADING = ("params", "use_cache", "cache_dir")  # what `load` takes beside trace settings
 
 
 # the columns `compare` puts first, and what `print(compare(...))` shows

@@ -21,10 +21,9 @@ from marconi.commands.parsing import Parser, add_plugin_argument, load_plugins
 from marconi.core.layout import Layout
 from marconi.core.spec import ModelSpec, model_from
 from marconi.report.table import table
-from marconi.sim.bounds import BOUND_TOKENS
-from marconi.sim.capacity import check_capacity
-from marconi.sim.latency import DEFAULT_FLOPS_RATE, FlopsLatency, LatencyModel, ProfileLatency
-from marconi.sim.result import REFERENCES, SHADOW_SAMPLE_AFTER, SimConfig
+from marconi.settings import add_arguments, values_of
+from marconi.sim.config import configure
+from marconi.sim.result import REFERENCES, REPLAY_SETTINGS, SimConfig
 from marconi.sim.run import run
 from marconi.systems import SYSTEMS, get_system, split_systems
 from marconi.workload import Trace, TraceOptions, load_trace, summarize
@@ -58,49 +57,11 @@ def _add_cache_arguments(p: argparse.ArgumentParser) -> None:
                    help="preset with optional overrides (paper-7b,ssm=28,attn=7,N=64) or a "
                         "local Hugging Face config.json")
     p.add_argument("--capacity", default="2GB", help="bytes for KV + SSM states: 2GB, 2GiB, 1e9")
-    p.add_argument("--page-size", type=int, default=None,
-                   help="tokens per KV page, KV held in whole pages (default: the system's "
-                        "engine layout, else 1: bytes per token)")
-    p.add_argument("--state-slots", type=int, default=None,
-                   help="SSM states in a pool of their own carved out of --capacity (0: "
-                        "states share the byte budget; default: the system's engine layout)")
-    p.add_argument("--multiplier", type=int, default=5,
-                   help="bootstrap window = this x requests before the first eviction (5..15)")
-    p.add_argument("--objective", choices=("flops", "tokens"), default="flops",
-                   help="what the bootstrap tuner maximizes")
-    p.add_argument("--flops-rate", type=float, default=DEFAULT_FLOPS_RATE,
-                   help="achieved prefill FLOP/s of the TTFT model")
-    p.add_argument("--latency-profile", type=Path,
-                   help="measured TTFT profile CSV (engine-bench writes one) instead of FLOPs")
-    p.add_argument("--no-bounds", action="store_true",
-                   help="skip the infinite-cache bounds and miss attribution (faster)")
-    p.add_argument("--bounds-tokens", type=_count, default=BOUND_TOKENS, metavar="N",
-                   help="distinct tokens the bounds may hold; past it they are dropped, "
-                        "with a warning, so that memory stays bounded on huge traces")
-    p.add_argument("--shadow-sample-after", type=_count_or_none, default=SHADOW_SAMPLE_AFTER,
-                   metavar="N|none",
-                   help="marconi+: after N requests its shadow experts see a sampled eighth "
-                        "of the sessions at an eighth of the capacity, where sessions "
-                        "average two requests or more (said on stderr); none: every "
-                        "request, exact but up to 3x slower on long traces")
+    add_arguments(p.add_argument_group("replay"), REPLAY_SETTINGS)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     add_plugin_argument(p)
     add_trace_arguments(p)
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
-
-
-def _count_or_none(text: str) -> int | None:
-    return None if text.strip().lower() == "none" else _count(text)
 
 
 def _register_simulate(sub: Any) -> None:
@@ -149,12 +110,6 @@ def _model(text: str) -> ModelSpec:
     return model_from(text)
 
 
-def _latency(args: argparse.Namespace, spec: ModelSpec) -> LatencyModel:
-    if args.latency_profile is not None:
-        return ProfileLatency(args.latency_profile, spec)
-    return FlopsLatency(spec, args.flops_rate)
-
-
 def _trace(args: argparse.Namespace, options: TraceOptions | None = None) -> Trace:
     """Load the trace and say on stderr what was kept and what each filter dropped."""
     trace = load_trace(args.trace, format=args.format,
@@ -164,14 +119,8 @@ def _trace(args: argparse.Namespace, options: TraceOptions | None = None) -> Tra
 
 
 def _config(args: argparse.Namespace, system: str, alpha: float | None) -> SimConfig:
-    spec = _model(args.model)
-    return SimConfig(spec=spec, capacity=check_capacity(spec, args.capacity, system),
-                     system=system,
-                     alpha=alpha, multiplier=args.multiplier, objective=args.objective,
-                     latency=_latency(args, spec), bounds=not args.no_bounds,
-                     bounds_tokens=args.bounds_tokens,
-                     shadow_sample_after=args.shadow_sample_after,
-                     page_size=args.page_size, state_slots=args.state_slots)
+    return configure(model=args.model, capacity=args.capacity, system=system, alpha=alpha,
+                     **values_of(args, REPLAY_SETTINGS))
 
 
 def _say_layout(config: SimConfig) -> None:

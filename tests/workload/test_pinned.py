@@ -145,7 +145,7 @@ PINNED = {
     "sharegpt": (sharegpt_file, {"min_turns": 1}, "97f70a98547b5c3ede7a95f5"),
     "lmsys": (lmsys_file, {"min_turns": 1}, "043654a0664e356cb075cff2"),
     "openai": (openai_file, {}, "8ae6a24c6803de651d738fec"),
-    "swe-agent": (sweagent_dir, {"mean_gap_s": 2.0}, "ac7220827228e7ef8c3455ac"),
+    "swe-agent": (sweagent_dir, {"mean_gap": 2.0}, "ac7220827228e7ef8c3455ac"),
 }
 
 

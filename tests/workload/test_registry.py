@@ -46,8 +46,8 @@ class TestLoadTrace:
         assert all(spec.name == name and callable(spec.read) for name, spec in FORMATS.items())
 
     def test_options_validate(self) -> None:
-        with pytest.raises(ValueError, match="sessions_per_second"):
-            TraceOptions(sessions_per_second=0)
+        with pytest.raises(ValueError, match="sps"):
+            TraceOptions(sps=0)
         with pytest.raises(ValueError, match="max_input_tokens"):
             TraceOptions(max_input_tokens=0)
 
@@ -79,7 +79,7 @@ class TestCliArgs:
             ]
         )
         opts = options_from_args(args)
-        assert (opts.sessions, opts.sessions_per_second, opts.typing_wpm) == (None, 2.0, 60.0)
+        assert (opts.sessions, opts.sps, opts.typing_wpm) == (None, 2.0, 60.0)
         assert (opts.max_input_tokens, opts.collapse_observations, opts.seed) == (None, 5, 3)
         assert opts.params == {"turns": "4"} and args.format == "sharegpt"
         assert options_from_args(parser.parse_args([])) == TraceOptions()

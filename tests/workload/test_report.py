@@ -97,7 +97,7 @@ class TestCapacity:
         from marconi.sim.sweep import Cell
 
         with pytest.raises(ValueError, match="is 0 bytes"):
-            Cell(trace="synthetic:agent", system="marconi", capacity="0")
+            Cell.of(trace="synthetic:agent", system="marconi", capacity="0")
 
 
 def test_real_mooncake_reports_its_828_long_requests(data_dir: Path,

@@ -49,7 +49,7 @@ class TestShareGPTRecipe:
     def test_arrivals_follow_typing_time(self, files: Files) -> None:
         trace = load_trace(
             files.json("sg.json", _dataset([10, 10])),
-            options=OPTS.with_(sessions_per_second=0.5, typing_wpm=60),
+            options=OPTS.with_(sps=0.5, typing_wpm=60),
         )
         s1 = sorted((r for r in trace if r.session_id == "c1"), key=lambda r: r.turn)
         assert s1[0].arrival == pytest.approx(2.0)  # session 1 starts at 1 / 0.5

@@ -26,17 +26,20 @@ from typing import Any
 from marconi.commands.extras import require, require_for_trace
 from marconi.commands.parsing import add_plugin_argument
 from marconi.report.table import COLUMNS, table
+from marconi.settings import add_arguments
+from marconi.sim.cell import NAMES
+from marconi.sim.config import SETTINGS
 from marconi.sim.pool import exit_status
+from marconi.sim.result import REPLAY_SETTINGS
 from marconi.sim.sweep import Cell, expand, refusal_warnings, run_sweep
 from marconi.systems import split_systems
 from marconi.workload.cli_args import add_trace_arguments
 
 SWEEP_COLUMNS = (("trace", "trace_name", "s"), ("dataset", "dataset", "s"),
                  ("capacity", "capacity", "s"), ("model", "model", "s"), *COLUMNS)
-# trace flags, named as the Cell fields they set for every cell (`--param` makes any an axis)
-TRACE_FLAGS = ("format", "tokenizer", "sessions", "min_turns", "sps", "typing_wpm",
-               "response_time", "mean_gap", "max_input_tokens", "collapse_observations",
-               "seed", "vocab_size", "block_size", "session_field")
+# flags that set a parameter of every cell (`--param` makes any an axis): the trace
+# format, and every run setting, each named as the parameter it sets
+SETTING_FLAGS = ("format", *SETTINGS)
 
 
 GRID_FLAGS = ("systems", "capacities", "models")
@@ -52,16 +55,16 @@ def register(sub: Any) -> None:
     p.add_argument("--capacities", default="2GB", help="comma-separated sizes")
     p.add_argument("--models", default="paper-7b", help="semicolon-separated model strings")
     p.add_argument("--param", action="append", default=[], metavar="KEY=V1,V2",
-                   help="any axis, trace knobs included: "
-                        f"{', '.join(f.name for f in fields(Cell))}")
+                   help=f"any parameter as an axis: {', '.join(sorted(NAMES))}")
     p.add_argument("--out", type=Path, required=True, help="results file (.csv or .parquet)")
     p.add_argument("--records-dir", type=Path, help="where cells with records=true save them")
     add_executor_arguments(p)
     add_plugin_argument(p)
     add_trace_arguments(p, loading=False)
+    add_arguments(p.add_argument_group("replay"), REPLAY_SETTINGS)
     # what a grid flag is when not given: with --config, any other value was given
     p.set_defaults(func=cmd_sweep, grid_defaults={name: p.get_default(name) for name in
-                                                  (*GRID_FLAGS, *TRACE_FLAGS)})
+                                                  (*GRID_FLAGS, *SETTING_FLAGS)})
 
 
 def add_executor_arguments(p: argparse.ArgumentParser) -> None:
@@ -119,7 +122,7 @@ def sweep_table(rows: list[dict[str, Any]]) -> str:
     return table([r | {"trace_name": names[str(r["trace"])]} for r in rows], columns)
 
 
-_PARAMS = {*(f.name for f in fields(Cell)), "alpha_fixed"}
+_PARAMS = {*NAMES, "alpha_fixed"}
 
 
 def _given(value: object) -> bool:
@@ -156,7 +159,7 @@ def grid_from_args(args: argparse.Namespace) -> list[Cell]:
     grid: dict[str, Any] = {"trace": list(args.trace), "system": split_systems(args.systems),
                             "capacity": _split(args.capacities),
                             "model": [m.strip() for m in args.models.split(";") if m.strip()]}
-    grid |= {name: getattr(args, name) for name in TRACE_FLAGS}
+    grid |= {name: getattr(args, name) for name in SETTING_FLAGS}
     for item in args.param:
         key, sep, values = item.partition("=")
         if not sep:
@@ -170,10 +173,16 @@ def _split(text: str) -> list[str]:
 
 
 def coerce(name: str, text: str) -> Any:
-    """A flag's text as the type of the `Cell` field `name` (`none` for optional ones)."""
+    """A `--param` value's text as the parameter `name` takes it (`none` for optional
+    ones); ValueError naming the parameter and what it accepts."""
+    if name in SETTINGS:
+        try:
+            return SETTINGS[name].parse(text)
+        except ValueError as err:
+            raise ValueError(f"--param {err}") from None
     kinds = {f.name: str(f.type) for f in fields(Cell)}
-    if name not in kinds:
-        raise ValueError(f"unknown sweep parameter {name!r}; known: {sorted(kinds)}")
+    if name not in NAMES:
+        raise ValueError(f"unknown sweep parameter {name!r}; known: {sorted(NAMES)}")
     kind = kinds[name]
     if "None" in kind and text.lower() in ("none", "all"):
         return None

@@ -124,8 +124,9 @@ def _across(systems: list[str], others: Iterable[Cell]) -> list[Cell]:
     out: dict[str, Cell] = {}
     for cell in others:
         for system in systems:
-            new = dataclasses.replace(cell, system=system, alpha=None, multiplier=5,
-                                      objective="flops", records=False)
+            settings = {**cell.settings, "multiplier": 5, "objective": "flops"}
+            new = dataclasses.replace(cell, system=system, alpha=None, records=False,
+                                      settings=settings)
             out.setdefault(new.cell_id, new)
     return list(out.values())
 

@@ -25,7 +25,6 @@ from marconi.core.stats import CacheStats
 from marconi.core.units import parse_size
 from marconi.realpeers.envs import ENGINES, PeerError
 from marconi.realpeers.worker import run_worker
-from marconi.sim.latency import FlopsLatency
 from marconi.sim.result import Records, SimConfig, SimResult
 from marconi.systems import System
 from marconi.workload.types import Request, Trace
@@ -138,7 +137,7 @@ def replay(trace: Trace | Sequence[Request], config: SimConfig, system: System, 
 def _ttft(trace: Sequence[Request], config: SimConfig) -> Callable[[int, int], float]:
     """The seconds to request i's first token with `hit` tokens cached: the run's latency
     model, as marconi's concurrent replay uses it (sim.concurrent)."""
-    model = config.latency or FlopsLatency(config.spec)
+    model = config.latency_model()
 
     def ttft(i: int, hit: int) -> float:
         if not 0 <= i < len(trace) or not 0 <= hit <= trace[i].n_input:

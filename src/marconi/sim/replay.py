@@ -101,7 +101,7 @@ def _concurrent(trace: Iterable[Request], config: SimConfig, cache: PrefixCache,
         records.kv_bytes[i] = cache.stats.kv_bytes
         records.ssm_bytes[i] = cache.stats.ssm_bytes
 
-    replay_concurrent(trace, cache, config.spec, config.latency, config.decode_s_per_token,
+    replay_concurrent(trace, cache, config.spec, config.latency_model(), config.decode_s_per_token,
                       record, before, tuner)
 
 

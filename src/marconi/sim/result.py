@@ -15,9 +15,10 @@ from marconi.core.stats import CacheStats
 from marconi.core.tuning import SAMPLE_AFTER as SHADOW_SAMPLE_AFTER
 from marconi.core.tuning import TuningReport
 from marconi.core.units import format_size, parse_size
+from marconi.settings import check_all, declared, setting
 from marconi.sim.analyze import taxonomy
 from marconi.sim.bounds import BOUND_TOKENS
-from marconi.sim.latency import FlopsLatency, LatencyModel
+from marconi.sim.latency import DEFAULT_FLOPS_RATE, FlopsLatency, LatencyModel, ProfileLatency
 from marconi.sim.metrics import hit_rate_by_length, rate
 from marconi.systems import get_system
 
@@ -30,33 +31,63 @@ REFERENCES = (ORACLE, OFFLINE, REUSE_ORACLE)  # names the simulator handles itse
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimConfig:
+    """One replay: the model, capacity and system, and the replay's settings.
+
+    The fields after `latency` are run settings (`marconi.settings`): each has a flag of
+    its name on `simulate` and `compare`, and is a sweep axis and an API keyword. A
+    replay from the front ends is built by `sim.config.configure`.
+    """
+
     spec: ModelSpec  # the model whose costs are simulated
     capacity: int | str  # bytes for KV + SSM states: 2GB, 2GiB or an integer
     system: str  # a registered system name
     alpha: float | None = None  # fixes alpha; None: the system's default (bootstrap if tuned)
-    multiplier: int = 5  # bootstrap window = multiplier x requests before the first eviction
-    objective: str = "flops"  # what the tuner maximizes: flops or tokens
-    latency: LatencyModel | None = None  # TTFT model; None: FLOPs at the default rate
-    bounds: bool = True  # also replay the infinite caches for bounds and miss attribution
-    # distinct tokens the bounds may hold; past it they are dropped (said in the summary)
-    bounds_tokens: int = BOUND_TOKENS
-    # requests after which marconi+'s shadows are sampled by session (None: never)
-    shadow_sample_after: int | None = SHADOW_SAMPLE_AFTER
-    concurrent: bool = False  # states enter when a request finishes (arrival + TTFT + decode)
-    decode_s_per_token: float = 0.02  # decode time per output token (concurrent replay)
-    page_size: int | None = None  # tokens per KV page; None: the system's engine layout
-    state_slots: int | None = None  # a state pool (0: one byte budget); None: the system's
+    latency: LatencyModel | None = None  # TTFT model; None: from flops_rate, latency_profile
+    multiplier: int = setting(
+        5, "bootstrap window = this x requests before the first eviction (5..15)", minimum=1)
+    objective: str = setting("flops", "what the bootstrap tuner maximizes",
+                             choices=("flops", "tokens"))
+    bounds: bool = setting(
+        True, "also replay the infinite caches for the bounds and the miss attribution "
+        "(--no-bounds skips them: faster)")
+    bounds_tokens: int = setting(
+        BOUND_TOKENS, "distinct tokens the bounds may hold; past it they are dropped, with "
+        "a warning, so that memory stays bounded on huge traces", minimum=0, metavar="N")
+    shadow_sample_after: int | None = setting(
+        SHADOW_SAMPLE_AFTER, "marconi+: after N requests its shadow experts see a sampled "
+        "eighth of the sessions at an eighth of the capacity, where sessions average two "
+        "requests or more (said on stderr); none: every request, exact but up to 3x slower "
+        "on long traces", minimum=0, metavar="N|none")
+    page_size: int | None = setting(
+        None, "tokens per KV page, KV held in whole pages (default: the system's engine "
+        "layout, else 1: bytes per token)", minimum=1)
+    state_slots: int | None = setting(
+        None, "SSM states in a pool of their own carved out of the capacity (0: states "
+        "share the byte budget; default: the system's engine layout)", minimum=0)
+    concurrent: bool = setting(
+        False, "requests overlap: a request's states enter when it finishes (arrival + "
+        "TTFT + decode), not before the next arrives")
+    decode_s_per_token: float = setting(
+        0.02, "decode seconds per output token (the concurrent replay)", minimum=0)
+    flops_rate: float = setting(DEFAULT_FLOPS_RATE, "achieved prefill FLOP/s of the TTFT model",
+                                positive=True)
+    latency_profile: str | None = setting(
+        None, "a measured TTFT profile CSV (engine-bench writes one), instead of FLOPs at "
+        "flops_rate", metavar="CSV")
 
     def __post_init__(self) -> None:
+        check_all(self, REPLAY_SETTINGS)
         self.layout().kv_capacity(self.spec, parse_size(self.capacity))  # fits the capacity
-        if self.bounds_tokens < 0:
-            raise ValueError(f"bounds_tokens must be >= 0, got {self.bounds_tokens!r}")
-        if self.shadow_sample_after is not None and self.shadow_sample_after < 0:
-            raise ValueError("shadow_sample_after must be >= 0 or None, got "
-                             f"{self.shadow_sample_after!r}")
-        if not self.decode_s_per_token >= 0:
-            raise ValueError(f"decode_s_per_token must be >= 0, got {self.decode_s_per_token!r}")
+        if self.latency_profile is not None:
+            self.latency_model()  # the profile is read, and checked, before a replay starts
 
+    def latency_model(self) -> LatencyModel:
+        """The TTFT model: `latency` when given, else the profile, else FLOPs at the rate."""
+        if self.latency is not None:
+            return self.latency
+        if self.latency_profile is not None:
+            return ProfileLatency(self.latency_profile, self.spec)
+        return FlopsLatency(self.spec, self.flops_rate)
 
     def layout(self) -> Layout:
         """The memory layout the replayed cache runs (the references: as given, else the
@@ -67,6 +98,9 @@ class SimConfig:
                                                   state_slots=self.state_slots)
         return Layout(page_size=1 if self.page_size is None else self.page_size,
                       state_slots=0 if self.state_slots is None else self.state_slots)
+
+
+REPLAY_SETTINGS = declared(SimConfig)  # how a trace is replayed, as run settings
 
 
 @dataclass(slots=True)
@@ -283,7 +317,7 @@ def _size(capacity: object) -> str:
 
 def ttft_seconds(result: SimResult) -> np.ndarray:
     """Each request's TTFT under the replay's latency model."""
-    model = result.config.latency or FlopsLatency(result.config.spec)
+    model = result.config.latency_model()
     return model.ttft(result.records.n_input, result.records.hit)
 
 

@@ -26,16 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from marconi.core.spec import resolve_model
-from marconi.core.units import parse_size
 from marconi.sim.cell import Cell, expand
-from marconi.sim.latency import FlopsLatency
 from marconi.sim.oracle import oracle
 from marconi.sim.pool import load_plugins, sigterm_interrupts, stop, worker_pool
 from marconi.sim.progress import Progress
 from marconi.sim.result import (
     ORACLE,
-    SimConfig,
     SimResult,
     run_warnings,
     ttft_seconds,
@@ -68,10 +64,7 @@ def cell_trace(cell: Cell) -> Trace:
 
 
 def _simulate(cell: Cell) -> SimResult:
-    spec = resolve_model(cell.model)
-    config = SimConfig(spec=spec, capacity=parse_size(cell.capacity), system=cell.system,
-                       alpha=cell.alpha, multiplier=cell.multiplier, objective=cell.objective,
-                       latency=FlopsLatency(spec), shadow_sample_after=cell.shadow_sample_after)
+    config = cell.config()
     trace = cell_trace(cell)
     if cell.system == ORACLE:
         return oracle(trace, config, executor=InlineExecutor())

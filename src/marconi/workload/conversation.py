@@ -59,7 +59,7 @@ class Arrivals(enum.Enum):
     """How calls of a session are spaced in time (session i starts at i / sps)."""
 
     TYPING = "typing"  # chat: response time + typing time of the next user message
-    POISSON = "poisson"  # agents: exponential gaps of mean `mean_gap_s`
+    POISSON = "poisson"  # agents: exponential gaps of mean `mean_gap`
 
 
 def select_sessions(
@@ -95,16 +95,16 @@ def call_arrivals(
     conv: Conversation, index: int, opts: TraceOptions, kind: Arrivals
 ) -> list[float]:
     """Arrival time of each call of `conv`, the `index`-th selected session."""
-    start = index / opts.sessions_per_second
+    start = index / opts.sps
     calls = conv.calls
     if kind is Arrivals.POISSON:
         rng = np.random.default_rng([opts.seed, index])
-        gaps = rng.exponential(opts.mean_gap_s, size=max(len(calls) - 1, 0))
+        gaps = rng.exponential(opts.mean_gap, size=max(len(calls) - 1, 0))
         return [start, *(start + np.cumsum(gaps)).tolist()]
     times = [start]
     for call in calls[1:]:
         words = len(conv.texts[call - 1].split())  # the user message that triggers the call
-        times.append(times[-1] + opts.response_time_s + 60.0 * words / opts.typing_wpm)
+        times.append(times[-1] + opts.response_time + 60.0 * words / opts.typing_wpm)
     return times
 
 

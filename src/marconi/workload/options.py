@@ -6,65 +6,65 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from marconi.settings import check_all, declared, setting
+from marconi.workload.tokenizers import TOKENIZERS
+
 DEFAULT_TOKENIZER = "mistral-v1"
+ALL_WORDS = ("none", "all", "off")  # what a limit says for no limit
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TraceOptions:
     """How to turn a source (file or generator) into a `Trace`.
 
-    Defaults follow the paper's recipe (docs/architecture.md, "Workloads"). Knobs a format does not
-    use are ignored by it (e.g. the artifact JSONL is read unchanged).
+    Every field but the last three is a run setting (`marconi.settings`): its flag, sweep
+    axis and API keyword carry its name. Defaults follow the paper's recipe
+    (docs/architecture.md, "Workloads"). Knobs a format does not use are ignored by it
+    (e.g. the artifact JSONL is read unchanged).
     """
 
-    # Text -> token ids: a registry name (see `tokenizers.TOKENIZERS`) or a local path to a
-    # tokenizer.json / sentencepiece .model. Only text formats use it.
-    tokenizer: str = DEFAULT_TOKENIZER
-    # Keep the first N sessions that pass `min_turns` (paper: 100); None keeps all.
-    # Request-level formats (artifact JSONL, Mooncake) ignore it.
-    sessions: int | None = 100
-    # Keep sessions with at least this many rounds (messages // 2 for chat; calls for
-    # agents). None = the format's default: 10 for chat (paper), 1 otherwise.
-    min_turns: int | None = None
-    # Session i starts at i / sessions_per_second (paper default 1.0).
-    sessions_per_second: float = 1.0
-    # Chat: the user types the next message at this speed before it is sent (paper: 90).
-    typing_wpm: float = 90.0
-    # Chat: fixed model response time added between a turn and the next typed message.
-    response_time_s: float = 0.0
-    # Agents and synthetic sessions: mean of the exponential (Poisson) gap between calls.
-    mean_gap_s: float = 5.0
-    # Requests whose input is longer are dropped with every later turn of their session
-    # (history only grows); None keeps everything. Paper: 32K.
-    max_input_tokens: int | None = 32768
-    # SWE-agent style: keep the last k tool observations in full, replace older ones with a
-    # short fixed note. None replays histories unchanged.
-    collapse_observations: int | None = None
-    # Seeds every random choice (arrival gaps, synthetic content, pseudo-random tokens).
-    seed: int = 0
-    # Pseudo-random token ids (Mooncake blocks, synthetic) are drawn from [3, vocab_size).
-    vocab_size: int = 32000
-    # Mooncake: tokens per hash id block.
-    block_size: int = 512
-    # Request logs (OpenAI format): the field naming each request's session (dotted, e.g.
-    # `user` or `metadata.session_id`); None recovers sessions by message prefix.
-    session_field: str | None = None
-    # Synthetic generators: parameters (also settable as `synthetic:NAME:k=v,k=v`).
+    tokenizer: str = setting(
+        DEFAULT_TOKENIZER, f"text formats: {' | '.join(TOKENIZERS)} | a Hugging Face "
+        "tokenizer folder (tokenizer.json + tokenizer_config.json: its chat template "
+        "renders request logs) | a tokenizer.json or sentencepiece .model file")
+    sessions: int | None = setting(
+        100, "keep the first N eligible sessions ('all' for no limit; request-level "
+        "formats such as Mooncake ignore it)", positive=True, none_words=ALL_WORDS)
+    min_turns: int | None = setting(
+        None, "minimum rounds per session (default: 10 for ShareGPT and LMSys chats, 1 "
+        "for agents and request logs)", minimum=0)
+    sps: float = setting(1.0, "sessions per second (session i starts at i / sps)",
+                         positive=True)
+    typing_wpm: float = setting(90.0, "chat: user typing speed in words per minute",
+                                positive=True)
+    response_time: float = setting(
+        0.0, "chat: fixed model response time (s) before the user types", minimum=0)
+    mean_gap: float = setting(5.0, "agents/synthetic: mean Poisson gap between calls (s)",
+                              positive=True)
+    max_input_tokens: int | None = setting(
+        32768, "drop requests with longer inputs, and later turns of their session "
+        "('none' keeps all; the paper: 32K)", positive=True, none_words=ALL_WORDS)
+    collapse_observations: int | None = setting(
+        None, "SWE-agent: keep only the last K tool observations in full, older ones "
+        "replaced by a short fixed note", minimum=0, metavar="K")
+    seed: int = setting(0, "seed for every random choice (arrival gaps, synthetic "
+                           "content, pseudo-random tokens)", minimum=0)
+    vocab_size: int = setting(32000, "vocabulary of pseudo-random token ids (Mooncake, "
+                                     "synthetic): drawn from [3, vocab_size)", minimum=4)
+    block_size: int = setting(512, "Mooncake: tokens per hash id", positive=True)
+    session_field: str | None = setting(
+        None, "request logs: the field naming each request's session (e.g. user, "
+        "metadata.session_id); default: a request extending an earlier one's messages "
+        "continues its session", metavar="FIELD")
+    # How, not what, to load: synthetic generators' parameters (also settable as
+    # `synthetic:NAME:k=v,k=v`), and whether and where tokenized traces are cached on disk
+    # (`diskcache`; None: MARCONI_CACHE_DIR or ~/.cache/marconi/traces).
     params: Mapping[str, str] = field(default_factory=dict)
-    # Reuse / store tokenized traces on disk (see `diskcache`). None = MARCONI_CACHE_DIR or
-    # ~/.cache/marconi/traces.
     use_cache: bool = True
     cache_dir: str | None = None
 
     def __post_init__(self) -> None:
-        _positive(self, "sessions_per_second", "typing_wpm", "mean_gap_s", "block_size")
-        _non_negative(self, "response_time_s", "seed")
-        _optional_positive(self, "sessions", "max_input_tokens")
-        _optional_non_negative(self, "min_turns", "collapse_observations")
-        if self.vocab_size < 4:
-            raise ValueError(f"vocab_size must be >= 4, got {self.vocab_size}")
-        if not self.tokenizer:
-            raise ValueError("tokenizer must be a registry name or a path")
+        check_all(self, TRACE_SETTINGS)
         object.__setattr__(self, "params", dict(self.params))
 
     def with_(self, **changes: Any) -> TraceOptions:
@@ -82,25 +82,4 @@ class TraceOptions:
         return out
 
 
-def _positive(opts: TraceOptions, *names: str) -> None:
-    for name in names:
-        if not getattr(opts, name) > 0:
-            raise ValueError(f"{name} must be > 0, got {getattr(opts, name)!r}")
-
-
-def _non_negative(opts: TraceOptions, *names: str) -> None:
-    for name in names:
-        if not getattr(opts, name) >= 0:
-            raise ValueError(f"{name} must be >= 0, got {getattr(opts, name)!r}")
-
-
-def _optional_positive(opts: TraceOptions, *names: str) -> None:
-    for name in names:
-        if getattr(opts, name) is not None:
-            _positive(opts, name)
-
-
-def _optional_non_negative(opts: TraceOptions, *names: str) -> None:
-    for name in names:
-        if getattr(opts, name) is not None:
-            _non_negative(opts, name)
+TRACE_SETTINGS = declared(TraceOptions)  # what shapes a trace, as run settings

@@ -2,7 +2,7 @@
 
 `synthetic:NAME[:k=v,...]` (or `TraceOptions.params`) picks a generator and overrides its
 defaults; `sessions` defaults to `TraceOptions.sessions` (100). Session i starts at
-i / sessions_per_second; calls inside a session have Poisson gaps of mean `mean_gap_s`.
+i / sps; calls inside a session have Poisson gaps of mean `mean_gap`.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _length(rng: np.random.Generator, mean: float) -> int:
 
 
 def _start(i: int, opts: TraceOptions) -> float:
-    return i / opts.sessions_per_second
+    return i / opts.sps
 
 
 def _chain(
@@ -90,7 +90,7 @@ def _chain(
 ) -> None:
     """A session whose calls are its `assistant` parts, as views into one buffer."""
     conv = Conversation(sid, tuple(roles), ("",) * len(roles))
-    gaps = rng.exponential(opts.mean_gap_s, size=max(len(conv.calls) - 1, 0))
+    gaps = rng.exponential(opts.mean_gap, size=max(len(conv.calls) - 1, 0))
     arrivals = [start, *(start + np.cumsum(gaps)).tolist()]
     add_conversation(builder, conv, parts, arrivals, opts.max_input_tokens)
 
@@ -174,7 +174,7 @@ def _branching(b: TraceBuilder, p: Params, o: TraceOptions, rng: np.random.Gener
                 _tokens(rng, _length(rng, p[f"{r}_len"]), o)
                 for r in ("user", "output") * (turns - t)
             ]
-            start = _start(i, o) + (t + 1 + j) * o.mean_gap_s
+            start = _start(i, o) + (t + 1 + j) * o.mean_gap
             history = ["system"] * (2 * t)  # turns before the edit: context, not calls
             _chain(
                 b, f"conv{i}/b{j}", history + roles[2 * t :], parts[: 2 * t] + new, start, o, rng

@@ -122,11 +122,11 @@ def _arrivals(session: Session, index: int, options: TraceOptions, t0: float) ->
     """Logged times from the earliest request, or the typing model from i / sps."""
     if session[0].time is not None:
         return [(r.time or 0.0) - t0 for r in session]
-    times = [index / options.sessions_per_second]
+    times = [index / options.sps]
     for row in session[1:]:
         users = [m for m in row.messages if m.get("role") == "user"]
         words = len(str(users[-1]["content"]).split()) if users else 0
-        times.append(times[-1] + options.response_time_s + 60.0 * words / options.typing_wpm)
+        times.append(times[-1] + options.response_time + 60.0 * words / options.typing_wpm)
     return times
 
 
