@@ -25,7 +25,7 @@ from marconi.plus.shadows import (
 from marconi.plus.switchable import Mode, Switchable
 from marconi.sim.replay import simulate
 from marconi.sim.result import SimConfig
-from marconi.systems import make_cache
+from marconi.systems import TunerOptions, get_system, make_cache
 from marconi.workload import TraceOptions, load_trace
 from tests.helpers import SMALL, serve
 
@@ -345,13 +345,15 @@ class TestSampling:
     def test_the_simulator_names_sessions(self) -> None:
         """A replay longer than `shadow_sample_after` samples (the simulator passes
         sessions, in order and concurrent); the default leaves short traces exact."""
-        from marconi.core.tuning import SAMPLE_AFTER
-        from marconi.sim.result import run_warnings
+        from marconi.sim.result import SHADOW_SAMPLE_AFTER, run_warnings
         from marconi.sim.sweep import summary_scalars
 
         trace = self._trace()
-        assert SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi+").shadow_sample_after \
-            == ShadowConfig().sample_after == SAMPLE_AFTER > len(trace)
+        default = SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi+")
+        assert default.shadow_sample_after == SHADOW_SAMPLE_AFTER > len(trace)
+        tuner = get_system("marconi+").make_tuner(None, TunerOptions(settings=default.settings()))
+        assert isinstance(tuner, ShadowTuner)
+        assert tuner.config.sample_after == SHADOW_SAMPLE_AFTER  # the setting reaches it
         for concurrent in (False, True):
             config = SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi+", bounds=False,
                                concurrent=concurrent, shadow_sample_after=100)

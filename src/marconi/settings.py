@@ -63,10 +63,9 @@ class Setting:
                 return False
             raise ValueError(f"{self.name}: {text!r} is not true or false")
         try:
-            value: object = self.kind(word)
+            return self.check(self.kind(word))
         except ValueError:
             raise ValueError(f"{self.name}: {text!r} is not {self.accepts()}") from None
-        return self.check(value)
 
     def check(self, value: object) -> object:
         """`value` (a TOML value, an API keyword's) when it is one this setting takes, else

@@ -27,7 +27,7 @@ from marconi.core.layout import Layout
 from marconi.core.policy import Admission, Eviction, check_alpha
 from marconi.core.spec import ModelSpec
 from marconi.core.state_store import Freed, StateStore
-from marconi.core.tuning import SAMPLE_AFTER, Objective, Tuner
+from marconi.core.tuning import Tuner
 from marconi.core.units import parse_size
 
 Policies = tuple[Admission, Eviction]
@@ -37,19 +37,17 @@ LayoutFactory = Callable[[ModelSpec, int], Layout]  # (spec, capacity in bytes) 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TunerOptions:
-    """How a driver wants its tuner (the same knobs for every kind of tuner)."""
+    """What a driver asks of a tuner: where and how it runs, and the run's settings, from
+    which each kind of tuner takes those it has (its family reads them by name)."""
 
-    multiplier: int = 5  # bootstrap window = multiplier x requests before the first eviction
-    objective: Objective = Objective.FLOPS  # what the tuner maximizes
     executor: Executor | None = None  # where replays run; None: the tuner's own choice
     wait: bool = False  # adopt a replay's result on a later commit (never blocking one), or
     # block on it (deterministic runs: the simulator asks for this)
     # start on the expert that checkpoints the first message's end, where the tuner has
     # one (a chat server, whose requests start with system prompts)
     first_boundary: bool = False
-    # requests after which a tuner may sample a long stream (marconi+'s shadows, by
-    # session, where the driver names sessions); None: never
-    sample_after: int | None = SAMPLE_AFTER
+    # the run settings by name (`SimConfig.settings()`); a name absent: the tuner's default
+    settings: Mapping[str, object] = field(default_factory=dict)
 
 
 TunerFactory = Callable[[TunerOptions], Tuner]
@@ -309,10 +307,9 @@ def make_cache(spec: ModelSpec, capacity: int | str, system: str | System = "mar
 
 def bootstrap(options: TunerOptions) -> Tuner:
     """Marconi's bootstrap alpha tuner."""
-    from marconi.paper.tuner import BootstrapTuner
+    from marconi.paper.tuner import bootstrap_tuner
 
-    return BootstrapTuner(multiplier=options.multiplier, objective=options.objective,
-                          executor=options.executor, wait=options.wait)
+    return bootstrap_tuner(options.settings, executor=options.executor, wait=options.wait)
 
 
 def shadows(modes: tuple[str, ...] = ("density", "depth", "flop"),
@@ -321,15 +318,10 @@ def shadows(modes: tuple[str, ...] = ("density", "depth", "flop"),
     none when `boundaries` is False)."""
 
     def make(options: TunerOptions) -> Tuner:
-        from marconi.plus.shadows import EXPERTS, Boundaries, Expert, ShadowConfig, ShadowTuner
+        from marconi.plus.shadows import shadow_tuner
 
-        experts = tuple(e for e in EXPERTS if e.mode.value in modes
-                        and (boundaries or e.boundaries is Boundaries.NONE))
-        first = Expert(Boundaries.FIRST, experts[0].mode)
-        if options.first_boundary and first in experts:
-            experts = (first, *(e for e in experts if e != first))
-        return ShadowTuner(ShadowConfig(experts=experts, objective=options.objective,
-                                        sample_after=options.sample_after))
+        return shadow_tuner(modes, boundaries, options.settings,
+                            first_boundary=options.first_boundary)
 
     return make
 

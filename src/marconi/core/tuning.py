@@ -23,11 +23,6 @@ from marconi.core.tokens import as_tokens
 if TYPE_CHECKING:
     from marconi.core.cache import PrefixCache
 
-# Requests a tuner sees in full before it may sample a long stream (marconi+'s shadows:
-# by session, at a share of the capacity); every trace of experiments/ is shorter.
-SAMPLE_AFTER = 20_000
-
-
 class TuningReport(Protocol):
     """What a tuner did: each kind of tuner has its own typed report."""
 

@@ -19,10 +19,10 @@ import copy
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -210,3 +210,12 @@ class Background(Executor):
 
         threading.Thread(target=run, name="marconi-tuner", daemon=True).start()
         return future
+
+
+def bootstrap_tuner(settings: Mapping[str, object], *, executor: Executor | None = None,
+                    wait: bool = False) -> BootstrapTuner:
+    """A `BootstrapTuner` with the run's `multiplier` and `objective` among `settings`
+    (absent: its defaults)."""
+    return BootstrapTuner(multiplier=cast(int, settings.get("multiplier", 5)),
+                          objective=Objective(settings.get("objective", Objective.FLOPS)),
+                          executor=executor, wait=wait)

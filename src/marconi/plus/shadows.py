@@ -52,16 +52,17 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import cast
 
 import numpy as np
 
 from marconi.core.cache import PrefixCache
 from marconi.core.snapshot import clone
 from marconi.core.tokens import as_tokens
-from marconi.core.tuning import SAMPLE_AFTER, Objective, serve
+from marconi.core.tuning import Objective, serve
 from marconi.plus.admission import Structured
 from marconi.plus.switchable import Mode, Setting, Switchable
 
@@ -140,8 +141,9 @@ class ShadowConfig:
     # saving weighted 2^(-age / H) (a recent leader is followed; ages in requests)
     half_life: float | None = None
     # after this many requests (None: never) the shadows see a `sample_rate` share of the
-    # sessions at `sample_rate` of the capacity (where the driver names sessions)
-    sample_after: int | None = SAMPLE_AFTER
+    # sessions at `sample_rate` of the capacity (where the driver names sessions); the
+    # simulator passes its run setting `shadow_sample_after` (`tuner`)
+    sample_after: int | None = None
     sample_rate: float = 0.125
 
     def __post_init__(self) -> None:
@@ -342,3 +344,22 @@ def _use_boundaries(admission: Structured, expert: Expert) -> None:
     """Make `admission` checkpoint the message boundaries `expert` runs with."""
     admission.use_boundaries(first=expert.boundaries is Boundaries.FIRST,
                              last=expert.boundaries is Boundaries.LAST)
+
+
+def shadow_tuner(modes: Sequence[str], boundaries: bool, settings: Mapping[str, object], *,
+                 first_boundary: bool = False) -> ShadowTuner:
+    """marconi+'s tuner over the experts of these eviction `modes` (with every boundary
+    choice, or none without `boundaries`), the first running until a leader emerges; with
+    `first_boundary` (a chat server), the first-message boundary expert starts.
+
+    From the run's `settings` it takes `objective` and `shadow_sample_after` (absent: the
+    `ShadowConfig` defaults, exact shadows)."""
+    experts = tuple(e for e in EXPERTS if e.mode.value in modes
+                    and (boundaries or e.boundaries is Boundaries.NONE))
+    first = Expert(Boundaries.FIRST, experts[0].mode)
+    if first_boundary and first in experts:
+        experts = (first, *(e for e in experts if e != first))
+    sample_after = cast("int | None", settings.get("shadow_sample_after"))
+    objective = Objective(settings.get("objective", Objective.FLOPS))
+    return ShadowTuner(ShadowConfig(experts=experts, objective=objective,
+                                    sample_after=sample_after))

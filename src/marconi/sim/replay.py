@@ -15,7 +15,7 @@ import numpy as np
 from tqdm import tqdm
 
 from marconi.core.cache import PrefixCache
-from marconi.core.tuning import Objective, Tuner
+from marconi.core.tuning import Tuner
 from marconi.sim.bounds import UNBOUNDED, SeenTree, keep_all
 from marconi.sim.concurrent import replay_concurrent
 from marconi.sim.result import Records, SimConfig, SimResult, resized
@@ -38,9 +38,8 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
     if config.concurrent and not isinstance(trace, Sized):
         raise ValueError("a concurrent replay needs the whole trace, not a stream")
     system = system or get_system(config.system)
-    tuner = system.make_tuner(config.alpha, TunerOptions(  # waits: a deterministic replay
-        multiplier=config.multiplier, objective=Objective(config.objective), wait=True,
-        sample_after=config.shadow_sample_after))
+    # waits for its replays: a deterministic run
+    tuner = system.make_tuner(config.alpha, TunerOptions(wait=True, settings=config.settings()))
     cache = system.cache(config.spec, config.capacity, alpha=config.alpha,
                          page_size=config.page_size, state_slots=config.state_slots,
                          as_engine=True)

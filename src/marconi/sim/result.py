@@ -12,7 +12,6 @@ import numpy as np
 from marconi.core.layout import Layout
 from marconi.core.spec import ModelSpec
 from marconi.core.stats import CacheStats
-from marconi.core.tuning import SAMPLE_AFTER as SHADOW_SAMPLE_AFTER
 from marconi.core.tuning import TuningReport
 from marconi.core.units import format_size, parse_size
 from marconi.settings import check_all, declared, setting
@@ -27,6 +26,9 @@ OFFLINE = "offline"  # knows the trace's future: sim.offline, not a registered s
 # judicious admission, eviction told which entries are reused: sim.offline, not registered
 REUSE_ORACLE = "reuse-oracle"
 REFERENCES = (ORACLE, OFFLINE, REUSE_ORACLE)  # names the simulator handles itself
+# Requests marconi+'s shadows see in full before they sample a long stream (by session, at
+# a share of the capacity); every trace of experiments/ is shorter.
+SHADOW_SAMPLE_AFTER = 20_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +82,10 @@ class SimConfig:
         self.layout().kv_capacity(self.spec, parse_size(self.capacity))  # fits the capacity
         if self.latency_profile is not None:
             self.latency_model()  # the profile is read, and checked, before a replay starts
+
+    def settings(self) -> dict[str, Any]:
+        """The run settings in force, by name (what a tuner is given to pick its own)."""
+        return {s.name: getattr(self, s.name) for s in REPLAY_SETTINGS}
 
     def latency_model(self) -> LatencyModel:
         """The TTFT model: `latency` when given, else the profile, else FLOPs at the rate."""
