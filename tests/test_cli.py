@@ -32,7 +32,7 @@ class TestHelp:
     @pytest.mark.parametrize(("command", "shown"), [
         ("simulate", ["--capacity CAPACITY", "(default: 2GB)", "(default: 32768)",
                       "(default: 100)", "(default: mistral-v1)", "(default: marconi)",
-                      "random choice (default: 0)", "types (default: 0.0)"]),
+                      "pseudo-random tokens) (default: 0)", "types (default: 0.0)"]),
         ("serve", ["port to listen on (default: 8000)", "runs (default: marconi)"]),
         ("sweep", ["(default: vllm+,sglang+,marconi)", "(default: 32768)"]),
         ("reproduce", ["(default: out/reproduce)"]),

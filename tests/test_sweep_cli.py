@@ -93,14 +93,17 @@ class TestFlags:
         assert "vllm+ refused 40 of 40 commits" in warnings[0]
         assert "synthetic:agent" in warnings[0]
 
-    def test_earlier_cell_ids_are_kept(self) -> None:
-        # ids computed before the trace knobs were added: old results files still match
+    def test_recorded_cell_ids_are_kept(self) -> None:
+        """Ids that results files were written with: a setting at its default leaves them
+        unchanged, one set off its default changes them."""
         assert Cell.of(trace=TRACE, system="marconi", capacity="1GB").cell_id == "b6ad38e8ded765ad"
         assert Cell.of(trace="/work/shared/data/mini-swe-agent/trajs", dataset="swe-agent",
-                    system="marconi+", capacity="20GB", sessions=99,
-                    sps=0.5).cell_id == "39cc04e81063417e"
-        assert Cell.of(trace=TRACE, system="marconi", capacity="1GB",
-                    min_turns=2).cell_id != "b6ad38e8ded765ad"
+                       system="marconi+", capacity="20GB", sessions=99,
+                       sps=0.5).cell_id == "39cc04e81063417e"
+        for changed in ({"min_turns": 2}, {"page_size": 16}, {"bounds": False},
+                        {"concurrent": True}):
+            assert Cell.of(trace=TRACE, system="marconi", capacity="1GB",
+                           **changed).cell_id != "b6ad38e8ded765ad"
 
     def test_progress_in_a_log_file_is_lines_not_frames(self, tmp_path: Path) -> None:
         log = tmp_path / "sweep.log"
