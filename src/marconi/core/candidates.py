@@ -27,11 +27,6 @@ from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 
 
-def is_candidate(node: Node) -> bool:
-    """In the tree, unpinned, with at most one child."""
-    return alive(node) and not node.pins and len(node.children) <= 1
-
-
 class Efficiency:
     """Prefill FLOPs a node saves over its parent, per byte it holds (Marconi's `eff`).
 
@@ -85,7 +80,7 @@ class Candidates:
         """After a change to `node`: give it a slot (or refresh its `rec` and `eff`) if it
         is a candidate, else drop it. Returns its slot, None when it is no candidate."""
         slots = self.slots
-        if is_candidate(node):
+        if alive(node) and not node.pins and len(node.children) <= 1:
             slot = slots.index.get(node)
             if slot is None:
                 slot = slots.add(node)
