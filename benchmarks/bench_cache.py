@@ -14,6 +14,8 @@ import numpy as np
 
 from marconi.core.spec import PAPER_7B
 from marconi.paper.eviction import FlopAware
+from marconi.plus.density import HitDensity
+from marconi.plus.greedy_dual import GreedyDualFlop
 from marconi.plus.switchable import Switchable
 from marconi.systems import make_cache
 
@@ -66,7 +68,7 @@ def time_victim(candidates: int, repeats: int = 200, system: str = "marconi") ->
         assert isinstance(policy, Switchable)
         policy = policy.density
     candidates_of = policy.flop if isinstance(policy, Switchable) else policy
-    assert isinstance(candidates_of, FlopAware)
+    assert isinstance(candidates_of, FlopAware | GreedyDualFlop | HitDensity)
     assert len(candidates_of.candidates()) == candidates
     times = []
     for _ in range(repeats):

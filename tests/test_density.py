@@ -108,6 +108,13 @@ class TestTable:
         assert [halves.classify(leaf(d)) for d in (511, 512, 725, 1024, 1500, 10**6)] \
             == [2, 2, 3, 4, 5, 5]
 
+    def test_has_no_alpha(self) -> None:
+        """The table weighs efficiency against age: no alpha to set or tune."""
+        policy = HitDensity(SMALL)
+        assert policy.alpha is None
+        with pytest.raises(ValueError, match="HitDensity has no alpha"):
+            policy.set_alpha(1.0)
+
     @pytest.mark.parametrize("kwargs", [{"per_octave": 0}, {"buckets": 1}, {"every": 0},
                                         {"decay": 0.0}, {"decay": 1.5},
                                         {"depth_classes": -1}, {"depth_base": 0},

@@ -7,9 +7,12 @@ import pytest
 
 from marconi.core.cache import PrefixCache
 from marconi.core.integrity import check_integrity
+from marconi.core.policy import overrides
 from marconi.core.spec import PAPER_7B
+from marconi.core.tree import RadixTree
 from marconi.paper.eviction import LRULeaf
 from marconi.plus.admission import PLAIN, StructureConfig, Structured
+from marconi.plus.greedy_dual import GreedyDualFlop
 from marconi.plus.shadows import Boundaries, Expert, ShadowReport, apply
 from marconi.plus.switchable import Mode, Setting, Switchable
 from marconi.sim.replay import simulate
@@ -70,6 +73,27 @@ class TestSwitchable:
             for c in caches:
                 c.commit([*inp, 1], len(inp))
             check_integrity(caches[1])
+
+    @pytest.mark.parametrize("mode", [Mode.DENSITY, Mode.DEPTH, Mode.LRU])
+    def test_greedy_dual_follows_the_running_experts_victims(self, mode: Mode) -> None:
+        """Each victim another expert chooses raises GreedyDual's level to the lowest
+        score GreedyDual holds then (`Eviction.follow`); running, it raises its own."""
+        policy = Switchable(SMALL, mode)
+        gd = policy.flop
+        assert isinstance(gd, GreedyDualFlop)
+        tree = RadixTree()
+        leaves = [tree.insert(tree.root, np.arange(i, i + 3 * i + 5, dtype=np.int32)
+                              .tobytes()) for i in range(1, 6)]
+        policy.on_commit(leaves, leaves, 1)  # LRU touches the path, the others `new`
+        lowest = float(gd.scores(2).min())
+        assert gd.level == 0.0 < lowest
+        assert policy.victim((), 2) is not None
+        assert gd.level == lowest
+        policy.set_setting(Setting(Mode.FLOP))
+        chosen = policy.victim((), 3)
+        assert chosen is not None and gd.level == lowest  # its own victim: the same low
+        assert not overrides(policy.density, "follow")  # only GreedyDual's order keeps up
+
 
 
 def _request(i: int, arrival: float, tokens: list[int]) -> Request:

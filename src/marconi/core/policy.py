@@ -162,6 +162,12 @@ class Eviction(ABC):
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
         """The next entry to evict, never a pinned or protected one; None if none."""
 
+    def follow(self, now: int) -> None:
+        """Told that another policy chooses the next victim in this one's place (a
+        `Switchable` expert not running): a policy whose order depends on its own victims
+        keeps up here; default: nothing."""
+        return None
+
     def pressure(self, pressure: Pressure) -> None:
         """Told before each `victim` call during an eviction round (default: ignored)."""
         return None

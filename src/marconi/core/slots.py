@@ -1,9 +1,10 @@
 """`Slots`: eviction candidates packed in dense numpy columns, for vectorized scoring.
 
-A policy that scores every candidate for every victim (FlopAware, HitDensity, the
-offline reference) keeps one slot per candidate and one numpy column per attribute;
-removing a candidate moves the last one into its slot, so `[:len(slots)]` of every column
-is always the live candidates, in the order of `nodes`.
+A policy that scores every candidate for every victim (through `Candidates`: FlopAware,
+HitDensity, GreedyDual-FLOP, SegLen; the offline reference) keeps one slot per candidate
+and one numpy column per attribute; removing a candidate moves the last one into its
+slot, so `[:len(slots)]` of every column is always the live candidates, in the order of
+`nodes`.
 
 ```
 nodes   [ a  b  c  d ]        drop(b)  ->   [ a  d  c ]

@@ -8,13 +8,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Collection, Iterable, Sequence
 from enum import Enum
-from typing import ClassVar
 
 import numpy as np
 
+from marconi.core.candidates import Candidates, Efficiency
 from marconi.core.lazy_heap import HeapEntry, compact, lazy_min
-from marconi.core.policy import Action, Eviction, Victim, alive, check_alpha
-from marconi.core.slots import Slots
+from marconi.core.policy import Action, Eviction, Victim, check_alpha
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 
@@ -96,33 +95,24 @@ class Recency(Enum):
 class FlopAware(Eviction):
     """Marconi: score S(v) = recency(v) + alpha * eff(v), lowest evicted first.
 
-    Candidates are unpinned nodes with at most one child. Both terms are min-max
-    normalized over the current candidates (all equal -> 1) and recomputed for every
-    victim. `eff(v) = (F(len(v)) - F(len(parent))) / bytes(v)`. Only the node a lookup
-    hits is touched; a commit stamps the nodes it creates.
+    Candidates (`Candidates`) are unpinned nodes with at most one child. Both terms are
+    min-max normalized over the current candidates (all equal -> 1) and recomputed for
+    every victim. `eff(v) = (F(len(v)) - F(len(parent))) / bytes(v)`. Only the node a
+    lookup hits is touched; a commit stamps the nodes it creates.
 
-    Candidates live in dense numpy columns (`Slots`: `rec` the last touch, `eff` the
-    efficiency), so a victim among 10^4 candidates is a handful of vector operations.
-    Subclasses change what a touch stamps (`_time`) and how columns score (`scores`).
+    Candidates live in dense numpy columns (`rec` the last touch, `eff` the efficiency),
+    so a victim among 10^4 candidates is a handful of vector operations.
     """
-
-    COLUMNS: ClassVar[dict[str, type]] = {"rec": np.float64, "eff": np.float64}  # per slot
 
     def __init__(self, spec: ModelSpec, alpha: float = 0.0,
                  recency: Recency = Recency.TIME) -> None:
         super().__init__()
         self.spec = spec
-        self.alpha = check_alpha(alpha)
+        self.alpha: float = check_alpha(alpha)
         self.recency = Recency(recency)
-        self.slots = Slots(self.COLUMNS)
-        self._flops: dict[int, int] = {}  # F(depth), memoized: depths recur node after node
-        # bytes per token of KV and per state, read once (the spec is frozen; both are
-        # properties computed from its layers, and `efficiency` runs on every change)
-        self._token_bytes, self._state_bytes = spec.kv_bytes_per_token, spec.ssm_bytes
-
-    def _time(self, now: int) -> float:
-        """What a touch stamps: the clock."""
-        return now
+        self.efficiency = Efficiency(spec)
+        self.candidate_set = Candidates(self.stamp, self.efficiency)
+        self.slots = self.candidate_set.slots
 
     def set_alpha(self, alpha: float) -> None:
         self.alpha = check_alpha(alpha)
@@ -131,88 +121,49 @@ class FlopAware(Eviction):
         """An empty policy like this one (same spec and recency) running `alpha`."""
         return FlopAware(self.spec, alpha, self.recency)
 
-    def efficiency(self, node: Node) -> float:
-        """Prefill FLOPs the node saves over its parent, per byte it holds."""
-        parent_depth = node.parent.depth if node.parent is not None else 0
-        held = (self._token_bytes * node.edge_len
-                + (self._state_bytes if node.has_state else 0))
-        saved = self._flops_at(node.depth) - self._flops_at(parent_depth)
-        return saved / held if held else 0.0
-
-    def _flops_at(self, depth: int) -> int:
-        flops = self._flops.get(depth)
-        if flops is None:
-            flops = self._flops[depth] = self.spec.flops(depth)
-        return flops
-
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         if hit is not None:
-            self.stamp[hit] = self._time(now)
-            self.changed(hit)
+            self.stamp[hit] = now
+            self.candidate_set.update(hit)
 
     def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
         for node in new:
-            self.stamp[node] = self._time(now)
-            self.changed(node)
+            self.stamp[node] = now
+            self.candidate_set.update(node)
 
     def changed(self, node: Node) -> None:
-        slots = self.slots
-        if alive(node) and not node.pins and len(node.children) <= 1:
-            slot = slots.index.get(node)
-            if slot is None:
-                slot = slots.add(node)
-            slots["rec"][slot] = self.stamp.get(node, 0)
-            slots["eff"][slot] = self.efficiency(node)
-        elif node in slots:
-            slots.drop(node)
+        self.candidate_set.update(node)
 
     def removed(self, node: Node) -> None:
         super().removed(node)
-        if node in self.slots:
-            self.slots.drop(node)
+        self.candidate_set.discard(node)
 
     def scores(self, now: int) -> np.ndarray:
         """S(v) for every candidate, in slot order."""
         n = len(self.slots)
-        rec, eff = self.slots["rec"][:n], self.slots["eff"][:n]
-        if self.recency is Recency.INVERSE_AGE:
-            rec = 1.0 / (now - rec + 1.0)
-        return _minmax(rec) + self.alpha * _minmax(eff)
+        return marconi_scores(self.slots["rec"][:n], self.slots["eff"][:n], self.alpha,
+                              self.recency, now)
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
         if not self.slots:
             return None
-        score = self.scores(now)
-        for node in protected:
-            slot = self.slots.index.get(node)
-            if slot is not None:
-                score[slot] = np.inf
-        slot = int(np.argmin(score))
-        if not np.isfinite(score[slot]):
-            return None
-        node = self.slots.nodes[slot]
-        self._chose(float(score[slot]))
-        return Victim(node, Action.REMOVE if node.is_leaf else Action.MERGE)
-
-    def _chose(self, score: float) -> None:
-        """Told the score of each victim chosen (GreedyDual raises its level to it)."""
-        return None
+        slot = self.candidate_set.lowest(self.scores(now), protected)
+        return self.candidate_set.victim(slot) if slot is not None else None
 
     def candidates(self) -> list[Node]:
-        return list(self.slots.nodes)
+        return self.candidate_set.nodes()
 
     def check(self, nodes: Sequence[Node]) -> None:
-        expected = {n for n in nodes if not n.pins and len(n.children) <= 1}
-        got = set(self.candidates())
-        assert got == expected, (f"candidates differ: extra {got - expected}, "
-                                 f"missing {expected - got}")
-        for node in got:
-            slot = self.slots.index[node]
-            assert self.slots.nodes[slot] is node, f"{node!r} is not in its slot"
-            assert self.slots["eff"][slot] == self.efficiency(node), (
-                f"stale efficiency for {node!r}")
-            assert self.slots["rec"][slot] == self.stamp.get(node, 0), (
-                f"stale recency for {node!r}")
+        self.candidate_set.check(nodes)
+
+
+def marconi_scores(rec: np.ndarray, eff: np.ndarray, alpha: float, recency: Recency,
+                   now: int) -> np.ndarray:
+    """Marconi's S(v) over candidate columns: last touches `rec` (the clock) and FLOP
+    efficiencies `eff`, both min-max normalized, at `alpha`."""
+    if recency is Recency.INVERSE_AGE:
+        rec = 1.0 / (now - rec + 1.0)
+    return _minmax(rec) + alpha * _minmax(eff)
 
 
 def _minmax(x: np.ndarray) -> np.ndarray:

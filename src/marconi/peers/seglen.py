@@ -19,9 +19,9 @@ from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
-from marconi.core.policy import Action, Eviction, Victim, alive
+from marconi.core.candidates import Candidates
+from marconi.core.policy import Eviction, Victim
 from marconi.core.scores import normalized
-from marconi.core.slots import Slots
 from marconi.core.tree import Node
 
 
@@ -36,7 +36,7 @@ def replay_length(node: Node) -> int:
 class SegLen(Eviction):
     """Recency plus `weight` x replay length, both min-max normalized, lowest first.
 
-    Candidates live in `Slots` with their last touch; the replay length is read at each
+    Candidates (`Candidates`) carry their last touch; the replay length is read at each
     victim choice, since a state gained or lost above a candidate changes it without the
     candidate itself changing.
     """
@@ -46,32 +46,25 @@ class SegLen(Eviction):
         if not weight >= 0:
             raise ValueError(f"SegLen weight must be >= 0, got {weight!r}")
         self.weight = float(weight)
-        self.slots = Slots({"rec": np.float64})
+        self.candidate_set = Candidates(self.stamp)  # the replay length needs no model
+        self.slots = self.candidate_set.slots
 
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         if hit is not None:
             self.stamp[hit] = now
-            self.changed(hit)
+            self.candidate_set.update(hit)
 
     def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
         for node in new:
             self.stamp[node] = now
-            self.changed(node)
+            self.candidate_set.update(node)
 
     def changed(self, node: Node) -> None:
-        slots = self.slots
-        if alive(node) and not node.pins and len(node.children) <= 1:
-            slot = slots.index.get(node)
-            if slot is None:
-                slot = slots.add(node)
-            slots["rec"][slot] = self.stamp.get(node, 0)
-        elif node in slots:
-            slots.drop(node)
+        self.candidate_set.update(node)
 
     def removed(self, node: Node) -> None:
         super().removed(node)
-        if node in self.slots:
-            self.slots.drop(node)
+        self.candidate_set.discard(node)
 
     def scores(self) -> np.ndarray:
         """Each candidate's score, in slot order."""
@@ -81,25 +74,10 @@ class SegLen(Eviction):
         return normalized(slots["rec"][:n]) + self.weight * normalized(replay)
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
-        slots = self.slots
-        if not slots:
+        if not self.slots:
             return None
-        score = self.scores()
-        for node in protected:
-            slot = slots.index.get(node)
-            if slot is not None:
-                score[slot] = np.inf
-        slot = int(np.argmin(score))
-        if not np.isfinite(score[slot]):
-            return None
-        node = slots.nodes[slot]
-        return Victim(node, Action.REMOVE if node.is_leaf else Action.MERGE)
+        slot = self.candidate_set.lowest(self.scores(), protected)
+        return self.candidate_set.victim(slot) if slot is not None else None
 
     def check(self, nodes: Sequence[Node]) -> None:
-        expected = {n for n in nodes if not n.pins and len(n.children) <= 1}
-        got = set(self.slots.nodes)
-        assert got == expected, f"candidates differ: extra {got - expected}, " \
-                                f"missing {expected - got}"
-        for node in got:
-            assert self.slots["rec"][self.slots.index[node]] == self.stamp.get(node, 0), (
-                f"stale recency for {node!r}")
+        self.candidate_set.check(nodes)

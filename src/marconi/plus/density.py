@@ -40,25 +40,26 @@ measurements: experiments/RESULTS.md ("How hit density ranks").
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import ClassVar
+from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
+from marconi.core.candidates import Candidates, Efficiency
+from marconi.core.policy import Eviction, Victim
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
-from marconi.paper.eviction import FlopAware, Recency
 
 LEAF, INTERIOR = 0, 1
 DEPTH_BASE = 1024  # with depth classes: leaves under 2 x DEPTH_BASE tokens share the first
 PRIOR_HITS, PRIOR_EVENTS = 1e-3, 2e-3  # pseudo-counts in every age bucket (module doc)
 
 
-class HitDensity(FlopAware):
+class HitDensity(Eviction):
     """FLOP-weighted hit density over Marconi's candidates (nodes with at most one child).
 
-    Reuses FlopAware's candidate columns (`rec` holds the clock at the last touch, `eff`
-    the FLOP efficiency) and adds each candidate's class (`cls`). Alpha is ignored.
+    The candidates' columns (`Candidates`: `rec` the clock at the last touch, `eff` the
+    FLOP efficiency) carry each candidate's class too (`cls`). It has no alpha: the table
+    weighs efficiency against age.
 
     With `depth_classes` > 0 leaves are classed by depth too, `per_doubling` classes per
     doubling from `depth_base` tokens (classes 2, 3, ...; the first takes everything
@@ -69,18 +70,20 @@ class HitDensity(FlopAware):
     produced at ages >= a, not by per-entry rates.
     """
 
-    COLUMNS: ClassVar[dict[str, type]] = {**FlopAware.COLUMNS, "cls": np.intp}
-
     def __init__(self, spec: ModelSpec, *, per_octave: int = 8, buckets: int = 192,
                  every: int = 512, decay: float = 0.9, depth_classes: int = 0,
                  depth_base: int = DEPTH_BASE, per_doubling: int = 1) -> None:
-        super().__init__(spec, 0.0, Recency.TIME)
+        super().__init__()
         if per_octave < 1 or buckets < 2 or every < 1 or not 0 < decay <= 1 \
                 or depth_classes < 0 or depth_base < 1 or per_doubling < 1:
             raise ValueError("HitDensity needs per_octave >= 1, buckets >= 2, every >= 1, "
                              "0 < decay <= 1, depth_classes >= 0, depth_base >= 1 and "
                              f"per_doubling >= 1; got {per_octave}, {buckets}, {every}, "
                              f"{decay}, {depth_classes}, {depth_base}, {per_doubling}")
+        self.spec = spec
+        self.efficiency = Efficiency(spec)
+        self.candidate_set = Candidates(self.stamp, self.efficiency, {"cls": np.intp})
+        self.slots = self.candidate_set.slots
         self.per_octave, self.every, self.decay = per_octave, every, decay
         self.depth_classes, self.depth_base = depth_classes, depth_base
         self.per_doubling = per_doubling
@@ -134,13 +137,17 @@ class HitDensity(FlopAware):
 
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         self.now = now
-        if hit is not None and hit in self.slots:
-            self._count(hit, hit=True)
-        super().on_lookup(path, hit, now)
+        if hit is not None:
+            if hit in self.slots:
+                self._count(hit, hit=True)
+            self.stamp[hit] = now
+            self.changed(hit)
 
     def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
         self.now = now
-        super().on_commit(path, new, now)
+        for node in new:
+            self.stamp[node] = now
+            self.changed(node)
 
     def classify(self, node: Node) -> int:
         """The class a candidate's hits and evictions are counted in."""
@@ -152,8 +159,7 @@ class HitDensity(FlopAware):
         return 2 + min(max(steps, 0), self.depth_classes - 1)
 
     def changed(self, node: Node) -> None:
-        super().changed(node)
-        slot = self.slots.index.get(node)
+        slot = self.candidate_set.update(node)
         if slot is not None:
             self.slots["cls"][slot] = self.classify(node)
 
@@ -161,6 +167,7 @@ class HitDensity(FlopAware):
         if node in self.slots:
             self._count(node, hit=False)
         super().removed(node)
+        self.candidate_set.discard(node)
 
     def scores(self, now: int) -> np.ndarray:
         n = len(self.slots)
@@ -169,8 +176,17 @@ class HitDensity(FlopAware):
         ages = self.bucket(now - slots["rec"][:n])
         return slots["eff"][:n] * self.density[slots["cls"][:n], ages]
 
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        if not self.slots:
+            return None
+        slot = self.candidate_set.lowest(self.scores(now), protected)
+        return self.candidate_set.victim(slot) if slot is not None else None
+
+    def candidates(self) -> list[Node]:
+        return self.candidate_set.nodes()
+
     def check(self, nodes: Sequence[Node]) -> None:
-        super().check(nodes)
+        self.candidate_set.check(nodes)
         for node in self.candidates():
             slot = self.slots.index[node]
             assert self.slots["cls"][slot] == self.classify(node), f"stale class for {node!r}"

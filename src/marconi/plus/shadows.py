@@ -196,38 +196,61 @@ class ShadowTuner:
                 boundaries: Sequence[int] = (), session: str | None = None) -> None:
         """Called by the driver after each commit of the live cache. `session`: the
         request's session (conversation, agent run), where the driver knows it; with it,
-        a long stream's shadows are sampled by session (module docstring)."""
+        a long stream's shadows are sampled by session (module docstring).
+
+        In order: start-up (the first call builds the shadows), decay of the recent
+        totals, sampling (count the session, settle), twins (part at the first boundary),
+        feeding the shadows, and every `every` requests the switch to the leader."""
         start = time.perf_counter()
         if not self.experts:
             self._start(cache)
-        config = self.config
-        half_life = config.half_life
-        if half_life is not None:
-            self.recent *= 0.5 ** (1.0 / half_life)
-        if self._sessions is not None and session is not None:
-            self._sessions.add(session)
-            if config.sample_after is not None and self.seen >= config.sample_after:
-                self._settle(cache)
+        self._decay()
+        self._note_session(cache, session)
         if self._twins and len(boundaries):
             self._part(cache)
-        twins = self._twins
-        if self.sampled_from is None or (session is not None and _hash(session) < self._cut):
-            weight = 1.0 / self.rate
-            key = as_tokens(tokens, what="observe: tokens").tobytes()  # once, not per shadow
-            for k, shadow in enumerate(self.shadows):
-                if k in twins:
-                    continue
-                gain = serve(shadow, key, n_input, boundaries, config.objective) * weight
-                self.totals[k] += gain
-                if half_life is not None:
-                    self.recent[k] += gain
-            for k, twin in twins.items():
-                self.totals[k] = self.totals[twin]
-                self.recent[k] = self.recent[twin]
+        if self._sees(session):
+            self._feed(tokens, n_input, boundaries)
         self.seen += 1
         if self.seen % self.config.every == 0:
             self._decide(cache)
         self.seconds += time.perf_counter() - start
+
+    def _decay(self) -> None:
+        """Age the decayed totals by one request (`half_life`; none: nothing to age)."""
+        half_life = self.config.half_life
+        if half_life is not None:
+            self.recent *= 0.5 ** (1.0 / half_life)
+
+    def _note_session(self, cache: PrefixCache, session: str | None) -> None:
+        """Count the request's session until sampling is settled, and settle it once
+        `sample_after` requests have been observed (`_settle`)."""
+        if self._sessions is not None and session is not None:
+            self._sessions.add(session)
+            sample_after = self.config.sample_after
+            if sample_after is not None and self.seen >= sample_after:
+                self._settle(cache)
+
+    def _sees(self, session: str | None) -> bool:
+        """Whether the shadows see a request of `session`: every request until sampling
+        began, then those of the sampled sessions."""
+        return self.sampled_from is None or (session is not None and _hash(session) < self._cut)
+
+    def _feed(self, tokens: np.ndarray, n_input: int, boundaries: Sequence[int]) -> None:
+        """Serve the request on every shadow that is fed and add its saving, weighted
+        1/`rate`, to that expert's totals; a twin takes its twin's totals."""
+        config, twins = self.config, self._twins
+        weight = 1.0 / self.rate
+        key = as_tokens(tokens, what="observe: tokens").tobytes()  # once, not per shadow
+        for k, shadow in enumerate(self.shadows):
+            if k in twins:
+                continue
+            gain = serve(shadow, key, n_input, boundaries, config.objective) * weight
+            self.totals[k] += gain
+            if config.half_life is not None:
+                self.recent[k] += gain
+        for k, twin in twins.items():
+            self.totals[k] = self.totals[twin]
+            self.recent[k] = self.recent[twin]
 
     def start(self, cache: PrefixCache) -> None:
         """Build the shadows and run the first expert on `cache` now, not after its first

@@ -6,7 +6,9 @@ class, or classed by depth) and Marconi's FLOP-aware eviction (`FlopAware`, its 
 by the tuner), so a tuner (`marconi.plus.shadows`) can switch among them without a pause:
 the one `mode` names chooses the victims. Every policy's books (FlopAware's: the clock at
 each candidate's last touch and its FLOP efficiency) depend on the tree's events only,
-never on who chose the victims, so a switch finds each order as if it had run all along.
+never on who chose the victims, so a switch finds each order as if it had run all along;
+the one order that depends on its own victims, GreedyDual's level, is told of each victim
+another expert chooses (`Eviction.follow`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from marconi.core.policy import Eviction, Victim
+from marconi.core.policy import Eviction, Victim, check_alpha, overrides
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 from marconi.paper.eviction import FlopAware, LRULeaf
@@ -50,17 +52,17 @@ class Switchable(Eviction):
     """One eviction policy per mode, all fed the same events; `mode` picks the victim.
 
     All stay consistent at all times, so switching is free. The FLOP expert is
-    GreedyDual-FLOP unless another FLOP-aware policy is given (`flop`); the MARCONI
-    expert is Marconi's own score, kept only where something may switch to it
-    (`marconi`), its alpha set with the mode.
+    GreedyDual-FLOP unless another policy is given (`flop`: one with an alpha takes the
+    FLOP mode's); the MARCONI expert is Marconi's own score, kept only where something
+    may switch to it (`marconi`), its alpha set with the mode.
     """
 
     def __init__(self, spec: ModelSpec, mode: Mode = Mode.FLOP, *,
-                 flop: FlopAware | None = None, depth: bool = True,
+                 flop: Eviction | None = None, depth: bool = True,
                  marconi: bool = False) -> None:
         super().__init__()
         self.spec = spec
-        self.flop = flop if flop is not None else GreedyDualFlop(spec)
+        self.flop: Eviction = flop if flop is not None else GreedyDualFlop(spec)
         self.stamp = self.flop.stamp  # what a snapshot of this policy records
         self.lru = LRULeaf(deepest_first=True)  # blocks touched together leave tail first
         self.density = HitDensity(spec)
@@ -75,9 +77,11 @@ class Switchable(Eviction):
         self.marconi = FlopAware(spec, 0.0) if marconi else None
         if self.marconi is not None:
             self.experts[Mode.MARCONI] = self.marconi
-        self.alpha = self.flop.alpha
+        # experts whose order depends on their own victims: told of the others' (`victim`)
+        self._followers = {m: e for m, e in self.experts.items() if overrides(e, "follow")}
+        self.alpha: float = self.flop.alpha or 0.0  # the FLOP mode's alpha
         self.mode = Mode.FLOP
-        self.set_setting(Setting(Mode(mode), self.flop.alpha or 0.0))
+        self.set_setting(Setting(Mode(mode), self.alpha))
 
     def set_setting(self, setting: Setting) -> None:
         if setting.mode not in self.experts:
@@ -92,8 +96,13 @@ class Switchable(Eviction):
             self.set_alpha(setting.alpha)
 
     def set_alpha(self, alpha: float) -> None:
-        self.flop.set_alpha(alpha)
-        self.alpha = self.flop.alpha
+        """The FLOP mode's alpha, passed on to a FLOP expert that has one (GreedyDual-FLOP
+        has none: its order is scale-free)."""
+        alpha = check_alpha(alpha)
+        if self.flop.alpha is not None:
+            self.flop.set_alpha(alpha)
+            alpha = self.flop.alpha
+        self.alpha = alpha
 
     def depth_policy(self) -> HitDensity:
         """A fresh hit density with leaves classed by depth (the expert, or a shadow's)."""
@@ -110,13 +119,13 @@ class Switchable(Eviction):
             return HitDensity(self.spec)
         if mode is Mode.DEPTH:
             return self.depth_policy()
-        return self.flop.fresh(self.flop.alpha or 0.0)
+        return self.flop.fresh(self.alpha)
 
     @property
     def setting(self) -> Setting:
         if self.mode is Mode.MARCONI and self.marconi is not None:
             return Setting(self.mode, self.marconi.alpha or 0.0)
-        return Setting(self.mode, (self.flop.alpha or 0.0) if self.mode is Mode.FLOP else 0.0)
+        return Setting(self.mode, self.alpha if self.mode is Mode.FLOP else 0.0)
 
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         path = tuple(path)
@@ -137,8 +146,9 @@ class Switchable(Eviction):
             expert.removed(node)
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
-        if self.mode is not Mode.FLOP and isinstance(self.flop, GreedyDualFlop):
-            self.flop.follow(now)
+        for mode, expert in self._followers.items():
+            if mode is not self.mode:
+                expert.follow(now)
         return self.experts[self.mode].victim(protected, now)
 
     def check(self, nodes: Sequence[Node]) -> None:

@@ -1,0 +1,134 @@
+"""`Candidates`: Marconi's eviction candidates, the set every scored eviction shares.
+
+A candidate is a node in the tree, unpinned, with at most one child (a leaf is removed, a
+one-child node merged into its child). Each has a slot in dense numpy columns (`Slots`):
+`rec`, the owning policy's stamp at the node's last change, and with a model `eff`, the
+prefill FLOPs the node saves over its parent per byte it holds; a policy adds columns of
+its own (`extra`) and fills them. The policy owns the score: it scores the columns in slot
+order and `lowest` picks the victim, so FlopAware, GreedyDual-FLOP, hit density and SegLen
+differ only in what a touch stamps and how the columns score.
+
+```
+event -> policy stamps the node -> update(node): add / refresh rec, eff / drop
+victim -> policy.scores(now) over slots[:n] -> lowest(score, protected) -> slot -> Victim
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from marconi.core.policy import Action, Victim, alive
+from marconi.core.slots import Slots
+from marconi.core.spec import ModelSpec
+from marconi.core.tree import Node
+
+
+class Efficiency:
+    """Prefill FLOPs a node saves over its parent, per byte it holds (Marconi's `eff`).
+
+    F(depth) is memoized as an int (depths recur node after node); bytes per token of KV
+    and per state are read once (the spec is frozen, and both are computed properties).
+    """
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+        self._flops: dict[int, int] = {}
+        self._token_bytes, self._state_bytes = spec.kv_bytes_per_token, spec.ssm_bytes
+
+    def __call__(self, node: Node) -> float:
+        parent_depth = node.parent.depth if node.parent is not None else 0
+        held = (self._token_bytes * node.edge_len
+                + (self._state_bytes if node.has_state else 0))
+        saved = self.flops_at(node.depth) - self.flops_at(parent_depth)
+        return saved / held if held else 0.0
+
+    def flops_at(self, depth: int) -> int:
+        flops = self._flops.get(depth)
+        if flops is None:
+            flops = self._flops[depth] = self.spec.flops(depth)
+        return flops
+
+
+class Candidates:
+    """The candidate nodes of one policy, in `Slots` columns kept current by `update`.
+
+    `stamp` is the owning policy's dict of stamps (shared, not copied: a snapshot restores
+    the policy's stamps and this set reads them); `efficiency` given, an `eff` column holds
+    each candidate's FLOP efficiency.
+    """
+
+    def __init__(self, stamp: dict[Node, float], efficiency: Efficiency | None = None,
+                 extra: Mapping[str, npt.DTypeLike] | None = None) -> None:
+        self.stamp = stamp
+        self.efficiency = efficiency
+        columns: dict[str, npt.DTypeLike] = {"rec": np.float64}
+        if efficiency is not None:
+            columns["eff"] = np.float64
+        self.slots = Slots({**columns, **(extra or {})})
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self.slots
+
+    def update(self, node: Node) -> int | None:
+        """After a change to `node`: give it a slot (or refresh its `rec` and `eff`) if it
+        is a candidate, else drop it. Returns its slot, None when it is no candidate."""
+        slots = self.slots
+        if alive(node) and not node.pins and len(node.children) <= 1:
+            slot = slots.index.get(node)
+            if slot is None:
+                slot = slots.add(node)
+            slots["rec"][slot] = self.stamp.get(node, 0)
+            if self.efficiency is not None:
+                slots["eff"][slot] = self.efficiency(node)
+            return slot
+        if node in slots:
+            slots.drop(node)
+        return None
+
+    def discard(self, node: Node) -> None:
+        """`node` left the tree: drop its slot if it has one."""
+        if node in self.slots:
+            self.slots.drop(node)
+
+    def lowest(self, score: np.ndarray, protected: Collection[Node]) -> int | None:
+        """The slot of the lowest `score` (one per candidate, slot order) outside
+        `protected`, whose entries it sets to +inf in place; None when all are protected."""
+        index = self.slots.index
+        for node in protected:
+            slot = index.get(node)
+            if slot is not None:
+                score[slot] = np.inf
+        slot = int(np.argmin(score))
+        return slot if np.isfinite(score[slot]) else None
+
+    def victim(self, slot: int) -> Victim:
+        """Evicting the candidate in `slot`: a leaf is removed, a one-child node merged."""
+        node = self.slots.nodes[slot]
+        return Victim(node, Action.REMOVE if node.is_leaf else Action.MERGE)
+
+    def nodes(self) -> list[Node]:
+        return list(self.slots.nodes)
+
+    def check(self, nodes: Sequence[Node]) -> None:
+        """Assert the set is the tree's candidates among `nodes`, each in its own slot
+        with its current stamp and efficiency."""
+        expected = {n for n in nodes if not n.pins and len(n.children) <= 1}
+        got = set(self.slots.nodes)
+        assert got == expected, (f"candidates differ: extra {got - expected}, "
+                                 f"missing {expected - got}")
+        slots = self.slots
+        for node in got:
+            slot = slots.index[node]
+            assert slots.nodes[slot] is node, f"{node!r} is not in its slot"
+            if self.efficiency is not None:
+                assert slots["eff"][slot] == self.efficiency(node), (
+                    f"stale efficiency for {node!r}")
+            assert slots["rec"][slot] == self.stamp.get(node, 0), (
+                f"stale recency for {node!r}")
