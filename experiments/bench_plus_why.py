@@ -140,7 +140,8 @@ def _traced_policies(cls: type[HitDensity]) -> PolicyFactory:
 
 def _register() -> None:
     """The instrumented systems `main` replays, registered on import (this module is a
-    plugin too: `--plugin experiments/bench_plus_why.py --system why/density`)."""
+    plugin too: `--plugin experiments/bench_plus_why.py --system why/density`, which
+    loads the variants' plugin itself: name it as well and they register twice)."""
     for name, base in (("why/density", HitDensity), ("why/no prior exposure", NoPrior)):
         register(System(name=name, policies=_traced_policies(traced(base)),
                         description="bench_plus_why"))
