@@ -28,9 +28,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from common import REPO
+
 CONTEXT = 131072  # tokens: a 128K-context model
 MODEL = "marconi-tiny-bamba"
 

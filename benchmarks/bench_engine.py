@@ -9,11 +9,12 @@ the repository when it is there and no `--agent-data` is given.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+
+from common import DATA
 
 from marconi.commands.engine_bench import main
 
-AGENT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mini-swe-agent"
+AGENT_DATA = DATA / "mini-swe-agent"
 
 if __name__ == "__main__":
     args = sys.argv[1:]

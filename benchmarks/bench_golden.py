@@ -22,10 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench_load import worktree
+from common import REPO, TRAJS, worktree
 
-REPO = Path(__file__).resolve().parents[1]
-TRAJS = REPO.parent / "shared" / "data" / "mini-swe-agent" / "trajs"
 SYSTEMS = ("vanilla,vllm+,sglang+,marconi,marconi+,sglang-2026,sglang-2026-extra,vllm-2026,"
            "marconi-inverse-age,offline")
 IGNORED = {"seconds"}
@@ -85,7 +83,7 @@ def main() -> None:
     print(f"# golden check: this tree (HEAD {head} + working changes) against "
           f"{args.baseline}; systems {args.systems}", flush=True)
     differing = 0
-    with worktree(args.baseline) as base:  # bench_load's: a temporary git worktree
+    with worktree(args.baseline) as base:
         assert base is not None
         for label, trace, capacities in workloads(args.quick):
             for capacity in capacities:

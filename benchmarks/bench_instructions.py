@@ -24,9 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench_load import TRAJS, worktree
+from common import REPO, TRAJS, worktree
 
-REPO = Path(__file__).resolve().parents[1]
 CHILD = """
 import sys
 from marconi.core.spec import PAPER_7B

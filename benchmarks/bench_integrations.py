@@ -30,13 +30,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_real_peers import load
+from common import load
 
 from marconi.core.spec import PAPER_7B
 from marconi.realpeers.envs import available

@@ -23,16 +23,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from common import REPO, TRAJS, worktree, write_agent_trace
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data"
-TRAJS = DATA / "mini-swe-agent" / "trajs"
 _VOCAB = ("the of and to in is for that with on as it be this are by an or from at def "
           "return import self value error file line test data x = ( ) { } [ ] ; : \" \\n "
           "é 日本")
@@ -155,24 +151,6 @@ def make_inputs(root: Path, mb: int) -> dict[str, Path]:
     return out
 
 
-def write_agent_trace(path: Path, src: Path) -> None:
-    """The mini-swe-agent trajectories as the paper artifact's JSONL (token ids)."""
-    code = """
-import json, sys
-from marconi.workload.registry import load_trace
-from marconi.workload.options import TraceOptions
-trace = load_trace(sys.argv[1], format="swe-agent", options=TraceOptions(sessions=None,
-                   use_cache=False))
-with open(sys.argv[2], "w") as f:
-    for r in trace:
-        f.write(json.dumps({"session_id": r.session_id, "turn_id": r.turn, "ts": r.arrival,
-                            "input_tokens": r.input_tokens.tolist(),
-                            "output_tokens": r.output_tokens.tolist()}) + "\\n")
-"""
-    subprocess.run([sys.executable, "-c", code, str(TRAJS), str(path)], check=True,
-                   env={**os.environ, "PYTHONPATH": str(src)})
-
-
 JSON_LINES = ("import json, sys\nwith open(sys.argv[1], 'rb') as f:\n"
               "    for line in f:\n        json.loads(line)")
 JSON_ARRAY = ("import json, sys\nt = open(sys.argv[1], encoding='utf-8').read()\n"
@@ -181,22 +159,6 @@ JSON_ARRAY = ("import json, sys\nt = open(sys.argv[1], encoding='utf-8').read()\
               "    while pos < len(t) and t[pos] in ' \\t\\r\\n,':\n        pos += 1\n"
               "    try:\n        _, pos = d.raw_decode(t, pos)\n"
               "    except ValueError:\n        break")
-
-
-@contextmanager
-def worktree(rev: str | None) -> Iterator[Path | None]:
-    if rev is None:
-        yield None
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp) / "tree"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev],
-                       check=True, capture_output=True)
-        try:
-            yield tree / "src"
-        finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
-                            str(tree)], check=False, capture_output=True)
 
 
 # --- sections ----------------------------------------------------------------------------

@@ -35,7 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from common import REPO
+
 FUZZ = "tests/engine/test_fuzz.py::test_cached_runs_equal_a_plain_forward_under_pressure"
 
 

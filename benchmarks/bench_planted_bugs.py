@@ -30,7 +30,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from common import REPO
+
 FAMILIES = ("bamba", "nemotron_h", "granitemoehybrid", "falcon_h1", "zamba2", "qwen3_next")
 NO_POSITIONS = ("nemotron_h", "granitemoehybrid", "zamba2")  # attention without RoPE
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Sequence
-from pathlib import Path
+
+from common import load
 
 from marconi.core.spec import PAPER_7B
 from marconi.realpeers.envs import ENGINES, available
@@ -28,28 +29,11 @@ from marconi.realpeers.fidelity import PAIRS, Agreement, agreement, summary_line
 from marconi.sim import SimConfig
 from marconi.sim.run import run
 from marconi.systems import get_system
-from marconi.workload import Trace, TraceOptions, load_trace
+from marconi.workload import Trace
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 FULL = {"sharegpt": ("2GB", "5GB", "10GB"), "swe-agent": ("20GB", "40GB"),
         "mooncake[0:1000]": ("20GB", "60GB")}
 QUICK = {"sharegpt(40)": ("1GB", "2GB")}
-
-
-def load(name: str) -> Trace | None:
-    """A named trace, or None when its data is absent."""
-    if name.startswith("sharegpt"):
-        sessions = int(name[9:-1]) if "(" in name else 100
-        return load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=sessions))
-    if name == "swe-agent":
-        path = DATA / "mini-swe-agent" / "trajs"
-        return load_trace(path) if path.exists() else None
-    path = DATA / "mooncake" / "conversation_trace.jsonl"
-    if not path.exists():
-        return None
-    a, b = (int(x) for x in name[9:-1].split(":"))
-    full = load_trace(path)
-    return Trace(name, full.requests[a:b], full.meta)
 
 
 def marconi_us(trace: Trace, capacity: str) -> float:

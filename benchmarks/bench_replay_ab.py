@@ -28,9 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench_load import TRAJS, worktree, write_agent_trace
-
-REPO = Path(__file__).resolve().parents[1]
+from common import REPO, TRAJS, worktree, write_agent_trace
 
 
 def run(src: Path, trace: str, fmt: str | None, system: str, capacity: str,

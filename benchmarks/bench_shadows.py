@@ -10,8 +10,10 @@ when ../shared/data is absent).
 
 from __future__ import annotations
 
+import argparse
 import os
-from pathlib import Path
+
+from common import TRAJS
 
 from marconi.core.spec import PAPER_7B
 from marconi.plus.shadows import ShadowReport
@@ -20,8 +22,6 @@ from marconi.sim.result import SimConfig
 from marconi.workload import load_trace
 from marconi.workload.options import TraceOptions
 from marconi.workload.types import Trace
-
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 
 def shadows(name: str, capacity: str, trace: Trace) -> None:
@@ -37,9 +37,10 @@ def shadows(name: str, capacity: str, trace: Trace) -> None:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     cases = [("sharegpt", "2GB", load_trace("sharegpt", options=TraceOptions(min_turns=10)))]
-    if DATA.exists():
-        cases.append(("swe-agent", "20GB", load_trace(DATA / "mini-swe-agent" / "trajs")))
+    if TRAJS.exists():
+        cases.append(("swe-agent", "20GB", load_trace(TRAJS)))
     print(f"cores: {os.cpu_count()}")
     for case in cases:
         shadows(*case)

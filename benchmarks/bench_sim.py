@@ -13,15 +13,14 @@ import argparse
 import platform
 import resource
 import time
-from pathlib import Path
+
+from common import TRAJS
 
 from marconi.core.spec import PAPER_7B
 from marconi.sim import SimConfig
 from marconi.sim.run import run
 from marconi.systems import SYSTEMS
 from marconi.workload import TraceOptions, load_trace
-
-SWE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mini-swe-agent" / "trajs"
 
 
 def peak_rss_mb() -> float:
@@ -57,11 +56,11 @@ def main() -> None:
           f"bounds {'off' if args.no_bounds else 'on'}")
     bench("ShareGPT", "sharegpt", TraceOptions(min_turns=10), "5GB", systems,
           not args.no_bounds)
-    if SWE.is_dir():
-        bench("SWE-agent", str(SWE), TraceOptions(sessions=None), args.swe_capacity, systems,
+    if TRAJS.is_dir():
+        bench("SWE-agent", str(TRAJS), TraceOptions(sessions=None), args.swe_capacity, systems,
               not args.no_bounds)
     else:
-        print(f"\nSWE-agent: skipped, {SWE} not present")
+        print(f"\nSWE-agent: skipped, {TRAJS} not present")
 
 
 if __name__ == "__main__":

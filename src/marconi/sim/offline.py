@@ -138,7 +138,7 @@ class FutureEviction(Eviction):
 class ReuseOnlyEviction(FutureEviction):
     """Half of what `FutureEviction` knows, to measure what the other half is worth: whether
     a candidate is ever used again, not when (the eviction of `reuse-oracle`, and of
-    `benchmarks/bench_offline_parts.py`'s `J + reused`).
+    `experiments/bench_offline_parts.py`'s `J + reused`).
 
     Entries no later request uses go first (the most bytes per FLOP saved first), as in
     `FutureEviction`; among the others, the distance to the next use, which it does not

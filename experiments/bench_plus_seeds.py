@@ -1,14 +1,14 @@
 """marconi+ against its peers in expectation: every agent configuration, many arrival seeds.
 
-    .venv/bin/python benchmarks/bench_plus_seeds.py [--seeds 10] [--workers 2] [--csv FILE]
-    .venv/bin/python benchmarks/bench_plus_seeds.py --from-csv FILE
+    .venv/bin/python experiments/bench_plus_seeds.py [--seeds 10] [--workers 2] [--csv FILE]
+    .venv/bin/python experiments/bench_plus_seeds.py --from-csv FILE
 
 The reproduction sweep runs each configuration once, at arrival seed 0. On the agent trace
 a configuration's result moves with the seed (the calls of a trajectory arrive after
 exponential gaps), and the best of four peers moves with it: a single seed can hand one
 peer its luckiest draw. This benchmark reruns sglang+, sglang-2026, vllm-2026, marconi
 and marconi+ on every agent configuration of `experiments/plus_vs_peers.toml` (read from
-`experiments/results/sweep.csv`, as `bench_plus_variants.py` does) at seeds 0..K-1 and
+`experiments/results/sweep.csv`, `common.configurations`) at seeds 0..K-1 and
 prints, per configuration:
 
 - each system's mean FLOPs saved over the seeds;
@@ -36,8 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from bench_plus import DATA
-from bench_plus_variants import PEERS, _cell, configurations
+from common import DATA, PEERS, cell, configurations
 from tqdm import tqdm
 
 from marconi.core.spec import resolve_model
@@ -79,7 +78,7 @@ def unique(configs: list[dict[str, str]]) -> list[dict[str, str]]:
 
 def _run(job: tuple[dict[str, str], str, int]) -> float:
     params, system, seed = job
-    row = run_cell(_cell({**params, "seed": str(seed)}, system))
+    row = run_cell(cell({**params, "seed": str(seed)}, system))
     if row["status"] != "ok":
         raise RuntimeError(f"{system} on {label(params)}, seed {seed}: {row['error']}")
     return 100 * float(row["flops_saved_rate"])

@@ -1,6 +1,6 @@
 """How the ranking of systems changes under engines' memory layouts, at equal memory.
 
-    .venv/bin/python benchmarks/bench_layouts.py [--systems a,b] [--traces sharegpt,swe]
+    .venv/bin/python experiments/bench_layouts.py [--systems a,b] [--traces sharegpt,swe]
 
 Every system replays each trace under each layout at the same memory (docs/embedding.md):
 - `bytes`: the paper's single byte budget (KV per token, states at their size);
@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
+from collections.abc import Callable
+
+from common import TRAJS
 
 from marconi.core.layout import Layout
-from marconi.core.spec import PAPER_7B
+from marconi.core.spec import PAPER_7B, ModelSpec
 from marconi.core.units import parse_size
 from marconi.peers.mamba_align import vllm_layout
 from marconi.peers.mamba_radix import sglang_layout
@@ -28,12 +30,11 @@ from marconi.sim import SimConfig
 from marconi.sim.run import run
 from marconi.workload import Trace, TraceOptions, load_trace
 
-SWE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mini-swe-agent" / "trajs"
 SYSTEMS = "vllm+,sglang+,marconi,marconi+,sglang-2026,vllm-2026"
 TRACES = {"sharegpt": ("sharegpt", TraceOptions(min_turns=10), ("2GB", "5GB")),
-          "swe": (str(SWE), TraceOptions(sessions=None), ("20GB", "40GB"))}
-OWN = {"sglang-2026": sglang_layout, "sglang-2026-extra": sglang_layout,
-       "vllm-2026": vllm_layout}
+          "swe": (str(TRAJS), TraceOptions(sessions=None), ("20GB", "40GB"))}
+OWN: dict[str, Callable[[ModelSpec, int], Layout]] = {
+    "sglang-2026": sglang_layout, "sglang-2026-extra": sglang_layout, "vllm-2026": vllm_layout}
 
 
 def layouts(system: str, capacity: int) -> dict[str, Layout]:
@@ -82,8 +83,8 @@ def main() -> None:
     systems = args.systems.split(",")
     for key in args.traces.split(","):
         source, options, capacities = TRACES[key]
-        if key == "swe" and not SWE.is_dir():
-            print(f"\n{key}: skipped, {SWE} not found")
+        if key == "swe" and not TRAJS.is_dir():
+            print(f"\n{key}: skipped, {TRAJS} not found")
             continue
         trace, t0 = load_trace(source, options=options), time.perf_counter()
         for capacity in capacities:

@@ -1,6 +1,6 @@
 """Does admitting the state after every prompt pay for exact repeats (a "regenerate")?
 
-    .venv/bin/python benchmarks/bench_regenerate.py
+    .venv/bin/python experiments/bench_regenerate.py
 
 A temperature-0 regenerate sends a prompt again; the cache keeps no state after a prompt
 alone (judicious admission: branch points and the end of input + output), so the repeat
@@ -12,6 +12,7 @@ well, at three capacities. The answer is in README's "Server" section.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from collections.abc import Sequence
 
@@ -67,6 +68,7 @@ def row(trace: Trace, rate: float, capacity: str, systems: Sequence[tuple[str, S
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     trace = load_trace("sharegpt")
     print(f"ShareGPT: {len(trace)} requests, {trace.input_tokens} input tokens, paper-7b")
     print(f"{'rate':>5}  {'capacity':>8}  {'system':<20}  {'token hit':>9}  {'states':>6}")

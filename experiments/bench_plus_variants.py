@@ -1,27 +1,36 @@
 """How marconi+'s pieces were chosen: variants of it on every sweep configuration.
 
-    .venv/bin/python benchmarks/bench_plus_variants.py [--workers 2] [--only VARIANT ...]
-    .venv/bin/python benchmarks/bench_plus_variants.py --one TRACE CAPACITY MODEL
+    .venv/bin/python experiments/bench_plus_variants.py [--workers 2] [--only VARIANT ...]
+    .venv/bin/python experiments/bench_plus_variants.py --one TRACE CAPACITY MODEL
 
 Default: every variant below on the 53 configurations of `experiments/plus_vs_peers.toml`,
 scored against the best of sglang+, sglang-2026, vllm-2026 and marconi as recorded in
 `experiments/results/sweep.csv` (run `marconi reproduce --out experiments/results` first):
 wins / ties (|margin| <= 0.01 point) / losses and the sum of margins. `--one` runs every
-variant, and Marconi at fixed alphas, on one configuration (TRACE as in bench_plus.py, or
-`synthetic:NAME` with 200 sessions). The variants exist only here (they are not systems
-users can pick); each differs from marconi+ in one piece.
+variant, and Marconi at fixed alphas, on one configuration (TRACE as `common.trace` names
+it, or `synthetic:NAME` with 200 sessions). Each variant differs from marconi+ in one
+piece.
+
+The variants are not built-in systems: this module is a plugin that registers them on
+import, so any command runs them by name once it loads the file, e.g.
+
+    marconi simulate sharegpt --plugin experiments/bench_plus_variants.py --system "lead 1%"
+
+(the other scripts here load it with `common.load_variants`).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
+import sys
 from collections.abc import Callable, Collection
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from bench_plus import saved, trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `common`, loaded by path too
+from common import PEERS, cell, configurations, saved, trace
 
 from marconi.core.policy import Eviction, Victim
 from marconi.core.spec import ModelSpec, resolve_model
@@ -41,14 +50,9 @@ from marconi.plus.shadows import (
 from marconi.plus.switchable import Mode, Switchable
 from marconi.sim.replay import simulate
 from marconi.sim.result import SimConfig
-from marconi.sim.sweep import Cell, run_cell
-from marconi.systems import System, TunerOptions, register
+from marconi.sim.sweep import run_cell
+from marconi.systems import System, TunerFactory, TunerOptions, register
 from marconi.workload import TraceOptions, load_trace
-
-SWEEP = Path(__file__).resolve().parents[1] / "experiments" / "results" / "sweep.csv"
-PEERS = ("sglang+", "sglang-2026", "vllm-2026", "marconi")
-KEYS = ("dataset", "trace", "capacity", "model", "sessions", "max_requests", "sps",
-        "response_time", "mean_gap", "seed")
 
 
 class OneClass(HitDensity):
@@ -153,14 +157,19 @@ class NoEarlySwitch(ShadowTuner):
             super()._decide(cache)  # type: ignore[arg-type]
 
 
-def _variant(name: str, eviction: Callable[[ModelSpec, float], Eviction],
-             config: ShadowConfig | None = None, tuner_class: type = ShadowTuner) -> str:
+def _tuner(tuner_class: type[ShadowTuner], config: ShadowConfig) -> TunerFactory:
     def tuner(options: TunerOptions) -> ShadowTuner:
-        return tuner_class(config)  # type: ignore[no-any-return]
+        return tuner_class(config)
 
+    return tuner
+
+
+def _variant(name: str, eviction: Callable[[ModelSpec, float], Eviction],
+             config: ShadowConfig | None = None,
+             tuner_class: type[ShadowTuner] = ShadowTuner) -> str:
     register(System(name=name,
                     policies=lambda spec, alpha: (Structured(PLAIN), eviction(spec, alpha)),
-                    tuner=tuner if config is not None else None,
+                    tuner=None if config is None else _tuner(tuner_class, config),
                     description="benchmark variant"))
     return name
 
@@ -235,31 +244,8 @@ VARIANTS = (
 )
 
 
-def configurations() -> list[tuple[dict[str, str], float]]:
-    """(cell parameters, best peer's FLOPs saved) of each plus_vs_peers configuration."""
-    by: dict[tuple[str, ...], dict[str, float]] = {}
-    params: dict[tuple[str, ...], dict[str, str]] = {}
-    for row in csv.DictReader(SWEEP.open()):
-        if row["alpha_fixed"] or row["multiplier"] != "5" or row["objective"] != "flops" \
-                or row["status"] != "ok":
-            continue
-        key = tuple(row[k] for k in KEYS)
-        by.setdefault(key, {})[row["system"]] = float(row["flops_saved_rate"])
-        params[key] = {k: row[k] for k in KEYS}
-    return [(params[k], max(v[p] for p in PEERS)) for k, v in by.items()
-            if "marconi+" in v and all(p in v for p in PEERS)]
-
-
-def _cell(p: dict[str, str], system: str) -> Cell:
-    return Cell.of(dataset=p["dataset"], trace=p["trace"], system=system, capacity=p["capacity"],
-                model=p["model"], sessions=int(p["sessions"]) if p["sessions"] else None,
-                max_requests=int(p["max_requests"]) if p["max_requests"] else None,
-                sps=float(p["sps"]), response_time=float(p["response_time"]),
-                mean_gap=float(p["mean_gap"]), seed=int(p["seed"]))
-
-
 def _run(job: tuple[dict[str, str], str]) -> float:
-    row = run_cell(_cell(*job))
+    row = run_cell(cell(*job))
     if row["status"] != "ok":
         raise RuntimeError(f"{job[1]}: {row['error']}")
     return float(row["flops_saved_rate"])
@@ -335,7 +321,8 @@ def main() -> None:
                         help="sweep table: run only this variant (repeatable)")
     args = parser.parse_args()
     if args.one:
-        one_table(*args.one, args.workers)
+        name, capacity, model = args.one
+        one_table(name, capacity, model, args.workers)
     else:
         sweep_table(args.workers, args.only)
 

@@ -1,9 +1,9 @@
 """Why marconi+ does what it does on one configuration: the figures behind the
 explanations in `policies/density.py` and experiments/RESULTS.md.
 
-    .venv/bin/python benchmarks/bench_plus_why.py TRACE CAPACITY MODEL
+    .venv/bin/python experiments/bench_plus_why.py TRACE CAPACITY MODEL
 
-TRACE as in bench_plus.py. Prints:
+TRACE as `common.trace` names it. Prints:
 - the workload's contention: sessions in flight at each arrival (median), and eviction
   candidates at each victim choice (median);
 - hit density as built (`marconi+-density`) beside LHD's own estimate (the variant
@@ -25,15 +25,19 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 from collections.abc import Collection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_plus import trace
-from bench_plus_variants import NoPrior
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `common`, loaded by path too
+from bench_plus_variants import NoPrior  # the variants' plugin: registers them too
+from common import trace
 
 from marconi.core.policy import Victim
-from marconi.core.spec import resolve_model
+from marconi.core.spec import ModelSpec, resolve_model
 from marconi.core.tree import Node
 from marconi.paper.admission import Judicious
 from marconi.plus.admission import PLAIN, Structured
@@ -44,7 +48,7 @@ from marconi.sim.future import FutureIndex
 from marconi.sim.offline import NEVER, FutureEviction
 from marconi.sim.replay import simulate
 from marconi.sim.result import SimConfig
-from marconi.systems import System, register
+from marconi.systems import Policies, PolicyFactory, System, register
 from marconi.workload.types import Trace
 
 RECORDS: dict[str, list[tuple[float, ...]]] = {"victims": [], "exposure": [], "leads": []}
@@ -119,7 +123,7 @@ def knows_whether(loaded: Trace, config: SimConfig, by_efficiency: bool) -> floa
     def at(i: int) -> None:
         future.now = i
 
-    system = System(name="why: knows whether",
+    system = System(name="why/knows whether",
                     policies=lambda spec, alpha: (Judicious(),
                                                   KnowsWhether(spec, future, by_efficiency)),
                     description="bench_plus_why")
@@ -127,16 +131,27 @@ def knows_whether(loaded: Trace, config: SimConfig, by_efficiency: bool) -> floa
                  .summary()["flops_saved_rate"])
 
 
+def _traced_policies(cls: type[HitDensity]) -> PolicyFactory:
+    def policies(spec: ModelSpec, alpha: float) -> Policies:
+        return Structured(PLAIN), cls(spec)
+
+    return policies
+
+
 def _register() -> None:
-    for name, base in (("why: density", HitDensity), ("why: no prior exposure", NoPrior)):
-        cls = traced(base)
-        register(System(name=name,
-                        policies=lambda spec, alpha, cls=cls: (Structured(PLAIN), cls(spec)),
+    """The instrumented systems `main` replays, registered on import (this module is a
+    plugin too: `--plugin experiments/bench_plus_why.py --system why/density`, which
+    loads the variants' plugin itself: name it as well and they register twice)."""
+    for name, base in (("why/density", HitDensity), ("why/no prior exposure", NoPrior)):
+        register(System(name=name, policies=_traced_policies(traced(base)),
                         description="bench_plus_why"))
     register(System(
-        name="why: marconi+",
+        name="why/marconi+",
         policies=lambda spec, alpha: (Structured(PLAIN), Switchable(spec, Mode.DENSITY)),
         tuner=lambda options: LeadTuner(ShadowConfig()), description="bench_plus_why"))
+
+
+_register()
 
 
 def last_call_share(loaded: Trace) -> str:
@@ -175,12 +190,11 @@ def main() -> None:
     parser.add_argument("capacity")
     parser.add_argument("model")
     args = parser.parse_args()
-    _register()
     loaded = trace(args.trace)
     spec = resolve_model(args.model)
     print(f"{args.trace}, {args.capacity}, {args.model}: {len(loaded)} requests, "
           f"sessions in flight at an arrival (median) {in_flight(loaded):.0f}")
-    for system in ("why: density", "why: no prior exposure"):
+    for system in ("why/density", "why/no prior exposure"):
         for key in RECORDS:
             RECORDS[key].clear()
         config = SimConfig(spec=spec, capacity=args.capacity, system=system, bounds=False)
@@ -189,14 +203,15 @@ def main() -> None:
         leaf_ages = victims[victims[:, 0] >= 0, 0]
         exposure = np.array(RECORDS["exposure"] or [(0.0,)])[:, 0]
         prior = HitDensity(spec).prior_exposure(0)
-        print(f"{system[5:]:22s} FLOPs saved {100 * saved:6.2f}%  evicted leaves idle "
+        label = system.removeprefix("why/")
+        print(f"{label:22s} FLOPs saved {100 * saved:6.2f}%  evicted leaves idle "
               f"(median) {np.median(leaf_ages) if len(leaf_ages) else 0:.0f} ticks  "
               f"candidates (median) {np.median(victims[:, 1]):.0f}  real exposure at age 0 "
               f"median {np.median(exposure):.3g} / max {exposure.max():.3g} ticks "
               f"(prior {prior:.3g})")
     for key in RECORDS:
         RECORDS[key].clear()
-    config = SimConfig(spec=spec, capacity=args.capacity, system="why: marconi+",
+    config = SimConfig(spec=spec, capacity=args.capacity, system="why/marconi+",
                        bounds=False)
     result = simulate(loaded, config)
     assert result.tuning is not None

@@ -1,0 +1,166 @@
+"""What the research scripts of experiments/ share: where the data and the reproduction
+sweep are, the named traces they replay, FLOPs saved by one run, the sweep's
+configurations as cells, and the variants' plugin.
+
+Each script runs alone (`python experiments/X.py`): its own folder is first on sys.path,
+so `from common import ...` finds this module. The only script another one loads is the
+plugin of marconi+'s variants, `bench_plus_variants`, by the plugin mechanism
+(`load_variants`), so that its systems work by name, in sweep workers too.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+import tempfile
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+from marconi.core.spec import PAPER_7B, resolve_model
+from marconi.sim.result import SimConfig
+from marconi.sim.run import run
+from marconi.sim.sweep import Cell
+from marconi.systems import load_plugin
+from marconi.workload import load_trace
+from marconi.workload.options import TraceOptions
+from marconi.workload.types import Trace
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parents[1] / "shared" / "data"  # the shared data folder beside the repository
+TRAJS = DATA / "mini-swe-agent" / "trajs"
+MOONCAKE = DATA / "mooncake" / "conversation_trace.jsonl"
+SWEEP = HERE / "results" / "sweep.csv"  # `marconi reproduce --out experiments/results`
+PEERS = ("sglang+", "sglang-2026", "vllm-2026", "marconi")
+VARIANTS = "bench_plus_variants"  # the plugin registering marconi+'s variants
+
+
+def load_variants() -> ModuleType:
+    """Register marconi+'s variants (`bench_plus_variants.py`) as systems, once."""
+    return load_plugin(VARIANTS)
+
+
+# --- traces by name ------------------------------------------------------------------
+
+@cache
+def trace(name: str) -> Trace:
+    """`sharegpt` (>= 10 rounds), `sharegpt(turns=T,seed=S)`, `swe-agent`,
+    `swe-agent(seed=S)`, `mooncake[A:B]`, or `shift:sharegpt+swe-agent` (the chats, then
+    the trajectories: a workload that shifts midway)."""
+    if name.endswith(")"):
+        kind, args = name[:-1].split("(")
+        opts = {k: int(v) for k, v in (a.split("=") for a in args.split(","))}
+        if kind == "sharegpt":
+            return load_trace("sharegpt", options=TraceOptions(
+                min_turns=opts["turns"], seed=opts["seed"]))
+        return load_trace(TRAJS, options=TraceOptions(seed=opts["seed"], sessions=None))
+    if name == "sharegpt":
+        return load_trace("sharegpt", options=TraceOptions(min_turns=10))
+    if name == "swe-agent":
+        return load_trace(TRAJS)
+    if name.startswith("mooncake"):
+        a, b = (int(x) for x in name[9:-1].split(":"))
+        full = load_trace(MOONCAKE)
+        return Trace(name, full.requests[a:b], full.meta)
+    chat, agent = trace("sharegpt"), trace("swe-agent")
+    end = chat[-1].arrival
+    moved = tuple(dataclasses.replace(r, arrival=end + r.arrival, session_id="swe/" + r.session_id)
+                  for r in agent)
+    return Trace(name, chat.requests + moved, {})
+
+
+def saved(job: tuple[str, ...], concurrent: bool = False) -> float:
+    """FLOPs saved for (trace, capacity, system[, model])."""
+    name, capacity, system, *model = job
+    spec = resolve_model(model[0]) if model else PAPER_7B
+    config = SimConfig(spec=spec, capacity=capacity, system=system, bounds=False,
+                       concurrent=concurrent)
+    return float(run(trace(name), config).summary()["flops_saved_rate"])
+
+
+# --- traces built like the sweep's from data the design did not use --------------------
+
+# (trace key | capacity [| model]); the design set reproduces the losses seen on unseen
+# data and chose variants, the held-out set was fixed before any variant was tried
+DESIGN = ("sg(sps=5,skip=100)|1GB", "sg(sps=5,skip=100)|2GB", "sg(sps=5)|1GB",
+          "sg(sps=5)|2GB", "swe(half=even)|20GB", "swe(half=even)|40GB", "swe()|20GB",
+          "swe()|40GB", "swe()|40GB|paper-7b,ssm=24,attn=12,mlp=36")
+HELDOUT = ("sg(sps=0.5,skip=200)|2GB", "sg(sps=2,skip=200)|1GB", "sg(sps=5,skip=200)|2GB",
+           "sg(sps=1,skip=300)|3GB", "sg(sps=5,skip=300)|1GB", "swe(half=odd,seed=21)|20GB",
+           "swe(half=odd,seed=22)|40GB", "swe(seed=23,gap=2.5)|30GB",
+           "mc(a=11000,b=12031)|60GB", "mc(a=7500,b=9500)|40GB")
+
+
+def _half(which: str) -> Path:
+    """A folder of links to every other trajectory (`even`: the 1st, 3rd, ...)."""
+    names = sorted(os.listdir(TRAJS))[0 if which == "even" else 1::2]
+    folder = Path(tempfile.mkdtemp(prefix=f"trajs-{which}-"))
+    for name in names:
+        (folder / name).mkdir()
+        for f in (TRAJS / name).iterdir():
+            (folder / name / f.name).symlink_to(f)
+    return folder
+
+
+def _skip(trace: Trace, skip: int, sps: float) -> Trace:
+    """`trace` without its first `skip` sessions, arrivals moved back by skip / sps."""
+    order = list(dict.fromkeys(r.session_id for r in trace.requests))
+    keep = set(order[skip:])
+    requests = tuple(dataclasses.replace(r, arrival=r.arrival - skip / sps)
+                     for r in trace.requests if r.session_id in keep)
+    return Trace(trace.name, requests, trace.meta)
+
+
+@cache
+def unseen_trace(key: str) -> Trace:
+    """`sg(sps=R,skip=K)`, `swe(half=even|odd,seed=S,gap=G)` or `mc(a=A,b=B)`
+    (bench_plus_unseen.py says what each holds)."""
+    kind, _, rest = key.partition("(")
+    opts = dict(a.split("=") for a in rest.rstrip(")").split(",") if a)
+    if kind == "sg":
+        sps, skip = float(opts.get("sps", 1)), int(opts.get("skip", 0))
+        loaded = load_trace("sharegpt", options=TraceOptions(
+            min_turns=10, sessions=100 + skip, sps=sps))
+        return _skip(loaded, skip, sps) if skip else loaded
+    if kind == "swe":
+        source = _half(opts["half"]) if "half" in opts else TRAJS
+        return load_trace(source, format="swe-agent", options=TraceOptions(
+            seed=int(opts.get("seed", 0)), sessions=None,
+            mean_gap=float(opts.get("gap", 5.0))))
+    if kind == "mc":
+        full = load_trace(MOONCAKE)
+        return Trace(key, full.requests[int(opts["a"]):int(opts["b"])], full.meta)
+    raise ValueError(f"unknown trace key {key!r}")
+
+
+# --- the reproduction sweep's marconi+ configurations ----------------------------------
+
+KEYS = ("dataset", "trace", "capacity", "model", "sessions", "max_requests", "sps",
+        "response_time", "mean_gap", "seed")
+
+
+def configurations() -> list[tuple[dict[str, str], float]]:
+    """(cell parameters, best peer's FLOPs saved) of each plus_vs_peers configuration
+    recorded in `SWEEP`."""
+    by: dict[tuple[str, ...], dict[str, float]] = {}
+    params: dict[tuple[str, ...], dict[str, str]] = {}
+    with SWEEP.open(newline="") as f:
+        for row in csv.DictReader(f):
+            if row["alpha_fixed"] or row["multiplier"] != "5" or row["objective"] != "flops" \
+                    or row["status"] != "ok":
+                continue
+            key = tuple(row[k] for k in KEYS)
+            by.setdefault(key, {})[row["system"]] = float(row["flops_saved_rate"])
+            params[key] = {k: row[k] for k in KEYS}
+    return [(params[k], max(v[p] for p in PEERS)) for k, v in by.items()
+            if "marconi+" in v and all(p in v for p in PEERS)]
+
+
+def cell(p: dict[str, str], system: str) -> Cell:
+    """The sweep cell of configuration `p` (a `configurations` entry) running `system`."""
+    return Cell.of(dataset=p["dataset"], trace=p["trace"], system=system, capacity=p["capacity"],
+                   model=p["model"], sessions=int(p["sessions"]) if p["sessions"] else None,
+                   max_requests=int(p["max_requests"]) if p["max_requests"] else None,
+                   sps=float(p["sps"]), response_time=float(p["response_time"]),
+                   mean_gap=float(p["mean_gap"]), seed=int(p["seed"]))
