@@ -107,7 +107,7 @@ def saved(job: tuple[str, ...], concurrent: bool = False) -> float:
     spec = resolve_model(model[0]) if model else PAPER_7B
     config = SimConfig(spec=spec, capacity=capacity, system=system, bounds=False,
                        concurrent=concurrent)
-    return float(run(trace(name), config).summary()["flops_saved_rate"])
+    return float(run(trace(name), config).summary().flops_saved_rate)
 
 
 def saved_under_load(job: tuple[str, str, str]) -> float:

@@ -4,6 +4,7 @@
 import marconi.api as mc
 result = mc.simulate("synthetic:multi-turn", system="marconi", capacity="2GB", sessions=20)
 result.summary["token_hit_rate"]     # the JSON of `marconi simulate`
+result.figures.token_hit_rate        # the same figures, typed (`marconi.sim.summary`)
 result.to_pandas()                   # one row per request (needs pandas)
 mc.compare("synthetic:agent", ["sglang+", "marconi"], capacity="1GB")   # one row per system
 ```
@@ -27,6 +28,7 @@ from marconi.sim.capacity import check_capacity
 from marconi.sim.latency import FlopsLatency
 from marconi.sim.result import SimConfig, SimResult, ttft_seconds
 from marconi.sim.run import run
+from marconi.sim.summary import Summary
 from marconi.workload import Trace, TraceOptions, load_trace
 
 if TYPE_CHECKING:
@@ -44,6 +46,11 @@ class Result:
     @property
     def summary(self) -> dict[str, Any]:
         """The JSON of `marconi simulate --json` (docs/architecture.md, "Metrics")."""
+        return self.result.summary().to_json()
+
+    @property
+    def figures(self) -> Summary:
+        """The same summary, typed: one attribute per figure."""
         return self.result.summary()
 
     def records(self) -> dict[str, np.ndarray]:
@@ -77,7 +84,7 @@ def compare(trace: str | Path | Trace, systems: Sequence[str], **kwargs: Any) ->
     """`simulate` once per system over one load of the trace: one summary row each."""
     options = {k: kwargs.pop(k) for k in list(kwargs) if k in TraceOptions.__dataclass_fields__}
     loaded = load(trace, format=kwargs.pop("format", None), **options)
-    rows = [simulate(loaded, system=name, **kwargs).summary for name in systems]
+    rows = [simulate(loaded, system=name, **kwargs).summary for name in systems]  # the JSON
     frame = _pandas().DataFrame([{k: v for k, v in row.items()
                                   if not isinstance(v, dict | list)} for row in rows])
     first = [c for c in FIRST_COLUMNS if c in frame.columns]  # what a reader looks for

@@ -27,6 +27,7 @@ from marconi.commands.extras import require, require_for_trace
 from marconi.commands.parsing import add_plugin_argument
 from marconi.report.table import COLUMNS, table
 from marconi.sim.pool import exit_status
+from marconi.sim.summary import Summary
 from marconi.sim.sweep import Cell, expand, refusal_warnings, run_sweep
 from marconi.systems import split_systems
 from marconi.workload.cli_args import add_trace_arguments
@@ -116,7 +117,8 @@ def sweep_table(rows: list[dict[str, Any]]) -> str:
     head = [c for c in SWEEP_COLUMNS[:4]  # a dataset column only where some row has one
             if c[1] != "dataset" or any(_given(r.get("dataset")) for r in rows)]
     columns = (*head, *((key, key, "") for key in varying), *SWEEP_COLUMNS[4:])
-    return table([r | {"trace_name": names[str(r["trace"])]} for r in rows], columns)
+    return table([Summary.from_row(r) for r in rows], columns,
+                 context=[r | {"trace_name": names[str(r["trace"])]} for r in rows])
 
 
 _PARAMS = {*(f.name for f in fields(Cell)), "alpha_fixed"}
