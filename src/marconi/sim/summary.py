@@ -140,16 +140,9 @@ class Summary:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON of `marconi simulate --json`: the contract's keys first, then extras."""
-        out = {key: getattr(self, key) for key in _HEAD}
-        if self.kv_bytes_final is not None:
-            out |= {"kv_bytes_final": self.kv_bytes_final,
-                    "ssm_bytes_final": self.ssm_bytes_final}
-        if self.bounds_dropped_at is not None:
-            out["bounds_dropped_at"] = self.bounds_dropped_at
-        elif self.bounds is not None:
-            out |= {"bound_token_hit_rate": self.bounds.bound_token_hit_rate,
-                    "system_bound_token_hit_rate": self.bounds.system_bound_token_hit_rate,
-                    "miss_tokens": _fields(self.bounds.miss_tokens, _MISSES)}
+        out = {key: getattr(self, key) for key in _HEAD} | self._optional_scalars()
+        if self.bounds is not None and self.bounds_dropped_at is None:
+            out["miss_tokens"] = _fields(self.bounds.miss_tokens, _MISSES)
             if self.bounds.reuse_taxonomy is not None:
                 out["reuse_taxonomy"] = _fields(self.bounds.reuse_taxonomy, _TAXONOMY)
         if self.hit_rate_by_input_length is not None:
@@ -166,7 +159,23 @@ class Summary:
         """A sweep's row: the scalars, `miss_tokens` and the tuner's figures flattened,
         without the columns a sweep's cell already has (system, trace, capacity, model,
         and the layout, which is its system's: docs/peers.md)."""
-        out = {key: _plain(getattr(self, key)) for key in _HEAD if key not in _CELL}
+        out = {key: getattr(self, key) for key in _HEAD if key not in _CELL}
+        out |= self._optional_scalars()
+        if self.bounds is not None and self.bounds_dropped_at is None:
+            out |= {f"miss_{key}": getattr(self.bounds.miss_tokens, key) for key in _MISSES}
+        if self.tuning is not None:
+            out |= {"tuned_alpha": self.tuning.alpha, "tuning_window": self.tuning.window,
+                    "tuning_n0": self.tuning.n0}
+            if self.tuning.sampled_from is not None:  # marconi+'s shadows, a long replay
+                out |= {"shadows_sampled_from": self.tuning.sampled_from,
+                        "shadows_sample_rate": self.tuning.sample_rate}
+        return {key: _plain(value) for key, value in out.items()}
+
+    def _optional_scalars(self) -> dict[str, Any]:
+        """The scalars after the head that a run may lack, as both serializations hold
+        them: the final memory (no requests: none), the bounds' rates or where they were
+        dropped (not measured: neither)."""
+        out: dict[str, Any] = {}
         if self.kv_bytes_final is not None:
             out |= {"kv_bytes_final": self.kv_bytes_final,
                     "ssm_bytes_final": self.ssm_bytes_final}
@@ -175,15 +184,7 @@ class Summary:
         elif self.bounds is not None:
             out |= {"bound_token_hit_rate": self.bounds.bound_token_hit_rate,
                     "system_bound_token_hit_rate": self.bounds.system_bound_token_hit_rate}
-            out |= {f"miss_{key}": int(getattr(self.bounds.miss_tokens, key))
-                    for key in _MISSES}
-        if self.tuning is not None:
-            out |= {"tuned_alpha": self.tuning.alpha, "tuning_window": self.tuning.window,
-                    "tuning_n0": self.tuning.n0}
-            if self.tuning.sampled_from is not None:  # marconi+'s shadows, a long replay
-                out |= {"shadows_sampled_from": self.tuning.sampled_from,
-                        "shadows_sample_rate": self.tuning.sample_rate}
-        return {key: _plain(value) for key, value in out.items()}
+        return out
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Summary:
