@@ -136,6 +136,7 @@ class SimResult:
     alpha_status: str | None = None
 
     def summary(self) -> Summary:
+        """Every figure of the run, typed; `.to_json()` is `marconi simulate --json`."""
         return summarize(self)
 
 
