@@ -30,6 +30,7 @@ CHILD = """
 import sys
 from marconi.core.spec import PAPER_7B
 from marconi.sim import SimConfig
+from marconi.sim.metrics import rate
 from marconi.sim.replay import simulate
 from marconi.workload import TraceOptions, load_trace
 from marconi.workload.types import Trace
@@ -37,9 +38,9 @@ system, n, capacity, bounds = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.ar
 trace = load_trace(sys.argv[5], options=TraceOptions(sessions=None))
 trace = Trace(trace.name, trace.requests[:n], trace.meta)
 if n:
-    s = simulate(trace, SimConfig(spec=PAPER_7B, capacity=capacity, system=system,
-                                  bounds=bounds)).summary()
-    print("token_hit_rate", s["token_hit_rate"])
+    r = simulate(trace, SimConfig(spec=PAPER_7B, capacity=capacity, system=system,
+                                  bounds=bounds)).records  # read alike by every revision
+    print("token_hit_rate", rate(r.hit.sum(), r.n_input.sum()))
 """
 
 

@@ -196,7 +196,7 @@ def emulated_splits(capacity: str = "20GB") -> None:
 
 def replay(trace: Trace, capacity: str, system: str) -> dict:
     config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=False)
-    return run(trace, config, warn=False).summary()
+    return run(trace, config, warn=False).summary().to_json()
 
 
 if __name__ == "__main__":

@@ -62,10 +62,10 @@ def one(system: str, requests: int, chunk: int, capacity: str, every: float,
                        shadow_sample_after=sample_after)
     start, cpu = time.perf_counter(), time.process_time()
     s = simulate(stream(requests, chunk, every), config).summary()
-    print(f"{system:10} {s['requests']:>10,} {s['input_tokens'] / 1e9:9.2f}G "
+    print(f"{system:10} {s.requests:>10,} {s.input_tokens / 1e9:9.2f}G "
           f"{time.perf_counter() - start:10.1f} {time.process_time() - cpu:10.1f} "
-          f"{peak_rss_mb():12.0f} {100 * s['token_hit_rate']:9.2f}% "
-          f"{100 * s['flops_saved_rate']:11.2f}%", flush=True)
+          f"{peak_rss_mb():12.0f} {100 * s.token_hit_rate:9.2f}% "
+          f"{100 * s.flops_saved_rate:11.2f}%", flush=True)
 
 
 def main() -> None:

@@ -39,8 +39,8 @@ def bench(name: str, source: str, options: TraceOptions, capacity: str, systems:
         config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=bounds)
         t0 = time.perf_counter()
         s = run(trace, config).summary()
-        print(f"{system:20} {time.perf_counter() - t0:9.2f} {100 * s['token_hit_rate']:9.1f}% "
-              f"{'untuned' if s['alpha'] is None else format(s['alpha'], '.1f'):>7} "
+        print(f"{system:20} {time.perf_counter() - t0:9.2f} {100 * s.token_hit_rate:9.1f}% "
+              f"{'untuned' if s.alpha is None else format(s.alpha, '.1f'):>7} "
               f"{peak_rss_mb():12.0f}")
 
 

@@ -48,7 +48,7 @@ def layouts(system: str, capacity: int) -> dict[str, Layout]:
 def replay(trace: Trace, system: str, capacity: int, layout: Layout) -> dict:
     config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=False,
                        page_size=layout.page_size, state_slots=layout.state_slots)
-    return run(trace, config).summary()
+    return run(trace, config).summary().to_json()
 
 
 def ranks(scores: dict[str, float]) -> dict[str, int]:

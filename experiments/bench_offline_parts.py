@@ -55,7 +55,7 @@ def saved(config: str, system: str) -> float:
     sim = SimConfig(spec=resolve_model(model[0] if model else "paper-7b"), capacity=capacity,
                     system="sglang+" if system in HYBRIDS else system, bounds=False)
     if system not in HYBRIDS:
-        return float(run(trace, sim).summary()["flops_saved_rate"])
+        return float(run(trace, sim).summary().flops_saved_rate)
     future = FutureIndex([r.input_tokens for r in trace])
     parts = HYBRIDS[system]
     hybrid = System(name=system, policies=lambda spec, alpha: parts(spec, future))
@@ -63,7 +63,7 @@ def saved(config: str, system: str) -> float:
     def at(i: int) -> None:
         future.now = i
 
-    return float(simulate(trace, sim, system=hybrid, before=at).summary()["flops_saved_rate"])
+    return float(simulate(trace, sim, system=hybrid, before=at).summary().flops_saved_rate)
 
 
 def main() -> None:

@@ -42,7 +42,7 @@ def saved(config: str, system: str) -> tuple[float, float]:
     sim = SimConfig(spec=resolve_model(model[0] if model else "paper-7b"), capacity=capacity,
                     system=name, bounds=False, alpha=float(alpha) if alpha else None)
     start = time.perf_counter()
-    rate = float(run(unseen_trace(key), sim).summary()["flops_saved_rate"])
+    rate = float(run(unseen_trace(key), sim).summary().flops_saved_rate)
     return rate, time.perf_counter() - start
 
 

@@ -292,7 +292,7 @@ def _one(job: tuple[str, str, str, str]) -> float:
     loaded = load_trace(name, options=TraceOptions(sessions=200))
     config = SimConfig(spec=resolve_model(model), capacity=capacity, system=system,
                        bounds=False, alpha=float(alpha) if alpha else None)
-    return float(simulate(loaded, config).summary()["flops_saved_rate"])
+    return float(simulate(loaded, config).summary().flops_saved_rate)
 
 
 def one_table(name: str, capacity: str, model: str, workers: int) -> None:
@@ -309,7 +309,7 @@ def one_table(name: str, capacity: str, model: str, workers: int) -> None:
         for alpha in alphas:
             config = SimConfig(spec=resolve_model(model), capacity=capacity, system="marconi",
                                alpha=alpha, bounds=False)
-            value = simulate(loaded, config).summary()["flops_saved_rate"]
+            value = simulate(loaded, config).summary().flops_saved_rate
             print(f"{f'marconi, alpha {alpha:g}':34s} {100 * value:6.2f}")
 
 

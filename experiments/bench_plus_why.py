@@ -128,7 +128,7 @@ def knows_whether(loaded: Trace, config: SimConfig, by_efficiency: bool) -> floa
                                                   KnowsWhether(spec, future, by_efficiency)),
                     description="bench_plus_why")
     return float(simulate(loaded, config, system=system, before=at)
-                 .summary()["flops_saved_rate"])
+                 .summary().flops_saved_rate)
 
 
 def _traced_policies(cls: type[HitDensity]) -> PolicyFactory:
@@ -198,7 +198,7 @@ def main() -> None:
         for key in RECORDS:
             RECORDS[key].clear()
         config = SimConfig(spec=spec, capacity=args.capacity, system=system, bounds=False)
-        saved = simulate(loaded, config).summary()["flops_saved_rate"]
+        saved = simulate(loaded, config).summary().flops_saved_rate
         victims = np.array(RECORDS["victims"]) if RECORDS["victims"] else np.zeros((1, 2))
         leaf_ages = victims[victims[:, 0] >= 0, 0]
         exposure = np.array(RECORDS["exposure"] or [(0.0,)])[:, 0]
@@ -219,14 +219,14 @@ def main() -> None:
     totals = np.array(list(tuning["totals"].values()))
     leads = RECORDS["leads"]
     top = max(leads, key=lambda x: x[1]) if leads else (0, 0.0)
-    print(f"marconi+ FLOPs saved {100 * result.summary()['flops_saved_rate']:.2f}%; "
+    print(f"marconi+ FLOPs saved {100 * result.summary().flops_saved_rate:.2f}%; "
           f"switches {tuning['switches']}; running at the end {tuning['expert']}")
     print(f"  largest lead at a decision {100 * top[1]:+.1f}% (request {top[0]}); at the "
           "last decisions " + ", ".join(f"{100 * d:+.1f}% ({s})" for s, d in leads[-3:]))
     print(f"  final totals: best / worst expert {totals.max() / totals.min() - 1:+.2%}; "
           + ", ".join(f"{e} {v / totals.max():.3f}" for e, v in tuning["totals"].items()))
     config = SimConfig(spec=spec, capacity=args.capacity, system="sglang+", bounds=False)
-    lru = simulate(loaded, config).summary()["flops_saved_rate"]
+    lru = simulate(loaded, config).summary().flops_saved_rate
     print(f"headroom: sglang+ (LRU) {100 * lru:.2f}%; told whether an entry is used again: "
           f"then LRU {100 * knows_whether(loaded, config, False):.2f}%, then least "
           f"FLOP-efficient {100 * knows_whether(loaded, config, True):.2f}%")

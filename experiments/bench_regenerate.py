@@ -63,8 +63,8 @@ def row(trace: Trace, rate: float, capacity: str, systems: Sequence[tuple[str, S
     for name, system in systems:  # the registered name configures the cache's layout
         config = SimConfig(spec=PAPER_7B, capacity=capacity, system=name, bounds=False)
         summary = simulate(trace, config, system=system).summary()
-        print(f"{rate:>5}  {capacity:>8}  {system.name:<20}  {summary['token_hit_rate']:9.4f}  "
-              f"{summary['states_admitted']:>6}", flush=True)
+        print(f"{rate:>5}  {capacity:>8}  {system.name:<20}  {summary.token_hit_rate:9.4f}  "
+              f"{summary.states_admitted:>6}", flush=True)
 
 
 def main() -> None:

@@ -76,7 +76,7 @@ def saved(job: tuple[str, ...], concurrent: bool = False) -> float:
     spec = resolve_model(model[0]) if model else PAPER_7B
     config = SimConfig(spec=spec, capacity=capacity, system=system, bounds=False,
                        concurrent=concurrent)
-    return float(run(trace(name), config).summary()["flops_saved_rate"])
+    return float(run(trace(name), config).summary().flops_saved_rate)
 
 
 # --- traces built like the sweep's from data the design did not use --------------------

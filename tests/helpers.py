@@ -10,6 +10,7 @@ import numpy as np
 from marconi.core.cache import PrefixCache
 from marconi.core.spec import ModelSpec
 from marconi.core.tuning import Tuner
+from marconi.sim.summary import Summary
 
 # bytes small enough that a handful of entries fill a cache: KV 256 B/token, state 81,920 B
 SMALL = ModelSpec(name="small", d_model=64, attention_layers=1, ssm_layers=8, mlp_layers=9,
@@ -76,3 +77,13 @@ def needs(*modules: str) -> None:
     if os.environ.get("CI"):
         raise ImportError(f"{message}: CI installs every extra, so this is a broken install")
     pytest.skip(message, allow_module_level=True)
+
+
+def make_summary(**figures: Any) -> Summary:
+    """A run's `Summary` with every figure zero (or absent) but those given."""
+    zero = {name: 0 for name in Summary.__dataclass_fields__}
+    absent = ("alpha", "alpha_status", "page_size", "state_slots", "kv_bytes_final",
+              "ssm_bytes_final", "bounds_dropped_at", "bounds", "hit_rate_by_input_length",
+              "tuning", "engine")
+    text = {"system": "x", "trace": "t", "capacity": "1GB", "model": "paper-7b"}
+    return Summary(**(zero | dict.fromkeys(absent) | text | figures))

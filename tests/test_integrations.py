@@ -112,17 +112,17 @@ class TestInsideSGLang:
 
         config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=WITH,
                            alpha=2.0)
-        ours = replay(chat, config, get_system(WITH), check=True).summary()
+        ours = replay(chat, config, get_system(WITH), check=True).summary().to_json()
         hook = ours["engine"]["integration"]
         assert hook["policy"] == "marconi" and hook["victims"] > 0  # its walk evicted
         assert ours["alpha"] == 2.0 and ours["alpha_status"] == "fixed"
-        assert ours["flops_saved"] > 1.1 * stock.summary()["flops_saved"], (
-            ours["flops_saved_rate"], stock.summary()["flops_saved_rate"])
+        assert ours["flops_saved"] > 1.1 * stock.summary().flops_saved, (
+            ours["flops_saved_rate"], stock.summary().flops_saved_rate)
 
     def test_the_tuner_tunes_off_the_scheduling_loop(self, chat) -> None:
         need("sglang")
         ours = run(chat, SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=WITH),
-                   warn=False).summary()
+                   warn=False).summary().to_json()
         hook = ours["engine"]["integration"]
         assert ours["alpha_status"] == "tuned" and ours["alpha"] == hook["alpha"] > 0
         assert hook["tuner_off_loop"] is True  # the mirror and replays: its own thread
@@ -144,7 +144,7 @@ class TestInsideSGLang:
         config = SimConfig(spec=PAPER_7B, capacity=capacity, bounds=False, system=WITH,
                            alpha=2.0)
         requests = load_trace(trace, options=TraceOptions(seed=seed))
-        ours = replay(requests, config, get_system(WITH), check=True).summary()
+        ours = replay(requests, config, get_system(WITH), check=True).summary().to_json()
         assert ours["engine"]["integration"]["victims"] > 0 and ours["evictions"] > 0
 
     @pytest.mark.parametrize(("trace", "seed", "capacity"), [
@@ -162,7 +162,7 @@ class TestInsideSGLang:
         system = f"{STOCK}:integration=marconi+,tuner=inline"
         config = SimConfig(spec=PAPER_7B, capacity=capacity, bounds=False, system=system)
         requests = load_trace(trace, options=TraceOptions(seed=seed))
-        hook = replay(requests, config, get_system(system), check=True).summary()[
+        hook = replay(requests, config, get_system(system), check=True).summary().to_json()[
             "engine"]["integration"]
         assert hook["switches"] and 0 < hook["switches"][0][0] < len(requests)
         assert hook["victims"] > 0
@@ -176,11 +176,11 @@ class TestInsideSGLang:
 
         system = f"{STOCK}:integration=marconi+,tuner=inline"
         config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=system)
-        ours = replay(chat, config, get_system(system), check=True).summary()
+        ours = replay(chat, config, get_system(system), check=True).summary().to_json()
         hook = ours["engine"]["integration"]
         assert hook["policy"] == "marconi+" and hook["victims"] > 0 and hook["switches"]
         assert ours["alpha"] == hook["switches"][-1][1] > 0 and ours["alpha_status"] == "tuned"
-        assert ours["flops_saved"] > 1.1 * stock.summary()["flops_saved"]
+        assert ours["flops_saved"] > 1.1 * stock.summary().flops_saved
 
     def test_a_fixed_alpha_of_zero_is_the_stock_engine(self, chat, stock) -> None:
         """At alpha 0 Marconi's order is SGLang's LRU: every hit is the stock engine's."""
@@ -232,7 +232,7 @@ class TestShadowsBesideTheEngine:
         for alpha, total in zip(shadows.alphas, shadows.totals, strict=True):
             config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=mirror,
                                alpha=alpha)
-            assert total == pytest.approx(run(chat, config, warn=False).summary()["flops_saved"],
+            assert total == pytest.approx(run(chat, config, warn=False).summary().flops_saved,
                                           rel=1e-12)
         assert shadows.totals[1] != shadows.totals[0]  # the two orders differ here
 
@@ -349,7 +349,7 @@ class TestInsideVLLM:
         config = SimConfig(spec=PAPER_7B, capacity=capacity, bounds=False, system=VLLM_WITH,
                            alpha=2.0)
         requests = load_trace(trace, options=TraceOptions(seed=seed))
-        ours = replay(requests, config, get_system(VLLM_WITH), check=True).summary()
+        ours = replay(requests, config, get_system(VLLM_WITH), check=True).summary().to_json()
         assert ours["engine"]["integration"]["victims"] > 0 and ours["evictions"] > 0
 
     def test_alpha_zero_keeping_orphans_is_the_stock_engine(self, chat, vllm_stock) -> None:
@@ -370,9 +370,9 @@ class TestInsideVLLM:
         config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=VLLM_WITH,
                            alpha=0.0)
         ours = replay(chat, config, get_system(VLLM_WITH), check=True)
-        hook = ours.summary()["engine"]["integration"]
+        hook = ours.summary().to_json()["engine"]["integration"]
         assert hook["orphans"] > 0 and hook["victims"] == 0
-        assert ours.summary()["flops_saved"] > 1.05 * vllm_stock.summary()["flops_saved"]
+        assert ours.summary().flops_saved > 1.05 * vllm_stock.summary().flops_saved
 
     def test_its_order_keeps_states_whole_and_changes_what_leaves(self, chat,
                                                                   vllm_stock) -> None:
@@ -386,11 +386,11 @@ class TestInsideVLLM:
         config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=system,
                            alpha=2.0)
         ours = replay(chat, config, get_system(system), check=True)
-        hook = ours.summary()["engine"]["integration"]
+        hook = ours.summary().to_json()["engine"]["integration"]
         assert hook["victims"] > 0 and hook["orphans"] == 0
         assert ours.alpha == 2.0 and ours.alpha_status == "fixed"
         assert (ours.records.hit != vllm_stock.records.hit).any()
-        assert ours.summary()["flops_saved"] > 0.9 * vllm_stock.summary()["flops_saved"]
+        assert ours.summary().flops_saved > 0.9 * vllm_stock.summary().flops_saved
 
     def test_marconi_plus_checks_pass_and_it_saves_more(self, chat, vllm_stock) -> None:
         """marconi+'s shadow experts inline: vLLM's checks pass after every request, the
@@ -400,17 +400,17 @@ class TestInsideVLLM:
 
         system = f"{VLLM_STOCK}:integration=marconi+,tuner=inline"
         config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=system)
-        ours = replay(chat, config, get_system(system), check=True).summary()
+        ours = replay(chat, config, get_system(system), check=True).summary().to_json()
         hook = ours["engine"]["integration"]
         chosen = hook["switches"][-1][1] if hook["switches"] else 0.0
         assert hook["policy"] == "marconi+" and ours["alpha"] == chosen
         assert ours["alpha_status"] == "tuned" and hook["requests"] == len(chat)
-        assert ours["flops_saved"] > 1.05 * vllm_stock.summary()["flops_saved"]
+        assert ours["flops_saved"] > 1.05 * vllm_stock.summary().flops_saved
 
     def test_the_tuner_tunes_off_the_scheduling_loop(self, chat) -> None:
         need("vllm")
         ours = run(chat, SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False,
-                                   system=VLLM_WITH), warn=False).summary()
+                                   system=VLLM_WITH), warn=False).summary().to_json()
         hook = ours["engine"]["integration"]
         assert ours["alpha_status"] == "tuned" and ours["alpha"] == hook["alpha"]
         assert hook["tuner_off_loop"] is True

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from marconi.sim.metrics import gap_closed, paired_margin, t95
+from tests.helpers import make_summary
 
 
 def test_t95_matches_published_quantiles_and_the_normal_limit() -> None:
@@ -57,12 +58,12 @@ def test_seed_comparison_needs_every_system_on_every_seed() -> None:
 
     comparison = SeedComparison(["a", "b"])
     for seed, (x, y) in enumerate([(0.20, 0.25), (0.30, 0.33)]):
-        comparison.add(seed, {"system": "a", "flops_saved_rate": x, "token_hit_rate": x})
+        comparison.add(seed, make_summary(system="a", flops_saved_rate=x, token_hit_rate=x))
         if seed == 0:
-            comparison.add(seed, {"system": "b", "flops_saved_rate": y, "token_hit_rate": y})
+            comparison.add(seed, make_summary(system="b", flops_saved_rate=y, token_hit_rate=y))
     with pytest.raises(ValueError, match="same >= 2 seeds"):
         comparison.table()
     with pytest.raises(ValueError, match="not one of"):
-        comparison.add(1, {"system": "c", "flops_saved_rate": 0.1})
-    comparison.add(1, {"system": "b", "flops_saved_rate": 0.33, "token_hit_rate": 0.33})
+        comparison.add(1, make_summary(system="c", flops_saved_rate=0.1))
+    comparison.add(1, make_summary(system="b", flops_saved_rate=0.33, token_hit_rate=0.33))
     assert "+4.00 [" in comparison.table()  # b - a: +5 and +3 points

@@ -144,7 +144,7 @@ class TestRealEngine:
 
         system = get_system(ENGINES[engine].system)
         config = SimConfig(spec=PAPER_7B, capacity="1GB", system=system.name, bounds=False)
-        summary = replay(chat, config, system, check=True).summary()
+        summary = replay(chat, config, system, check=True).summary().to_json()
         assert summary["evictions"] > 0 and summary["token_hit_rate"] > 0
         assert summary["engine"]["version"] == ENGINES[engine].version
         assert summary["peak_bytes"] <= 1e9

@@ -206,7 +206,7 @@ class TestShadowTuner:
 def test_marconi_plus_beats_or_ties_the_paper_systems(name: str) -> None:
     trace = load_trace(name, options=TraceOptions(sessions=60, seed=1))
     saved = {s: simulate(trace, SimConfig(spec=PAPER_7B, capacity="3GB", system=s,
-                                          bounds=False)).summary()["flops_saved"]
+                                          bounds=False)).summary().flops_saved
              for s in ("sglang+", "marconi", "marconi+")}
     assert saved["marconi+"] >= 0.99 * max(saved["sglang+"], saved["marconi"])
 
@@ -246,7 +246,7 @@ def test_marconi_plus_decides_from_the_past_only() -> None:
     config = SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi+", bounds=False)
     whole = simulate(trace, config)
     assert isinstance(whole.tuning, ShadowReport)
-    assert whole.summary()["evictions"] > 0 and whole.tuning.switches
+    assert whole.summary().evictions > 0 and whole.tuning.switches
     k = len(trace) // 2
     part = simulate(trace.requests[:k], config)
     assert isinstance(part.tuning, ShadowReport)
@@ -345,8 +345,9 @@ class TestSampling:
     def test_the_simulator_names_sessions(self) -> None:
         """A replay longer than `shadow_sample_after` samples (the simulator passes
         sessions, in order and concurrent); the default leaves short traces exact."""
-        from marconi.sim.result import SHADOW_SAMPLE_AFTER, run_warnings
-        from marconi.sim.sweep import summary_scalars
+        from marconi.sim.result import SHADOW_SAMPLE_AFTER
+        from marconi.sim.summary import Summary
+        from marconi.sim.warnings import run_warnings
 
         trace = self._trace()
         default = SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi+")
@@ -360,9 +361,12 @@ class TestSampling:
             result = simulate(trace, config)
             assert isinstance(result.tuning, ShadowReport)
             assert result.tuning.sampled_from == 100
-            row = summary_scalars(result.summary())  # a sweep's row keeps it, and says it
+            summary = result.summary()
+            row = summary.to_row()  # a sweep's row keeps it, and says it
             assert (row["shadows_sampled_from"], row["shadows_sample_rate"]) == (100, 0.125)
-            assert any("from request 100 on" in m for m in run_warnings(row | {"system": "x"}))
+            cell = {"system": "x", "trace": "t", "capacity": "2GB", "model": "paper-7b"}
+            back = Summary.from_row(cell | row)
+            assert any("from request 100 on" in m for m in run_warnings(back))
 
 
 class TestTwins:

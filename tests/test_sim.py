@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -16,7 +17,7 @@ from marconi.sim.result import ORACLE
 from marconi.sim.run import run
 from marconi.systems import get_system
 from marconi.workload import Trace, TraceOptions, load_trace
-from tests.helpers import CACHES
+from tests.helpers import CACHES, make_summary
 
 CONTRACT = ("system", "requests", "input_tokens", "hit_tokens", "token_hit_rate",
             "request_hit_rate", "flops_saved", "flops_total", "alpha", "states_admitted",
@@ -49,37 +50,38 @@ class TestSimulate:
     def test_summary_is_consistent(self, system: str) -> None:
         result = simulate(_trace(), SimConfig(spec=PAPER_7B, capacity="3GB", system=system))
         s = result.summary()
-        assert all(key in s for key in CONTRACT)
-        assert 0 <= s["hit_tokens"] <= s["input_tokens"]
-        assert s["token_hit_rate"] == pytest.approx(s["hit_tokens"] / s["input_tokens"])
-        assert 0 <= s["flops_saved"] <= s["flops_total"]
-        assert s["peak_bytes"] <= 3e9
-        miss = s["miss_tokens"]
-        assert sum(miss.values()) == s["input_tokens"] - s["hit_tokens"]
-        assert s["hit_tokens"] <= s["system_bound_token_hit_rate"] * s["input_tokens"] + 1e-6
-        assert s["system_bound_token_hit_rate"] <= s["bound_token_hit_rate"] + 1e-12
+        assert all(key in s.to_json() for key in CONTRACT)
+        assert 0 <= s.hit_tokens <= s.input_tokens
+        assert s.token_hit_rate == pytest.approx(s.hit_tokens / s.input_tokens)
+        assert 0 <= s.flops_saved <= s.flops_total
+        assert s.peak_bytes <= 3e9
+        assert s.bounds is not None
+        miss = s.bounds.miss_tokens
+        assert miss.cold + miss.not_admitted + miss.evicted == s.input_tokens - s.hit_tokens
+        assert s.hit_tokens <= s.bounds.system_bound_token_hit_rate * s.input_tokens + 1e-6
+        assert s.bounds.system_bound_token_hit_rate <= s.bounds.bound_token_hit_rate + 1e-12
 
     def test_deterministic(self) -> None:
         config = SimConfig(spec=PAPER_7B, capacity="1GB", system="marconi")
         a, b = (simulate(_trace(), config).summary() for _ in range(2))
-        assert {k: v for k, v in a.items() if k != "seconds"} == {
-            k: v for k, v in b.items() if k != "seconds"}
+        assert dataclasses.replace(a, seconds=0.0) == dataclasses.replace(b, seconds=0.0)
 
     def test_unbounded_cache_reaches_its_bound(self) -> None:
         s = simulate(_trace(), SimConfig(spec=PAPER_7B, capacity="1TB",
                                          system="sglang+")).summary()
-        assert s["token_hit_rate"] == s["system_bound_token_hit_rate"] > 0
-        assert s["miss_tokens"]["evicted"] == 0
+        assert s.bounds is not None
+        assert s.token_hit_rate == s.bounds.system_bound_token_hit_rate > 0
+        assert s.bounds.miss_tokens.evicted == 0
 
     def test_vanilla_hits_nothing(self) -> None:
         s = simulate(_trace(), SimConfig(spec=PAPER_7B, capacity="1TB",
                                          system="vanilla")).summary()
-        assert s["hit_tokens"] == 0 and s["peak_bytes"] == 0
+        assert s.hit_tokens == 0 and s.peak_bytes == 0
 
     def test_empty_trace(self) -> None:
         s = simulate(Trace("empty", ()), SimConfig(spec=PAPER_7B, capacity="1GB",
                                                    system="marconi")).summary()
-        assert s["requests"] == 0 and s["token_hit_rate"] == 0.0 and s["ttft_p95"] == 0.0
+        assert s.requests == 0 and s.token_hit_rate == 0.0 and s.ttft_p95 == 0.0
 
     def test_a_stream_replays_like_its_trace(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A generator of requests (no length known) gives the trace's records, its
@@ -94,9 +96,8 @@ class TestSimulate:
         assert stream.sessions == whole.sessions
         assert np.array_equal(stream.arrivals, whole.arrivals)
         assert stream.trace == "stream" and whole.trace == trace.name
-        drop = {"seconds", "trace"}
-        assert {k: v for k, v in stream.summary().items() if k not in drop} == {
-            k: v for k, v in whole.summary().items() if k not in drop}
+        assert dataclasses.replace(stream.summary(), seconds=0.0, trace="") == \
+            dataclasses.replace(whole.summary(), seconds=0.0, trace="")
 
     @pytest.mark.parametrize("system", sorted(CACHES))
     def test_the_bound_is_the_system_without_a_limit(self, system: str) -> None:
@@ -128,10 +129,11 @@ class TestSimulate:
     def test_oracle_is_best_fixed_alpha(self) -> None:
         config = SimConfig(spec=PAPER_7B, capacity="1GB", system=ORACLE)
         best = run(_trace(), config).summary()
-        assert best["system"] == ORACLE and len(best["tuning"]["scores"]) == 21
+        assert best.system == ORACLE and best.tuning is not None and best.tuning.report
+        assert len(best.tuning.report["scores"]) == 21
         fixed = simulate(_trace(), SimConfig(spec=PAPER_7B, capacity="1GB", system="marconi",
                                              alpha=0.0)).summary()
-        assert best["flops_saved"] >= fixed["flops_saved"]
+        assert best.flops_saved >= fixed.flops_saved
 
 
 class TestLatency:
@@ -227,10 +229,7 @@ class TestCli:
 
         seeds = SeedComparison(["vllm+"])
         for seed in (1, 2):
-            seeds.add(seed, {"system": "vllm+", "refused_commits": 40, "commits": 40,
-                             **{k: 0.0 for k in ("token_hit_rate", "request_hit_rate",
-                                                  "flops_saved_rate", "ttft_p50",
-                                                  "ttft_p95")}})
+            seeds.add(seed, make_summary(system="vllm+", refused_commits=40, commits=40))
         assert _label(seeds.mean_rows()[0]) == "vllm+\nrefused\n80/80"
 
     def test_compare_seeds_must_be_positive(self, tmp_path: Path,

@@ -17,6 +17,7 @@ import pytest
 from marconi.cli import main
 from marconi.sim.results_file import ResultsFile
 from marconi.sim.sweep import Cell
+from tests.helpers import make_summary
 
 TRACE = "synthetic:multi-turn"
 # a sweep long enough to interrupt: 36 cells of the oracle (21 replays each)
@@ -233,8 +234,9 @@ def test_a_killed_worker_takes_its_tuner_replays_with_it() -> None:
 def test_the_table_shows_a_dataset_column_only_where_a_row_has_one() -> None:
     from marconi.commands.sweep import sweep_table
 
+    figures = make_summary(system="marconi", alpha=1.0, alpha_status="tuned").to_row()
     base = {"trace": "t.jsonl", "capacity": "1GB", "model": "paper-7b", "system": "marconi",
-            "alpha": 1.0, "alpha_status": "tuned", "alpha_fixed": None}
+            "alpha_fixed": None} | figures
     header = sweep_table([base | {"dataset": None}, base | {"dataset": ""}]).split("\n")[0]
     assert "dataset" not in header.split() and header.split().count("alpha") == 1
     varied = [base | {"dataset": "sharegpt", "alpha_fixed": 0.5}, base | {"dataset": None}]

@@ -20,15 +20,17 @@ from marconi.plus.switchable import Switchable
 from marconi.report.grouping import refusal_note
 from marconi.report.table import table
 from marconi.sim.latency import ProfileLatency, nonnegative_fit
-from marconi.sim.result import SimConfig, refusal_warning
+from marconi.sim.result import SimConfig
 from marconi.sim.run import run
+from marconi.sim.summary import Summary
+from marconi.sim.warnings import refusal_warning
 from marconi.systems import make_cache
 from marconi.workload import load_trace
 from tests.helpers import SMALL, ListStore
 
 
 @pytest.fixture(scope="module")
-def agent_runs() -> dict[str, dict]:
+def agent_runs() -> dict[str, Summary]:
     """vLLM+ keeps a state every 32 tokens: at 2 GB no agent call fits, all are refused."""
     trace = load_trace("synthetic:agent:sessions=10")
     return {s: run(trace, SimConfig(spec=PAPER_7B, capacity="2GB", system=s, bounds=False),
@@ -36,45 +38,47 @@ def agent_runs() -> dict[str, dict]:
 
 
 class TestRefusalsShown:
-    def test_counts(self, agent_runs: dict[str, dict]) -> None:
+    def test_counts(self, agent_runs: dict[str, Summary]) -> None:
         vllm, sglang = agent_runs["vllm+"], agent_runs["sglang+"]
-        assert vllm["commits"] == vllm["refused_commits"] == 200
-        assert vllm["token_hit_rate"] == 0.0 and vllm["evictions"] == 0
-        assert sglang["refused_commits"] == 0 and sglang["token_hit_rate"] > 0.4
+        assert vllm.commits == vllm.refused_commits == 200
+        assert vllm.token_hit_rate == 0.0 and vllm.evictions == 0
+        assert sglang.refused_commits == 0 and sglang.token_hit_rate > 0.4
 
-    def test_table_has_a_refused_column(self, agent_runs: dict[str, dict]) -> None:
+    def test_table_has_a_refused_column(self, agent_runs: dict[str, Summary]) -> None:
         lines = table([agent_runs["vllm+"], agent_runs["sglang+"]]).splitlines()
         cells = [re.split(r"\s{2,}", line.strip()) for line in lines]
         at = cells[0].index("refused")
         assert cells[2][at] == "200" and cells[3][at] == "0"
 
-    def test_warning_above_one_percent(self, agent_runs: dict[str, dict]) -> None:
+    def test_warning_above_one_percent(self, agent_runs: dict[str, Summary]) -> None:
         message = refusal_warning(agent_runs["vllm+"])
         assert message is not None and "refused 200 of 200 commits" in message
         assert refusal_warning(agent_runs["sglang+"]) is None
-        assert refusal_warning({"system": "x", "commits": 1000, "refused_commits": 10}) is None
-        assert refusal_warning({"system": "x", "commits": 1000, "refused_commits": 11})
+        some = agent_runs["sglang+"]
+        assert refusal_warning(dataclasses.replace(some, commits=1000, refused_commits=10)) is None
+        assert refusal_warning(dataclasses.replace(some, commits=1000, refused_commits=11))
 
     def test_run_warns_on_stderr(self, capsys: pytest.CaptureFixture[str]) -> None:
         trace = load_trace("synthetic:agent:sessions=2")
         run(trace, SimConfig(spec=PAPER_7B, capacity="2GB", system="vllm+", bounds=False))
         assert "warning: vllm+ refused" in capsys.readouterr().err
 
-    def test_figure_note(self, agent_runs: dict[str, dict]) -> None:
-        rows = [dict(r, dataset="agents") for r in agent_runs.values()]
+    def test_figure_note(self, agent_runs: dict[str, Summary]) -> None:
+        rows = [dict(r.to_json(), dataset="agents") for r in agent_runs.values()]
         note = refusal_note(rows)
         assert "vllm+ on agents: 1 configuration(s), up to 100.0%" in note
         assert "sglang+" not in note and refusal_note(rows[1:]) == ""
 
-    def test_plot_labels_name_refusals(self, agent_runs: dict[str, dict]) -> None:
+    def test_plot_labels_name_refusals(self, agent_runs: dict[str, Summary]) -> None:
         from marconi.report.plot import _label
 
-        assert _label(agent_runs["vllm+"]) == "vllm+\nrefused\n200/200"
-        assert _label(agent_runs["sglang+"]) == "sglang+"
+        assert _label(agent_runs["vllm+"].to_json()) == "vllm+\nrefused\n200/200"
+        assert _label(agent_runs["sglang+"].to_json()) == "sglang+"
 
 
-def test_warning_counts_arrays_too() -> None:
-    assert refusal_warning({"system": "x", "commits": np.int64(10), "refused_commits": 5})
+def test_warning_counts_arrays_too(agent_runs: dict[str, Summary]) -> None:
+    assert refusal_warning(dataclasses.replace(agent_runs["sglang+"], commits=np.int64(10),
+                                   refused_commits=np.int64(5)))
 
 
 def _profile(tmp_path: Path, seconds: Callable[[float, float], float],
@@ -247,7 +251,7 @@ class TestBoundsBudget:
         small = run(trace, SimConfig(spec=PAPER_7B, capacity="2GB", system="sglang+",
                                      bounds_tokens=budget))
         err = capsys.readouterr().err
-        summary, reference = small.summary(), full.summary()
+        summary, reference = small.summary().to_json(), full.summary().to_json()
         assert small.bounds_dropped == summary["bounds_dropped_at"] == 2
         assert "infinite-cache bounds dropped after 2 requests " in err
         assert "bound_token_hit_rate" not in summary and "miss_tokens" not in summary
@@ -259,14 +263,15 @@ class TestBoundsBudget:
         exact = sum(int(r.n_input + r.n_output) for r in trace)  # an upper bound
         result = run(trace, SimConfig(spec=PAPER_7B, capacity="2GB", system="sglang+",
                                       bounds_tokens=exact))
-        assert result.bounds_dropped is None and "miss_tokens" in result.summary()
+        assert result.bounds_dropped is None and "miss_tokens" in result.summary().to_json()
 
 
-def test_sweep_rows_warn_with_their_cell() -> None:
+def test_sweep_rows_warn_with_their_cell(agent_runs: dict[str, Summary]) -> None:
     from marconi.sim.sweep import refusal_warnings
 
-    row = {"status": "ok", "system": "vllm+", "commits": 100.0, "refused_commits": 2.0,
-           "capacity": "1GB", "cell_id": "c1", "trace": "t.jsonl"}
+    cell = {"status": "ok", "system": "vllm+", "capacity": "1GB", "cell_id": "c1",
+            "trace": "t.jsonl", "model": "paper-7b"}
+    row = cell | agent_runs["sglang+"].to_row() | {"commits": 100.0, "refused_commits": 2.0}
     assert refusal_warnings([row]) == [
         "warning: vllm+ refused 2 of 100 commits (2.0%): sequences too big for a 1GB cache "
         "were not cached (cell c1, t.jsonl)"]
@@ -293,7 +298,7 @@ def test_a_policy_that_runs_out_is_reported() -> None:
     that evicted (here: tried to) and were refused anyway, and the warning names them."""
     from marconi.paper.admission import Judicious
     from marconi.sim.replay import simulate
-    from marconi.sim.result import policy_warning
+    from marconi.sim.warnings import policy_warning
     from marconi.systems import System
 
     class Stubborn(LRULeaf):
@@ -304,8 +309,8 @@ def test_a_policy_that_runs_out_is_reported() -> None:
     trace = load_trace("synthetic:agent:sessions=2")
     config = SimConfig(spec=PAPER_7B, capacity="2GB", system="sglang+", bounds=False)
     summary = simulate(trace, config, system=stubborn).summary()
-    assert summary["evicted_then_refused"] > 0
+    assert summary.evicted_then_refused is not None and summary.evicted_then_refused > 0
     message = policy_warning(summary)
-    assert message is not None and f"{summary['evicted_then_refused']} commits evicted" in message
+    assert message is not None and f"{summary.evicted_then_refused} commits evicted" in message
     healthy = simulate(trace, config).summary()
-    assert healthy["evicted_then_refused"] == 0 and policy_warning(healthy) is None
+    assert healthy.evicted_then_refused == 0 and policy_warning(healthy) is None

@@ -4,6 +4,7 @@
 import marconi.api as mc
 result = mc.simulate("synthetic:multi-turn", system="marconi", capacity="2GB", sessions=20)
 result.summary["token_hit_rate"]     # the JSON of `marconi simulate`
+result.figures.token_hit_rate        # the same figures, typed (`marconi.sim.summary`)
 result.to_pandas()                   # one row per request (needs pandas)
 mc.compare("synthetic:agent", ["sglang+", "marconi"], capacity="1GB")   # one row per system
 ```
@@ -27,6 +28,7 @@ from marconi.core.spec import ModelSpec
 from marconi.sim.config import SETTINGS, configure, split, unknown
 from marconi.sim.result import SimResult, ttft_seconds
 from marconi.sim.run import run
+from marconi.sim.summary import Summary
 from marconi.workload import Trace, TraceOptions, load_trace
 
 if TYPE_CHECKING:
@@ -44,6 +46,11 @@ class Result:
     @property
     def summary(self) -> dict[str, Any]:
         """The JSON of `marconi simulate --json` (docs/architecture.md, "Metrics")."""
+        return self.result.summary().to_json()
+
+    @property
+    def figures(self) -> Summary:
+        """The same summary, typed: one attribute per figure."""
         return self.result.summary()
 
     def records(self) -> dict[str, np.ndarray]:

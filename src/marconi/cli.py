@@ -164,7 +164,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     summary = result.summary()
     if args.records is not None:
         write_records(result, args.records)
-    print(json.dumps(summary, indent=2) if args.json else table([summary]))
+    print(json.dumps(summary.to_json(), indent=2) if args.json else table([summary]))
     return 0
 
 
@@ -176,18 +176,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.seeds != 1:
         return _compare_seeds(args, names)
     trace = _trace(args)
-    rows = [run(trace, _config(args, name, None), progress=not args.quiet).summary()
-            for name in names]
+    summaries = [run(trace, _config(args, name, None), progress=not args.quiet).summary()
+                 for name in names]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([s.to_json() for s in summaries], indent=2))
     else:
         print(f"{trace.name}: {len(trace)} requests, {trace.input_tokens} input tokens, "
               f"model {args.model}, capacity {args.capacity}")
-        print(table(rows))
+        print(table(summaries))
     if args.plot is not None:
         from marconi.report.plot import compare_plot
 
-        out = compare_plot(rows, args.plot, f"{trace.name} | {args.model} | {args.capacity}")
+        out = compare_plot([s.to_json() for s in summaries], args.plot,
+                           f"{trace.name} | {args.model} | {args.capacity}")
         print(f"plot written to {out}", file=sys.stderr)
     return 0
 

@@ -31,6 +31,7 @@ from marconi.sim.cell import NAMES
 from marconi.sim.config import SETTINGS
 from marconi.sim.pool import exit_status
 from marconi.sim.result import REPLAY_SETTINGS
+from marconi.sim.summary import Summary, gap_to_none
 from marconi.sim.sweep import Cell, expand, refusal_warnings, run_sweep
 from marconi.systems import split_systems
 from marconi.workload.cli_args import add_trace_arguments
@@ -117,16 +118,13 @@ def sweep_table(rows: list[dict[str, Any]]) -> str:
     varying = [key for key in rows[0] if key not in shown and key in _PARAMS
                and len({repr(r.get(key)) for r in rows}) > 1] if rows else []
     head = [c for c in SWEEP_COLUMNS[:4]  # a dataset column only where some row has one
-            if c[1] != "dataset" or any(_given(r.get("dataset")) for r in rows)]
+            if c[1] != "dataset" or any(gap_to_none(r.get("dataset")) is not None for r in rows)]
     columns = (*head, *((key, key, "") for key in varying), *SWEEP_COLUMNS[4:])
-    return table([r | {"trace_name": names[str(r["trace"])]} for r in rows], columns)
+    return table([Summary.from_row(r) for r in rows], columns,
+                 context=[r | {"trace_name": names[str(r["trace"])]} for r in rows])
 
 
 _PARAMS = {*NAMES, "alpha_fixed"}
-
-
-def _given(value: object) -> bool:
-    return value is not None and value == value and value != ""  # NaN, "" read back
 
 
 def trace_names(traces: list[str]) -> dict[str, str]:

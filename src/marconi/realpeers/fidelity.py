@@ -66,14 +66,15 @@ def agreement(requests: Sequence[Request], spec: ModelSpec, capacity: int | str,
     same = ours.records.hit == theirs.records.hit
     differ = np.flatnonzero(~same)
     n = max(len(requests), 1)
-    engine = theirs.summary().get("engine", {})
+    mine, real_run = ours.summary(), theirs.summary()
+    timed = real_run.engine.us_per_request if real_run.engine is not None else None
     return Agreement(emulation=emulation, real=real,
-                     emulated_hit_rate=ours.summary()["token_hit_rate"],
-                     real_hit_rate=theirs.summary()["token_hit_rate"],
+                     emulated_hit_rate=mine.token_hit_rate,
+                     real_hit_rate=real_run.token_hit_rate,
                      identical=float(same.mean()) if len(same) else 1.0,
                      first_difference=int(differ[0]) if len(differ) else None,
                      emulated_us=1e6 * ours.seconds / n,
-                     real_us=float(engine.get("us_per_request", 0.0)))
+                     real_us=0.0 if timed is None else float(timed))
 
 
 def _run(requests: Sequence[Request], spec: ModelSpec, capacity: int | str, system: str,

@@ -9,13 +9,14 @@ over the first system (the same seeds, so the seed's own effect cancels) with a 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from marconi.report.table import align
 from marconi.sim.metrics import paired_margin
+from marconi.sim.summary import Summary
 
 MEANS = ("token_hit_rate", "request_hit_rate", "flops_saved_rate", "ttft_p50", "ttft_p95")
 SUMS = ("refused_commits", "commits")  # over every seed: a refusal is never averaged away
@@ -29,10 +30,10 @@ class SeedComparison:
             raise ValueError("SeedComparison needs at least one system")
         self.systems = list(systems)
         self.seeds: list[int] = []
-        self.rows: dict[str, list[Mapping[str, Any]]] = {s: [] for s in self.systems}
+        self.rows: dict[str, list[Summary]] = {s: [] for s in self.systems}
 
-    def add(self, seed: int, summary: Mapping[str, Any]) -> None:
-        system = summary["system"]
+    def add(self, seed: int, summary: Summary) -> None:
+        system = summary.system
         if system not in self.rows:
             raise ValueError(f"system {system!r} is not one of {self.systems}")
         if seed not in self.seeds:
@@ -40,7 +41,7 @@ class SeedComparison:
         self.rows[system].append(summary)
 
     def values(self, system: str, key: str = "flops_saved_rate") -> np.ndarray:
-        return np.array([float(row[key]) for row in self.rows[system]])
+        return np.array([float(getattr(row, key)) for row in self.rows[system]])
 
     def _complete(self) -> None:
         counts = {s: len(r) for s, r in self.rows.items()}
@@ -97,7 +98,8 @@ class SeedComparison:
                  **self._sums(s)} for s in self.systems]
 
     def _sums(self, system: str) -> dict[str, int]:
-        return {key: int(sum(row.get(key, 0) for row in self.rows[system])) for key in SUMS}
+        return {key: int(sum(getattr(row, key) or 0 for row in self.rows[system]))
+                for key in SUMS}
 
     def spread(self) -> list[dict[str, tuple[float, float]]]:
         """Each system's (min, max) over the seeds of every averaged key (error bars)."""

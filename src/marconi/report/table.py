@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from marconi.core.units import format_size
+from marconi.sim.summary import Summary
 
 COLUMNS: tuple[tuple[str, str, str], ...] = (
-    # (header, summary key, format)
+    # (header, `Summary` field (else a key of the row's context), format)
     ("system", "system", "s"),
     ("token hit", "token_hit_rate", "%"),
     ("req hit", "request_hit_rate", "%"),
@@ -34,19 +35,29 @@ def _cell(value: Any, fmt: str) -> str:
     return format(value, fmt)
 
 
-def _row_cell(row: dict[str, Any], key: str, fmt: str) -> str:
-    if key == "alpha" and "alpha_status" in row:
-        if row["alpha_status"] == "untuned":
+def _row_cell(summary: Summary, context: Mapping[str, Any], key: str, fmt: str) -> str:
+    if key == "alpha":
+        if summary.alpha_status == "untuned":
             return "untuned"  # its tuner never finished (never "0.0" as if tuned to zero)
-        if row["alpha_status"] is None:
+        if summary.alpha_status is None:
             return "-"  # a system without an alpha
-    return _cell(row.get(key), fmt)
+    value = getattr(summary, key) if key in Summary.__dataclass_fields__ else context.get(key)
+    return _cell(value, fmt)
 
 
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]] = COLUMNS) -> str:
-    """Aligned text table, one row per summary."""
+def _rows(summaries: Sequence[Summary], columns: Sequence[tuple[str, str, str]],
+          context: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    contexts = list(context) or [{}] * len(summaries)
+    return [[_row_cell(summary, more, key, fmt) for _, key, fmt in columns]
+            for summary, more in zip(summaries, contexts, strict=True)]
+
+
+def table(summaries: Sequence[Summary], columns: Sequence[tuple[str, str, str]] = COLUMNS,
+          context: Sequence[Mapping[str, Any]] = ()) -> str:
+    """Aligned text table, one row per summary; `context` (one mapping per summary, or
+    none) holds the columns a summary lacks (a sweep's cell parameters)."""
     cells = [[header for header, _, _ in columns]]
-    cells += [[_row_cell(row, key, fmt) for _, key, fmt in columns] for row in rows]
+    cells += _rows(summaries, columns, context)
     return align(cells)
 
 
@@ -59,10 +70,11 @@ def align(cells: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def markdown(rows: Sequence[dict[str, Any]],
-             columns: Sequence[tuple[str, str, str]] = COLUMNS) -> str:
+def markdown(summaries: Sequence[Summary],
+             columns: Sequence[tuple[str, str, str]] = COLUMNS,
+             context: Sequence[Mapping[str, Any]] = ()) -> str:
+    """`table` as a markdown table."""
     head = "| " + " | ".join(h for h, _, _ in columns) + " |"
     rule = "|" + "|".join("---" for _ in columns) + "|"
-    body = ["| " + " | ".join(_row_cell(row, k, f) for _, k, f in columns) + " |"
-            for row in rows]
+    body = ["| " + " | ".join(cells) + " |" for cells in _rows(summaries, columns, context)]
     return "\n".join([head, rule, *body])

@@ -2,7 +2,7 @@
 
 ```python
 result = simulate(trace, SimConfig(spec=PAPER_7B, capacity=2e9, system="marconi"))
-result.summary()      # the JSON of `marconi simulate --json`
+result.summary()      # every figure, typed; .to_json(): `marconi simulate --json`
 ```
 """
 

@@ -1,5 +1,5 @@
-"""What a replay is given (`SimConfig`) and what it returns (`SimResult`), and the JSON
-summary of `marconi simulate` (the CLI contract: docs/architecture.md, "Metrics")."""
+"""What a replay is given (`SimConfig`) and what it returns (`SimResult`), and its
+summary's figures (`summarize`: a `Summary`, whose JSON is the CLI contract)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,21 @@ from marconi.core.layout import Layout
 from marconi.core.spec import ModelSpec
 from marconi.core.stats import CacheStats
 from marconi.core.tuning import TuningReport
-from marconi.core.units import format_size, parse_size
+from marconi.core.units import parse_size
 from marconi.settings import check_all, declared, setting
 from marconi.sim.analyze import taxonomy
 from marconi.sim.bounds import BOUND_TOKENS
 from marconi.sim.latency import DEFAULT_FLOPS_RATE, FlopsLatency, LatencyModel, ProfileLatency
 from marconi.sim.metrics import hit_rate_by_length, rate
+from marconi.sim.summary import (
+    Bounds,
+    Engine,
+    LengthBin,
+    MissTokens,
+    ReuseTaxonomy,
+    Summary,
+    Tuning,
+)
 from marconi.systems import get_system
 
 ORACLE = "marconi-oracle"  # best static alpha in hindsight: sim.oracle, not a cache policy
@@ -166,159 +175,54 @@ class SimResult:
     # "untuned" (it never did: alpha is None); None for systems without an alpha
     alpha_status: str | None = None
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> Summary:
+        """Every figure of the run, typed; `.to_json()` is `marconi simulate --json`."""
         return summarize(self)
 
 
-def summarize(result: SimResult) -> dict[str, Any]:
-    """The JSON of `marconi simulate` (the contract's keys first, then extras)."""
+def summarize(result: SimResult) -> Summary:
+    """Every figure of the run (`Summary.to_json()`: the JSON of `marconi simulate`)."""
     r, spec, stats = result.records, result.config.spec, result.stats
     layout = result.config.layout()
     flops_saved = float(spec.flops_array(r.hit).sum())
     flops_total = float(spec.flops_array(r.n_input).sum())
-    out: dict[str, Any] = {
-        "system": result.config.system,
-        "trace": result.trace,
-        "requests": len(r.n_input),
-        "input_tokens": int(r.n_input.sum()),
-        "hit_tokens": int(r.hit.sum()),
-        "token_hit_rate": rate(r.hit.sum(), r.n_input.sum()),
-        "request_hit_rate": rate((r.hit > 0).sum(), len(r.hit)),
-        "flops_saved": flops_saved,
-        "flops_total": flops_total,
-        "flops_saved_rate": rate(flops_saved, flops_total),
-        "alpha": result.alpha,
-        "alpha_status": result.alpha_status,
-        "states_admitted": stats.states_admitted,
-        "states_evicted": stats.states_evicted,
-        "evictions": stats.evictions,
-        "commits": stats.commits,
-        "refused_commits": stats.refused_commits,
-        "evicted_then_refused": stats.evicted_then_refused,
-        "peak_bytes": stats.peak_bytes,
-        "capacity": int(result.config.capacity) if isinstance(result.config.capacity, int)
-        else result.config.capacity,
-        "model": spec.name,
-        "page_size": layout.page_size,
-        "state_slots": layout.state_slots,
-        "seconds": result.seconds,
-    }
-    out |= _ttft(result)
-    out |= _memory(r)
-    if result.bounds_dropped is not None:
-        out["bounds_dropped_at"] = result.bounds_dropped
-    elif result.config.bounds:
-        out |= _bounds(r)
-    out["hit_rate_by_input_length"] = hit_rate_by_length(r.n_input, r.hit)
-    if result.tuning is not None:
-        out["tuning"] = result.tuning.to_json()
-    if result.engine is not None:
-        out["engine"] = _engine(result.engine)
-    return out
+    capacity = result.config.capacity
+    dropped, measured = result.bounds_dropped is not None, result.config.bounds
+    return Summary(
+        system=result.config.system, trace=result.trace, requests=len(r.n_input),
+        input_tokens=int(r.n_input.sum()), hit_tokens=int(r.hit.sum()),
+        token_hit_rate=rate(r.hit.sum(), r.n_input.sum()),
+        request_hit_rate=rate((r.hit > 0).sum(), len(r.hit)),
+        flops_saved=flops_saved, flops_total=flops_total,
+        flops_saved_rate=rate(flops_saved, flops_total),
+        alpha=result.alpha, alpha_status=result.alpha_status,
+        states_admitted=stats.states_admitted, states_evicted=stats.states_evicted,
+        evictions=stats.evictions, commits=stats.commits,
+        refused_commits=stats.refused_commits, evicted_then_refused=stats.evicted_then_refused,
+        peak_bytes=stats.peak_bytes, capacity=int(capacity) if isinstance(capacity, int)
+        else capacity, model=spec.name, page_size=layout.page_size,
+        state_slots=layout.state_slots, seconds=result.seconds, **_ttft(result),
+        kv_bytes_mean=float(r.kv_bytes.mean()) if len(r) else 0.0,
+        ssm_bytes_mean=float(r.ssm_bytes.mean()) if len(r) else 0.0,
+        kv_bytes_final=int(r.kv_bytes[-1]) if len(r) else None,
+        ssm_bytes_final=int(r.ssm_bytes[-1]) if len(r) else None,
+        bounds_dropped_at=result.bounds_dropped,
+        bounds=_bounds(r) if measured and not dropped else None,
+        hit_rate_by_input_length=tuple(LengthBin(**b) for b in
+                                       hit_rate_by_length(r.n_input, r.hit)),
+        tuning=None if result.tuning is None else Tuning.from_report(result.tuning.to_json()),
+        engine=None if result.engine is None else _engine(result.engine))
 
 
-def _engine(meta: Mapping[str, Any]) -> dict[str, Any]:
+def _engine(meta: Mapping[str, Any]) -> Engine:
     """A real engine's replay: which engine, and what its cache code cost per request."""
     requests = max(int(meta.get("requests") or 0), 1)
-    out = {"name": meta.get("engine"), "version": meta.get("version"),
-           "seconds": meta.get("seconds")}
-    if meta.get("micros_total") is not None:
-        out["us_per_request"] = float(meta["micros_total"]) / requests
-    for key in ("waited", "max_running", "integration"):  # a concurrent queue; marconi's hook
-        if key in meta:
-            out[key] = meta[key]
-    return out
-
-
-REFUSAL_WARNING = 0.01  # share of commits refused above which a run is flagged
-
-
-def refusal_warning(summary: Mapping[str, Any]) -> str | None:
-    """A one-line warning when a run refused more than 1% of its commits: those sequences
-    were bypassed (too big for the capacity beside what is pinned), so its hit rates
-    describe a cache that stored little of the trace."""
-    commits, refused = summary.get("commits") or 0, summary.get("refused_commits") or 0
-    if not (commits > 0 and refused > REFUSAL_WARNING * commits):  # a CSV's gaps: None, NaN
-        return None
-    commits, refused = int(commits), int(refused)
-    return (f"warning: {summary['system']} refused {refused} of {commits} commits "
-            f"({100 * refused / commits:.1f}%): sequences too big for a "
-            f"{_size(summary.get('capacity'))} cache were not cached")
-
-
-def policy_warning(summary: Mapping[str, Any]) -> str | None:
-    """A warning when some commit evicted entries and was refused all the same: the
-    eviction policy ran out of victims above the floor it should reach (a policy bug;
-    those entries were lost for nothing)."""
-    lost = summary.get("evicted_then_refused") or 0
-    if not lost > 0:
-        return None
-    return (f"warning: {summary['system']}: {int(lost)} commits evicted entries and were "
-            "refused all the same (its eviction ran out of victims: a policy bug)")
-
-
-def bounds_warning(summary: Mapping[str, Any]) -> str | None:
-    """A one-line warning when a replay dropped its infinite-cache bounds."""
-    at = summary.get("bounds_dropped_at")
-    if not at or at != at:  # absent: None, or a CSV's gap
-        return None
-    return (f"warning: {summary['system']}: infinite-cache bounds dropped after {int(at):,} "
-            "requests (they outgrew --bounds-tokens distinct tokens); no bound or miss "
-            "attribution is reported (--no-bounds skips them from the start)")
-
-
-def sampling_note(summary: Mapping[str, Any]) -> str | None:
-    """A one-line note when marconi+'s shadows were sampled (a long replay): its choices
-    were made on estimates, not on every request."""
-    tuning = summary.get("tuning")
-    at = summary.get("shadows_sampled_from")  # a sweep row's flattened field
-    rate = summary.get("shadows_sample_rate")
-    if isinstance(tuning, Mapping):
-        at, rate = tuning.get("sampled_from"), tuning.get("sample_rate")
-    if at is None or at != at or rate is None:  # absent: None, or a CSV's gap
-        return None
-    return (f"note: {summary['system']}: from request {int(at):,} on, its shadow experts saw "
-            f"{float(rate):.1%} of the sessions at {float(rate):.1%} of the capacity (a "
-            "sampled miniature of each; --shadow-sample-after none, in a sweep "
-            "shadow_sample_after = none, keeps them exact)")
-
-
-def untuned_warning(summary: Mapping[str, Any]) -> str | None:
-    """A tuned system whose tuner never finished: it evicted at alpha 0 (recency alone)
-    all along, and its alpha is null, never 0.0 as if tuned to zero."""
-    if summary.get("alpha_status") != "untuned":
-        return None
-    tuning, n = summary.get("tuning"), summary.get("requests")
-    if tuning is None and _given(summary.get("tuning_window")):  # a sweep's flat row
-        tuning = {"window": int(summary["tuning_window"]),
-                  "n0": int(summary["tuning_n0"]) if _given(summary.get("tuning_n0"))
-                  else "?"}
-    if tuning is None:
-        why = ("the cache never evicted, so its bootstrap window never began (alpha "
-               "changed nothing)")
-    else:
-        why = (f"its bootstrap window of {tuning['window']} requests, from the first "
-               f"eviction at request {tuning['n0']}, outlasts the trace's {n} requests, so "
-               "it evicted with alpha 0 (recency alone) throughout")
-    return (f"warning: {summary['system']} never finished tuning alpha: {why}; its alpha "
-            "is reported as untuned (null)")
-
-
-def _given(value: object) -> bool:
-    """Not missing: neither None nor the NaN a results file reads back for it."""
-    return value is not None and value == value
-
-
-def run_warnings(summary: Mapping[str, Any]) -> list[str]:
-    """What a run's summary must say on stderr: refusals above 1%, a policy that ran
-    out of victims, bounds dropped, shadows sampled, a tuner that never finished."""
-    found = (refusal_warning(summary), policy_warning(summary), bounds_warning(summary),
-             sampling_note(summary), untuned_warning(summary))
-    return [message for message in found if message is not None]
-
-
-def _size(capacity: object) -> str:
-    return format_size(capacity) if isinstance(capacity, int) else str(capacity)
+    micros = meta.get("micros_total")
+    return Engine(name=meta.get("engine"), version=meta.get("version"),
+                  seconds=meta.get("seconds"),
+                  us_per_request=None if micros is None else float(micros) / requests,
+                  waited=meta.get("waited"), max_running=meta.get("max_running"),
+                  integration=meta.get("integration"))  # a concurrent queue; marconi's hook
 
 
 def ttft_seconds(result: SimResult) -> np.ndarray:
@@ -327,7 +231,7 @@ def ttft_seconds(result: SimResult) -> np.ndarray:
     return model.ttft(result.records.n_input, result.records.hit)
 
 
-def _ttft(result: SimResult) -> dict[str, float]:
+def _ttft(result: SimResult) -> dict[str, Any]:
     t = ttft_seconds(result)
     if not t.size:
         return {"ttft_p5": 0.0, "ttft_p50": 0.0, "ttft_p95": 0.0, "ttft_mean": 0.0}
@@ -336,14 +240,7 @@ def _ttft(result: SimResult) -> dict[str, float]:
             "ttft_mean": float(t.mean())}
 
 
-def _memory(r: Records) -> dict[str, float]:
-    if not r.kv_bytes.size:
-        return {"kv_bytes_mean": 0.0, "ssm_bytes_mean": 0.0}
-    return {"kv_bytes_mean": float(r.kv_bytes.mean()), "ssm_bytes_mean": float(r.ssm_bytes.mean()),
-            "kv_bytes_final": int(r.kv_bytes[-1]), "ssm_bytes_final": int(r.ssm_bytes[-1])}
-
-
-def _bounds(r: Records) -> dict[str, Any]:
+def _bounds(r: Records) -> Bounds:
     """Infinite-cache bounds and where every missed token went.
 
     ```
@@ -353,11 +250,10 @@ def _bounds(r: Records) -> dict[str, Any]:
     """
     n, hit, seen, bound = r.n_input, r.hit, r.seen, np.maximum(r.bound, r.hit)
     total = n.sum()
-    return {
-        "bound_token_hit_rate": rate(seen.sum(), total),  # every prefix ever seen
-        "system_bound_token_hit_rate": rate(bound.sum(), total),  # same system, no limit
-        "miss_tokens": {"cold": int((n - seen).sum()),
-                        "not_admitted": int((seen - np.maximum(bound, hit)).clip(0).sum()),
-                        "evicted": int((bound - hit).clip(0).sum())},
-        "reuse_taxonomy": taxonomy(n, seen, r.from_inputs),
-    }
+    misses = MissTokens(cold=int((n - seen).sum()),
+                        not_admitted=int((seen - np.maximum(bound, hit)).clip(0).sum()),
+                        evicted=int((bound - hit).clip(0).sum()))
+    return Bounds(bound_token_hit_rate=rate(seen.sum(), total),  # every prefix ever seen
+                  system_bound_token_hit_rate=rate(bound.sum(), total),  # no capacity limit
+                  miss_tokens=misses,
+                  reuse_taxonomy=ReuseTaxonomy(**taxonomy(n, seen, r.from_inputs)))

@@ -7,14 +7,8 @@ import sys
 from marconi.sim.offline import offline, reuse_oracle
 from marconi.sim.oracle import oracle
 from marconi.sim.replay import simulate
-from marconi.sim.result import (
-    OFFLINE,
-    ORACLE,
-    REUSE_ORACLE,
-    SimConfig,
-    SimResult,
-    run_warnings,
-)
+from marconi.sim.result import OFFLINE, ORACLE, REUSE_ORACLE, SimConfig, SimResult
+from marconi.sim.warnings import run_warnings
 from marconi.systems import get_system
 from marconi.workload.types import Trace
 
@@ -40,7 +34,6 @@ def run(trace: Trace, config: SimConfig, *, progress: bool = False,
     else:
         result = simulate(trace, config, progress=progress)
     if warn:
-        summary = result.summary()
-        for message in run_warnings(summary):
+        for message in run_warnings(result.summary()):
             print(message, file=sys.stderr)
     return result

@@ -30,20 +30,14 @@ from marconi.sim.cell import Cell, expand
 from marconi.sim.oracle import oracle
 from marconi.sim.pool import load_plugins, sigterm_interrupts, stop, worker_pool
 from marconi.sim.progress import Progress
-from marconi.sim.result import (
-    ORACLE,
-    SimResult,
-    run_warnings,
-    ttft_seconds,
-)
+from marconi.sim.result import ORACLE, SimResult, ttft_seconds
 from marconi.sim.results_file import ResultsFile
 from marconi.sim.run import run
+from marconi.sim.summary import Summary
+from marconi.sim.warnings import run_warnings
 from marconi.workload import Trace, TraceOptions, load_trace
 from marconi.workload.report import describe
 
-# summary parts left out of rows: nested, or already a cell column (system, trace, ...)
-ROW_SKIP = ("hit_rate_by_input_length", "reuse_taxonomy", "system", "capacity", "trace", "model",
-            "page_size", "state_slots")  # a cell's layout is its system's (docs/peers.md)
 LOAD_REPORT = "_load"  # a row's private key: what its trace's load kept and dropped
 
 __all__ = ["Cell", "cell_trace", "expand", "run_cell", "run_sweep"]
@@ -72,7 +66,7 @@ def _simulate(cell: Cell) -> SimResult:
 
 
 def run_cell(cell: Cell, plugins: Sequence[str] = ()) -> dict[str, Any]:
-    """One finished row: the cell's parameters, status, and the summary's scalars.
+    """One finished row: the cell's parameters, status, and `Summary.to_row()`.
 
     Never raises for a failing simulation: the row says `status = error` instead. With
     `cell.records`, the row's `_records` holds per-request arrays (not a column); its
@@ -84,7 +78,7 @@ def run_cell(cell: Cell, plugins: Sequence[str] = ()) -> dict[str, Any]:
         load_plugins(plugins)
         row[LOAD_REPORT] = describe(cell_trace(cell))
         result = _simulate(cell)
-        row |= {"status": "ok", "error": ""} | summary_scalars(result.summary())
+        row |= {"status": "ok", "error": ""} | result.summary().to_row()
         if cell.records:
             row["_records"] = {"n_input": result.records.n_input,
                                "hit": result.records.hit, "ttft_s": ttft_seconds(result)}
@@ -95,35 +89,17 @@ def run_cell(cell: Cell, plugins: Sequence[str] = ()) -> dict[str, Any]:
 
 
 def refusal_warnings(rows: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Every finished row's `run_warnings`, each naming its cell and trace."""
+    """Every finished row's `run_warnings` (its `Summary.from_row`), each naming its cell
+    and trace."""
     return [f"{message} (cell {row['cell_id']}, {row['trace']})"
-            for row in rows if row.get("status") == "ok" for message in run_warnings(row)]
+            for row in rows if row.get("status") == "ok"
+            for message in run_warnings(Summary.from_row(row))]
 
 
 def _error_text(err: Exception) -> str:
     where = traceback.extract_tb(err.__traceback__)[-1:] if err.__traceback__ else []
     at = f" (at {where[0].filename.rsplit('/', 1)[-1]}:{where[0].lineno})" if where else ""
     return f"{type(err).__name__}: {err}{at}"
-
-
-def summary_scalars(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The summary's scalar fields, with `miss_tokens` and the tuned alpha flattened."""
-    out: dict[str, Any] = {}
-    for key, value in summary.items():
-        if key in ROW_SKIP:
-            continue
-        if key == "miss_tokens":
-            out |= {f"miss_{k}": int(v) for k, v in value.items()}
-        elif key == "tuning":
-            out["tuned_alpha"] = value.get("alpha")
-            out["tuning_window"] = value.get("window")
-            out["tuning_n0"] = value.get("n0")
-            if value.get("sampled_from") is not None:  # marconi+'s shadows, a long replay
-                out["shadows_sampled_from"] = value["sampled_from"]
-                out["shadows_sample_rate"] = value["sample_rate"]
-        elif isinstance(value, str | int | float | bool | np.generic) or value is None:
-            out[key] = value.item() if isinstance(value, np.generic) else value
-    return out
 
 
 class InlineExecutor(Executor):
