@@ -2,6 +2,8 @@
 
     .venv/bin/python experiments/bench_plus_unseen.py --set design [--systems S ...]
     .venv/bin/python experiments/bench_plus_unseen.py --set heldout     # run once, at the end
+    .venv/bin/python experiments/bench_plus_unseen.py --set fresh --all --out F.jsonl [--part 1/2]
+    .venv/bin/python experiments/bench_plus_unseen.py --report F.jsonl [--plot F.png]
 
 Trace keys (`common.unseen_trace`; one process, sequential; results appended as JSON
 lines with `--out`):
@@ -9,7 +11,8 @@ lines with `--out`):
   (the sweep uses the first 100), session i arriving at i / R, times shifted to start at 0;
 - `swe(half=even|odd,seed=S,gap=G)`: every other mini-swe-agent trajectory (sorted by
   name; a temporary folder of links, nothing copied), arrival seed S, mean gap G s;
-- `mc(a=A,b=B)`: requests A..B of the Mooncake conversation trace.
+- `mc(a=A,b=B)`: requests A..B of the Mooncake conversation trace; `mcs(a=A,b=B)`: of
+  Mooncake's synthetic trace.
 
 Columns: FLOPs saved %, the best of sglang+, marconi, marconi-oracle, sglang-2026 and
 vllm-2026, `offline`, and the gap closed (marconi+ - X) / (offline - X) against the best
@@ -17,7 +20,12 @@ peer and against sglang+. `--systems` takes registered systems and marconi+'s va
 (bench_plus_variants.py). The design set (`common.DESIGN`) reproduces the losses seen on
 unseen data (ShareGPT at 5 sessions/s, other trajectories) and serves to choose variants;
 the held-out set (`common.HELDOUT`) was fixed before any variant was tried
-(experiments/RESULTS.md).
+(experiments/RESULTS.md). The fresh set (`common.FRESH`) was written down before it was
+run, from data no earlier set used, and run once with `--all`: every registered system
+that runs in process (not the two real engines), marconi+'s ablations, and the three
+references that know the future (`FUTURE`). `--part K/N` runs every N-th configuration
+from the K-th, so that N processes share a run; `--report` reads the JSON lines back and
+prints marconi+ against the best system without future knowledge.
 """
 
 from __future__ import annotations
@@ -27,14 +35,21 @@ import json
 import time
 from pathlib import Path
 
-from common import DESIGN, HELDOUT, load_variants, unseen_trace
+from common import DESIGN, FRESH, HELDOUT, load_variants, unseen_trace
 
 from marconi.core.spec import resolve_model
 from marconi.sim.metrics import gap_closed
-from marconi.sim.result import SimConfig
+from marconi.sim.result import OFFLINE, ORACLE, REUSE_ORACLE, SimConfig
 from marconi.sim.run import run
+from marconi.systems import SYSTEMS
 
 PEERS = ("sglang+", "marconi", "marconi-oracle", "sglang-2026", "vllm-2026")
+SETS = {"design": DESIGN, "heldout": HELDOUT, "fresh": FRESH}
+FUTURE = (ORACLE, OFFLINE, REUSE_ORACLE)  # they read the whole trace before replaying it
+# every system the project registers that runs in process, taken before the variants'
+# plugin adds its own; the real engines (`engine` set) need their own environments
+REGISTERED = tuple(name for name, s in SYSTEMS.items() if s.engine is None)
+PLUS = "marconi+"
 def saved(config: str, system: str) -> tuple[float, float]:
     """(FLOPs saved rate, seconds) of `system` (`name@alpha` fixes alpha) on `config`."""
     key, capacity, *model = config.split("|")
@@ -46,16 +61,23 @@ def saved(config: str, system: str) -> tuple[float, float]:
     return rate, time.perf_counter() - start
 
 
-def table(configs: tuple[str, ...], systems: tuple[str, ...], out: Path | None) -> None:
+def table(configs: tuple[str, ...], systems: tuple[str, ...], out: Path | None,
+          everything: bool = False) -> None:
     rows: dict[str, dict[str, float]] = {}
     for config in configs:
-        for system in (*PEERS, "offline", *systems):
+        run_now = (*REGISTERED, *FUTURE) if everything else (*PEERS, "offline", *systems)
+        for system in dict.fromkeys(run_now):
+            started = time.strftime("%H:%M:%S")
             rate, seconds = saved(config, system)
+            print(f"[{started}] {config} {system}: {100 * rate:.2f}% in {seconds:.0f} s",
+                  flush=True)
             rows.setdefault(config, {})[system] = rate
             if out is not None:
                 with out.open("a") as f:
                     f.write(json.dumps({"config": config, "system": system, "saved": rate,
                                         "seconds": seconds}) + "\n")
+    if everything:
+        return  # `--report` reads the lines back
     print("| configuration | best peer | offline | " + " | ".join(
         f"{s} (margin, gap vs best / vs sglang+)" for s in systems) + " |")
     print("|---" * (3 + len(systems)) + "|")
@@ -75,14 +97,118 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:+.2f}"
 
 
+def read_runs(path: Path) -> dict[str, dict[str, float]]:
+    """{configuration: {system: FLOPs saved rate}} from `--out` JSON lines; a bad line is
+    an error naming the file and the line."""
+    rows: dict[str, dict[str, float]] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            run_ = json.loads(line)
+            rows.setdefault(str(run_["config"]), {})[str(run_["system"])] = float(run_["saved"])
+        except (ValueError, KeyError, TypeError) as err:
+            raise SystemExit(f"{path}:{number}: not a run of this script ({err!r})") from None
+    return rows
+
+
+def online(row: dict[str, float]) -> dict[str, float]:
+    """The runs of systems without future knowledge, marconi+ and its ablations aside."""
+    return {s: v for s, v in row.items() if s not in FUTURE and not s.startswith(PLUS)}
+
+
+def report(path: Path, plot: Path | None) -> None:
+    rows = read_runs(path)
+    missing = [f"{c}: {s}" for c, row in rows.items()
+               for s in (PLUS, "sglang+", *FUTURE) if s not in row]
+    if missing:
+        raise SystemExit(f"{path}: runs missing: {', '.join(missing)}")
+    print("| configuration | online systems | best online (not marconi+) | marconi+ | margin "
+          "| best marconi+ ablation | reuse-oracle | gap to reuse-oracle closed: from the "
+          "best / from sglang+ | marconi-oracle | marconi+ / marconi-oracle | offline |")
+    print("|---" * 11 + "|")
+    margins, from_best, from_sglang = [], [], []
+    for config, row in rows.items():
+        others = online(row)
+        best = max(others, key=lambda s: others[s])
+        ablations = {s: v for s, v in row.items() if s.startswith(PLUS + "-")}
+        ablation = max(ablations, key=lambda s: ablations[s]) if ablations else None
+        plus, reuse = row[PLUS], row[REUSE_ORACLE]
+        gaps = (gap_closed(plus, others[best], reuse), gap_closed(plus, row["sglang+"], reuse))
+        margins.append(100 * (plus - others[best]))
+        from_best.append(gaps[0])
+        from_sglang.append(gaps[1])
+        ratio = f"{plus / row[ORACLE]:.3f}" if row[ORACLE] > 0 else "-"
+        shown_ablation = (f"{ablation} {100 * ablations[ablation]:.2f}"
+                          if ablation is not None else "-")
+        print(f"| {config} | {len(others)} | {best} {100 * others[best]:.2f} | "
+              f"{100 * plus:.2f} | {100 * (plus - others[best]):+.2f} | {shown_ablation} | "
+              f"{100 * reuse:.2f} | {_fmt(gaps[0])} / {_fmt(gaps[1])} | "
+              f"{100 * row[ORACLE]:.2f} | {ratio} | {100 * row[OFFLINE]:.2f} |")
+    wins = sum(m > 0.01 for m in margins)
+    losses = [m for m in margins if m < -0.2]
+    print(f"\nmarconi+ above the best online system on {wins} of {len(margins)}, more than "
+          f"0.2 point below on {len(losses)} (worst {min(margins):+.2f}); gap to reuse-oracle "
+          f"closed on average: {_mean(from_best)} from the best, {_mean(from_sglang)} from "
+          "sglang+")
+    if plot is not None:
+        _plot(list(rows), margins, from_sglang, plot)
+
+
+def _mean(values: list[float | None]) -> str:
+    known = [v for v in values if v is not None]
+    return f"{sum(known) / len(known):+.2f} over {len(known)}" if known else "-"
+
+
+def _plot(configs: list[str], margins: list[float], gaps: list[float | None],
+          path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.2))
+    left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    names = [c.replace("|paper-7b,ssm=24,attn=12,mlp=36", " 24:12") for c in configs]
+    y = range(len(configs))
+    left.barh(y, margins, color=["tab:green" if m >= -0.2 else "tab:red" for m in margins])
+    left.axvline(-0.2, color="grey", linestyle=":", linewidth=1)
+    left.set_yticks(list(y), names, fontsize=7)
+    left.invert_yaxis()
+    left.set_xlabel("marconi+ - best online system (FLOPs saved, points)")
+    right.barh(y, [0.0 if g is None else g for g in gaps], color="tab:blue")
+    right.axvline(0.5, color="grey", linestyle=":", linewidth=1)
+    right.set_yticks(list(y), [""] * len(configs))
+    right.invert_yaxis()
+    right.set_xlabel("gap from sglang+ to reuse-oracle closed by marconi+")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--set", choices=("design", "heldout"), required=True)
+    parser.add_argument("--set", choices=tuple(SETS))
     parser.add_argument("--systems", nargs="+", default=["marconi+"])
+    parser.add_argument("--all", action="store_true",
+                        help="every in-process registered system and the references")
+    parser.add_argument("--part", default="1/1", metavar="K/N",
+                        help="run the K-th of every N configurations (default 1/1)")
     parser.add_argument("--out", type=Path, help="append each run as a JSON line here")
+    parser.add_argument("--report", type=Path, metavar="JSONL",
+                        help="print marconi+ against the best online system from these runs")
+    parser.add_argument("--plot", type=Path, help="with --report: a figure of the margins")
     args = parser.parse_args()
+    if args.report is not None:
+        report(args.report, args.plot)
+        return
+    if args.set is None:
+        parser.error("give --set or --report")
+    try:
+        k, n = (int(x) for x in args.part.split("/"))
+        if not 1 <= k <= n:
+            raise ValueError
+    except ValueError:
+        parser.error(f"--part: expected K/N with 1 <= K <= N, got {args.part!r}")
     load_variants()  # the variants (bench_plus_variants.py) run by name
-    table(DESIGN if args.set == "design" else HELDOUT, tuple(args.systems), args.out)
+    table(SETS[args.set][k - 1::n], tuple(args.systems), args.out, everything=args.all)
 
 
 if __name__ == "__main__":
