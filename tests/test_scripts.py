@@ -73,3 +73,54 @@ print(json.dumps([n for n in new if get_system(n).name == n]))
     names = json.loads(out.stdout.strip().splitlines()[-1])
     assert {"why/density", "why/no prior exposure", "why/marconi+", "lead 1%",
             "gd level frozen"} <= set(names)
+
+
+def _report(tmp_path: Path, lines: list[str]) -> subprocess.CompletedProcess[str]:
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(lines) + "\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))}
+    return subprocess.run([sys.executable, str(REPO / "experiments" / "bench_plus_unseen.py"),
+                           "--report", str(runs)], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, check=False)
+
+
+def test_unseen_report_compares_marconi_plus_with_online_systems_only(tmp_path: Path) -> None:
+    """The best online system leaves out the references that read the future and marconi+'s
+    own ablations, however much they save; the gap is closed towards reuse-oracle."""
+    saved = {"sglang+": 0.10, "seglen": 0.14, "marconi+": 0.16, "marconi+-depth": 0.30,
+             "marconi-oracle": 0.40, "reuse-oracle": 0.20, "offline": 0.50}
+    out = _report(tmp_path, [json.dumps({"config": "c|1GB", "system": s, "saved": v})
+                             for s, v in saved.items()])
+    assert out.returncode == 0, out.stderr[-2000:]
+    row = next(line for line in out.stdout.splitlines() if line.startswith("| c 1GB |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert len(cells) == 11  # the configuration's bar does not split its cell
+    assert cells[1:6] == ["2", "seglen 14.00", "16.00", "+2.00", "marconi+-depth 30.00"]
+    assert cells[7] == "+0.33 / +0.60"  # (16 - 14) / (20 - 14), (16 - 10) / (20 - 10)
+    assert "above the best online system on 1 of 1" in out.stdout
+    assert "ablations as systems too: more than 0.2 point below on 1 of 1 (worst -14.00)" \
+        in out.stdout
+    assert "no upper reference" not in out.stdout
+
+
+def test_unseen_report_says_when_reuse_oracle_is_no_upper_reference(tmp_path: Path) -> None:
+    saved = {"sglang+": 0.10, "sparse-prefix": 0.34, "marconi+": 0.32,
+             "marconi-oracle": 0.19, "reuse-oracle": 0.15, "offline": 0.59}
+    out = _report(tmp_path, [json.dumps({"config": "m|80GB", "system": s, "saved": v})
+                             for s, v in saved.items()])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert ("warning: m 80GB: reuse-oracle saves 15.00%, less than sparse-prefix's 34.00%: "
+            "it is no upper reference here") in out.stdout
+    row = next(line for line in out.stdout.splitlines() if line.startswith("| m 80GB |"))
+    assert "| - / - |" in row
+
+
+def test_unseen_report_names_the_bad_line(tmp_path: Path) -> None:
+    good = json.dumps({"config": "c|1GB", "system": "sglang+", "saved": 0.1})
+    out = _report(tmp_path, [good, '{"config": "c|1GB", "saved": 0.2}'])
+    assert out.returncode != 0
+    assert "runs.jsonl:2: not a run of this script" in out.stderr
+    assert "Traceback" not in out.stderr
+    out = _report(tmp_path, [good])
+    assert out.returncode != 0 and "runs missing: c|1GB: marconi+" in out.stderr
