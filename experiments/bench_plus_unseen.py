@@ -3,7 +3,7 @@
     .venv/bin/python experiments/bench_plus_unseen.py --set design [--systems S ...]
     .venv/bin/python experiments/bench_plus_unseen.py --set heldout     # run once, at the end
     .venv/bin/python experiments/bench_plus_unseen.py --set fresh --all --out F.jsonl [--part 1/2]
-    .venv/bin/python experiments/bench_plus_unseen.py --report F.jsonl [--plot F.png]
+    .venv/bin/python experiments/bench_plus_unseen.py --report F.jsonl [G.jsonl ...] [--plot F.png]
 
 Trace keys (`common.unseen_trace`; one process, sequential; results appended as JSON
 lines with `--out`):
@@ -24,8 +24,10 @@ the held-out set (`common.HELDOUT`) was fixed before any variant was tried
 run, from data no earlier set used, and run once with `--all`: every registered system
 that runs in process (not the two real engines), marconi+'s ablations, and the three
 references that know the future (`FUTURE`). `--part K/N` runs every N-th configuration
-from the K-th, so that N processes share a run; `--report` reads the JSON lines back and
-prints marconi+ against the best system without future knowledge.
+from the K-th, so that N processes share a run; `--report` reads the JSON lines of one or
+more runs back and prints marconi+ against the best registered system without future
+knowledge, then every run, with each candidate's (marconi+, its ablations, the plugin's
+variants) margins to that best.
 """
 
 from __future__ import annotations
@@ -97,32 +99,45 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:+.2f}"
 
 
-def read_runs(path: Path) -> dict[str, dict[str, float]]:
+def read_runs(paths: list[Path]) -> dict[str, dict[str, float]]:
     """{configuration: {system: FLOPs saved rate}} from `--out` JSON lines; a bad line is
-    an error naming the file and the line."""
+    an error naming the file and the line, and so is a run two files disagree on."""
     rows: dict[str, dict[str, float]] = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            run_ = json.loads(line)
-            rows.setdefault(str(run_["config"]), {})[str(run_["system"])] = float(run_["saved"])
-        except (ValueError, KeyError, TypeError) as err:
-            raise SystemExit(f"{path}:{number}: not a run of this script ({err!r})") from None
+    for path in paths:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                run_ = json.loads(line)
+                config, system = str(run_["config"]), str(run_["system"])
+                rate = float(run_["saved"])
+            except (ValueError, KeyError, TypeError) as err:
+                raise SystemExit(f"{path}:{number}: not a run of this script ({err!r})") \
+                    from None
+            known = rows.setdefault(config, {}).setdefault(system, rate)
+            if known != rate:
+                raise SystemExit(f"{path}:{number}: {system} on {config} saved {rate!r} "
+                                 f"here and {known!r} in an earlier line")
     return rows
 
 
+def is_peer(system: str) -> bool:
+    """A registered system without future knowledge, marconi+ and its ablations aside; the
+    plugin's variants are candidates beside marconi+, not peers."""
+    return system in REGISTERED and not system.startswith(PLUS)
+
+
 def online(row: dict[str, float]) -> dict[str, float]:
-    """The runs of systems without future knowledge, marconi+ and its ablations aside."""
-    return {s: v for s, v in row.items() if s not in FUTURE and not s.startswith(PLUS)}
+    """The runs of the peers (`is_peer`) in one configuration's row."""
+    return {s: v for s, v in row.items() if is_peer(s)}
 
 
-def report(path: Path, plot: Path | None) -> None:
-    rows = read_runs(path)
+def report(paths: list[Path], plot: Path | None) -> None:
+    rows = read_runs(paths)
     missing = [f"{c}: {s}" for c, row in rows.items()
                for s in (PLUS, "sglang+", *FUTURE) if s not in row]
     if missing:
-        raise SystemExit(f"{path}: runs missing: {', '.join(missing)}")
+        raise SystemExit(f"{', '.join(map(str, paths))}: runs missing: {', '.join(missing)}")
     print("| configuration | online systems | best online (not marconi+) | marconi+ | margin "
           "| best marconi+ ablation | reuse-oracle | gap to reuse-oracle closed: from the "
           "best / from sglang+ | marconi-oracle | marconi+ / marconi-oracle | offline |")
@@ -137,7 +152,8 @@ def report(path: Path, plot: Path | None) -> None:
         ablation = max(ablations, key=lambda s: ablations[s]) if ablations else None
         plus, reuse = row[PLUS], row[REUSE_ORACLE]
         # below an online system, reuse-oracle is no upper reference: no gap to it
-        gaps = ((None, None) if reuse <= others[best] else
+        no_reference = reuse <= others[best]
+        gaps = ((None, None) if no_reference else
                 (gap_closed(plus, others[best], reuse), gap_closed(plus, row["sglang+"], reuse)))
         margins.append(100 * (plus - others[best]))
         strict.append(100 * (plus - max([others[best], *ablations.values()])))
@@ -147,7 +163,7 @@ def report(path: Path, plot: Path | None) -> None:
         shown_ablation = (f"{ablation} {100 * ablations[ablation]:.2f}"
                           if ablation is not None else "-")
         shown = config.replace("|", " ")  # a bar would split the markdown cell
-        if reuse <= max(others.values()):
+        if no_reference:
             notes.append(f"{shown}: reuse-oracle saves {100 * reuse:.2f}%, less than "
                          f"{best}'s {100 * others[best]:.2f}%: it is no upper reference here "
                          "and no gap to it is measured")
@@ -166,8 +182,31 @@ def report(path: Path, plot: Path | None) -> None:
     print(f"counting marconi+'s registered ablations as systems too: more than 0.2 point "
           f"below on {sum(m < -0.2 for m in strict)} of {len(strict)} (worst "
           f"{min(strict):+.2f})")
+    every_run(rows)
     if plot is not None:
         _plot(list(rows), margins, from_sglang, plot)
+
+
+def every_run(rows: dict[str, dict[str, float]]) -> None:
+    """Every system's FLOPs saved % per configuration; for each candidate (marconi+, its
+    ablations, the plugin's variants) how often it is more than 0.2 point below the best
+    online system, its worst margin and the sum of its margins."""
+    configs = list(rows)
+    systems = list(dict.fromkeys(s for row in rows.values() for s in row))
+    best = {c: max(online(rows[c]).values()) for c in configs}
+    print("\n| system | " + " | ".join(c.replace("|", " ") for c in configs)
+          + " | more than 0.2 below the best online / worst / sum of margins |")
+    print("|---" * (len(configs) + 2) + "|")
+    for system in systems:
+        saved_ = [rows[c].get(system) for c in configs]
+        cells = ["-" if v is None else f"{100 * v:.2f}" for v in saved_]
+        summary = ""
+        if system not in FUTURE and not is_peer(system):
+            margins = [100 * (v - best[c]) for c, v in zip(configs, saved_, strict=True)
+                       if v is not None]
+            summary = (f"{sum(m < -0.2 for m in margins)} of {len(margins)} / "
+                       f"{min(margins):+.2f} / {sum(margins):+.2f}")
+        print(f"| {system} | " + " | ".join(cells) + f" | {summary} |")
 
 
 def _mean(values: list[float | None]) -> str:
@@ -211,7 +250,7 @@ def main() -> None:
     parser.add_argument("--part", default="1/1", metavar="K/N",
                         help="run the K-th of every N configurations (default 1/1)")
     parser.add_argument("--out", type=Path, help="append each run as a JSON line here")
-    parser.add_argument("--report", type=Path, metavar="JSONL",
+    parser.add_argument("--report", type=Path, nargs="+", metavar="JSONL",
                         help="print marconi+ against the best online system from these runs")
     parser.add_argument("--plot", type=Path, help="with --report: a figure of the margins")
     args = parser.parse_args()

@@ -75,13 +75,17 @@ print(json.dumps([n for n in new if get_system(n).name == n]))
             "gd level frozen"} <= set(names)
 
 
-def _report(tmp_path: Path, lines: list[str]) -> subprocess.CompletedProcess[str]:
-    runs = tmp_path / "runs.jsonl"
-    runs.write_text("\n".join(lines) + "\n")
+def _report(tmp_path: Path, lines: list[str],
+            more: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    files = []
+    for i, content in enumerate([lines] + ([more] if more is not None else [])):
+        runs = tmp_path / ("runs.jsonl" if i == 0 else f"more{i}.jsonl")
+        runs.write_text("\n".join(content) + "\n")
+        files.append(str(runs))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))}
     return subprocess.run([sys.executable, str(REPO / "experiments" / "bench_plus_unseen.py"),
-                           "--report", str(runs)], capture_output=True, text=True, env=env,
+                           "--report", *files], capture_output=True, text=True, env=env,
                           cwd=tmp_path, check=False)
 
 
@@ -124,3 +128,29 @@ def test_unseen_report_names_the_bad_line(tmp_path: Path) -> None:
     assert "Traceback" not in out.stderr
     out = _report(tmp_path, [good])
     assert out.returncode != 0 and "runs missing: c|1GB: marconi+" in out.stderr
+
+
+def test_unseen_report_takes_variants_as_candidates_not_peers(tmp_path: Path) -> None:
+    """A variant of the plugin, from a second file, is scored against the best peer like
+    marconi+, and never becomes that peer itself."""
+    first = {"sglang+": 0.10, "seglen": 0.14, "marconi+": 0.16,
+             "marconi-oracle": 0.40, "reuse-oracle": 0.20, "offline": 0.50}
+    second = {"sglang+": 0.10, "lead 1%": 0.15}
+    out = _report(tmp_path, [json.dumps({"config": "c|1GB", "system": s, "saved": v})
+                             for s, v in first.items()],
+                  [json.dumps({"config": "c|1GB", "system": s, "saved": v})
+                   for s, v in second.items()])
+    assert out.returncode == 0, out.stderr[-2000:]
+    row = next(line for line in out.stdout.splitlines() if line.startswith("| c 1GB |"))
+    assert "| seglen 14.00 |" in row
+    lines = out.stdout.splitlines()
+    assert "| lead 1% | 15.00 | 0 of 1 / +1.00 / +1.00 |" in lines
+    assert "| marconi+ | 16.00 | 0 of 1 / +2.00 / +2.00 |" in lines
+    assert "| seglen | 14.00 |  |" in lines  # a peer has no margin to itself
+
+
+def test_unseen_report_refuses_runs_that_disagree(tmp_path: Path) -> None:
+    line = {"config": "c|1GB", "system": "sglang+", "saved": 0.1}
+    out = _report(tmp_path, [json.dumps(line)], [json.dumps({**line, "saved": 0.2})])
+    assert out.returncode != 0
+    assert "more1.jsonl:1: sglang+ on c|1GB saved 0.2 here and 0.1" in out.stderr
