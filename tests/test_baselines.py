@@ -49,6 +49,27 @@ class TestReuseOracle:
         assert hits("sglang+", self.T, self.CAPACITY) == [0, 0, 0, 0]
         assert hits(REUSE_ORACLE, self.T, self.CAPACITY) == [0, 0, 0, 100]
 
+    # room for two sequences, not three; or for A split at 60 and D's new 20 tokens
+    ROOM = 3 * (100 * KV + STATE) - 40_000
+
+    def test_a_leaf_two_later_requests_branch_in_is_reused(self) -> None:
+        """D and E share 60 of A's 100 tokens and neither spells A out. Keeping A lets
+        judicious admission find D's branch point inside A and checkpoint it, and E hits
+        that state, so A counts as reused and B, which no one shares, goes first. Counting
+        only requests that spell an entry out, A and B both look dead; A goes, and E
+        misses (what made the reference save less than LRU on Mooncake-like traces)."""
+        t = trace(seq(0, 100), seq(1000, 100), seq(2000, 100), seq(0, 60) + seq(7000, 20),
+                  seq(0, 60) + seq(8000, 20))
+        assert hits("sglang+", t, self.ROOM) == [0, 0, 0, 0, 0]
+        assert hits(REUSE_ORACLE, t, self.ROOM) == [0, 0, 0, 0, 60]
+
+    def test_one_later_request_sharing_a_leaf_is_no_reuse(self) -> None:
+        """Only D shares (95 of) A's tokens: its branch checkpoint would serve no one, so A
+        is not kept for it; B, which E extends, is, though it was touched before A."""
+        t = trace(seq(1000, 100), seq(0, 100), seq(2000, 100), seq(0, 95) + seq(7000, 5),
+                  seq(1000, 100) + seq(9000, 10))
+        assert hits(REUSE_ORACLE, t, self.ROOM) == [0, 0, 0, 0, 100]
+
     def test_it_is_no_registered_system(self) -> None:
         """Only the simulator knows the future: every other face refuses the name (the
         server, the engine and `make_cache` all go through `get_system`)."""

@@ -42,6 +42,17 @@ class TestFutureIndex:
         assert future.reuse_points(_arr(1, 2, 9).tobytes()) == [2]
 
 
+    def test_shared_depth_needs_enough_later_requests(self) -> None:
+        future = FutureIndex([_arr(1, 2, 3, 4), _arr(1, 2, 3, 9), _arr(1, 2, 7), _arr(5)])
+        key = _arr(1, 2, 3, 4).tobytes()
+        future.now = 0  # requests 1 and 2 share (1, 2); only request 1 goes on to 3
+        assert future.shared_depth(key) == 2
+        assert future.shared_depth(key, at_least=1) == 3
+        future.now = 1  # request 2 alone is left
+        assert future.shared_depth(key) == 0
+        assert future.shared_depth(key, at_least=1) == 2
+
+
 class TestReuseOnly:
     """Three cached leaves A, B, C with states, touched at 0, 1, 2; later requests reuse A
     (at 3) and C (at 4), never B. The offline eviction knows when: B, then C (the farther

@@ -84,6 +84,20 @@ class FutureIndex:
             node, pos = child, end
         return out
 
+    def shared_depth(self, key: bytes, at_least: int = 2) -> int:
+        """Deepest depth (tokens) of `key` whose prefix at least `at_least` requests after
+        `now` start with: where a branch checkpoint placed by the first would be hit."""
+        node, pos = self.tree.root, 0
+        while pos < len(key):
+            child = node.children.get(key[pos : pos + TOKEN_BYTES])
+            if child is None or self._later(child) < at_least:
+                break
+            end = pos + len(child.key)
+            if key[pos:end] != child.key:  # leaves inside the edge
+                return pos // TOKEN_BYTES + first_mismatch(child.key, key[pos:end])
+            node, pos = child, end
+        return pos // TOKEN_BYTES
+
     def _later(self, node: Node) -> int:
         uses = self.uses[node]
         return len(uses) - bisect_right(uses, self.now)

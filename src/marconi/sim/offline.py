@@ -144,6 +144,12 @@ class ReuseOnlyEviction(FutureEviction):
     `FutureEviction`; among the others, the distance to the next use, which it does not
     know, is replaced by the time since the last touch (a lookup or commit through the
     node): the largest `(now - last touch) x bytes freed / FLOPs saved` goes.
+
+    Judicious admission finds a branch point only in the tree, so a leaf is reused also
+    when two later inputs share part of its edge without spelling it out: the first
+    checkpoints its branch point there, the second hits it (Mooncake-like traces, whose
+    requests share block prefixes, are mostly this). It is weighted by what that branch
+    checkpoint saves. `offline` needs no such rule: its admission reads the future.
     """
 
     def __init__(self, spec: ModelSpec, future: FutureIndex) -> None:
@@ -172,6 +178,22 @@ class ReuseOnlyEviction(FutureEviction):
         slot = self.slots.index.get(node)
         if slot is not None:
             self.slots["touched"][slot] = self.stamp.get(node, 0)
+
+    def _score(self, node: Node) -> tuple[float, float]:
+        nxt, weight = super()._score(node)
+        if nxt < NEVER or not node.is_leaf:
+            return nxt, weight
+        # No later input spells the leaf out, but two may share part of its edge: the
+        # first would find its branch point in this edge and checkpoint it, the second hit
+        # that state. The leaf is then reused, for what that branch checkpoint saves.
+        start = node.depth - node.edge_len
+        shared = self.future.shared_depth(b"".join(n.key for n in _path(node)))
+        if shared <= start:
+            return nxt, weight
+        saved = self.spec.flops(shared) - self.spec.flops(_state_below(node))
+        freed = node.edge_len * self.spec.kv_bytes_per_token + (
+            self.spec.ssm_bytes if node.has_state else 0)
+        return self.future.now + 1.0, freed / max(saved, 1.0)
 
     def priority(self, now: int) -> np.ndarray:
         n = len(self.slots)
