@@ -10,7 +10,8 @@ sets, `common.unseen_trace`) under hybrids of the offline reference's parts
 - `sglang+`: judicious admission, LRU over leaves (online);
 - `F adm + LRU`: the offline admission (a state only where a later input leaves the
   sequence) with sglang+'s LRU;
-- `J + F evict`: judicious admission with the offline eviction (Belady by bytes / FLOPs);
+- `J + F evict`: judicious admission with the offline eviction (Belady by bytes / FLOPs),
+  told also of leaves that two later inputs share in part (`branches`);
 - `J + reused`: judicious admission with `ReuseOnlyEviction`, told only whether an entry
   is used again, not when (time since the last touch stands in for the distance);
 - `offline`: both offline parts; `marconi+`, for scale.
@@ -34,7 +35,7 @@ from marconi.paper.admission import Judicious
 from marconi.paper.eviction import LRULeaf
 from marconi.sim.future import FutureIndex
 from marconi.sim.metrics import gap_closed
-from marconi.sim.offline import FutureAdmission, FutureEviction, ReuseOnlyEviction
+from marconi.sim.offline import FutureAdmission, JudiciousFutureEviction, ReuseOnlyEviction
 from marconi.sim.replay import simulate
 from marconi.sim.result import SimConfig
 from marconi.sim.run import run
@@ -43,7 +44,7 @@ from marconi.systems import System
 Parts = Callable[[ModelSpec, FutureIndex], tuple[Admission, Eviction]]
 HYBRIDS: dict[str, Parts] = {
     "F adm + LRU": lambda spec, future: (FutureAdmission(future), LRULeaf()),
-    "J + F evict": lambda spec, future: (Judicious(), FutureEviction(spec, future)),
+    "J + F evict": lambda spec, future: (Judicious(), JudiciousFutureEviction(spec, future)),
     "J + reused": lambda spec, future: (Judicious(), ReuseOnlyEviction(spec, future)),
 }
 ONLINE = ("sglang+", "marconi+", "offline")

@@ -9,7 +9,7 @@ from marconi.core.spec import PAPER_7B
 from marconi.core.tree import RadixTree
 from marconi.paper.eviction import LRULeaf
 from marconi.sim.future import FutureIndex
-from marconi.sim.offline import FutureEviction, ReuseOnlyEviction
+from marconi.sim.offline import FutureEviction, JudiciousFutureEviction, ReuseOnlyEviction
 from marconi.sim.result import OFFLINE, SimConfig
 from marconi.sim.run import run
 from marconi.workload import load_trace
@@ -98,6 +98,34 @@ class TestReuseOnly:
         policy.on_lookup((leaves[0],), leaves[0], 5)  # A touched again: C is now the older
         victim = policy.victim(set(), 6)
         assert victim is not None and victim.node is leaves[1]
+
+
+class TestBranches:
+    """Leaves A and B; no later input spells either out, but two (at 2 and 3) share part
+    of A's edge. Beside judicious admission A is still needed: the first of them finds its
+    branch point inside A and checkpoints it, the second hits that state. `offline`'s
+    eviction, whose admission reads the future, sees both as dead and takes the first
+    slot, A; with `branches` on, B goes."""
+
+    def _victim(self, make: type) -> int:
+        a, b = _arr(1, 2, 3, 4, 5, 6), _arr(7, 8, 9, 10, 11, 12)
+        future = FutureIndex([a, b, _arr(1, 2, 3, 4, 20), _arr(1, 2, 3, 4, 30)])
+        tree, policy = RadixTree(), make(PAPER_7B, future)
+        leaves = []
+        for now, tokens in enumerate((a, b)):
+            future.now = now
+            leaf = tree.insert(tree.root, tokens.tobytes())
+            leaf.has_state = True
+            policy.on_commit((leaf,), (leaf,), now)
+            leaves.append(leaf)
+        victim = policy.victim(set(), 2)
+        assert victim is not None
+        return leaves.index(victim.node)
+
+    def test_a_leaf_shared_in_part_stays_beside_judicious_admission(self) -> None:
+        assert self._victim(FutureEviction) == 0
+        assert self._victim(JudiciousFutureEviction) == 1
+        assert self._victim(ReuseOnlyEviction) == 1
 
 
 TRACES = ["synthetic:system-prompt:sessions=30", "synthetic:multi-turn:sessions=12,turns=5",

@@ -29,7 +29,7 @@ import numpy as np
 from marconi.core.policy import Action, Admission, Eviction, Victim
 from marconi.core.slots import Slots
 from marconi.core.spec import ModelSpec
-from marconi.core.tree import Match, Node
+from marconi.core.tree import TOKEN_BYTES, Match, Node
 from marconi.sim.future import FutureIndex
 from marconi.sim.replay import simulate
 from marconi.sim.result import OFFLINE, REUSE_ORACLE, SimConfig, SimResult
@@ -63,7 +63,17 @@ class FutureAdmission(Admission):
 
 
 class FutureEviction(Eviction):
-    """Evicts the candidate with the largest distance-to-next-use x bytes / FLOPs."""
+    """Evicts the candidate with the largest distance-to-next-use x bytes / FLOPs.
+
+    `branches`: set it when the admission beside it is judicious, which finds a branch
+    point only in the tree: a leaf is then also used when two later inputs share part of
+    its edge without spelling it out (the first checkpoints its branch point there, the
+    second hits it; Mooncake-like traces, whose requests share block prefixes, are mostly
+    this), and weighted by what that branch checkpoint saves. `offline` leaves it off: its
+    admission reads the future and needs no edge to find a branch point.
+    """
+
+    branches = False
 
     def __init__(self, spec: ModelSpec, future: FutureIndex) -> None:
         super().__init__()
@@ -115,6 +125,30 @@ class FutureEviction(Eviction):
 
     def _score(self, node: Node) -> tuple[float, float]:
         """(next use, bytes freed per FLOP saved) of evicting `node` now."""
+        nxt, weight = self._spelled_score(node)
+        if nxt < NEVER or not node.is_leaf or not self.branches:
+            return nxt, weight
+        # No later input spells the leaf out, but two may share part of its edge: the
+        # first would find its branch point in this edge and checkpoint it, the second hit
+        # that state. The leaf is then reused, for what that branch checkpoint saves.
+        start = node.depth - node.edge_len
+        key = b"".join(n.key for n in _path(node))
+        shared = self.future.shared_depth(key)
+        if shared <= start:
+            return nxt, weight
+        saved = self.spec.flops(shared) - self.spec.flops(_state_below(node))
+        freed = node.edge_len * self.spec.kv_bytes_per_token + (
+            self.spec.ssm_bytes if node.has_state else 0)
+        return self._branch_use(key[: shared * TOKEN_BYTES]), freed / max(saved, 1.0)
+
+    def _branch_use(self, shared: bytes) -> float:
+        """When a leaf whose edge later inputs share (`shared`, their common prefix) is
+        next needed: when the first of them arrives and finds its branch point there."""
+        nxt = self.future.next_use(self.future.uses_of(shared))
+        return float(nxt) if nxt is not None else NEVER
+
+    def _spelled_score(self, node: Node) -> tuple[float, float]:
+        """`_score` counting only later inputs that spell `node`'s prefix out."""
         leaf = node.is_leaf
         freed = (node.edge_len * self.spec.kv_bytes_per_token if leaf else 0) + (
             self.spec.ssm_bytes if node.has_state else 0)
@@ -145,12 +179,11 @@ class ReuseOnlyEviction(FutureEviction):
     know, is replaced by the time since the last touch (a lookup or commit through the
     node): the largest `(now - last touch) x bytes freed / FLOPs saved` goes.
 
-    Judicious admission finds a branch point only in the tree, so a leaf is reused also
-    when two later inputs share part of its edge without spelling it out: the first
-    checkpoints its branch point there, the second hits it (Mooncake-like traces, whose
-    requests share block prefixes, are mostly this). It is weighted by what that branch
-    checkpoint saves. `offline` needs no such rule: its admission reads the future.
+    Its admission is judicious, so `branches` is on: a leaf that two later inputs share in
+    part is reused too.
     """
+
+    branches = True
 
     def __init__(self, spec: ModelSpec, future: FutureIndex) -> None:
         super().__init__(spec, future)
@@ -179,21 +212,8 @@ class ReuseOnlyEviction(FutureEviction):
         if slot is not None:
             self.slots["touched"][slot] = self.stamp.get(node, 0)
 
-    def _score(self, node: Node) -> tuple[float, float]:
-        nxt, weight = super()._score(node)
-        if nxt < NEVER or not node.is_leaf:
-            return nxt, weight
-        # No later input spells the leaf out, but two may share part of its edge: the
-        # first would find its branch point in this edge and checkpoint it, the second hit
-        # that state. The leaf is then reused, for what that branch checkpoint saves.
-        start = node.depth - node.edge_len
-        shared = self.future.shared_depth(b"".join(n.key for n in _path(node)))
-        if shared <= start:
-            return nxt, weight
-        saved = self.spec.flops(shared) - self.spec.flops(_state_below(node))
-        freed = node.edge_len * self.spec.kv_bytes_per_token + (
-            self.spec.ssm_bytes if node.has_state else 0)
-        return self.future.now + 1.0, freed / max(saved, 1.0)
+    def _branch_use(self, shared: bytes) -> float:
+        return self.future.now + 1.0  # whether, not when: looked at again next request
 
     def priority(self, now: int) -> np.ndarray:
         n = len(self.slots)
@@ -201,6 +221,13 @@ class ReuseOnlyEviction(FutureEviction):
         age = (now - self.slots["touched"][:n] + 1.0) * weight
         # weight 0: a stateless interior node, which frees nothing (last, as in the parent)
         return np.where(nxt >= NEVER, NEVER * (1.0 + weight), np.where(weight > 0, age, -1.0))
+
+
+class JudiciousFutureEviction(FutureEviction):
+    """`FutureEviction` beside judicious admission (`bench_offline_parts.py`'s
+    `J + F evict`): `branches` on."""
+
+    branches = True
 
 
 def _path(node: Node) -> list[Node]:
