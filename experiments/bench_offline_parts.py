@@ -27,19 +27,17 @@ import sys
 import time
 from collections.abc import Callable
 
-from common import DESIGN, HELDOUT, unseen_trace
+from common import DESIGN, HELDOUT, unseen_saved
 
 from marconi.core.policy import Admission, Eviction
-from marconi.core.spec import ModelSpec, resolve_model
+from marconi.core.spec import ModelSpec
 from marconi.paper.admission import Judicious
 from marconi.paper.eviction import LRULeaf
 from marconi.sim.future import FutureIndex
 from marconi.sim.metrics import gap_closed
 from marconi.sim.offline import FutureAdmission, JudiciousFutureEviction, ReuseOnlyEviction
-from marconi.sim.replay import simulate
-from marconi.sim.result import SimConfig
-from marconi.sim.run import run
 from marconi.systems import System
+from marconi.workload.types import Trace
 
 Parts = Callable[[ModelSpec, FutureIndex], tuple[Admission, Eviction]]
 HYBRIDS: dict[str, Parts] = {
@@ -51,20 +49,19 @@ ONLINE = ("sglang+", "marconi+", "offline")
 
 
 def saved(config: str, system: str) -> float:
-    key, capacity, *model = config.split("|")
-    trace = unseen_trace(key)
-    sim = SimConfig(spec=resolve_model(model[0] if model else "paper-7b"), capacity=capacity,
-                    system="sglang+" if system in HYBRIDS else system, bounds=False)
-    if system not in HYBRIDS:
-        return float(run(trace, sim).summary().flops_saved_rate)
-    future = FutureIndex([r.input_tokens for r in trace])
-    parts = HYBRIDS[system]
-    hybrid = System(name=system, policies=lambda spec, alpha: parts(spec, future))
+    parts = HYBRIDS.get(system)
+    if parts is None:
+        return unseen_saved(config, system)
 
-    def at(i: int) -> None:
-        future.now = i
+    def hybrid(trace: Trace) -> tuple[System, Callable[[int], None]]:
+        future = FutureIndex([r.input_tokens for r in trace])
 
-    return float(simulate(trace, sim, system=hybrid, before=at).summary().flops_saved_rate)
+        def at(i: int) -> None:
+            future.now = i
+
+        return System(name=system, policies=lambda spec, alpha: parts(spec, future)), at
+
+    return unseen_saved(config, system, hybrid)
 
 
 def main() -> None:

@@ -19,16 +19,13 @@ import sys
 import time
 from collections.abc import Callable
 
-from common import unseen_trace
+from common import unseen_saved
 
 from marconi.core.policy import Admission, Eviction
-from marconi.core.spec import ModelSpec, resolve_model
+from marconi.core.spec import ModelSpec
 from marconi.paper.eviction import LRULeaf
 from marconi.peers.sparse_prefix import SparsePrefix
 from marconi.plus.switchable import Mode, Switchable
-from marconi.sim.replay import simulate
-from marconi.sim.result import SimConfig
-from marconi.sim.run import run
 from marconi.systems import System
 
 CONFIGS = ("mcs(a=0,b=2000)|40GB", "mcs(a=2000,b=3348)|80GB", "mc(a=7500,b=9500)|40GB",
@@ -45,15 +42,11 @@ REGISTERED = ("sglang+", "marconi+")
 
 
 def saved(config: str, system: str) -> float:
-    key, capacity, *model = config.split("|")
-    trace = unseen_trace(key)
-    sim = SimConfig(spec=resolve_model(model[0] if model else "paper-7b"), capacity=capacity,
-                    system="sglang+" if system in HYBRIDS else system, bounds=False)
-    if system not in HYBRIDS:
-        return float(run(trace, sim).summary().flops_saved_rate)
-    parts = HYBRIDS[system]
-    hybrid = System(name=system, policies=lambda spec, alpha: parts(spec))
-    return float(simulate(trace, sim, system=hybrid).summary().flops_saved_rate)
+    parts = HYBRIDS.get(system)
+    if parts is None:
+        return unseen_saved(config, system)
+    return unseen_saved(config, system, lambda trace: (
+        System(name=system, policies=lambda spec, alpha: parts(spec)), None))
 
 
 def main() -> None:

@@ -14,15 +14,17 @@ import csv
 import dataclasses
 import os
 import tempfile
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from types import ModuleType
 
 from marconi.core.spec import PAPER_7B, resolve_model
+from marconi.sim.replay import simulate
 from marconi.sim.result import SimConfig
 from marconi.sim.run import run
 from marconi.sim.sweep import Cell
-from marconi.systems import load_plugin
+from marconi.systems import System, load_plugin
 from marconi.workload import load_trace
 from marconi.workload.options import TraceOptions
 from marconi.workload.types import Trace
@@ -141,6 +143,24 @@ def unseen_trace(key: str) -> Trace:
         full = load_trace(MOONCAKE if kind == "mc" else MOONCAKE_SYNTHETIC)
         return Trace(key, full.requests[int(opts["a"]):int(opts["b"])], full.meta)
     raise ValueError(f"unknown trace key {key!r}")
+
+
+# a hybrid of policy parts built for one trace: its system and a hook called with each
+# request's index before it is served (None: no hook)
+Hybrid = Callable[[Trace], tuple[System, Callable[[int], None] | None]]
+
+
+def unseen_saved(config: str, system: str, hybrid: Hybrid | None = None) -> float:
+    """FLOPs saved on `config` (`KEY|CAPACITY[|MODEL]`, paper-7b unless named, bounds off)
+    by the registered `system`, or by `hybrid`'s system built for the trace."""
+    key, capacity, *model = config.split("|")
+    trace = unseen_trace(key)
+    sim = SimConfig(spec=resolve_model(model[0] if model else "paper-7b"), capacity=capacity,
+                    system="sglang+" if hybrid else system, bounds=False)
+    if hybrid is None:
+        return float(run(trace, sim).summary().flops_saved_rate)
+    built, before = hybrid(trace)
+    return float(simulate(trace, sim, system=built, before=before).summary().flops_saved_rate)
 
 
 # --- the reproduction sweep's marconi+ configurations ----------------------------------
