@@ -38,7 +38,7 @@ HYBRIDS: dict[str, Parts] = {
     "sp + gd": lambda spec: (SparsePrefix(4), Switchable(spec, Mode.FLOP)),
     "sp(budget 8) + density": lambda spec: (SparsePrefix(8), Switchable(spec, Mode.DENSITY)),
 }
-REGISTERED = ("sglang+", "marconi+")
+REGISTERED = ("sglang+", "marconi+", "marconi+-overlap")
 
 
 def saved(config: str, system: str) -> float:

@@ -199,7 +199,7 @@ GD_FIRST = tuple(sorted(DEFAULT_EXPERTS, key=lambda e: e.mode is not Mode.FLOP))
 DEPTH_FIRST = tuple(sorted(DEFAULT_EXPERTS, key=lambda e: e.mode is not Mode.DEPTH))
 VARIANTS = (
     "marconi+", "marconi+-density", "marconi+-depth", "marconi+-gd", "marconi+-no-depth",
-    "marconi+-no-density",
+    "marconi+-no-density", "marconi+-overlap",
     _variant("depth classes from 512 tokens", lambda spec, alpha: _depth_classes(
         512, 1, 8)(spec), ShadowConfig()),
     _variant("depth classes per half doubling", lambda spec, alpha: _depth_classes(

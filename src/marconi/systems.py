@@ -313,15 +313,16 @@ def bootstrap(options: TunerOptions) -> Tuner:
 
 
 def shadows(modes: tuple[str, ...] = ("density", "depth", "flop"),
-            boundaries: bool = True) -> TunerFactory:
-    """marconi+'s shadow experts over these eviction modes (and every boundary choice, or
-    none when `boundaries` is False)."""
+            boundaries: bool = True, overlap: bool = False) -> TunerFactory:
+    """marconi+'s shadow experts over these eviction modes (and every message boundary
+    choice, or none when `boundaries` is False; and the overlap planner's positions when
+    `overlap`)."""
 
     def make(options: TunerOptions) -> Tuner:
         from marconi.plus.shadows import shadow_tuner
 
         return shadow_tuner(modes, boundaries, options.settings,
-                            first_boundary=options.first_boundary)
+                            first_boundary=options.first_boundary, overlap=overlap)
 
     return make
 
@@ -612,6 +613,9 @@ _plus("marconi+-no-density", "marconi+ without hit density (the design before: "
       "GreedyDual-FLOP and LRU experts)", shadows(modes=("flop", "lru")), "flop", depth=False)
 _plus("marconi+-no-boundaries", "marconi+ without boundary checkpoints",
       shadows(boundaries=False))
+_plus("marconi+-overlap", "marconi+ with an admission expert more: sparse prefix caching's "
+      "positions from the overlap depths seen so far (beside its boundary choices)",
+      shadows(overlap=True))
 
 MARCONI_PLUS = SYSTEMS["marconi+"]
 

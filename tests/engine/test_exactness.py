@@ -152,3 +152,33 @@ class TestBoundaries:
             assert torch.allclose(got.logits, want.logits, atol=TOL, rtol=0)
             hits.append(got.hit)
         assert hits == [0, 40, 40]
+
+    def test_overlap_expert_truncated_sequences_stay_exact(self, get_model):
+        """marconi+-overlap's overlap expert: states only at the planner's positions,
+        sequences kept up to the last (their KV sliced there), restored exactly."""
+        from marconi.plus.shadows import Boundaries, Expert, ShadowConfig, ShadowTuner
+        from marconi.plus.switchable import Mode
+
+        model, rng = get_model("bamba"), np.random.default_rng(8)
+        tuner = ShadowTuner(ShadowConfig(experts=(Expert(Boundaries.OVERLAP, Mode.FLOP),)))
+        cached = Engine(model, "marconi+-overlap", tuner=tuner)
+        tuner.start(cached.cache)
+        plain = Engine(model, "vanilla")
+        doc = _tokens(rng, 48)
+        hits = []
+        for depth in (24, 48, 24, 48, 24, 48):
+            prompt = np.concatenate([doc[:depth], _tokens(rng, 6)])
+            got = cached.generate(prompt, 4)
+            want = plain.generate(prompt, 4)
+            np.testing.assert_array_equal(got.output, want.output)
+            assert torch.allclose(got.logits, want.logits, atol=TOL, rtol=0)
+            hits.append(got.hit)
+        # the third request is planned from the first two overlaps (24): its state there
+        # is what the rest resume from
+        assert hits == [0, 0, 0, 24, 24, 24]
+        stack, leaves = list(cached.cache.tree.roots.values()), []
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            leaves += [node] if not node.children else []
+        assert leaves and all(leaf.has_state for leaf in leaves)  # cut at their last state

@@ -9,6 +9,7 @@ shadow experts: one that parts from its twin).
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from marconi.core.cache import PrefixCache
@@ -75,13 +76,15 @@ def rebuild(snapshot: Snapshot, cache: PrefixCache) -> list[Node]:
     return nodes
 
 
-def clone(cache: PrefixCache) -> PrefixCache:
+def clone(cache: PrefixCache, shared: Iterable[object] = ()) -> PrefixCache:
     """An independent copy of `cache` with its policies' books, in this process: it
     behaves from here on exactly as `cache` would (node ids, stamps and every policy's
-    tables copied). For token-only caches (a shadow whose twin parts from it); handles are
-    deep-copied as they are. The tree's nodes are copied without recursion first, so that
-    a deep tree does not exhaust the interpreter's stack; everything else follows them."""
-    memo: dict[int, object] = {id(cache.spec): cache.spec}
+    tables copied), except that the objects in `shared` (a marconi+ shadow's overlap
+    planner) are referred to, not copied. For token-only caches (a shadow whose twin parts
+    from it); handles are deep-copied as they are. The tree's nodes are copied without
+    recursion first, so that a deep tree does not exhaust the interpreter's stack;
+    everything else follows them."""
+    memo: dict[int, object] = {id(cache.spec): cache.spec, **{id(o): o for o in shared}}
     olds: list[Node] = []
     stack = list(cache.tree.roots.values())
     while stack:

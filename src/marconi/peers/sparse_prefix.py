@@ -72,6 +72,32 @@ def place(depths: Sequence[int], survival: Sequence[float], budget: int
     return best, tuple(reversed(out))
 
 
+def distribution(overlaps: Sequence[int], zeros: int, n: int
+                 ) -> tuple[list[int], list[float]]:
+    """The distinct overlap depths up to `n` among `overlaps` (ascending; `zeros` more
+    requests overlapped nothing) and at each the share of requests whose depth is at least
+    that (`place`'s `depths` and `survival`)."""
+    total = len(overlaps) + zeros
+    depths: list[int] = []
+    survival: list[float] = []
+    for i in range(bisect_right(overlaps, n)):
+        if not depths or overlaps[i] != depths[-1]:
+            depths.append(overlaps[i])
+            survival.append((len(overlaps) - i) / total)
+    return depths, survival
+
+
+def spell(tree: RadixTree, tokens: bytes) -> None:
+    """Add the sequence `tokens` to `tree` (every sequence seen: overlap depths are matched
+    against it)."""
+    match = tree.match(tokens)
+    node = tree.root if match.node is None else match.node
+    if match.partial is not None:
+        node = tree.split(match.partial, match.offset)
+    if match.length * TOKEN_BYTES < len(tokens):
+        tree.insert(node, tokens[match.length * TOKEN_BYTES:])
+
+
 def _at(i: int, q: float, x: Sequence[int], f: Sequence[float]) -> float:
     return f[i] - x[i] * q
 
@@ -117,11 +143,7 @@ class SparsePrefix(Admission):
             depth = self._committed[0]
             overlaps = sorted([*overlaps, depth]) if depth else overlaps
             zeros += not depth
-        n = len(key) // TOKEN_BYTES
-        total = len(overlaps) + zeros
-        depths = sorted({d for d in overlaps if d <= n})
-        survival = [(len(overlaps) - bisect_right(overlaps, d - 1)) / total
-                    for d in depths]
+        depths, survival = distribution(overlaps, zeros, len(key) // TOKEN_BYTES)
         return self.overlap(key), place(depths, survival, self.budget)[1]
 
     def _plan(self, key: bytes) -> tuple[int, tuple[int, ...]]:
@@ -169,9 +191,4 @@ class SparsePrefix(Admission):
             self.overlaps.insert(bisect_right(self.overlaps, depth), depth)
         else:
             self.zeros += 1
-        match = self.seen.match(tokens)
-        node = self.seen.root if match.node is None else match.node
-        if match.partial is not None:
-            node = self.seen.split(match.partial, match.offset)
-        if match.length * TOKEN_BYTES < len(tokens):
-            self.seen.insert(node, tokens[match.length * TOKEN_BYTES:])
+        spell(self.seen, tokens)

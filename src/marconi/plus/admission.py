@@ -6,6 +6,9 @@ and its history say will be reused.
   input's last message boundary;
 - a checkpoint where a lookup found KV beyond its hit (a partial hit) once that position
   repeats and the tokens it would save outweigh the state's bytes;
+- with an overlap planner (`marconi.plus.overlap`, the `Boundaries.OVERLAP` expert of
+  `marconi+-overlap`), the positions sparse prefix caching would place for the input,
+  from the overlap depths of the requests before it;
 - for a model without SSM layers, a node every 32 tokens (vLLM's blocks).
 
 ```
@@ -23,8 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from marconi.core.spec import ModelSpec
-from marconi.core.tree import Match
+from marconi.core.tree import TOKEN_BYTES, Match
 from marconi.paper.admission import Block, Judicious
+from marconi.plus.overlap import OverlapPlanner
 
 ATTENTION_BLOCK = 32  # tokens per node when the model has no SSM layer (vLLM's block size)
 
@@ -39,6 +43,7 @@ class StructureConfig:
     repeats: int = 2  # a partial-hit position is admitted on its `repeats`-th sighting
     min_gain: float = 1.0  # partial hit must save >= min_gain x (state bytes in KV tokens)
     memory: int = 4096  # partial-hit positions remembered (LRU)
+    overlap: bool = False  # checkpoint where the overlap planner says (needs a planner)
 
     def __post_init__(self) -> None:
         if self.boundaries < 0:
@@ -55,16 +60,29 @@ class Structured(Judicious):
     Stateful (it remembers partial-hit positions): one instance per cache.
     """
 
-    def __init__(self, config: StructureConfig | None = None) -> None:
+    def __init__(self, config: StructureConfig | None = None,
+                 planner: OverlapPlanner | None = None) -> None:
         self.config = config or StructureConfig()
         self.min_tokens = 0.0  # set by `for_model`: the state's bytes in KV tokens
         self.blocks: Block | None = None  # set by `for_model` when states hold no SSM layer
         self._sightings: OrderedDict[bytes, int] = OrderedDict()
+        # shared with the shadows' admissions and taught by the shadow tuner (`overlap`)
+        self.planner = planner
+        self._check_planner()
 
-    def use_boundaries(self, *, first: bool, last: bool) -> None:
-        """Checkpoint the first message boundary, the last, both or neither from now on
-        (marconi+'s shadow experts switch this)."""
-        self.config = dataclasses.replace(self.config, boundaries=int(first), tail=last)
+    def use_boundaries(self, *, first: bool, last: bool, overlap: bool = False) -> None:
+        """Checkpoint the first message boundary, the last, both or neither from now on,
+        and the overlap planner's positions or not (marconi+'s shadow experts switch
+        this)."""
+        config = dataclasses.replace(self.config, boundaries=int(first), tail=last,
+                                     overlap=overlap)
+        self._check_planner(config)
+        self.config = config
+
+    def _check_planner(self, config: StructureConfig | None = None) -> None:
+        if (config or self.config).overlap and self.planner is None:
+            raise ValueError("Structured admission with overlap=True needs an overlap "
+                             "planner (`planner`; marconi+'s shadow tuner attaches one)")
 
     def for_model(self, spec: ModelSpec) -> Structured:
         self.min_tokens = self.config.min_gain * spec.ssm_bytes / max(spec.kv_bytes_per_token, 1)
@@ -76,6 +94,8 @@ class Structured(Judicious):
     def checkpoints_at(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
                        tokens: bytes = b"") -> tuple[int, ...]:
         extra = self._extra(match, n_input, hit, boundaries, tokens, learn=True)
+        if self.config.overlap:  # partial hits still learnt: a switch back finds them
+            return self._overlap(tokens, n_input, hit)
         if self.blocks is not None:
             extra.update(self.blocks.checkpoints(match, n_input, hit))
         return tuple(sorted({*self.checkpoints(match, n_input, hit), *extra}))
@@ -83,6 +103,8 @@ class Structured(Judicious):
     def preview(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
                 tokens: bytes = b"") -> tuple[int, ...]:
         """`checkpoints_at` without remembering this sighting of a partial hit (a peek)."""
+        if self.config.overlap:
+            return self._overlap(tokens, n_input, hit)
         extra = self._extra(match, n_input, hit, boundaries, tokens, learn=True, store=False)
         if self.blocks is not None:
             extra.update(self.blocks.checkpoints(match, n_input, hit))
@@ -90,6 +112,8 @@ class Structured(Judicious):
 
     def positions_at(self, match: Match, n_total: int, n_input: int, boundaries: Sequence[int],
                      tokens: bytes = b"") -> tuple[int, ...]:
+        if self.config.overlap:
+            return self._overlap(tokens, n_input, 0)
         hit = max((n.depth for n in match.path if n.has_state and n.depth <= n_input), default=0)
         extra = self._extra(match, n_input, hit, boundaries, tokens, learn=False)
         if self.blocks is not None:
@@ -106,6 +130,20 @@ class Structured(Judicious):
         if partial is not None and partial not in held:
             out.add(partial)
         return out
+
+    def kept(self, positions: Sequence[int], n_total: int) -> int:
+        """Under the overlap planner, a sequence up to its last state (KV beyond it serves
+        no hybrid hit, as sparse prefix caching keeps it); otherwise all of it."""
+        return max(positions, default=0) if self.config.overlap else n_total
+
+    def _overlap(self, tokens: bytes, n_input: int, above: int) -> tuple[int, ...]:
+        """The overlap planner's positions for the input, those deeper than `above`:
+        sparse prefix caching's admission, all the overlap expert admits."""
+        assert self.planner is not None  # `_check_planner`
+        if not tokens:
+            raise ValueError("the overlap planner needs the input's tokens (checkpoints_at)")
+        return tuple(p for p in self.planner.points(tokens[: n_input * TOKEN_BYTES])
+                     if p > above)
 
     def _partial(self, match: Match, n_input: int, hit: int, tokens: bytes, *,
                  learn: bool, store: bool = True) -> int | None:

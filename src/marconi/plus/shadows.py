@@ -64,6 +64,7 @@ from marconi.core.snapshot import clone
 from marconi.core.tokens import as_tokens
 from marconi.core.tuning import Objective, serve
 from marconi.plus.admission import Structured
+from marconi.plus.overlap import OverlapPlanner
 from marconi.plus.switchable import Mode, Setting, Switchable
 
 
@@ -73,6 +74,13 @@ class Boundaries(Enum):
     NONE = "none"  # plain judicious admission
     FIRST = "first"  # the end of the first message (a system prompt: hits on its 2nd use)
     LAST = "last"  # the input's last boundary (reused when outputs are not: Mooncake-like)
+    # sparse prefix caching's positions for the input (`marconi.plus.overlap`): no message
+    # boundary needed; only in `marconi+-overlap` (`shadow_tuner(overlap=True)`)
+    OVERLAP = "overlap"
+
+
+# the choices of marconi+'s default experts (OVERLAP is opt-in)
+MESSAGE_BOUNDARIES = (Boundaries.NONE, Boundaries.FIRST, Boundaries.LAST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +102,7 @@ EVICTION_NAMES = {Mode.DENSITY: "density", Mode.DEPTH: "depth", Mode.FLOP: "gd",
 MARCONI_ALPHAS = (0.5, 1.0, 2.0, 4.0)  # the FLOP-aware experts' alphas
 EXPERTS = (*(Expert(b, m) for b in Boundaries for m in EVICTION_NAMES if m is not Mode.MARCONI),
            *(Expert(b, Mode.MARCONI, a) for b in Boundaries for a in MARCONI_ALPHAS))
-DEFAULT_EXPERTS = tuple(Expert(b, m) for b in Boundaries
+DEFAULT_EXPERTS = tuple(Expert(b, m) for b in MESSAGE_BOUNDARIES
                         for m in (Mode.DENSITY, Mode.DEPTH, Mode.FLOP))
 # A Transformer (no SSM layer): a node per block and LRU, tail first, is vLLM's block
 # cache, which no state-sized policy beats there; nothing to choose.
@@ -187,6 +195,9 @@ class ShadowTuner:
     # until a request names a message boundary, a boundary expert's shadow is its
     # no-boundary twin's: expert index -> the twin's index (its shadow is not fed)
     _twins: dict[int, int] = field(default_factory=dict)
+    # where an expert is Boundaries.OVERLAP: the overlap planner its admissions share,
+    # taught every request observed (`marconi.plus.overlap`)
+    planner: OverlapPlanner | None = None
 
     @property
     def expert(self) -> Expert:
@@ -200,7 +211,8 @@ class ShadowTuner:
 
         In order: start-up (the first call builds the shadows), decay of the recent
         totals, sampling (count the session, settle), twins (part at the first boundary),
-        feeding the shadows, and every `every` requests the switch to the leader."""
+        feeding the shadows, teaching the overlap planner (if any), and every `every`
+        requests the switch to the leader."""
         start = time.perf_counter()
         if not self.experts:
             self._start(cache)
@@ -208,8 +220,13 @@ class ShadowTuner:
         self._note_session(cache, session)
         if self._twins and len(boundaries):
             self._part(cache)
-        if self._sees(session):
-            self._feed(tokens, n_input, boundaries)
+        sees = self._sees(session)
+        if sees or self.planner is not None:
+            key = as_tokens(tokens, what="observe: tokens").tobytes()  # once, not per shadow
+            if sees:
+                self._feed(key, n_input, boundaries)
+            if self.planner is not None:  # every request, sampled or not (after the shadows:
+                self.planner.learn(key, n_input)  # they plan it as the live cache did)
         self.seen += 1
         if self.seen % self.config.every == 0:
             self._decide(cache)
@@ -235,12 +252,11 @@ class ShadowTuner:
         began, then those of the sampled sessions."""
         return self.sampled_from is None or (session is not None and _hash(session) < self._cut)
 
-    def _feed(self, tokens: np.ndarray, n_input: int, boundaries: Sequence[int]) -> None:
+    def _feed(self, key: bytes, n_input: int, boundaries: Sequence[int]) -> None:
         """Serve the request on every shadow that is fed and add its saving, weighted
         1/`rate`, to that expert's totals; a twin takes its twin's totals."""
         config, twins = self.config, self._twins
         weight = 1.0 / self.rate
-        key = as_tokens(tokens, what="observe: tokens").tobytes()  # once, not per shadow
         for k, shadow in enumerate(self.shadows):
             if k in twins:
                 continue
@@ -261,12 +277,19 @@ class ShadowTuner:
     def _start(self, cache: PrefixCache) -> None:
         experts = self.config.experts if cache.spec.ssm_layers else ATTENTION_ONLY
         self.experts = experts
+        if any(e.boundaries is Boundaries.OVERLAP for e in experts):
+            admission, _ = _policies(cache)
+            if admission.planner is None:
+                admission.planner = OverlapPlanner()
+            self.planner = admission.planner  # `_shadow` shares it
         if len(experts) > 1:  # one expert: nothing to compare, no shadows to feed
             self.shadows = [_shadow(cache, expert) for expert in experts]
+            # message-boundary experts only: the overlap expert differs without boundaries
             plain = {(e.mode, e.alpha): k for k, e in enumerate(experts)
                      if e.boundaries is Boundaries.NONE}
             self._twins = {k: plain[e.mode, e.alpha] for k, e in enumerate(experts)
-                           if e.boundaries is not Boundaries.NONE and (e.mode, e.alpha) in plain}
+                           if e.boundaries in (Boundaries.FIRST, Boundaries.LAST)
+                           and (e.mode, e.alpha) in plain}
         self.totals = np.zeros(len(experts))
         self.recent = np.zeros(len(experts))
         if not self.shadows or self.config.sample_after is None or self.config.sample_rate >= 1:
@@ -279,7 +302,7 @@ class ShadowTuner:
         apart, made them equal), now checkpointing its own boundaries."""
         for k, twin in self._twins.items():
             expert = self.experts[k]
-            shadow = clone(self.shadows[twin])
+            shadow = clone(self.shadows[twin], () if self.planner is None else (self.planner,))
             assert isinstance(shadow.admission, Structured)  # built by `_shadow`
             _use_boundaries(shadow.admission, expert)
             shadow.name = f"{cache.name} shadow {expert}"
@@ -346,7 +369,8 @@ def _shadow(cache: PrefixCache, expert: Expert, scale: float = 1.0) -> PrefixCac
     live cache's other experts (a third of the work and memory; the victims are the same,
     as the others only watch)."""
     admission, eviction = _policies(cache)
-    shadow_admission = Structured(admission.config)  # frozen: shared, then replaced
+    # frozen config: shared, then replaced; the planner is shared (`OverlapPlanner`)
+    shadow_admission = Structured(admission.config, admission.planner)
     _use_boundaries(shadow_admission, expert)
     slots = cache.layout.state_slots
     return PrefixCache(cache.spec, int(cache.capacity * scale), shadow_admission,
@@ -366,19 +390,22 @@ def apply(cache: PrefixCache, expert: Expert) -> None:
 def _use_boundaries(admission: Structured, expert: Expert) -> None:
     """Make `admission` checkpoint the message boundaries `expert` runs with."""
     admission.use_boundaries(first=expert.boundaries is Boundaries.FIRST,
-                             last=expert.boundaries is Boundaries.LAST)
+                             last=expert.boundaries is Boundaries.LAST,
+                             overlap=expert.boundaries is Boundaries.OVERLAP)
 
 
 def shadow_tuner(modes: Sequence[str], boundaries: bool, settings: Mapping[str, object], *,
-                 first_boundary: bool = False) -> ShadowTuner:
-    """marconi+'s tuner over the experts of these eviction `modes` (with every boundary
-    choice, or none without `boundaries`), the first running until a leader emerges; with
-    `first_boundary` (a chat server), the first-message boundary expert starts.
+                 first_boundary: bool = False, overlap: bool = False) -> ShadowTuner:
+    """marconi+'s tuner over the experts of these eviction `modes` (with every message
+    boundary choice, or none without `boundaries`; with the overlap planner's positions
+    too if `overlap`), the first running until a leader emerges; with `first_boundary` (a
+    chat server), the first-message boundary expert starts.
 
     From the run's `settings` it takes `objective` and `shadow_sample_after` (absent: the
     `ShadowConfig` defaults, exact shadows)."""
-    experts = tuple(e for e in EXPERTS if e.mode.value in modes
-                    and (boundaries or e.boundaries is Boundaries.NONE))
+    choices = {Boundaries.NONE, *(MESSAGE_BOUNDARIES if boundaries else ()),
+               *((Boundaries.OVERLAP,) if overlap else ())}
+    experts = tuple(e for e in EXPERTS if e.mode.value in modes and e.boundaries in choices)
     first = Expert(Boundaries.FIRST, experts[0].mode)
     if first_boundary and first in experts:
         experts = (first, *(e for e in experts if e != first))

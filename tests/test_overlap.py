@@ -1,0 +1,190 @@
+"""marconi+'s overlap expert (`Boundaries.OVERLAP`, `marconi+-overlap`): sparse prefix
+caching's placement learnt from the live stream and shared with the shadows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from marconi.core.cache import PrefixCache
+from marconi.core.integrity import check_integrity
+from marconi.core.tree import Node
+from marconi.peers.sparse_prefix import SparsePrefix
+from marconi.plus.admission import PLAIN, StructureConfig, Structured
+from marconi.plus.overlap import OverlapPlanner
+from marconi.plus.shadows import (
+    DEFAULT_EXPERTS,
+    Boundaries,
+    Expert,
+    ShadowConfig,
+    ShadowTuner,
+    apply,
+    shadow_tuner,
+)
+from marconi.plus.switchable import Mode, Switchable
+from marconi.systems import TunerOptions, get_system, make_cache
+from tests.helpers import SMALL, serve
+
+OVERLAP_GD = Expert(Boundaries.OVERLAP, Mode.FLOP)
+
+
+def _stream(n: int, seed: int = 0) -> list[tuple[np.ndarray, int]]:
+    """(tokens, n_input) of `n` requests: each input a prefix, of one of a few depths, of
+    one of six documents, then a tail of its own; each output its own."""
+    rng = np.random.default_rng(seed)
+    docs = [rng.integers(1000, 30_000, 1200) for _ in range(6)]
+    out = []
+    for _ in range(n):
+        doc = docs[int(rng.integers(0, len(docs)))]
+        depth = int(rng.choice((100, 300, 600, 1100)))
+        tail = rng.integers(40_000, 60_000, int(rng.integers(5, 60)))
+        output = rng.integers(40_000, 60_000, int(rng.integers(1, 20)))
+        inp = np.concatenate([doc[:depth], tail])
+        out.append((np.concatenate([inp, output]).astype(np.int32), len(inp)))
+    return out
+
+
+def test_planner_places_what_sparse_prefix_places() -> None:
+    """Taught each request after its commit, the planner plans every input as the
+    sparse-prefix peer does (the same distribution, the same dynamic program)."""
+    cache = make_cache(SMALL, "1GB", "sparse-prefix")
+    peer = cache.admission
+    assert isinstance(peer, SparsePrefix)
+    planner = OverlapPlanner(peer.budget)
+    placed = 0
+    for tokens, n_input in _stream(120):
+        key = tokens[:n_input].tobytes()
+        assert planner.points(key) == peer.plan(key)[1]
+        placed += len(planner.points(key))
+        cache.lookup(tokens[:n_input])
+        cache.commit(tokens, n_input)
+        planner.learn(tokens.tobytes(), n_input)
+    assert placed > 100 and planner.requests == 120
+
+
+def _flops(cache: PrefixCache, stream: list[tuple[np.ndarray, int]]) -> float:
+    return sum(cache.spec.flops(serve(cache, None, t, n)) for t, n in stream)
+
+
+@pytest.fixture(scope="module")
+def replayed() -> tuple[ShadowTuner, float]:
+    """marconi+-overlap's tuner after the stream (no message boundaries), and what
+    sparse-prefix's admission with GreedyDual-FLOP alone saves on it."""
+    stream = _stream(300)
+    capacity = 400 * 1000 * SMALL.kv_bytes_per_token
+    system = get_system("marconi+-overlap")
+    tuner = system.make_tuner(options=TunerOptions())
+    assert isinstance(tuner, ShadowTuner)
+    live = make_cache(SMALL, capacity, system)
+    for tokens, n_input in stream:
+        serve(live, tuner, tokens, n_input)
+    check_integrity(live)
+    alone = PrefixCache(SMALL, capacity, SparsePrefix(4), Switchable(SMALL, Mode.FLOP))
+    return tuner, _flops(alone, stream)
+
+
+def test_overlap_shadow_is_sparse_prefix_with_its_eviction(
+        replayed: tuple[ShadowTuner, float]) -> None:
+    """The overlap expert's shadow saves exactly what sparse-prefix's admission with the
+    same eviction saves alone: it plans each request from the requests before it (taught
+    after the shadows are fed), from the planner every admission shares, and it is fed
+    though no request names a message boundary (it is nobody's twin)."""
+    tuner, alone = replayed
+    assert alone > 0
+    assert tuner.report().totals[OVERLAP_GD] == pytest.approx(alone, rel=1e-12)
+    none_gd = tuner.report().totals[Expert(Boundaries.NONE, Mode.FLOP)]
+    assert none_gd != pytest.approx(alone)
+
+
+def test_shadows_share_the_tuners_planner(replayed: tuple[ShadowTuner, float]) -> None:
+    tuner, _ = replayed
+    assert tuner.planner is not None and tuner.planner.requests == 300
+    for shadow in tuner.shadows:
+        assert isinstance(shadow.admission, Structured)
+        assert shadow.admission.planner is tuner.planner
+
+
+def test_boundary_twins_part_sharing_the_planner() -> None:
+    """A request naming a boundary parts the boundary experts from their twins by copying
+    the twins' shadows: the copies refer to the tuner's planner, not copies of it."""
+    tuner = shadow_tuner(("density", "depth", "flop"), True, {}, overlap=True)
+    cache = make_cache(SMALL, "1GB", "marconi+-overlap")
+    stream = _stream(20)
+    for tokens, n_input in stream[:10]:
+        serve(cache, tuner, tokens, n_input)
+    assert tuner._twins  # no boundary yet
+    tokens, n_input = stream[10]
+    serve(cache, tuner, tokens, n_input, (n_input // 2,))
+    assert not tuner._twins
+    assert all(s.admission.planner is tuner.planner for s in tuner.shadows)  # type: ignore[attr-defined]
+
+
+def _nodes(cache: PrefixCache) -> list[Node]:
+    out, stack = [], list(cache.tree.roots.values())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children.values())
+        if node.depth:
+            out.append(node)
+    return out
+
+
+def test_running_the_overlap_expert_keeps_sequences_to_their_last_state() -> None:
+    """Live, the overlap expert admits only the planner's positions and keeps each
+    sequence up to the last (KV past it serves no hybrid hit: every leaf ends on a state);
+    judicious admission keeps whole sequences, outputs included."""
+    leaves, tokens_held = {}, {}
+    for expert in (OVERLAP_GD, Expert(Boundaries.NONE, Mode.FLOP)):
+        tuner = ShadowTuner(ShadowConfig(experts=(expert,)))
+        cache = make_cache(SMALL, "1GB", "marconi+-overlap")
+        tuner.start(cache)
+        for tokens, n_input in _stream(60, seed=1):
+            serve(cache, tuner, tokens, n_input)
+        check_integrity(cache)
+        nodes = _nodes(cache)
+        leaves[expert.boundaries] = [n.has_state for n in nodes if not n.children]
+        tokens_held[expert.boundaries] = sum(len(n.key) for n in nodes)
+    assert leaves[Boundaries.OVERLAP] and all(leaves[Boundaries.OVERLAP])
+    assert tokens_held[Boundaries.OVERLAP] < tokens_held[Boundaries.NONE]
+
+
+def test_overlap_without_a_planner_is_refused() -> None:
+    with pytest.raises(ValueError, match="overlap planner"):
+        Structured(StructureConfig(overlap=True))
+    admission = Structured(PLAIN)
+    with pytest.raises(ValueError, match="overlap planner"):
+        admission.use_boundaries(first=False, last=False, overlap=True)
+    assert admission.config == PLAIN  # left as it was
+    cache = make_cache(SMALL, "1GB", "marconi+")
+    with pytest.raises(ValueError, match="overlap planner"):
+        apply(cache, OVERLAP_GD)
+
+
+def test_marconi_plus_keeps_its_experts() -> None:
+    """The overlap expert is opt-in: marconi+'s experts are the nine it had."""
+    tuner = get_system("marconi+").make_tuner(options=TunerOptions())
+    assert isinstance(tuner, ShadowTuner)
+    assert tuner.config.experts == DEFAULT_EXPERTS and len(DEFAULT_EXPERTS) == 9
+    assert all(e.boundaries is not Boundaries.OVERLAP for e in DEFAULT_EXPERTS)
+    overlap = shadow_tuner(("density", "depth", "flop"), True, {}, overlap=True)
+    assert overlap.config.experts[:9] == DEFAULT_EXPERTS
+    assert [e.boundaries for e in overlap.config.experts[9:]] == [Boundaries.OVERLAP] * 3
+
+
+def test_planner_rejects_a_bad_request() -> None:
+    planner = OverlapPlanner()
+    with pytest.raises(ValueError, match="n_input=9"):
+        planner.learn(np.arange(4, dtype=np.int32).tobytes(), 9)
+    with pytest.raises(ValueError, match="budget"):
+        OverlapPlanner(0)
+
+
+def test_distribution_is_the_share_at_least_as_deep() -> None:
+    """`place`'s input, shared by sparse-prefix and the planner: each distinct depth up to
+    the input's length, and the share of all requests (those that overlapped nothing
+    too) that overlapped at least that deep."""
+    from marconi.peers.sparse_prefix import distribution
+
+    assert distribution([100, 100, 300], 1, 250) == ([100], [0.75])
+    assert distribution([100, 100, 300], 1, 300) == ([100, 300], [0.75, 0.25])
+    assert distribution([], 3, 300) == ([], [])
