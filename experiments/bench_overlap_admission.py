@@ -6,9 +6,10 @@ marconi+ loses to `sparse-prefix` on Mooncake's synthetic trace (experiments/RES
 the fresh set), where admission is what matters. This runs sparse-prefix's admission
 (`SparsePrefix`: per input at most `budget` states, at the overlap depths seen so far)
 beside each eviction marconi+ can run (`Switchable` in one mode, no shadows), next to
-sglang+, marconi+ and sparse-prefix itself (LRU over leaves), FLOPs saved %, paper-7b
-unless named, bounds off, sequential. A diagnostic for the next expert, not a test of
-marconi+: the default configurations are ones earlier sets already used.
+sglang+, marconi+, `marconi+-overlap` (marconi+ with that placement as a fourth admission
+expert among its shadows) and sparse-prefix itself (LRU over leaves), FLOPs saved %,
+paper-7b unless named, bounds off, sequential. A diagnostic for that expert, not a test
+of it: the default configurations are ones earlier sets already used.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ caching's placement learnt from the live stream and shared with the shadows."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -188,3 +190,50 @@ def test_distribution_is_the_share_at_least_as_deep() -> None:
     assert distribution([100, 100, 300], 1, 250) == ([100], [0.75])
     assert distribution([100, 100, 300], 1, 300) == ([100, 300], [0.75, 0.25])
     assert distribution([], 3, 300) == ([], [])
+
+
+def _taught(depths: list[int], zeros: int = 0) -> OverlapPlanner:
+    """A planner taught one request per depth (each a prefix of one long sequence, then a
+    token of its own) and `zeros` that overlap nothing."""
+    planner = OverlapPlanner()
+    base = np.arange(1, 70_000, dtype=np.int32)
+    planner.learn(base.tobytes(), len(base))
+    for i, depth in enumerate(depths):
+        tokens = np.concatenate([base[:depth], [-1 - i]]).astype(np.int32)
+        planner.learn(tokens.tobytes(), len(tokens))
+    for i in range(zeros):
+        planner.learn(np.array([-100_000 - i], dtype=np.int32).tobytes(), 1)
+    return planner
+
+
+def test_planner_distribution_counts_every_request() -> None:
+    from marconi.peers.sparse_prefix import distribution
+
+    rng = np.random.default_rng(3)
+    depths = [int(d) for d in rng.integers(1, 5000, 400)]
+    planner = _taught(depths, zeros=7)
+    overlaps = sorted(depths)
+    for n in (0, 10, 2500, 5000):
+        assert planner.distribution(n) == distribution(overlaps, 1 + 7, n)  # + the base
+
+
+def test_many_depths_are_thinned_to_a_near_optimal_plan() -> None:
+    """Past CANDIDATES distinct depths the dynamic program runs over one depth per
+    1/16 doubling: its plan is one of those and reuses nearly what the exact plan does."""
+    from marconi.peers.sparse_prefix import place
+    from marconi.plus.overlap import CANDIDATES, thin
+
+    rng = np.random.default_rng(4)
+    depths = [int(d) for d in rng.integers(100, 60_000, 3 * CANDIDATES)]
+    planner = _taught(depths)
+    key = np.arange(1, 60_001, dtype=np.int32).tobytes()
+    exact_depths, survival = planner.distribution(60_000)
+    assert len(exact_depths) > CANDIDATES
+    few, share = thin(exact_depths, survival)
+    assert len(few) <= 16 * 10 and few[0] == exact_depths[0]
+    assert all(b >= a * 2 ** (1 / 16) for a, b in pairwise(few))
+    points = planner.points(key)
+    assert set(points) <= set(few)
+    exact_reuse, _ = place(exact_depths, survival, 4)
+    reuse = sum((c - p) * share[few.index(c)] for p, c in zip((0, *points), points, strict=False))
+    assert 0.95 * exact_reuse <= reuse <= exact_reuse
