@@ -57,7 +57,8 @@ def cell_trace(cell: Cell) -> Trace:
     return _load(cell.trace_key())
 
 
-def _simulate(cell: Cell) -> SimResult:
+def simulate_cell(cell: Cell) -> SimResult:
+    """The replay of one cell, its whole result (`run_cell` keeps its summary row)."""
     config = cell.config()
     trace = cell_trace(cell)
     if cell.system == ORACLE:
@@ -77,7 +78,7 @@ def run_cell(cell: Cell, plugins: Sequence[str] = ()) -> dict[str, Any]:
     try:
         load_plugins(plugins)
         row[LOAD_REPORT] = describe(cell_trace(cell))
-        result = _simulate(cell)
+        result = simulate_cell(cell)
         row |= {"status": "ok", "error": ""} | result.summary().to_row()
         if cell.records:
             row["_records"] = {"n_input": result.records.n_input,
