@@ -137,6 +137,9 @@ class System:
     settings: Settings = field(default_factory=dict)  # the values in force
     # the engine whose real cache code replays it (marconi.realpeers); None: in process
     engine: str | None = None
+    # why its memory grows with the stream beyond the cache's capacity (a server refuses
+    # it: it is for replays); "": it keeps no more than its cache
+    unbounded: str = ""
 
     @property
     def tuned(self) -> bool:
@@ -582,8 +585,12 @@ _peer("vllm-0.32", "vLLM 0.32's own KVCacheManager, replayed in its environment 
 # --- marconi+ and its ablation ----------------------------------------------------------------
 
 
+UNBOUNDED_PLANNER = ("its checkpoint placement keeps every sequence it has seen, so its "
+                     "memory grows with the stream")
+
+
 def _plus(name: str, description: str, tuner: TunerFactory | None, mode: str = "density",
-          depth: bool = True) -> None:
+          depth: bool = True, unbounded: str = "") -> None:
     """marconi+'s policies: judicious admission (experts add boundaries), Switchable
     eviction starting in `mode`, its FLOP mode GreedyDual-FLOP, with the depth-classed
     expert only if something may switch to it (`depth`)."""
@@ -594,7 +601,8 @@ def _plus(name: str, description: str, tuner: TunerFactory | None, mode: str = "
 
         return Structured(PLAIN), Switchable(spec, Mode(mode), depth=depth)
 
-    register(System(name=name, policies=policies, tuner=tuner, description=description))
+    register(System(name=name, policies=policies, tuner=tuner, description=description,
+                    unbounded=unbounded))
 
 
 _plus("marconi+", "hit-density eviction (leaves in one class or by depth), GreedyDual-FLOP "
@@ -615,7 +623,7 @@ _plus("marconi+-no-boundaries", "marconi+ without boundary checkpoints",
       shadows(boundaries=False))
 _plus("marconi+-overlap", "marconi+ with an admission expert more: sparse prefix caching's "
       "positions from the overlap depths seen so far (beside its boundary choices)",
-      shadows(overlap=True))
+      shadows(overlap=True), unbounded=UNBOUNDED_PLANNER)
 
 MARCONI_PLUS = SYSTEMS["marconi+"]
 
@@ -709,7 +717,7 @@ def _sparse_prefix(settings: Settings) -> System:
     return System(name="sparse-prefix", policies=policies,
                   description="sparse prefix caching: per input at most `budget` states, "
                               "placed by a dynamic program over the overlap depths seen so "
-                              "far; LRU over leaves")
+                              "far; LRU over leaves", unbounded=UNBOUNDED_PLANNER)
 
 
 register_configurable("sparse-prefix", (

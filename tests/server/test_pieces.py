@@ -129,6 +129,9 @@ class TestCli:
         (["--body-timeout", "-2"], "--body-timeout must be seconds in (0, 86400]"),
         (["--max-connections", "0"], "--max-connections must be an integer >= 1, got 0"),
         (["--max-messages", "0"], "--max-messages must be an integer >= 1, got 0"),
+        (["--system", "marconi+-overlap"], "--system marconi+-overlap cannot serve: its "
+         "checkpoint placement keeps every sequence it has seen"),
+        (["--system", "sparse-prefix"], "cannot serve: its checkpoint placement"),
     ])
     def test_serve_refuses_what_cannot_work(self, flags: list[str], said: str,
                                             capsys: pytest.CaptureFixture) -> None:

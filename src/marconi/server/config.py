@@ -48,7 +48,10 @@ class ServerConfig:
         if self.served_name is not None and not self.served_name.strip():
             raise ValueError("--served-model-name must not be empty (it is the name "
                              "clients pass as `model`)")
-        get_system(self.system)  # ValueError listing the known systems
+        unbounded = get_system(self.system).unbounded  # ValueError listing the known systems
+        if unbounded:
+            raise ValueError(f"--system {self.system} cannot serve: {unbounded} (it is for "
+                             "replays: marconi simulate, compare)")
         parse_size(self.cache_size)  # ValueError naming a bad size
         if self.alpha is not None and not self.alpha >= 0:
             raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
