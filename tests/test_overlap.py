@@ -237,3 +237,22 @@ def test_many_depths_are_thinned_to_a_near_optimal_plan() -> None:
     exact_reuse, _ = place(exact_depths, survival, 4)
     reuse = sum((c - p) * share[few.index(c)] for p, c in zip((0, *points), points, strict=False))
     assert 0.95 * exact_reuse <= reuse <= exact_reuse
+
+
+def test_sampled_shadows_keep_the_planner_learning_every_request() -> None:
+    """Once the shadows sample sessions, they still share the tuner's planner, and the
+    planner still learns every request (the live stream's distribution, not the sample's)."""
+    from marconi.workload import TraceOptions, load_trace
+
+    trace = load_trace("synthetic:multi-turn", options=TraceOptions(sessions=30, seed=5))
+    experts = (Expert(Boundaries.NONE, Mode.DENSITY), OVERLAP_GD)
+    tuner = ShadowTuner(ShadowConfig(experts=experts, sample_after=40, sample_rate=0.5))
+    cache = make_cache(SMALL, "1GB", "marconi+-overlap")
+    for r in trace:
+        tokens = r.tokens()
+        cache.lookup(r.input_tokens, boundaries=r.boundaries)
+        cache.commit(tokens, r.n_input, boundaries=r.boundaries)
+        tuner.observe(cache, tokens, r.n_input, r.boundaries, r.session_id)
+    assert tuner.sampled_from == 40 and len(trace) > 60
+    assert tuner.planner is not None and tuner.planner.requests == len(trace)
+    assert all(s.admission.planner is tuner.planner for s in tuner.shadows)  # type: ignore[attr-defined]
