@@ -38,6 +38,7 @@ from marconi.plus.shadows import (
     Boundaries,
     Expert,
     ShadowConfig,
+    ShadowReport,
     ShadowTuner,
     Switch,
     apply,
@@ -112,6 +113,12 @@ def switch_table(response_time: float) -> None:
                    for i in range(0, len(hits), 250)]
         print(f"{label:40s} {100 * result.summary().flops_saved_rate:6.2f}  "
               + " / ".join(f"{w:.3f}" for w in windows), flush=True)
+        report = result.tuning
+        if name == "marconi+-overlap" and isinstance(report, ShadowReport):
+            lead = sorted(report.totals.items(), key=lambda kv: -kv[1])[:3]
+            print(f"  its switches {[(s.at, str(s.expert)) for s in report.switches]}; "
+                  "leading shadows (FLOPs saved): "
+                  + ", ".join(f"{e} {t:.3g}" for e, t in lead), flush=True)
 
 
 def main() -> None:

@@ -19,9 +19,9 @@ seen) and each distinct overlap depth with its count; a plan walks the distinct 
 Where more than `CANDIDATES` distinct depths are up to the input's length (agent
 trajectories: every step overlaps its predecessor at a new depth), the dynamic program
 runs over the shallowest of each 1/`PER_DOUBLING` of a doubling (`thin`), not over all
-of them (0.05 s a plan at 3,000 depths in pure Python, a replay of 3,500 agent calls
-spending three minutes in it): a checkpoint there is reused by every request overlapping
-deeper in its bucket, at most 4% fewer tokens each. Meant for replays and bounded streams,
+of them (the program is `O(depths x budget)` in pure Python, once per input): a
+checkpoint there is reused by every request overlapping deeper in its bucket, at most 4%
+fewer tokens each. Meant for replays and bounded streams,
 not an unbounded server (the tree grows with everything seen).
 """
 
