@@ -6,7 +6,8 @@ one-child node merged into its child). Each has a slot in dense numpy columns (`
 prefill FLOPs the node saves over its parent per byte it holds; a policy adds columns of
 its own (`extra`) and fills them. The policy owns the score: it scores the columns in slot
 order and `lowest` picks the victim, so FlopAware, GreedyDual-FLOP, hit density and SegLen
-differ only in what a touch stamps and how the columns score.
+differ only in what a touch stamps and how the columns score: each is a `Scored` eviction,
+which keeps the set current on every event and evicts the lowest-scoring candidate.
 
 ```
 event -> policy stamps the node -> update(node): add / refresh rec, eff / drop
@@ -16,12 +17,13 @@ victim -> policy.scores(now) over slots[:n] -> lowest(score, protected) -> slot 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from abc import abstractmethod
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-from marconi.core.policy import Action, Victim, alive
+from marconi.core.policy import Action, Eviction, Victim, alive
 from marconi.core.slots import Slots
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
@@ -132,3 +134,64 @@ class Candidates:
                     f"stale efficiency for {node!r}")
             assert slots["rec"][slot] == self.stamp.get(node, 0), (
                 f"stale recency for {node!r}")
+
+
+class Scored(Eviction):
+    """An eviction over `Candidates` that evicts the candidate its `scores` rank lowest.
+
+    A lookup touches the node it resumes from and a commit the nodes it creates (Marconi's
+    touches): each is stamped `touched(now)` (the clock, unless a policy stamps something
+    else) and its slot refreshed by `changed`; a node leaving the tree leaves the set.
+    """
+
+    def __init__(self, efficiency: Efficiency | None = None,
+                 extra: Mapping[str, npt.DTypeLike] | None = None) -> None:
+        super().__init__()
+        self.candidate_set = Candidates(self.stamp, efficiency, extra)
+        self.slots = self.candidate_set.slots
+
+    def touched(self, now: int) -> float:
+        """What a touch at clock `now` stamps: the clock."""
+        return now
+
+    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
+        if hit is not None:
+            self.stamp[hit] = self.touched(now)
+            self.changed(hit)
+
+    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        for node in new:
+            self.stamp[node] = self.touched(now)
+            self.changed(node)
+
+    def changed(self, node: Node) -> None:
+        self.candidate_set.update(node)
+
+    def removed(self, node: Node) -> None:
+        super().removed(node)
+        self.candidate_set.discard(node)
+
+    @abstractmethod
+    def scores(self, now: int) -> np.ndarray:
+        """Each candidate's score at clock `now`, in slot order (a fresh array: `victim`
+        overwrites the protected ones)."""
+
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        if not self.slots:
+            return None
+        score = self.scores(now)
+        slot = self.candidate_set.lowest(score, protected)
+        if slot is None:
+            return None
+        self.chose(float(score[slot]))
+        return self.candidate_set.victim(slot)
+
+    def chose(self, score: float) -> None:
+        """Told the score of the victim just chosen (default: nothing)."""
+        return None
+
+    def candidates(self) -> list[Node]:
+        return self.candidate_set.nodes()
+
+    def check(self, nodes: Sequence[Node]) -> None:
+        self.candidate_set.check(nodes)

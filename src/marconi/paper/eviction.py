@@ -11,7 +11,7 @@ from enum import Enum
 
 import numpy as np
 
-from marconi.core.candidates import Candidates, Efficiency
+from marconi.core.candidates import Efficiency, Scored
 from marconi.core.lazy_heap import HeapEntry, compact, lazy_min
 from marconi.core.policy import Action, Eviction, Victim, check_alpha
 from marconi.core.spec import ModelSpec
@@ -92,7 +92,7 @@ class Recency(Enum):
     INVERSE_AGE = "inverse-age"  # 1 / (now - t + 1) (the artifact's variant)
 
 
-class FlopAware(Eviction):
+class FlopAware(Scored):
     """Marconi: score S(v) = recency(v) + alpha * eff(v), lowest evicted first.
 
     Candidates (`Candidates`) are unpinned nodes with at most one child. Both terms are
@@ -106,13 +106,11 @@ class FlopAware(Eviction):
 
     def __init__(self, spec: ModelSpec, alpha: float = 0.0,
                  recency: Recency = Recency.TIME) -> None:
-        super().__init__()
+        self.efficiency = Efficiency(spec)
+        super().__init__(self.efficiency)
         self.spec = spec
         self.alpha: float = check_alpha(alpha)
         self.recency = Recency(recency)
-        self.efficiency = Efficiency(spec)
-        self.candidate_set = Candidates(self.stamp, self.efficiency)
-        self.slots = self.candidate_set.slots
 
     def set_alpha(self, alpha: float) -> None:
         self.alpha = check_alpha(alpha)
@@ -121,40 +119,11 @@ class FlopAware(Eviction):
         """An empty policy like this one (same spec and recency) running `alpha`."""
         return FlopAware(self.spec, alpha, self.recency)
 
-    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
-        if hit is not None:
-            self.stamp[hit] = now
-            self.candidate_set.update(hit)
-
-    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
-        for node in new:
-            self.stamp[node] = now
-            self.candidate_set.update(node)
-
-    def changed(self, node: Node) -> None:
-        self.candidate_set.update(node)
-
-    def removed(self, node: Node) -> None:
-        super().removed(node)
-        self.candidate_set.discard(node)
-
     def scores(self, now: int) -> np.ndarray:
         """S(v) for every candidate, in slot order."""
         n = len(self.slots)
         return marconi_scores(self.slots["rec"][:n], self.slots["eff"][:n], self.alpha,
                               self.recency, now)
-
-    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
-        if not self.slots:
-            return None
-        slot = self.candidate_set.lowest(self.scores(now), protected)
-        return self.candidate_set.victim(slot) if slot is not None else None
-
-    def candidates(self) -> list[Node]:
-        return self.candidate_set.nodes()
-
-    def check(self, nodes: Sequence[Node]) -> None:
-        self.candidate_set.check(nodes)
 
 
 def marconi_scores(rec: np.ndarray, eff: np.ndarray, alpha: float, recency: Recency,

@@ -62,27 +62,30 @@ class Structured(Judicious):
 
     def __init__(self, config: StructureConfig | None = None,
                  planner: OverlapPlanner | None = None) -> None:
-        self.config = config or StructureConfig()
         self.min_tokens = 0.0  # set by `for_model`: the state's bytes in KV tokens
         self.blocks: Block | None = None  # set by `for_model` when states hold no SSM layer
         self._sightings: OrderedDict[bytes, int] = OrderedDict()
         # shared with the shadows' admissions and taught by the shadow tuner (`overlap`)
         self.planner = planner
-        self._check_planner()
+        self._configure(config or StructureConfig())
 
     def use_boundaries(self, *, first: bool, last: bool, overlap: bool = False) -> None:
         """Checkpoint the first message boundary, the last, both or neither from now on,
         and the overlap planner's positions or not (marconi+'s shadow experts switch
         this)."""
-        config = dataclasses.replace(self.config, boundaries=int(first), tail=last,
-                                     overlap=overlap)
-        self._check_planner(config)
-        self.config = config
+        self._configure(dataclasses.replace(self.config, boundaries=int(first), tail=last,
+                                            overlap=overlap))
 
-    def _check_planner(self, config: StructureConfig | None = None) -> None:
-        if (config or self.config).overlap and self.planner is None:
+    def _configure(self, config: StructureConfig) -> None:
+        """Run `config` from now on (refused, the old one kept, if it needs a planner this
+        admission lacks). Under the overlap planner a commit keeps a sequence up to its
+        last state (`truncates`: KV beyond it serves no hybrid hit, as sparse prefix
+        caching keeps it); otherwise all of it."""
+        if config.overlap and self.planner is None:
             raise ValueError("Structured admission with overlap=True needs an overlap "
                              "planner (`planner`; marconi+'s shadow tuner attaches one)")
+        self.config = config
+        self.truncates = config.overlap
 
     def for_model(self, spec: ModelSpec) -> Structured:
         self.min_tokens = self.config.min_gain * spec.ssm_bytes / max(spec.kv_bytes_per_token, 1)
@@ -93,9 +96,10 @@ class Structured(Judicious):
 
     def checkpoints_at(self, match: Match, n_input: int, hit: int, boundaries: Sequence[int],
                        tokens: bytes = b"") -> tuple[int, ...]:
-        extra = self._extra(match, n_input, hit, boundaries, tokens, learn=True)
-        if self.config.overlap:  # partial hits still learnt: a switch back finds them
+        if self.config.overlap:  # partial hits still counted: a switch back finds them
+            self._partial(match, n_input, hit, tokens, learn=True)
             return self._overlap(tokens, n_input, hit)
+        extra = self._extra(match, n_input, hit, boundaries, tokens, learn=True)
         if self.blocks is not None:
             extra.update(self.blocks.checkpoints(match, n_input, hit))
         return tuple(sorted({*self.checkpoints(match, n_input, hit), *extra}))
@@ -131,15 +135,10 @@ class Structured(Judicious):
             out.add(partial)
         return out
 
-    def kept(self, positions: Sequence[int], n_total: int) -> int:
-        """Under the overlap planner, a sequence up to its last state (KV beyond it serves
-        no hybrid hit, as sparse prefix caching keeps it); otherwise all of it."""
-        return max(positions, default=0) if self.config.overlap else n_total
-
     def _overlap(self, tokens: bytes, n_input: int, above: int) -> tuple[int, ...]:
         """The overlap planner's positions for the input, those deeper than `above`:
         sparse prefix caching's admission, all the overlap expert admits."""
-        assert self.planner is not None  # `_check_planner`
+        assert self.planner is not None  # `_configure`
         if not tokens:
             raise ValueError("the overlap planner needs the input's tokens (checkpoints_at)")
         return tuple(p for p in self.planner.points(tokens[: n_input * TOKEN_BYTES])

@@ -40,12 +40,11 @@ measurements: experiments/RESULTS.md ("How hit density ranks").
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from marconi.core.candidates import Candidates, Efficiency
-from marconi.core.policy import Eviction, Victim
+from marconi.core.candidates import Efficiency, Scored
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 
@@ -54,7 +53,7 @@ DEPTH_BASE = 1024  # with depth classes: leaves under 2 x DEPTH_BASE tokens shar
 PRIOR_HITS, PRIOR_EVENTS = 1e-3, 2e-3  # pseudo-counts in every age bucket (module doc)
 
 
-class HitDensity(Eviction):
+class HitDensity(Scored):
     """FLOP-weighted hit density over Marconi's candidates (nodes with at most one child).
 
     The candidates' columns (`Candidates`: `rec` the clock at the last touch, `eff` the
@@ -73,7 +72,6 @@ class HitDensity(Eviction):
     def __init__(self, spec: ModelSpec, *, per_octave: int = 8, buckets: int = 192,
                  every: int = 512, decay: float = 0.9, depth_classes: int = 0,
                  depth_base: int = DEPTH_BASE, per_doubling: int = 1) -> None:
-        super().__init__()
         if per_octave < 1 or buckets < 2 or every < 1 or not 0 < decay <= 1 \
                 or depth_classes < 0 or depth_base < 1 or per_doubling < 1:
             raise ValueError("HitDensity needs per_octave >= 1, buckets >= 2, every >= 1, "
@@ -82,8 +80,7 @@ class HitDensity(Eviction):
                              f"{decay}, {depth_classes}, {depth_base}, {per_doubling}")
         self.spec = spec
         self.efficiency = Efficiency(spec)
-        self.candidate_set = Candidates(self.stamp, self.efficiency, {"cls": np.intp})
-        self.slots = self.candidate_set.slots
+        super().__init__(self.efficiency, {"cls": np.intp})
         self.per_octave, self.every, self.decay = per_octave, every, decay
         self.depth_classes, self.depth_base = depth_classes, depth_base
         self.per_doubling = per_doubling
@@ -137,17 +134,13 @@ class HitDensity(Eviction):
 
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         self.now = now
-        if hit is not None:
-            if hit in self.slots:
-                self._count(hit, hit=True)
-            self.stamp[hit] = now
-            self.changed(hit)
+        if hit is not None and hit in self.slots:
+            self._count(hit, hit=True)
+        super().on_lookup(path, hit, now)
 
     def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
         self.now = now
-        for node in new:
-            self.stamp[node] = now
-            self.changed(node)
+        super().on_commit(path, new, now)
 
     def classify(self, node: Node) -> int:
         """The class a candidate's hits and evictions are counted in."""
@@ -167,7 +160,6 @@ class HitDensity(Eviction):
         if node in self.slots:
             self._count(node, hit=False)
         super().removed(node)
-        self.candidate_set.discard(node)
 
     def scores(self, now: int) -> np.ndarray:
         n = len(self.slots)
@@ -176,17 +168,8 @@ class HitDensity(Eviction):
         ages = self.bucket(now - slots["rec"][:n])
         return slots["eff"][:n] * self.density[slots["cls"][:n], ages]
 
-    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
-        if not self.slots:
-            return None
-        slot = self.candidate_set.lowest(self.scores(now), protected)
-        return self.candidate_set.victim(slot) if slot is not None else None
-
-    def candidates(self) -> list[Node]:
-        return self.candidate_set.nodes()
-
     def check(self, nodes: Sequence[Node]) -> None:
-        self.candidate_set.check(nodes)
+        super().check(nodes)
         for node in self.candidates():
             slot = self.slots.index[node]
             assert self.slots["cls"][slot] == self.classify(node), f"stale class for {node!r}"
