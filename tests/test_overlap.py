@@ -184,12 +184,20 @@ def test_planner_rejects_a_bad_request() -> None:
 def test_distribution_is_the_share_at_least_as_deep() -> None:
     """`place`'s input, shared by sparse-prefix and the planner: each distinct depth up to
     the input's length, and the share of all requests (those that overlapped nothing
-    too) that overlapped at least that deep."""
-    from marconi.peers.sparse_prefix import distribution
+    too) that overlapped at least that deep; a pending request counts as if learnt."""
+    from marconi.peers.sparse_prefix import Overlaps
 
-    assert distribution([100, 100, 300], 1, 250) == ([100], [0.75])
-    assert distribution([100, 100, 300], 1, 300) == ([100, 300], [0.75, 0.25])
-    assert distribution([], 3, 300) == ([], [])
+    book = Overlaps()
+    for i, depth in enumerate((100, 300, 100, 0)):
+        book.add(depth, np.array([i], dtype=np.int32).tobytes())
+    assert book.distribution(250) == ([100], [0.75])
+    assert book.distribution(300) == ([100, 300], [0.75, 0.25])
+    assert book.distribution(99) == ([], [])
+    assert book.distribution(300, pending=200) == ([100, 200, 300], [0.8, 0.4, 0.2])
+    assert book.distribution(300, pending=100) == ([100, 300], [0.8, 0.2])
+    assert book.distribution(150, pending=200) == ([100], [0.8])
+    assert book.distribution(300, pending=0) == ([100, 300], [0.6, 0.2])
+    assert book.requests == 4 and Overlaps().distribution(300) == ([], [])
 
 
 def _taught(depths: list[int], zeros: int = 0) -> OverlapPlanner:
@@ -207,14 +215,16 @@ def _taught(depths: list[int], zeros: int = 0) -> OverlapPlanner:
 
 
 def test_planner_distribution_counts_every_request() -> None:
-    from marconi.peers.sparse_prefix import distribution
-
+    """Every request learnt counts: at each distinct depth up to `n`, the share of all of
+    them (the base and the seven that overlapped nothing too) at least that deep."""
     rng = np.random.default_rng(3)
     depths = [int(d) for d in rng.integers(1, 5000, 400)]
     planner = _taught(depths, zeros=7)
-    overlaps = sorted(depths)
+    total = 1 + len(depths) + 7
     for n in (0, 10, 2500, 5000):
-        assert planner.distribution(n) == distribution(overlaps, 1 + 7, n)  # + the base
+        distinct = sorted({d for d in depths if d <= n})
+        share = [sum(d >= at for d in depths) / total for at in distinct]
+        assert planner.distribution(n) == (distinct, share)
 
 
 def test_many_depths_are_thinned_to_a_near_optimal_plan() -> None:

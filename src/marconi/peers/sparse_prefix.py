@@ -21,7 +21,7 @@ a radix tree of everything seen), so the first requests take no checkpoint.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_right, insort
 from collections.abc import Sequence
 
 from marconi.core.policy import Admission
@@ -72,19 +72,59 @@ def place(depths: Sequence[int], survival: Sequence[float], budget: int
     return best, tuple(reversed(out))
 
 
-def distribution(overlaps: Sequence[int], zeros: int, n: int
-                 ) -> tuple[list[int], list[float]]:
-    """The distinct overlap depths up to `n` among `overlaps` (ascending; `zeros` more
-    requests overlapped nothing) and at each the share of requests whose depth is at least
-    that (`place`'s `depths` and `survival`)."""
-    total = len(overlaps) + zeros
-    depths: list[int] = []
-    survival: list[float] = []
-    for i in range(bisect_right(overlaps, n)):
-        if not depths or overlaps[i] != depths[-1]:
-            depths.append(overlaps[i])
-            survival.append((len(overlaps) - i) / total)
-    return depths, survival
+class Overlaps:
+    """The overlap depths of the requests learnt so far (each distinct depth with its
+    count, and the requests that overlapped nothing) and every sequence they spelled (a
+    token radix tree, about 4 bytes per distinct token): what `place` plans from. Kept by
+    the sparse-prefix peer and by marconi+'s overlap planner."""
+
+    def __init__(self) -> None:
+        self.seen = RadixTree()  # every sequence learnt
+        self.depths: list[int] = []  # the distinct overlap depths learnt, ascending
+        self.counts: dict[int, int] = {}  # requests learnt at each of those depths
+        self.overlapped = 0  # requests learnt that overlapped something
+        self.zeros = 0  # requests learnt that overlapped nothing
+
+    @property
+    def requests(self) -> int:
+        """Requests learnt so far."""
+        return self.overlapped + self.zeros
+
+    def depth(self, tokens: bytes) -> int:
+        """Tokens of `tokens` (int32 bytes) that some sequence learnt spelled."""
+        return self.seen.match(tokens).length
+
+    def add(self, depth: int, tokens: bytes) -> None:
+        """Learn a request that overlapped `depth` tokens and spelled `tokens` (its input
+        and output)."""
+        if depth:
+            if depth not in self.counts:
+                insort(self.depths, depth)
+                self.counts[depth] = 0
+            self.counts[depth] += 1
+            self.overlapped += 1
+        else:
+            self.zeros += 1
+        spell(self.seen, tokens)
+
+    def distribution(self, n: int, pending: int | None = None
+                     ) -> tuple[list[int], list[float]]:
+        """The distinct depths learnt up to `n` (ascending) and at each the share of the
+        requests learnt that overlapped at least that deep (`place`'s `depths` and
+        `survival`); `pending`, one more request's depth counted as if learnt (no side
+        effect)."""
+        counts, overlapped, total = self.counts, self.overlapped, self.requests
+        depths = self.depths[: bisect_right(self.depths, n)]
+        if pending is not None:
+            total += 1
+            overlapped += pending > 0
+            if 0 < pending <= n and pending not in counts:
+                insort(depths, pending)
+        survival, below = [], 0
+        for depth in depths:
+            survival.append((overlapped - below) / total)
+            below += counts.get(depth, 0) + (depth == pending)
+        return depths, survival
 
 
 def spell(tree: RadixTree, tokens: bytes) -> None:
@@ -118,9 +158,7 @@ class SparsePrefix(Admission):
         if budget < 1:
             raise ValueError(f"the checkpoint budget must be >= 1, got {budget!r}")
         self.budget = budget
-        self.seen = RadixTree()  # every sequence committed so far
-        self.overlaps: list[int] = []  # overlap depth of each request, ascending
-        self.zeros = 0  # requests that overlapped nothing
+        self.learnt = Overlaps()  # the requests committed so far
         self._planned: tuple[bytes, int, tuple[int, ...]] | None = None
         # the latest commit's (overlap depth, tokens), learnt when the next input is
         # planned: asking what a commit would admit (`required_states`) and the commit
@@ -130,20 +168,17 @@ class SparsePrefix(Admission):
 
     def overlap(self, key: bytes) -> int:
         """Tokens of `key` that some earlier sequence spelled."""
-        found = self.seen.match(key).length
-        if self._committed is not None:  # not yet in `seen`
+        found = self.learnt.depth(key)
+        if self._committed is not None:  # not yet learnt
             found = max(found, first_mismatch(key, self._committed[1]))
         return found
 
     def plan(self, key: bytes) -> tuple[int, tuple[int, ...]]:
         """(overlap depth, checkpoints) of the input `key`, from the requests before it;
         no side effect."""
-        overlaps, zeros = self.overlaps, self.zeros
-        if self._committed is not None:  # the latest commit counts, learnt or not
-            depth = self._committed[0]
-            overlaps = sorted([*overlaps, depth]) if depth else overlaps
-            zeros += not depth
-        depths, survival = distribution(overlaps, zeros, len(key) // TOKEN_BYTES)
+        pending = None if self._committed is None else self._committed[0]
+        # the latest commit counts, learnt or not
+        depths, survival = self.learnt.distribution(len(key) // TOKEN_BYTES, pending)
         return self.overlap(key), place(depths, survival, self.budget)[1]
 
     def _plan(self, key: bytes) -> tuple[int, tuple[int, ...]]:
@@ -182,13 +217,9 @@ class SparsePrefix(Admission):
         return points
 
     def _learn(self) -> None:
-        """Add the latest commit's request to the distribution and its tokens to `seen`."""
+        """Learn the latest commit's request."""
         if self._committed is None:
             return
         depth, tokens = self._committed
         self._committed = None
-        if depth:
-            self.overlaps.insert(bisect_right(self.overlaps, depth), depth)
-        else:
-            self.zeros += 1
-        spell(self.seen, tokens)
+        self.learnt.add(depth, tokens)

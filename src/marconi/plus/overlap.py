@@ -27,11 +27,10 @@ not an unbounded server (the tree grows with everything seen).
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
 from collections.abc import Sequence
 
-from marconi.core.tree import TOKEN_BYTES, RadixTree
-from marconi.peers.sparse_prefix import place, spell
+from marconi.core.tree import TOKEN_BYTES
+from marconi.peers.sparse_prefix import Overlaps, place
 
 CANDIDATES = 256  # distinct depths the dynamic program takes whole (sparse-prefix's plan)
 PER_DOUBLING = 16  # beyond that, candidate depths per doubling (`thin`)
@@ -52,25 +51,16 @@ def thin(depths: Sequence[int], survival: Sequence[float], per_doubling: int = P
     return kept, share
 
 
-class OverlapPlanner:
+class OverlapPlanner(Overlaps):
     """Checkpoint positions for an input from the overlap depths of the requests learnt
     so far (`points`), and the learning (`learn`), once per request."""
 
     def __init__(self, budget: int = 4) -> None:
         if budget < 1:
             raise ValueError(f"the overlap planner's budget must be >= 1, got {budget!r}")
+        super().__init__()
         self.budget = budget
-        self.seen = RadixTree()  # every sequence learnt
-        self.depths: list[int] = []  # the distinct overlap depths learnt, ascending
-        self.counts: dict[int, int] = {}  # requests learnt at each of those depths
-        self.overlapped = 0  # requests learnt that overlapped something
-        self.zeros = 0  # requests learnt that overlapped nothing
         self._last: tuple[bytes, tuple[int, ...]] | None = None  # the latest plan
-
-    @property
-    def requests(self) -> int:
-        """Requests learnt so far."""
-        return self.overlapped + self.zeros
 
     def points(self, key: bytes) -> tuple[int, ...]:
         """At most `budget` positions (ascending) for the input `key` (int32 token bytes):
@@ -86,32 +76,11 @@ class OverlapPlanner:
         self._last = (key, points)
         return points
 
-    def distribution(self, n: int) -> tuple[list[int], list[float]]:
-        """The distinct depths learnt up to `n` and at each the share of the requests
-        learnt that overlapped at least that deep (`place`'s input; what
-        `sparse_prefix.distribution` computes from every depth, from the distinct ones)."""
-        total, below = self.requests, 0
-        depths = self.depths[: bisect_right(self.depths, n)]
-        survival = []
-        for depth in depths:
-            survival.append((self.overlapped - below) / total)
-            below += self.counts[depth]
-        return depths, survival
-
     def learn(self, key: bytes, n_input: int) -> None:
         """Add a request (`key`: its input and output, int32 token bytes; its first
         `n_input` tokens the input) to the distribution and its tokens to those seen."""
         if len(key) % TOKEN_BYTES or not 0 <= n_input * TOKEN_BYTES <= len(key):
             raise ValueError(f"learn: n_input={n_input!r} outside the sequence (or the key "
                              f"is not int32 bytes: {len(key)} bytes)")
-        depth = self.seen.match(key[: n_input * TOKEN_BYTES]).length
-        if depth:
-            if depth not in self.counts:
-                insort(self.depths, depth)
-                self.counts[depth] = 0
-            self.counts[depth] += 1
-            self.overlapped += 1
-        else:
-            self.zeros += 1
-        spell(self.seen, key)
+        self.add(self.depth(key[: n_input * TOKEN_BYTES]), key)
         self._last = None
