@@ -3,8 +3,10 @@
 # vllm-0.32 (docs/peers.md): one virtual environment per engine under .venv-peers/ (or
 # $MARCONI_PEERS_DIR), each with torch 2.13.0 (the CPU build) and exactly the packages of
 # scripts/peers-lock-ENGINE.txt, installed without dependencies (the engines' own pins
-# clash with ours and would pull a CUDA torch). Idempotent: an environment already built
-# from an unchanged lock is left alone.
+# clash with ours and would pull a CUDA torch). vLLM's also gets marconi itself (editable,
+# without dependencies), so that a real vLLM server started from it loads marconi's plugin
+# (docs/integrations.md, "Serving with vLLM"). Idempotent: an environment already built
+# from an unchanged lock (and pyproject.toml) is left alone.
 #   bash scripts/setup-peers.sh            # both
 #   bash scripts/setup-peers.sh vllm       # one
 set -euo pipefail
@@ -18,7 +20,7 @@ for engine in "${engines[@]}"; do
     [ -f "$lock" ] || fail "unknown engine '$engine' (known: sglang, vllm)"
     venv="$root/$engine"
     stamp="$venv/.marconi-peer"
-    want=$(sha256sum "$lock" | cut -c1-16)
+    want=$(cat "$lock" pyproject.toml | sha256sum | cut -c1-16)
     if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
         echo "setup-peers: $engine: up to date ($venv)"
         continue
@@ -34,6 +36,10 @@ for engine in "${engines[@]}"; do
     "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
         -r "$venv/lock.txt" >>"$log" 2>&1 \
         || fail "$engine: could not install the packages of $lock (see $log)"
+    if [ "$engine" = vllm ]; then
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e . \
+            >>"$log" 2>&1 || fail "$engine: could not install marconi into $venv (see $log)"
+    fi
     "$venv/bin/python" "src/marconi/realpeers/${engine}_worker.py" --version >>"$log" 2>&1 \
         || fail "$engine: installed, but its worker cannot load the engine (see $log)"
     echo "$want" > "$stamp"

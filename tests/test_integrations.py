@@ -297,6 +297,65 @@ class TestShadowsBesideTheEngine:
             tuning_for("marconi", _Order(), PAPER_7B, Counters(), -0.5, False)
 
 
+class TestTunerInItsOwnProcess:
+    """Deployed in vLLM, the tuner runs in a child process (integrations.tuner_process): the
+    engine's loop only hands tokens over, the child chooses as the inline tuner does, and
+    the engine outlives it."""
+
+    @staticmethod
+    def _fed(process: bool, chooser: str, n: int | None = None) -> tuple:
+        import logging
+
+        from marconi.integrations.common import Bootstrap, Counters, Shadows, Tuning
+        from marconi.workload import TraceOptions, load_trace
+
+        chat = load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=20))
+        order = _Order()
+        log = logging.getLogger("test.marconi")
+        tuning = Tuning(order, PAPER_7B, Counters(), background=process, process=process,
+                        chooser=Shadows() if chooser == "shadows" else Bootstrap(), log=log)
+        tuning.start("vllm-2026+marconi:block_size=16,retention_interval=none",
+                     parse_size("1GB"))
+        for r in list(chat)[:n]:
+            tuning.counters.requests += 1
+            tuning.feed(r.tokens(), r.n_input)
+        return tuning, order
+
+    @pytest.mark.parametrize("chooser", ["shadows", "bootstrap"])
+    def test_it_chooses_what_the_inline_tuner_chooses(self, chooser: str) -> None:
+        inline, inline_order = self._fed(False, chooser)
+        remote, remote_order = self._fed(True, chooser)
+        assert remote.remote is not None and remote.remote.pid is not None
+        remote.close(timeout=120)
+        inline.close()
+        assert remote.remote.dead == "closed"
+        assert remote_order.alpha == inline_order.alpha
+        assert remote.status() == inline.status() == "tuned"
+        if chooser == "shadows":  # every mirror's total, bit for bit
+            assert remote.report()["totals"] == inline.report()["totals"]
+            assert remote.report()["switches"] == inline.report()["switches"]
+        assert remote.counters.tuner_ns > 0 and not remote.threads
+
+    def test_the_engine_serves_on_at_its_last_alpha_when_the_child_dies(
+            self, caplog: pytest.LogCaptureFixture) -> None:
+        import logging
+
+        from marconi.workload import TraceOptions, load_trace
+
+        tuning, order = self._fed(True, "shadows", n=5)
+        order.alpha = 1.5
+        tuning.remote._proc.kill()
+        tuning.remote._proc.wait()
+        chat = load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=20))
+        with caplog.at_level(logging.WARNING, logger="test.marconi"):
+            for r in list(chat)[:300]:  # enough to fill the pipe: the feed never blocks
+                tuning.feed(r.tokens(), r.n_input)
+        gone = [m for m in caplog.messages if "is gone" in m]
+        assert len(gone) == 1 and "keeps serving at its last alpha" in gone[0]
+        assert order.alpha == 1.5
+        tuning.close(timeout=5)
+
+
 class TestVLLMWithoutTheEngine:
     def test_the_entry_point_names_the_plugin(self) -> None:
         meta = tomllib.loads((ROOT / "pyproject.toml").read_text())

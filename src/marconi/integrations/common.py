@@ -6,6 +6,7 @@ beside the scheduling loop from the requests it finished, over mirrors of its ca
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import os
 import queue
 import threading
@@ -239,40 +240,68 @@ class Shadows:
 
 class Tuning:
     """A chooser (`Bootstrap`, `Shadows`) over mirrors of the engine's cache, fed finished
-    requests. `background` (the default): a daemon thread does all of it; else it runs in
-    the caller (a reproducible benchmark, never a deployment). Each alpha it chooses
-    becomes `order.alpha`, the engine's from its next eviction."""
+    requests. `background` (the default): a daemon thread does all of it; with `process`
+    too, a child process does (`tuner_process.Remote`: the engine's loop only hands the
+    tokens over, and the mirrors' replays never take the GIL it needs); without
+    `background` it runs in the caller (a reproducible benchmark, never a deployment).
+    Each alpha it chooses becomes `order.alpha`, the engine's from its next eviction."""
 
     def __init__(self, order: Order, spec: Any, counters: Counters, *,
-                 background: bool = True, chooser: Chooser | None = None) -> None:
+                 background: bool = True, chooser: Chooser | None = None,
+                 process: bool = False, log: logging.Logger | None = None) -> None:
         self.order, self.spec, self.counters = order, spec, counters
         self.background = background
+        self.process = background and process
         self.chooser: Chooser = chooser if chooser is not None else Bootstrap()
+        self.log = log if log is not None else logging.getLogger("marconi.integrations")
         self.started = False
         self.alpha_adopted: float | None = None  # the last alpha chosen
+        self.adopted_at = 0  # requests handed over when it was chosen
         self.threads: set[int] = set()  # where the tuner's work ran (tests read it)
         self.error: BaseException | None = None
+        self.remote: Any = None  # the child process, with `process`
         self._queue: queue.Queue[tuple[np.ndarray, int] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
 
     def start(self, system: str, capacity: int, **layout: Any) -> None:
         """Build the mirrors (`system` with the engine's pools; once, at the first
-        request) and, in the background, the thread."""
+        request): here, in a thread, or in the child process."""
+        self.started = True
+        if self.process:
+            from marconi.integrations.tuner_process import Remote
+
+            self.remote = Remote(type(self.chooser).__name__, self.spec, self.log)
+            self.remote.start(system, capacity, layout)
+            return
         from marconi.systems import get_system
 
         self.chooser.build(get_system(system), self.spec, capacity, layout,
                            not self.background)
-        self.started = True
         if self.background:
             self._thread = threading.Thread(target=self._run, name="marconi-tuner",
                                             daemon=True)
             self._thread.start()
 
     def feed(self, tokens: np.ndarray, n_input: int) -> None:
-        if self.background:
+        if self.remote is not None:
+            self.remote.feed(tokens, n_input)
+            alpha = self.remote.poll()
+            if alpha is not None:
+                self._adopt(alpha)
+        elif self.background:
             self._queue.put((tokens, n_input))
         else:
             self._serve(tokens, n_input)
+
+    def status(self) -> str:
+        """"tuned" once the chooser has chosen, else "untuned"."""
+        return self.remote.status if self.remote is not None else self.chooser.status()
+
+    def report(self) -> dict[str, Any]:
+        if self.remote is None:
+            return self.chooser.report()
+        return {**self.remote.report, "tuner_pid": self.remote.pid,
+                "tuner_dropped": self.remote.dropped, "tuner_dead": self.remote.dead}
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
@@ -280,6 +309,9 @@ class Tuning:
                 self._serve(*item)
             except BaseException as err:  # reported by `close`; the engine runs on
                 self.error = err
+                self.log.warning("marconi: the tuner failed (%s: %s); the engine keeps "
+                                 "serving at alpha %g", type(err).__name__, err,
+                                 self.order.alpha)
                 return
 
     def _serve(self, tokens: np.ndarray, n_input: int) -> None:
@@ -287,13 +319,27 @@ class Tuning:
         self.threads.add(threading.get_ident())
         alpha = self.chooser.observe(tokens, n_input)
         if alpha is not None:
-            self.alpha_adopted = alpha
-            self.order.alpha = alpha  # the engine's from its next eviction
+            self._adopt(alpha)
         self.counters.tuner_ns += time.perf_counter_ns() - start
 
+    def _adopt(self, alpha: float) -> None:
+        before, self.alpha_adopted = self.order.alpha, alpha
+        self.adopted_at = self.counters.requests
+        self.order.alpha = alpha  # the engine's from its next eviction
+        self.log.info("marconi: alpha %g adopted (was %g; %s, after %d finished requests)",
+                      alpha, before, type(self.chooser).__name__.lower(),
+                      self.counters.requests)
+
     def close(self, timeout: float | None = None) -> None:
-        """Let the thread finish what it was given (the benchmark's end); its error, if
-        it failed, as IntegrationError."""
+        """Let the thread (or the child) finish what it was given (the benchmark's end);
+        its error, if it failed, as IntegrationError."""
+        if self.remote is not None:
+            self.remote.close(timeout)
+            alpha = self.remote.poll()  # its last messages
+            if alpha is not None:
+                self._adopt(alpha)
+            self.counters.tuner_ns = self.remote.tuner_ns
+            return
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join(timeout)
@@ -303,7 +349,8 @@ class Tuning:
 
 
 def tuning_for(policy: str, order: Order, spec: Any, counters: Counters,
-               alpha: float | None, background: bool) -> Tuning | None:
+               alpha: float | None, background: bool, process: bool = False,
+               log: logging.Logger | None = None) -> Tuning | None:
     """The tuner an integration's `policy` runs beside the engine: none with a fixed
     `alpha` (marconi only), marconi's bootstrap tuner, or marconi+'s shadow experts."""
     if alpha is not None:
@@ -315,10 +362,11 @@ def tuning_for(policy: str, order: Order, spec: Any, counters: Counters,
         if alpha is not None:
             raise IntegrationError("marconi+ chooses its own alpha among its experts; "
                                    "a fixed alpha is for policy marconi")
-        return Tuning(order, spec, counters, background=background, chooser=Shadows())
+        return Tuning(order, spec, counters, background=background, chooser=Shadows(),
+                      process=process, log=log)
     if alpha is not None:
         return None
-    return Tuning(order, spec, counters, background=background)
+    return Tuning(order, spec, counters, background=background, process=process, log=log)
 
 
 @dataclass
@@ -334,19 +382,21 @@ class Integration:
 
     @classmethod
     def of(cls, policy: str, order: Order, spec: Any, alpha: float | None,
-           background: bool) -> Integration:
+           background: bool, process: bool = False, log: logging.Logger | None = None
+           ) -> Integration:
         """`order` in the engine and what tunes it under `policy` (`tuning_for`)."""
         counters = Counters()
         return cls(policy=policy, order=order, counters=counters,
-                   tuning=tuning_for(policy, order, spec, counters, alpha, background))
+                   tuning=tuning_for(policy, order, spec, counters, alpha, background,
+                                     process, log))
 
     def report(self) -> dict[str, Any]:
         tuning = self.tuning
         off = None if tuning is None else self.loop_thread not in tuning.threads
         return {"policy": self.policy, "alpha": self.order.alpha,
-                "alpha_status": "fixed" if tuning is None else tuning.chooser.status(),
+                "alpha_status": "fixed" if tuning is None else tuning.status(),
                 "tuner_off_loop": off, **self.counters.to_json(),
-                **({} if tuning is None else tuning.chooser.report())}
+                **({} if tuning is None else tuning.report())}
 
     def uninstall(self) -> None:
         """Put the engine's own classes back (tests, benchmarks running both)."""

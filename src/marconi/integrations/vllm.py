@@ -46,6 +46,7 @@ Requirements, each checked with a one-line error: vLLM 0.32.x; a model with Mamb
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterable
@@ -68,6 +69,11 @@ SUPPORTED_VERSION = "0.32"  # any 0.32.x
 WHO = "marconi.integrations.vllm"
 ENABLE = "MARCONI_VLLM"  # "marconi": install at plugin load
 ORPHANS = "MARCONI_ORPHANS"  # "keep": orphan KV left in vLLM's order (default "first")
+TUNER = "MARCONI_TUNER"  # where the tuner runs: "process" (the default) or "thread"
+CPU_SPLIT = "MARCONI_VLLM_CPU_SPLIT"  # "1": no mid-prefill Mamba checkpoint (CPU only)
+REPORT_EVERY = 100  # finished requests between the plugin's cost lines
+# vLLM's own logger tree, so that the plugin's lines carry each process's prefix
+log = logging.getLogger("vllm.marconi")
 MIRROR = "vllm-2026+marconi"  # the tuner's mirror: vLLM's admission, Marconi's order
 
 
@@ -163,11 +169,13 @@ _installed: Integration | None = None
 
 
 def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = None,
-            background: bool = True, orphans_first: bool = True) -> Integration:
+            background: bool = True, orphans_first: bool = True, process: bool = False
+            ) -> Integration:
     """Put Marconi's eviction into vLLM (before its KV cache manager is built); `alpha`
-    fixes it, else the bootstrap tuner sets it (`background`: in its own thread).
-    `orphans_first=False` leaves cached KV past a request's last state in vLLM's order
-    (an ablation: with alpha 0 the engine is then stock vLLM)."""
+    fixes it, else the bootstrap tuner sets it (`background`: in its own thread, or with
+    `process` in a child process). `orphans_first=False` leaves cached KV past a
+    request's last state in vLLM's order (an ablation: with alpha 0 the engine is then
+    stock vLLM)."""
     global _installed
     check_policy(WHO, policy)
     check_version()
@@ -176,7 +184,7 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
 
     uninstall()
     order = StateOrder(spec, alpha or 0.0, orphans_first)
-    done = Integration.of(policy, order, spec, alpha, background)
+    done = Integration.of(policy, order, spec, alpha, background, process, log)
     stock_pool, stock_init = kcc.BlockPool, kcc.KVCacheCoordinator.__init__
     free = kcm.KVCacheManager.free
     kcc.BlockPool = _pool_class(stock_pool, done)
@@ -198,20 +206,66 @@ def uninstall() -> None:
 
 
 def plugin() -> None:
-    """vLLM's general-plugin entry point: install when `MARCONI_VLLM` asks. A bad setting
-    stops the process with one line. vLLM loads plugins in several processes and may call
-    this more than once in one; a second call in a process changes nothing."""
+    """vLLM's general-plugin entry point: install when `MARCONI_VLLM` asks, and switch the
+    CPU build's mid-prefill Mamba checkpoint off when `MARCONI_VLLM_CPU_SPLIT=1` asks
+    (either without the other). A bad setting stops the process with one line. vLLM loads
+    plugins in several processes and may call this more than once in one; a second call
+    in a process changes nothing."""
     if _installed is not None:
         return
     with one_line_exit():
+        split = os.environ.get(CPU_SPLIT, "")
+        if split not in ("", "0", "1"):
+            raise IntegrationError(f"{WHO}: {CPU_SPLIT}={split!r} is not 0 or 1")
+        if split == "1":
+            split_prefills_on_cpu()
         wanted = asked(WHO, ENABLE)
         if wanted is None:
             return
         orphans = os.environ.get(ORPHANS, "first")
         if orphans not in ("first", "keep"):
             raise IntegrationError(f"{WHO}: {ORPHANS}={orphans!r} is not first or keep")
+        where = os.environ.get(TUNER, "process")
+        if where not in ("process", "thread"):
+            raise IntegrationError(f"{WHO}: {TUNER}={where!r} is not process or thread")
         install(wanted.spec, policy=wanted.policy, alpha=wanted.alpha,
-                orphans_first=orphans == "first")
+                orphans_first=orphans == "first", process=where == "process")
+        tuned = (f"fixed at {wanted.alpha:g}" if wanted.alpha is not None else
+                 "chosen by marconi+'s shadow experts" if wanted.policy == "marconi+" else
+                 "bootstrap-tuned")
+        log.info("marconi: on in this process (pid %d): policy %s, model %s, alpha %s%s, "
+                 "orphan KV %s", os.getpid(), wanted.policy, wanted.spec.name, tuned,
+                 "" if wanted.alpha is not None else f" (tuner in a {where})",
+                 "first" if orphans == "first" else "in vLLM's order")
+
+
+_split_done = False
+
+
+def split_prefills_on_cpu() -> None:
+    """vLLM 0.32's Mamba2 layers ask for a mid-prefill state checkpoint that the CPU
+    build's scan does not return (`conv_ssm_forward`: IndexError, then the engine dies on
+    the first prompt longer than about two blocks). On the CPU platform, declare the
+    layers' state specs without it, as every other Mamba layer does: the scheduler then
+    splits prefills at block boundaries instead, and the same states are cached. Other
+    platforms are left alone (logged)."""
+    global _split_done
+    if _split_done:
+        return
+    _split_done = True
+    check_version()
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        log.info("marconi: %s=1 ignored: this is not vLLM's CPU platform", CPU_SPLIT)
+        return
+    from vllm.model_executor.layers.mamba.abstract import MambaBase
+    from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
+
+    # MambaBase's spec: no checkpoint block, as the other Mamba layers declare it
+    MambaMixer2.get_kv_cache_spec = MambaBase.get_kv_cache_spec
+    log.info("marconi: vLLM's mid-prefill Mamba checkpoint is off (%s=1; its CPU scan cannot "
+             "return it): prefills split at block boundaries", CPU_SPLIT)
 
 
 def _coordinator_init(stock: Any, order: StateOrder) -> Any:
@@ -442,10 +496,11 @@ def _free(free: Any, integration: Integration) -> Any:
     freed too, and is not handed over)."""
 
     def marconi_free(self: Any, request: Any) -> None:
-        pool = self.block_pool
+        pool, looked = self.block_pool, time.perf_counter_ns()
         past = _past_last_state(pool, request, self.coordinator.get_blocks(request.request_id)) \
             if getattr(pool, "marconi_states", None) is not None and pool.marconi_orphans_first \
             else []
+        integration.counters.order_ns += time.perf_counter_ns() - looked
         free(self, request)
         for block in past:
             if block.ref_cnt == 0 and block.block_hash is not None:
@@ -453,14 +508,26 @@ def _free(free: Any, integration: Integration) -> Any:
         tuning = integration.tuning
         if tuning is None or not request.is_finished():
             return
-        start = time.perf_counter_ns()
-        if not tuning.started:
+        if not tuning.started:  # once: its cost is logged, not counted per request
+            began = time.perf_counter()
             _start(tuning, self.kv_cache_config)
+            log.info("marconi: tuner started in %.0f ms (%s)", 1e3 * (time.perf_counter() - began),
+                     f"process {tuning.remote.pid}" if tuning.remote is not None else
+                     "a thread" if tuning.background else "inline")
+        start = time.perf_counter_ns()
         tokens = np.asarray(request.all_token_ids, dtype=np.int32)
-        integration.counters.requests += 1
+        counters = integration.counters
+        counters.requests += 1
         tuning.feed(tokens, int(request.num_prompt_tokens))
         if tuning.background:
-            integration.counters.feed_ns += time.perf_counter_ns() - start
+            counters.feed_ns += time.perf_counter_ns() - start
+        if counters.requests % REPORT_EVERY == 0:
+            log.info("marconi: %d requests finished; in the scheduling loop %.0f us/request "
+                     "(ordering %.0f, hand-over %.0f); alpha %g (%s)", counters.requests,
+                     (counters.order_ns + counters.feed_ns) / counters.requests / 1e3,
+                     counters.order_ns / counters.requests / 1e3,
+                     counters.feed_ns / counters.requests / 1e3, integration.order.alpha,
+                     tuning.status())
 
     return marconi_free
 

@@ -1,0 +1,229 @@
+"""Marconi served by a real vLLM server: stock against `+marconi` and `+marconi+`.
+
+    .venv/bin/python benchmarks/bench_serve.py [--quick] [--traces sharegpt,swe-agent,mooncake]
+
+Needs vLLM's environment with its server (`bash scripts/setup-peers.sh vllm`). Each trace
+is fitted to the tiny served model (marconi.realpeers.serve_replay: every `stride`-th
+token, outputs cut to 16 tokens) and replayed through the real `openai` client with
+streaming against real server processes (`python -m vllm.entrypoints.openai.api_server`,
+marconi.realpeers.vllm_server), one after another on this machine, in the order stock,
++marconi, +marconi+, prefix caching off (the exactness reference), stock again (`--repeat`:
+the spread between two stock runs is the noise the ratios are read against). Every server
+gets the same contended pool (`--num-gpu-blocks-override`) and the same flags, the CPU
+build's mid-prefill checkpoint switched off in each (`MARCONI_VLLM_CPU_SPLIT=1`).
+
+Prints per trace a table (requests, cached tokens, TTFT p50/p95, vLLM's own prefix-cache
+counters and mean inter-token latency from /metrics, the plugin's alpha and its cost in
+the scheduling loop from its log), then one line per policy over all traces:
+
+    serve vllm-0.32+marconi vs vllm-0.32: 400 requests, cached tokens ratio 1.31, TTFT p50
+    ratio 0.82, p95 ratio 0.77, outputs identical 400/400     (one line)
+
+"outputs identical" counts the requests whose greedy output equals, token for token, the
+no-caching server's (and stock's own count is printed beside it). `--out DIR` keeps each
+server's log and a JSON of every request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from common import load
+
+from marconi.realpeers.envs import available
+from marconi.realpeers.serve_replay import Replayed, Scaled, percentile, replay, scaled
+from marconi.realpeers.vllm_server import NAME, VOCAB, Server, ServerConfig, write_model
+
+STOCK = "vllm-0.32"
+
+
+@dataclass(frozen=True)
+class Plan:
+    trace: str  # a name benchmarks/common.py loads
+    stride: int  # every stride-th token
+    requests: int  # the first N requests of the trace
+    blocks: int  # the server's pool, in blocks of 256 tokens (contended)
+    max_model_len: int = 2048  # longer requests are dropped (counted)
+
+
+FULL = (Plan("sharegpt(60)", 1, 400, 32), Plan("swe-agent", 8, 400, 64, 4096),
+        Plan("mooncake[0:400]", 8, 400, 64, 4096))
+QUICK = (Plan("sharegpt(40)", 1, 160, 32),)
+POLICIES = ("stock", "marconi", "marconi+", "nocache")
+
+
+def label(policy: str) -> str:
+    return STOCK if policy == "stock" else f"{STOCK}+{policy}" if policy != "nocache" \
+        else f"{STOCK}[no prefix caching]"
+
+
+@dataclass
+class Run:
+    policy: str
+    replayed: Replayed
+    before: dict[str, float]
+    after: dict[str, float]
+    log: str
+
+    def counter(self, name: str) -> float:
+        return self.after.get(name, 0.0) - self.before.get(name, 0.0)
+
+    @property
+    def ok(self) -> list:
+        return [s for s in self.replayed.served if s.error is None]
+
+    @property
+    def cached(self) -> int:
+        return sum(s.cached_tokens for s in self.ok)
+
+    def itl_ms(self) -> float:
+        n = self.counter("vllm:inter_token_latency_seconds_count")
+        return 1e3 * self.counter("vllm:inter_token_latency_seconds_sum") / n if n else 0.0
+
+    def plugin(self) -> str:
+        """The plugin's last cost line, its last alpha change and whether it said it was on."""
+        on = "on" if "marconi: on in this process" in self.log else "-"
+        cost = re.findall(r"in the scheduling loop (\d+) us/request", self.log)
+        alphas = re.findall(r"marconi: alpha (\S+) adopted", self.log)
+        gone = "tuner gone" if "tuner process" in self.log and "is gone" in self.log else ""
+        return " ".join(x for x in (on, f"{cost[-1]} us/req" if cost else "",
+                                    f"alpha {alphas[-1]}" if alphas else "", gone) if x)
+
+
+def serve_one(policy: str, plan: Plan, trace: Scaled, model: Path, out: Path,
+              progress: bool) -> Run:
+    config = ServerConfig(model=model, policy=policy, blocks=plan.blocks,
+                          max_model_len=plan.max_model_len)
+    log_path = out / f"{plan.trace}-{policy}.log".replace("/", "_")
+    started = time.monotonic()
+    with Server(config, log_path) as server:
+        up = time.monotonic() - started
+        before = server.metrics()
+        done = [0]
+
+        def tick(_: object) -> None:
+            done[0] += 1
+            if progress and (done[0] % 50 == 0 or done[0] == len(trace.turns)):
+                print(f"    {label(policy)}: {done[0]}/{len(trace.turns)} requests",
+                      file=sys.stderr, flush=True)
+
+        replayed = replay(server.url, NAME, trace, progress=tick)
+        after = server.metrics()
+    print(f"    {label(policy)}: started in {up:.0f} s, replayed in {replayed.seconds:.0f} s",
+          file=sys.stderr, flush=True)
+    return Run(policy, replayed, before, after, log_path.read_text(errors="replace"))
+
+
+def identical(a: Run, b: Run) -> int:
+    """Requests whose outputs agree token for token (a failed one never does)."""
+    theirs = {s.index: s.output for s in b.ok}
+    return sum(1 for s in a.ok if theirs.get(s.index) == s.output)
+
+
+def table(plan: Plan, trace: Scaled, runs: list[Run]) -> None:
+    ref = next((r for r in runs if r.policy == "nocache"), None)
+    print(f"\n{trace.name}: {len(trace.turns)} requests (every {trace.stride} token(s), "
+          f"{trace.dropped} past the context dropped), pool {plan.blocks} blocks of 256 "
+          "tokens")
+    print(f"  {'server':34} {'ok':>4} {'cached tok':>10} {'vllm hits':>10} {'TTFT p50':>9} "
+          f"{'p95':>7} {'ITL ms':>7} {'= no-cache':>10}  plugin")
+    for run in runs:
+        same = f"{identical(run, ref)}/{len(trace.turns)}" if ref is not None else "-"
+        print(f"  {label(run.policy):34} {len(run.ok):4d} {run.cached:10d} "
+              f"{run.counter('vllm:prefix_cache_hits_total'):10.0f} "
+              f"{1e3 * percentile([s.ttft for s in run.ok], 50):7.0f}ms "
+              f"{1e3 * percentile([s.ttft for s in run.ok], 95):5.0f}ms {run.itl_ms():7.1f} "
+              f"{same:>10}  {run.plugin()}")
+        for s in run.replayed.served:
+            if s.error is not None:
+                print(f"    request {s.index} failed: {s.error}")
+
+
+def summary(policy: str, all_runs: list[list[Run]]) -> str:
+    mine = [next(r for r in runs if r.policy == policy) for runs in all_runs]
+    stock = [next(r for r in runs if r.policy == "stock") for runs in all_runs]
+    ref = [next((r for r in runs if r.policy == "nocache"), None) for runs in all_runs]
+    n = sum(len(r.replayed.served) for r in mine)
+    cached = sum(r.cached for r in mine) / max(1, sum(r.cached for r in stock))
+    ttft = [s.ttft for r in mine for s in r.ok]
+    ttft0 = [s.ttft for r in stock for s in r.ok]
+    same = sum(identical(m, f) for m, f in zip(mine, ref, strict=True) if f is not None)
+    return (f"serve {label(policy)} vs {STOCK}: {n} requests, cached tokens ratio "
+            f"{cached:.2f}, TTFT p50 ratio {percentile(ttft, 50) / percentile(ttft0, 50):.2f}, "
+            f"p95 ratio {percentile(ttft, 95) / percentile(ttft0, 95):.2f}, outputs identical "
+            f"{same}/{n}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one short ShareGPT replay")
+    parser.add_argument("--traces", default=None,
+                        help="comma-separated trace names of the plan (default: all)")
+    parser.add_argument("--policies", default=",".join(POLICIES),
+                        help=f"comma-separated, of {', '.join(POLICIES)} (stock always runs)")
+    parser.add_argument("--blocks", type=int, default=None,
+                        help="every server's pool in blocks (default: each plan's)")
+    parser.add_argument("--repeat", action="store_true", help="stock once more at the end")
+    parser.add_argument("--out", default=None, help="keep the logs and requests here")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    if not available("vllm"):
+        print("bench_serve: skipped, vLLM's environment is missing "
+              "(bash scripts/setup-peers.sh vllm)")
+        return 0
+    policies = ["stock", *[p for p in args.policies.split(",") if p != "stock"]]
+    bad = [p for p in policies if p not in POLICIES]
+    if bad:
+        parser.error(f"--policies: unknown {', '.join(bad)} (known: {', '.join(POLICIES)})")
+    if args.repeat:
+        policies.append("stock")
+    plans = QUICK if args.quick else FULL
+    if args.traces:
+        plans = tuple(p for p in FULL + QUICK if p.trace in args.traces.split(","))
+    if args.blocks is not None:
+        plans = tuple(replace(p, blocks=args.blocks) for p in plans)
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    model = write_model(out / "model")
+    all_runs: list[list[Run]] = []
+    for plan in plans:
+        trace = load(plan.trace)
+        if trace is None:
+            print(f"{plan.trace}: data absent, skipped")
+            continue
+        fitted = scaled(trace, stride=plan.stride, vocab=VOCAB, requests=plan.requests,
+                        max_tokens=plan.max_model_len)
+        print(f"{plan.trace}: serving {len(fitted.turns)} requests", file=sys.stderr,
+              flush=True)
+        runs = [serve_one(p, plan, fitted, model, out, not args.no_progress)
+                for p in policies]
+        table(plan, fitted, runs)
+        if args.repeat:
+            first, again = runs[0], runs[-1]
+            print(f"  noise: stock twice, cached tokens {first.cached} and {again.cached}, "
+                  f"TTFT p95 {1e3 * percentile([s.ttft for s in first.ok], 95):.0f} and "
+                  f"{1e3 * percentile([s.ttft for s in again.ok], 95):.0f} ms")
+        all_runs.append(runs)
+        (out / f"{plan.trace}.json".replace("/", "_")).write_text(json.dumps(
+            {r.policy: [asdict(s) for s in r.replayed.served] for r in runs}))
+    print()
+    for policy in dict.fromkeys(policies):
+        if policy not in ("stock", "nocache") and all_runs:
+            print(summary(policy, all_runs))
+    if "nocache" in policies and all_runs:
+        n = sum(len(runs[0].replayed.served) for runs in all_runs)
+        same = sum(identical(runs[0], next(r for r in runs if r.policy == "nocache"))
+                   for runs in all_runs)
+        print(f"serve {STOCK} vs {label('nocache')}: outputs identical {same}/{n}")
+    print(f"(logs and requests in {out})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""The integrations' tuner in a process of its own (docs/integrations.md, "Serving with
+vLLM"): a thread beside the engine's scheduling loop holds the GIL that loop needs while
+its mirrors replay, so in a deployment the chooser (`Bootstrap` or `Shadows`) and its
+mirrors run here, in a child of the engine's process, and only the finished requests'
+token ids cross over.
+
+The engine side (`Remote`) hands each request to a writer thread (a queue put, a few
+microseconds in the loop) that pickles it down a pipe; the child answers with each alpha
+it adopts, which the engine reads without blocking at its next finished request
+(`Remote.poll`). If the child dies, the engine keeps its last alpha and says so once.
+
+    python -m marconi.integrations.tuner_process READ_FD WRITE_FD   # started by Remote
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BACKLOG = 4096  # finished requests waiting for the child; past it new ones are dropped
+CHOOSERS = ("Bootstrap", "Shadows")
+STATUS_EVERY = 64  # requests between the child's status messages (besides each alpha)
+
+
+class Remote:
+    """The chooser in a child process, fed from the engine's loop. `poll()` returns the
+    newest alpha the child adopted since the last call, or None."""
+
+    def __init__(self, chooser: str, spec: Any, log: logging.Logger) -> None:
+        if chooser not in CHOOSERS:
+            raise ValueError(f"unknown chooser {chooser!r} (known: {', '.join(CHOOSERS)})")
+        self.chooser, self.spec, self.log = chooser, spec, log
+        self.status = "untuned"
+        self.report: dict[str, Any] = {}
+        self.tuner_ns = 0  # the child's time in its chooser
+        self.dropped = 0  # requests the child never saw (its backlog was full)
+        self.dead: str | None = None  # why the child is gone, once it is
+        self.pid: int | None = None
+        self._queue: queue.Queue[tuple[bytes, int] | None] = queue.Queue(BACKLOG)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._down: Connection | None = None
+        self._up: Connection | None = None
+        self._writer: threading.Thread | None = None
+        self._closing = False
+
+    def start(self, system: str, capacity: int, layout: dict[str, Any]) -> None:
+        """Start the child with the mirrors' configuration."""
+        down_r, down_w = os.pipe()  # engine -> child
+        up_r, up_w = os.pipe()  # child -> engine
+        src = str(Path(__file__).resolve().parents[2])  # marconi importable in the child
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (src, os.environ.get("PYTHONPATH", "")) if p)}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "marconi.integrations.tuner_process", str(down_r),
+             str(up_w)], pass_fds=(down_r, up_w), env=env, stdin=subprocess.DEVNULL)
+        os.close(down_r)
+        os.close(up_w)
+        self.pid = self._proc.pid
+        self._down, self._up = Connection(down_w, readable=False), Connection(up_r,
+                                                                               writable=False)
+        self._down.send((self.chooser, dataclasses.asdict(self.spec), system, capacity, layout))
+        self._writer = threading.Thread(target=self._write, name="marconi-tuner-feed",
+                                        daemon=True)
+        self._writer.start()
+
+    def feed(self, tokens: np.ndarray, n_input: int) -> None:
+        """Hand one finished request over (never blocks: a full backlog drops it)."""
+        if self.dead is not None:
+            return
+        try:
+            self._queue.put_nowait((np.ascontiguousarray(tokens, dtype=np.int32).tobytes(),
+                                    n_input))
+        except queue.Full:
+            if not self.dropped:
+                self.log.warning("marconi: the tuner process is %d requests behind; requests "
+                                 "past that are not tuned on", BACKLOG)
+            self.dropped += 1
+
+    def poll(self) -> float | None:
+        """The newest alpha the child adopted since the last poll, or None."""
+        up, alpha = self._up, None
+        if up is None or self.dead is not None:
+            return None
+        try:
+            while up.poll(0):
+                alpha = self._message(up.recv(), alpha)
+        except (EOFError, OSError):
+            self._died()
+        return alpha
+
+    def _message(self, message: tuple[Any, ...], alpha: float | None) -> float | None:
+        kind, value, status, report, tuner_ns = message
+        self.status, self.report, self.tuner_ns = status, report, tuner_ns
+        return float(value) if kind == "alpha" else alpha
+
+    def _write(self) -> None:
+        down = self._down
+        assert down is not None
+        while (item := self._queue.get()) is not None:
+            try:
+                down.send(item)
+            except OSError:
+                self._died()
+                return
+        down.close()
+
+    def _died(self) -> None:
+        if self.dead is not None:
+            return
+        if self._closing:  # the end of a run, not a death
+            self.dead = "closed"
+            return
+        code = None if self._proc is None else self._proc.poll()
+        self.dead = f"exit code {code}" if code is not None else "its pipe closed"
+        self.log.warning("marconi: the tuner process (pid %s) is gone (%s); the engine keeps "
+                         "serving at its last alpha", self.pid, self.dead)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Let the child finish what it was given, collect its last word, and end it."""
+        self._closing = True
+        if self._writer is not None and self.dead is None:
+            self._queue.put(None)
+            self._writer.join(timeout)
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+
+def _chooser(name: str) -> Any:
+    from marconi.integrations.common import Bootstrap, Shadows
+
+    return Bootstrap() if name == "Bootstrap" else Shadows()
+
+
+def main(argv: list[str]) -> int:
+    """The child: build the chooser over its mirrors, observe every request handed down,
+    send each adopted alpha (and the chooser's status) up; exit at the end of input."""
+    from marconi.core.spec import ModelSpec
+    from marconi.systems import get_system
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the engine's Ctrl-C ends us through EOF
+    down, up = Connection(int(argv[0]), writable=False), Connection(int(argv[1]),
+                                                                   readable=False)
+    name, spec, system, capacity, layout = down.recv()
+    chooser = _chooser(name)
+    chooser.build(get_system(system), ModelSpec(**spec), capacity, layout, True)
+    spent = seen = 0
+    while True:
+        try:
+            raw, n_input = down.recv()
+        except (EOFError, OSError):
+            break
+        start = time.perf_counter_ns()
+        alpha = chooser.observe(np.frombuffer(raw, dtype=np.int32), n_input)
+        spent += time.perf_counter_ns() - start
+        seen += 1
+        if alpha is not None or seen % STATUS_EVERY == 0:  # (few: the engine reads them
+            up.send(("alpha" if alpha is not None else "seen", alpha,  # at its pace)
+                     chooser.status(), chooser.report(), spent))
+    up.send(("seen", None, chooser.status(), chooser.report(), spent))  # the last word
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

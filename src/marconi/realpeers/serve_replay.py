@@ -1,0 +1,193 @@
+"""A trace replayed against a real OpenAI-compatible server, as its clients would send it
+(benchmarks/bench_serve.py, tests/test_serve_vllm.py).
+
+`scaled` fits a trace to the tiny served model: every `stride`-th token of each
+request's input and of its output (positions counted from the start of the sequence, so a
+prefix of one request stays a prefix of the next), token ids modulo the vocabulary,
+outputs cut to `max_output` tokens, requests that would not fit the context dropped
+(counted). `replay` sends it through the `openai` client with streaming, greedy, the
+output length fixed (`ignore_eos`), several sessions at once: a session's turns go in
+order, each when its (time-scaled) arrival has come and the previous turn has finished.
+Where the trace's next input extends the previous input and output, the client sends the
+previous prompt, the output *the server generated*, and the new part, as a chat client
+does; so the prompts, too, are the server's, and two servers are compared on identical
+prompts only as long as their outputs agree (`Served.prompt_hash` says).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from marconi.workload.types import Trace
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One request as the client sends it."""
+
+    index: int  # in the scaled trace
+    session: str
+    arrival: float  # seconds after the replay's start
+    fresh: np.ndarray  # the prompt's tokens after the previous turn's prompt and output
+    extends: bool  # whether the prompt starts with the previous turn's prompt and output
+    n_output: int
+
+
+@dataclass(frozen=True)
+class Scaled:
+    name: str
+    turns: tuple[Turn, ...]
+    dropped: int  # requests past the context
+    stride: int
+
+
+def scaled(trace: Trace, *, stride: int = 1, vocab: int, max_output: int = 16,
+           max_tokens: int = 4096, requests: int | None = None, span: float = 60.0,
+           reserved: int = 3) -> Scaled:
+    """The trace fitted to a small served model (module docstring); arrivals scaled so the
+    first `requests` span `span` seconds. Token ids land in [reserved, vocab) (the model's
+    special tokens stay out of prompts)."""
+    previous: dict[str, tuple[Any, int]] = {}  # session -> (its last request, tokens sent)
+    turns: list[Turn] = []
+    dropped = 0
+    kept = list(trace)[:requests] if requests is not None else list(trace)
+    last = max((r.arrival for r in kept), default=0.0) or 1.0
+    for r in kept:
+        ids = np.concatenate([r.input_tokens, r.output_tokens]).astype(np.int64)
+        ids = reserved + ids % (vocab - reserved)
+        n_in, n_out = r.n_input, r.n_output
+        n_output = max(1, min(max_output, len(range(n_in, n_in + n_out)[(-n_in) % stride::
+                                                                          stride])))
+        prev = previous.get(r.session_id)
+        extends = prev is not None and _extends(r, prev[0])
+        if extends and prev is not None:  # the new part: past the previous input and output
+            upto = prev[0].n_input + prev[0].n_output
+            fresh = ids[:n_in][-(-upto // stride) * stride::stride]
+            sent = prev[1] + len(fresh)
+        else:
+            fresh = ids[:n_in][::stride]
+            sent = len(fresh)
+        if sent + n_output > max_tokens or len(fresh) == 0:
+            dropped += 1
+            previous.pop(r.session_id, None)
+            continue
+        turns.append(Turn(index=len(turns), session=r.session_id,
+                          arrival=r.arrival / last * span, fresh=fresh, extends=extends,
+                          n_output=n_output))
+        previous[r.session_id] = (r, sent + n_output)
+    return Scaled(trace.name, tuple(turns), dropped, stride)
+
+
+def _extends(r: Any, before: Any) -> bool:
+    """Whether `r`'s input starts with `before`'s input and output (the readers build
+    conversation histories that way; checked, not assumed)."""
+    upto = before.n_input + before.n_output
+    return r.n_input >= upto and bool(np.array_equal(r.input_tokens[:upto],
+                                                      before.tokens()))
+
+
+@dataclass
+class Served:
+    """What the server answered for one turn."""
+
+    index: int
+    prompt_tokens: int
+    cached_tokens: int
+    ttft: float  # seconds from sending to the first streamed token
+    latency: float
+    output: list[int]
+    prompt_hash: str  # the prompt actually sent (closed loop: depends on earlier outputs)
+    error: str | None = None
+
+
+@dataclass
+class Replayed:
+    served: list[Served] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+async def _session(client: Any, model: str, turns: list[Turn], start: float,
+                   limit: asyncio.Semaphore, out: dict[int, Served],
+                   progress: Any) -> None:
+    prompt: list[int] = []
+    for turn in turns:
+        delay = start + turn.arrival - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        prompt = (prompt if turn.extends else []) + [int(t) for t in turn.fresh]
+        async with limit:
+            served = await _one(client, model, turn, prompt)
+        out[turn.index] = served
+        progress(served)
+        if served.error is not None:
+            return  # the session's later prompts would not be the trace's
+        prompt = prompt + served.output
+
+
+async def _one(client: Any, model: str, turn: Turn, prompt: list[int]) -> Served:
+    sent = time.monotonic()
+    first: float | None = None
+    output: list[int] = []
+    usage = None
+    digest = hashlib.blake2b(np.asarray(prompt, dtype=np.int32).tobytes(),
+                             digest_size=8).hexdigest()
+    try:
+        stream = await client.completions.create(
+            model=model, prompt=prompt, max_tokens=turn.n_output, temperature=0.0,
+            stream=True, stream_options={"include_usage": True},
+            extra_body={"return_token_ids": True, "ignore_eos": True})
+        async for chunk in stream:
+            if chunk.choices:
+                ids = (chunk.choices[0].model_extra or {}).get("token_ids") or []
+                if ids and first is None:
+                    first = time.monotonic() - sent
+                output += ids
+            if chunk.usage is not None:
+                usage = chunk.usage
+    except Exception as err:  # a failed request is counted and named, never dropped
+        return Served(turn.index, len(prompt), 0, float("nan"), time.monotonic() - sent,
+                      output, digest, f"{type(err).__name__}: {err}")
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = int(getattr(details, "cached_tokens", 0) or 0)
+    return Served(turn.index, int(getattr(usage, "prompt_tokens", len(prompt))), cached,
+                  first if first is not None else float("nan"), time.monotonic() - sent,
+                  output, digest)
+
+
+def replay(url: str, model: str, trace: Scaled, *, concurrency: int = 8,
+           progress: Any = None) -> Replayed:
+    """Every turn of `trace` against the server at `url` (module docstring)."""
+    from openai import AsyncOpenAI
+
+    by_session: dict[str, list[Turn]] = defaultdict(list)
+    for turn in trace.turns:
+        by_session[turn.session].append(turn)
+    out: dict[int, Served] = {}
+
+    async def run() -> None:
+        client = AsyncOpenAI(base_url=url + "/v1", api_key="none", timeout=600.0,
+                             max_retries=0)
+        limit = asyncio.Semaphore(concurrency)
+        start = time.monotonic()
+        try:
+            await asyncio.gather(*(_session(client, model, turns, start, limit, out,
+                                            progress or (lambda s: None))
+                                   for turns in by_session.values()))
+        finally:
+            await client.close()
+
+    began = time.monotonic()
+    asyncio.run(run())
+    return Replayed([out[i] for i in sorted(out)], time.monotonic() - began)
+
+
+def percentile(values: list[float], q: float) -> float:
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.percentile(finite, q)) if finite else float("nan")

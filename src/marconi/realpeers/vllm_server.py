@@ -1,0 +1,244 @@
+"""A real vLLM server with marconi's plugin (docs/integrations.md, "Serving with vLLM"):
+the tiny hybrid model folder it serves, the command that starts it, and a harness that
+starts one, waits for it and stops it (benchmarks/bench_serve.py, tests/test_serve_vllm.py).
+
+The model is random weights (`--load-format dummy`: nothing comes from a hub) over a
+config this module writes, with a word-level tokenizer of `<i>` tokens written by the
+`tokenizers` library, so that any token id below the vocabulary size round-trips. Clients
+send token ids and read token ids back (`return_token_ids`), so the text never matters.
+
+    python -m marconi.realpeers.vllm_server model DIR [--family granitemoehybrid]
+    python -m marconi.realpeers.vllm_server command DIR [--policy marconi] [--blocks 48]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marconi.realpeers.envs import ENGINES, python_of
+
+VOCAB = 8192  # token ids of a trace are taken modulo this (the bench does)
+NAME = "tiny-hybrid"  # the model name clients address
+START_TIMEOUT = 300.0  # seconds a server may take to answer /health (40-90 s here)
+
+_SHARED = {"vocab_size": VOCAB, "hidden_size": 256, "intermediate_size": 512,
+           "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 4096,
+           "rms_norm_eps": 1e-5, "hidden_act": "silu", "tie_word_embeddings": True,
+           "torch_dtype": "float32", "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+           "rope_theta": 10000.0}
+# each family: 4 layers, the second attention, the rest Mamba2 (8 heads of 64, d_state 64)
+FAMILIES: dict[str, dict[str, Any]] = {
+    "granitemoehybrid": {
+        "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid",
+        "num_hidden_layers": 4, "layer_types": ["mamba", "attention", "mamba", "mamba"],
+        "shared_intermediate_size": 512, "num_local_experts": 0, "num_experts_per_tok": 0,
+        "mamba_n_heads": 8, "mamba_d_head": 64, "mamba_d_state": 64, "mamba_n_groups": 1,
+        "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256,
+        "mamba_conv_bias": True, "mamba_proj_bias": False, "position_embedding_type": "rope",
+        "embedding_multiplier": 1.0, "logits_scaling": 1.0, "residual_multiplier": 1.0,
+        "attention_multiplier": 0.125},
+    "bamba": {
+        "architectures": ["BambaForCausalLM"], "model_type": "bamba", "num_hidden_layers": 4,
+        "attn_layer_indices": [1], "mamba_n_heads": 8, "mamba_d_head": 64,
+        "mamba_d_state": 64, "mamba_n_groups": 1, "mamba_d_conv": 4, "mamba_expand": 2,
+        "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_proj_bias": False},
+    "nemotron_h": {
+        "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+        "num_hidden_layers": 4, "hybrid_override_pattern": "M*MM", "mamba_num_heads": 8,
+        "mamba_head_dim": 64, "ssm_state_size": 64, "n_groups": 1, "conv_kernel": 4,
+        "expand": 2, "chunk_size": 256, "use_conv_bias": True, "use_bias": False,
+        "head_dim": 64, "mlp_hidden_act": "relu2", "layer_norm_epsilon": 1e-5},
+}
+
+
+def write_model(folder: str | Path, family: str = "granitemoehybrid") -> Path:
+    """Write the tiny `family` model's config and tokenizer into `folder` (created);
+    the weights are vLLM's dummy ones. Returns the folder."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r} (known: {', '.join(FAMILIES)})")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    config = {**_SHARED, **FAMILIES[family]}
+    (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    tokenizer = Tokenizer(models.WordLevel(vocab={f"<{i}>": i for i in range(VOCAB)},
+                                           unk_token="<0>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins with spaces
+    tokenizer.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096,
+         "unk_token": "<0>", "eos_token": "<1>", "bos_token": "<2>", "pad_token": "<0>"},
+        indent=1) + "\n")
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig:
+    """One server: its model folder and policy ("stock", "marconi", "marconi+",
+    "nocache": prefix caching off), the pool (`blocks`: vLLM's block count, None: from
+    `VLLM_CPU_KVCACHE_SPACE`), and what else it is given."""
+
+    model: Path
+    policy: str = "stock"
+    blocks: int | None = None
+    alpha: float | None = None  # policy marconi: fixed instead of tuned
+    max_num_seqs: int = 4
+    max_model_len: int = 4096
+    cpu_split: bool = True  # MARCONI_VLLM_CPU_SPLIT=1 (the CPU build's crash; see plugin)
+    tuner: str = "process"
+    extra: tuple[str, ...] = ()
+
+    def command(self, port: int) -> list[str]:
+        cmd = [str(python_of(ENGINES["vllm"])), "-m", "vllm.entrypoints.openai.api_server",
+               "--model", str(self.model), "--served-model-name", NAME,
+               "--load-format", "dummy", "--dtype", "float32", "--seed", "0",
+               "--max-model-len", str(self.max_model_len),
+               "--max-num-seqs", str(self.max_num_seqs), "--enforce-eager",
+               "--enable-prompt-tokens-details", "--host", "127.0.0.1", "--port", str(port)]
+        if self.policy == "nocache":
+            cmd += ["--no-enable-prefix-caching"]
+        else:
+            cmd += ["--enable-prefix-caching", "--mamba-cache-mode", "align"]
+        if self.blocks is not None:
+            cmd += ["--num-gpu-blocks-override", str(self.blocks)]
+        return cmd + list(self.extra)
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MARCONI_")}
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+        env["VLLM_LOGGING_LEVEL"] = "INFO"
+        if self.cpu_split:
+            env["MARCONI_VLLM_CPU_SPLIT"] = "1"
+        if self.policy in ("marconi", "marconi+"):
+            env.update(MARCONI_VLLM=self.policy, MARCONI_MODEL=str(self.model / "config.json"),
+                       MARCONI_TUNER=self.tuner)
+            if self.alpha is not None:
+                env["MARCONI_ALPHA"] = str(self.alpha)
+        return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A running vLLM server (`with Server(config, log_path) as server:`): started, waited
+    for (`START_TIMEOUT`), stopped with its process group at the end."""
+
+    config: ServerConfig
+    log_path: Path
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Server:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as out:
+            self.proc = subprocess.Popen(self.config.command(self.port), env=self.config.env(),
+                                         stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vllm server ({self.config.policy}) exited with code "
+                                   f"{self.proc.returncode} at start: {self.last_error()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(1.0)
+        self.stop()
+        raise RuntimeError(f"vllm server ({self.config.policy}) did not answer /health within "
+                           f"{START_TIMEOUT:.0f} s (log: {self.log_path})")
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGINT)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def last_error(self) -> str:
+        """The log's last line naming an error (or its last line), for a message."""
+        lines = [ln for ln in self.log().splitlines() if ln.strip()]
+        errors = [ln for ln in lines if "Error" in ln or "error:" in ln]
+        return (errors or lines or ["(empty log)"])[-1].strip()[-300:]
+
+    def metrics(self) -> dict[str, float]:
+        """`/metrics`' samples summed over their labels (`name` -> value)."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
+            return parse_metrics(r.read().decode())
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text format: each sample name's values summed over its labels."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m:
+            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m marconi.realpeers.vllm_server",
+                                     description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    model = sub.add_parser("model", help="write the tiny model folder")
+    model.add_argument("folder")
+    model.add_argument("--family", default="granitemoehybrid", choices=sorted(FAMILIES))
+    command = sub.add_parser("command", help="print the server's environment and command")
+    command.add_argument("folder")
+    command.add_argument("--policy", default="marconi",
+                         choices=("stock", "marconi", "marconi+", "nocache"))
+    command.add_argument("--blocks", type=int, default=None)
+    command.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args(argv)
+    if args.what == "model":
+        print(write_model(args.folder, args.family))
+        return 0
+    config = ServerConfig(model=Path(args.folder).resolve(), policy=args.policy,
+                          blocks=args.blocks)
+    env = config.env()
+    ours = {k: v for k, v in env.items() if k.startswith(("MARCONI_", "VLLM_"))}
+    print(" ".join([*(f"{k}={v}" for k, v in sorted(ours.items())),
+                    *config.command(args.port)]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
