@@ -154,11 +154,15 @@ def summary(policy: str, all_runs: list[list[Run]]) -> str:
     cached = sum(r.cached for r in mine) / max(1, sum(r.cached for r in stock))
     ttft = [s.ttft for r in mine for s in r.ok]
     ttft0 = [s.ttft for r in stock for s in r.ok]
-    same = sum(identical(m, f) for m, f in zip(mine, ref, strict=True) if f is not None)
+    if all(f is not None for f in ref):
+        same = f"{sum(identical(m, f) for m, f in zip(mine, ref, strict=True))}/{n}"
+    else:  # no reference server was run: say so rather than count against nothing
+        same = f"{sum(identical(m, s) for m, s in zip(mine, stock, strict=True))}/{n} (to " \
+               "stock's; no server without prefix caching was run)"
     return (f"serve {label(policy)} vs {STOCK}: {n} requests, cached tokens ratio "
             f"{cached:.2f}, TTFT p50 ratio {percentile(ttft, 50) / percentile(ttft0, 50):.2f}, "
             f"p95 ratio {percentile(ttft, 95) / percentile(ttft0, 95):.2f}, outputs identical "
-            f"{same}/{n}")
+            f"{same}")
 
 
 def main(argv: list[str] | None = None) -> int:

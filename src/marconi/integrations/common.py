@@ -270,7 +270,8 @@ class Tuning:
         if self.process:
             from marconi.integrations.tuner_process import Remote
 
-            self.remote = Remote(type(self.chooser).__name__, self.spec, self.log)
+            self.remote = Remote(type(self.chooser).__name__, self.spec, self.log,
+                                 self._adopt)
             self.remote.start(system, capacity, layout)
             return
         from marconi.systems import get_system
@@ -282,12 +283,11 @@ class Tuning:
                                             daemon=True)
             self._thread.start()
 
-    def feed(self, tokens: np.ndarray, n_input: int) -> None:
+    def feed(self, tokens: Any, n_input: int) -> None:
+        """One finished request's token ids (an array; with `process` also a list, not
+        to be changed afterwards) and its input length."""
         if self.remote is not None:
             self.remote.feed(tokens, n_input)
-            alpha = self.remote.poll()
-            if alpha is not None:
-                self._adopt(alpha)
         elif self.background:
             self._queue.put((tokens, n_input))
         else:
@@ -301,7 +301,8 @@ class Tuning:
         if self.remote is None:
             return self.chooser.report()
         return {**self.remote.report, "tuner_pid": self.remote.pid,
-                "tuner_dropped": self.remote.dropped, "tuner_dead": self.remote.dead}
+                "tuner_dropped": self.remote.dropped, "tuner_dead": self.remote.dead,
+                "tuner_pack_ns": self.remote.feed_ns}
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
@@ -334,10 +335,7 @@ class Tuning:
         """Let the thread (or the child) finish what it was given (the benchmark's end);
         its error, if it failed, as IntegrationError."""
         if self.remote is not None:
-            self.remote.close(timeout)
-            alpha = self.remote.poll()  # its last messages
-            if alpha is not None:
-                self._adopt(alpha)
+            self.remote.close(timeout)  # its last messages read
             self.counters.tuner_ns = self.remote.tuner_ns
             return
         if self._thread is not None:

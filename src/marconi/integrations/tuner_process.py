@@ -4,10 +4,13 @@ its mirrors replay, so in a deployment the chooser (`Bootstrap` or `Shadows`) an
 mirrors run here, in a child of the engine's process, and only the finished requests'
 token ids cross over.
 
-The engine side (`Remote`) hands each request to a writer thread (a queue put, a few
-microseconds in the loop) that pickles it down a pipe; the child answers with each alpha
-it adopts, which the engine reads without blocking at its next finished request
-(`Remote.poll`). If the child dies, the engine keeps its last alpha and says so once.
+The engine side (`Remote`) hands each request's token list to a writer thread (a deque
+append, under a microsecond in the loop: a queue's wake-up of a blocked thread costs tens
+of microseconds on a busy machine, so the writer drains the deque every `DRAIN` seconds
+instead) that packs it down a pipe; the child answers with
+each alpha it adopts, which a reader thread (blocked on the pipe, so holding no GIL)
+hands to `on_alpha`. If the child dies, the engine keeps its last alpha and says so once.
+The writer's packing holds the GIL for a moment per request: `feed_ns` counts it.
 
     python -m marconi.integrations.tuner_process READ_FD WRITE_FD   # started by Remote
 """
@@ -17,12 +20,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import queue
 import signal
 import subprocess
 import sys
 import threading
 import time
+from array import array
+from collections import deque
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -30,30 +35,36 @@ from typing import Any
 import numpy as np
 
 BACKLOG = 4096  # finished requests waiting for the child; past it new ones are dropped
+DRAIN = 0.01  # seconds between the writer's looks at the backlog
 CHOOSERS = ("Bootstrap", "Shadows")
+NICE = 10  # the child's niceness, added to the engine's
 STATUS_EVERY = 64  # requests between the child's status messages (besides each alpha)
 
 
 class Remote:
-    """The chooser in a child process, fed from the engine's loop. `poll()` returns the
-    newest alpha the child adopted since the last call, or None."""
+    """The chooser in a child process, fed from the engine's loop; each alpha it adopts
+    goes to `on_alpha` (on the reader thread)."""
 
-    def __init__(self, chooser: str, spec: Any, log: logging.Logger) -> None:
+    def __init__(self, chooser: str, spec: Any, log: logging.Logger,
+                 on_alpha: Callable[[float], None]) -> None:
         if chooser not in CHOOSERS:
             raise ValueError(f"unknown chooser {chooser!r} (known: {', '.join(CHOOSERS)})")
-        self.chooser, self.spec, self.log = chooser, spec, log
+        self.chooser, self.spec, self.log, self.on_alpha = chooser, spec, log, on_alpha
         self.status = "untuned"
         self.report: dict[str, Any] = {}
         self.tuner_ns = 0  # the child's time in its chooser
         self.dropped = 0  # requests the child never saw (its backlog was full)
+        self.feed_ns = 0  # the writer thread's packing (it holds the GIL meanwhile)
         self.dead: str | None = None  # why the child is gone, once it is
         self.pid: int | None = None
-        self._queue: queue.Queue[tuple[bytes, int] | None] = queue.Queue(BACKLOG)
+        self._backlog: deque[tuple[Sequence[int], int]] = deque()
         self._proc: subprocess.Popen[bytes] | None = None
         self._down: Connection | None = None
         self._up: Connection | None = None
         self._writer: threading.Thread | None = None
+        self._reader: threading.Thread | None = None
         self._closing = False
+        self._lock = threading.Lock()
 
     def start(self, system: str, capacity: int, layout: dict[str, Any]) -> None:
         """Start the child with the mirrors' configuration."""
@@ -73,65 +84,73 @@ class Remote:
         self._down.send((self.chooser, dataclasses.asdict(self.spec), system, capacity, layout))
         self._writer = threading.Thread(target=self._write, name="marconi-tuner-feed",
                                         daemon=True)
+        self._reader = threading.Thread(target=self._read, name="marconi-tuner-alpha",
+                                        daemon=True)
         self._writer.start()
+        self._reader.start()
 
-    def feed(self, tokens: np.ndarray, n_input: int) -> None:
-        """Hand one finished request over (never blocks: a full backlog drops it)."""
+    def feed(self, tokens: Sequence[int], n_input: int) -> None:
+        """Hand one finished request over: its token ids (a list, or an array), not to be
+        changed afterwards. Never blocks: a full backlog drops it."""
         if self.dead is not None:
             return
-        try:
-            self._queue.put_nowait((np.ascontiguousarray(tokens, dtype=np.int32).tobytes(),
-                                    n_input))
-        except queue.Full:
+        if len(self._backlog) < BACKLOG:
+            self._backlog.append((tokens, n_input))  # atomic: no lock, no wake-up
+        else:
             if not self.dropped:
                 self.log.warning("marconi: the tuner process is %d requests behind; requests "
                                  "past that are not tuned on", BACKLOG)
             self.dropped += 1
 
-    def poll(self) -> float | None:
-        """The newest alpha the child adopted since the last poll, or None."""
-        up, alpha = self._up, None
-        if up is None or self.dead is not None:
-            return None
+    def _read(self) -> None:
+        up = self._up
+        assert up is not None
         try:
-            while up.poll(0):
-                alpha = self._message(up.recv(), alpha)
+            while True:
+                kind, value, status, report, tuner_ns = up.recv()
+                self.status, self.report, self.tuner_ns = status, report, tuner_ns
+                if kind == "alpha":
+                    self.on_alpha(float(value))
         except (EOFError, OSError):
             self._died()
-        return alpha
-
-    def _message(self, message: tuple[Any, ...], alpha: float | None) -> float | None:
-        kind, value, status, report, tuner_ns = message
-        self.status, self.report, self.tuner_ns = status, report, tuner_ns
-        return float(value) if kind == "alpha" else alpha
 
     def _write(self) -> None:
-        down = self._down
+        down, backlog = self._down, self._backlog
         assert down is not None
-        while (item := self._queue.get()) is not None:
+        while True:
+            if not backlog:
+                if self._closing:
+                    break
+                time.sleep(DRAIN)
+                continue
+            tokens, n_input = backlog.popleft()
+            start = time.perf_counter_ns()
+            packed = tokens.astype(np.int32).tobytes() if isinstance(tokens, np.ndarray) \
+                else array("i", tokens).tobytes()
+            self.feed_ns += time.perf_counter_ns() - start
             try:
-                down.send(item)
+                down.send_bytes(packed + n_input.to_bytes(8, "little"))
             except OSError:
                 self._died()
                 return
         down.close()
 
     def _died(self) -> None:
-        if self.dead is not None:
-            return
-        if self._closing:  # the end of a run, not a death
-            self.dead = "closed"
-            return
-        code = None if self._proc is None else self._proc.poll()
-        self.dead = f"exit code {code}" if code is not None else "its pipe closed"
+        with self._lock:  # the reader and the writer may both find it gone
+            if self.dead is not None:
+                return
+            if self._closing:  # the end of a run, not a death
+                self.dead = "closed"
+                return
+            code = None if self._proc is None else self._proc.poll()
+            self.dead = f"exit code {code}" if code is not None else "its pipe closed"
         self.log.warning("marconi: the tuner process (pid %s) is gone (%s); the engine keeps "
                          "serving at its last alpha", self.pid, self.dead)
 
     def close(self, timeout: float | None = None) -> None:
         """Let the child finish what it was given, collect its last word, and end it."""
-        self._closing = True
+        self._closing = True  # the writer sends what is left, then closes the pipe
         if self._writer is not None and self.dead is None:
-            self._queue.put(None)
             self._writer.join(timeout)
         if self._proc is not None:
             try:
@@ -139,6 +158,8 @@ class Remote:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
+        if self._reader is not None:
+            self._reader.join(timeout)
 
 
 def _chooser(name: str) -> Any:
@@ -154,6 +175,7 @@ def main(argv: list[str]) -> int:
     from marconi.systems import get_system
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the engine's Ctrl-C ends us through EOF
+    os.nice(NICE)  # the engine's processes first, where cores are few
     down, up = Connection(int(argv[0]), writable=False), Connection(int(argv[1]),
                                                                    readable=False)
     name, spec, system, capacity, layout = down.recv()
@@ -162,11 +184,12 @@ def main(argv: list[str]) -> int:
     spent = seen = 0
     while True:
         try:
-            raw, n_input = down.recv()
+            raw = down.recv_bytes()
         except (EOFError, OSError):
             break
         start = time.perf_counter_ns()
-        alpha = chooser.observe(np.frombuffer(raw, dtype=np.int32), n_input)
+        n_input = int.from_bytes(raw[-8:], "little")
+        alpha = chooser.observe(np.frombuffer(raw[:-8], dtype=np.int32), n_input)
         spent += time.perf_counter_ns() - start
         seen += 1
         if alpha is not None or seen % STATUS_EVERY == 0:  # (few: the engine reads them

@@ -152,11 +152,21 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> Server:
+        self.start()
+        return self.wait()
+
+    def start(self) -> None:
+        """Start the process (`wait` for it to answer); several may start at once."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as out:
             self.proc = subprocess.Popen(self.config.command(self.port), env=self.config.env(),
                                          stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def wait(self) -> Server:
+        """Until /health answers; RuntimeError naming the root cause if the server exits
+        first, or after `START_TIMEOUT`."""
+        assert self.proc is not None
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -190,10 +200,12 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
     def last_error(self) -> str:
-        """The log's last line naming an error (or its last line), for a message."""
+        """The log's root cause (its last `XError: ...` line that is not vLLM's "see
+        above"), else its last line, for a message."""
         lines = [ln for ln in self.log().splitlines() if ln.strip()]
-        errors = [ln for ln in lines if "Error" in ln or "error:" in ln]
-        return (errors or lines or ["(empty log)"])[-1].strip()[-300:]
+        errors = [ln for ln in lines if re.search(r"\b\w*(Error|Exception): ", ln)
+                  and "root cause above" not in ln]
+        return (errors or lines or ["(empty log)"])[-1].strip()[-400:]
 
     def metrics(self) -> dict[str, float]:
         """`/metrics`' samples summed over their labels (`name` -> value)."""

@@ -1,0 +1,108 @@
+"""A real vLLM server with marconi's plugin (docs/integrations.md, "Serving with vLLM"):
+started as a user would (marconi.realpeers.vllm_server), on a contended pool, replaying
+multi-turn conversations through the real `openai` client with streaming. The plugin says
+it is on in the engine's processes, every request succeeds, requests hit, the greedy
+outputs equal token for token those of the same server with prefix caching off, and the
+tuner (in its own process) adopts an alpha.
+
+Needs vLLM's environment (`bash scripts/setup-peers.sh vllm`): skipped without it, except
+under CI (CI=true), where it fails. Two server starts: a few minutes."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from marconi.realpeers.serve_replay import Replayed, replay, scaled
+from marconi.realpeers.vllm_server import NAME, VOCAB, Server, ServerConfig, write_model
+from marconi.workload import TraceOptions, load_trace
+from tests.test_realpeers import need
+
+pytestmark = pytest.mark.slow
+BLOCKS = 32  # the pool, in blocks of 256 tokens: the conversations below do not fit
+# 24 conversations of 8 turns over a 256-token system prompt, 160-token user messages and
+# 32-token replies: prompts grow to about 1,800 tokens, so hits span whole 256-token
+# blocks; the bootstrap tuner (its mirror evicting from about the 30th request) adopts
+# an alpha near the 180th
+WORKLOAD = "synthetic:multi-turn:turns=8,user_len=160,output_len=32"
+ADOPTION_WAIT = 90.0  # seconds the bootstrap's replays (in the tuner's process) may take
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Replayed, str]]:
+    need("vllm")
+    out = tmp_path_factory.mktemp("serve")
+    model = write_model(out / "model")
+    chat = load_trace(WORKLOAD, options=TraceOptions(sessions=24))
+    trace = scaled(chat, vocab=VOCAB, max_output=32, max_tokens=2048, span=20.0)
+    servers = {policy: Server(ServerConfig(model=model, policy=policy, blocks=BLOCKS,
+                                           max_model_len=2048), out / f"{policy}.log")
+               for policy in ("nocache", "marconi")}
+    runs = {}
+    try:
+        for server in servers.values():  # both start at once (a minute, not two)
+            server.start()
+        for policy, server in servers.items():
+            server.wait()
+            replayed = replay(server.url, NAME, trace, concurrency=4)
+            deadline = time.monotonic() + (ADOPTION_WAIT if policy == "marconi" else 0)
+            while time.monotonic() < deadline and "adopted" not in server.log():
+                time.sleep(1.0)
+            server.stop()
+            runs[policy] = (replayed, server.log())
+    finally:
+        for server in servers.values():
+            server.stop()
+    return runs
+
+
+def test_the_plugin_says_it_is_on_in_the_engine_core(served) -> None:
+    _, log = served["marconi"]
+    on = re.findall(r"\((EngineCore|VllmWorker-0)[^)]*\).*marconi: on in this process", log)
+    assert "EngineCore" in on, log[-3000:]
+    assert "policy marconi, model granitemoehybrid, alpha bootstrap-tuned (tuner in a " \
+           "process)" in log
+    assert "mid-prefill Mamba checkpoint is off" in log
+    _, stock_log = served["nocache"]
+    assert "marconi: on" not in stock_log  # without MARCONI_VLLM nothing is installed
+
+
+def test_every_request_succeeds_and_some_hit(served) -> None:
+    replayed, _ = served["marconi"]
+    failed = [s.error for s in replayed.served if s.error is not None]
+    assert not failed and len(replayed.served) > 50
+    assert sum(s.cached_tokens for s in replayed.served) >= 20 * 256
+    assert sum(s.cached_tokens > 0 for s in replayed.served) >= 10
+    assert all(s.cached_tokens < s.prompt_tokens for s in replayed.served)
+
+
+def test_outputs_equal_a_server_without_prefix_caching(served) -> None:
+    ours, _ = served["marconi"]
+    reference, _ = served["nocache"]
+    assert [s.prompt_hash for s in ours.served] == [s.prompt_hash for s in reference.served]
+    differ = [s.index for s, r in zip(ours.served, reference.served, strict=True)
+              if s.output != r.output]
+    assert not differ, f"{len(differ)} requests' outputs differ, the first {differ[:5]}"
+    assert all(len(s.output) > 0 for s in ours.served)
+
+
+def test_the_tuner_adopts_an_alpha_off_the_scheduling_loop(served) -> None:
+    _, log = served["marconi"]
+    started = re.search(r"marconi: tuner started in \d+ ms \(process (\d+)\)", log)
+    assert started is not None, log[-3000:]
+    adopted = re.findall(r"\(EngineCore[^)]*\).*marconi: alpha (\S+) adopted", log)
+    assert adopted, "the tuner never adopted an alpha"
+    assert "is gone" not in log
+    costs = [int(c) for c in re.findall(r"in the scheduling loop (\d+) us/request", log)]
+    assert costs  # the plugin's cost line (the bench prints what it is)
+
+
+def test_the_harness_names_a_server_that_cannot_start(tmp_path: Path) -> None:
+    need("vllm")
+    model = write_model(tmp_path / "model")
+    config = ServerConfig(model=model, policy="stock", blocks=2, max_model_len=4096)
+    with pytest.raises(RuntimeError, match=r"exited with code 1 at start: .*(KV cache|memory)"):
+        Server(config, tmp_path / "bad.log").__enter__()
