@@ -4,7 +4,7 @@
 
 Needs vLLM's environment with its server (`bash scripts/setup-peers.sh vllm`). Each trace
 is fitted to the tiny served model (marconi.realpeers.serve_replay: every `stride`-th
-token, outputs cut to 16 tokens) and replayed through the real `openai` client with
+token, outputs cut to 128 tokens) and replayed through the real `openai` client with
 streaming against real server processes (`python -m vllm.entrypoints.openai.api_server`,
 marconi.realpeers.vllm_server), one after another on this machine, in the order stock,
 +marconi, +marconi+, prefix caching off (the exactness reference), stock again (`--repeat`:
@@ -53,9 +53,12 @@ class Plan:
     max_model_len: int = 2048  # longer requests are dropped (counted)
 
 
-FULL = (Plan("sharegpt(60)", 1, 400, 32), Plan("swe-agent", 8, 400, 64, 4096),
-        Plan("mooncake[0:400]", 8, 400, 64, 4096))
-QUICK = (Plan("sharegpt(40)", 1, 160, 32),)
+    max_output: int = 128  # output tokens per request, at most
+
+
+FULL = (Plan("sharegpt(24)", 1, 300, 64), Plan("swe-agent", 8, 300, 128, 4096, 64),
+        Plan("mooncake[0:300]", 8, 300, 128, 4096, 64))
+QUICK = (Plan("sharegpt(12)", 1, 100, 48, max_output=32),)
 POLICIES = ("stock", "marconi", "marconi+", "nocache")
 
 
@@ -129,7 +132,7 @@ def identical(a: Run, b: Run) -> int:
 
 def table(plan: Plan, trace: Scaled, runs: list[Run]) -> None:
     ref = next((r for r in runs if r.policy == "nocache"), None)
-    print(f"\n{trace.name}: {len(trace.turns)} requests (every {trace.stride} token(s), "
+    print(f"\n{plan.trace}: {len(trace.turns)} requests (every {trace.stride} token(s), "
           f"{trace.dropped} past the context dropped), pool {plan.blocks} blocks of 256 "
           "tokens")
     print(f"  {'server':34} {'ok':>4} {'cached tok':>10} {'vllm hits':>10} {'TTFT p50':>9} "
@@ -163,6 +166,33 @@ def summary(policy: str, all_runs: list[list[Run]]) -> str:
             f"{cached:.2f}, TTFT p50 ratio {percentile(ttft, 50) / percentile(ttft0, 50):.2f}, "
             f"p95 ratio {percentile(ttft, 95) / percentile(ttft0, 95):.2f}, outputs identical "
             f"{same}")
+
+
+BLOCK_TOKENS = 256  # the served model's block (vLLM aligns it to the Mamba chunk)
+
+
+def predicted(plan: Plan, trace: Scaled, runs: list[Run], model: Path) -> dict[str, int]:
+    """Cached tokens the replay through vLLM's own cache classes predicts for stock and
+    each marconi policy (marconi.realpeers, one request at a time in arrival order, the
+    tuner inline): the requests stock was sent and answered, the server's pool (its
+    blocks at one layer's page each, as the plugin's mirror counts it)."""
+    from marconi.core.spec import model_from
+    from marconi.realpeers.serve_replay import as_trace
+    from marconi.sim import SimConfig
+    from marconi.sim.run import run
+
+    spec = model_from(str(model / "config.json"))
+    memory = plan.blocks * BLOCK_TOKENS * spec.kv_layer_bytes_per_token
+    sent = as_trace(plan.trace, trace, runs[0].replayed.served)
+    out = {}
+    for policy in dict.fromkeys(r.policy for r in runs):
+        if policy == "nocache":
+            continue
+        system = f"{STOCK}:block_size={BLOCK_TOKENS}" + (
+            "" if policy == "stock" else f",integration={policy},tuner=inline")
+        config = SimConfig(spec=spec, capacity=str(memory), system=system, bounds=False)
+        out[policy] = int(run(sent, config, warn=False).summary().to_json()["hit_tokens"])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,12 +232,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{plan.trace}: data absent, skipped")
             continue
         fitted = scaled(trace, stride=plan.stride, vocab=VOCAB, requests=plan.requests,
-                        max_tokens=plan.max_model_len)
+                        max_tokens=plan.max_model_len, max_output=plan.max_output)
         print(f"{plan.trace}: serving {len(fitted.turns)} requests", file=sys.stderr,
               flush=True)
         runs = [serve_one(p, plan, fitted, model, out, not args.no_progress)
                 for p in policies]
         table(plan, fitted, runs)
+        guess = predicted(plan, fitted, runs, model)
+        print("  replay through vLLM's cache classes (same requests, one at a time), cached "
+              "tokens: " + ", ".join(f"{label(p)} {n}" for p, n in guess.items())
+              + "".join(f"; {label(p)} ratio {guess[p] / max(1, guess['stock']):.2f} "
+                        f"(served {r.cached / max(1, runs[0].cached):.2f})"
+                        for p in guess if p != "stock"
+                        for r in [next(x for x in runs if x.policy == p)]))
         if args.repeat:
             first, again = runs[0], runs[-1]
             print(f"  noise: stock twice, cached tokens {first.cached} and {again.cached}, "

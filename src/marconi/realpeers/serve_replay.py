@@ -105,6 +105,7 @@ class Served:
     output: list[int]
     prompt_hash: str  # the prompt actually sent (closed loop: depends on earlier outputs)
     error: str | None = None
+    prompt: list[int] = field(default_factory=list, repr=False)  # what was sent
 
 
 @dataclass
@@ -153,12 +154,12 @@ async def _one(client: Any, model: str, turn: Turn, prompt: list[int]) -> Served
                 usage = chunk.usage
     except Exception as err:  # a failed request is counted and named, never dropped
         return Served(turn.index, len(prompt), 0, float("nan"), time.monotonic() - sent,
-                      output, digest, f"{type(err).__name__}: {err}")
+                      output, digest, f"{type(err).__name__}: {err}", prompt)
     details = getattr(usage, "prompt_tokens_details", None)
     cached = int(getattr(details, "cached_tokens", 0) or 0)
     return Served(turn.index, int(getattr(usage, "prompt_tokens", len(prompt))), cached,
                   first if first is not None else float("nan"), time.monotonic() - sent,
-                  output, digest)
+                  output, digest, None, prompt)
 
 
 def replay(url: str, model: str, trace: Scaled, *, concurrency: int = 8,
@@ -186,6 +187,26 @@ def replay(url: str, model: str, trace: Scaled, *, concurrency: int = 8,
     began = time.monotonic()
     asyncio.run(run())
     return Replayed([out[i] for i in sorted(out)], time.monotonic() - began)
+
+
+def as_trace(name: str, trace: Scaled, served: list[Served]) -> Trace:
+    """What a server was sent and answered, as a marconi trace in arrival order (to replay
+    the same requests through the engine's cache classes)."""
+    from marconi.workload.types import Request
+
+    turns = {t.index: t for t in trace.turns}
+    requests, turn_of = [], dict[str, int]()
+    for s in served:
+        if s.error is not None:
+            continue
+        t = turns[s.index]
+        turn_of[t.session] = turn_of.get(t.session, -1) + 1
+        requests.append(Request(session_id=t.session, turn=turn_of[t.session],
+                                arrival=t.arrival,
+                                input_tokens=np.asarray(s.prompt, dtype=np.int32),
+                                output_tokens=np.asarray(s.output, dtype=np.int32)))
+    requests.sort(key=lambda r: r.arrival)
+    return Trace(name, tuple(requests))
 
 
 def percentile(values: list[float], q: float) -> float:
