@@ -4,7 +4,7 @@
 
 Needs vLLM's environment with its server (`bash scripts/setup-peers.sh vllm`). Each trace
 is fitted to the tiny served model (marconi.realpeers.serve_replay: every `stride`-th
-token, outputs cut to 128 tokens) and replayed through the real `openai` client with
+token, outputs cut to 64 tokens) and replayed through the real `openai` client with
 streaming against real server processes (`python -m vllm.entrypoints.openai.api_server`,
 marconi.realpeers.vllm_server), one after another on this machine, in the order stock,
 +marconi, +marconi+, prefix caching off (the exactness reference), stock again (`--repeat`:
@@ -39,7 +39,14 @@ from common import load
 
 from marconi.realpeers.envs import available
 from marconi.realpeers.serve_replay import Replayed, Scaled, percentile, replay, scaled
-from marconi.realpeers.vllm_server import NAME, VOCAB, Server, ServerConfig, write_model
+from marconi.realpeers.vllm_server import (
+    FAMILIES,
+    NAME,
+    VOCAB,
+    Server,
+    ServerConfig,
+    write_model,
+)
 
 STOCK = "vllm-0.32"
 
@@ -53,11 +60,11 @@ class Plan:
     max_model_len: int = 2048  # longer requests are dropped (counted)
 
 
-    max_output: int = 128  # output tokens per request, at most
+    max_output: int = 64  # output tokens per request, at most
 
 
-FULL = (Plan("sharegpt(24)", 1, 300, 64), Plan("swe-agent", 8, 300, 128, 4096, 64),
-        Plan("mooncake[0:300]", 8, 300, 128, 4096, 64))
+FULL = (Plan("sharegpt(16)", 1, 200, 48), Plan("swe-agent", 8, 200, 96, 4096),
+        Plan("mooncake[0:200]", 8, 200, 96, 4096))
 QUICK = (Plan("sharegpt(12)", 1, 100, 48, max_output=32),)
 POLICIES = ("stock", "marconi", "marconi+", "nocache")
 
@@ -195,6 +202,30 @@ def predicted(plan: Plan, trace: Scaled, runs: list[Run], model: Path) -> dict[s
     return out
 
 
+def families(out: Path) -> None:
+    """Each family of vllm_server.FAMILIES served by a stock server with prefix caching:
+    one 700-token prompt sent twice; the second's cached tokens, or why it failed."""
+    from openai import OpenAI
+
+    prompt = [3 + (7 * i) % (VOCAB - 3) for i in range(700)]
+    for family in FAMILIES:
+        model = write_model(out / family, family)
+        config = ServerConfig(model=model, policy="stock", blocks=64)
+        try:
+            with Server(config, out / f"{family}.log") as server:
+                client = OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+                cached = []
+                for _ in range(2):
+                    r = client.completions.create(model=NAME, prompt=prompt, max_tokens=4,
+                                                  temperature=0.0)
+                    details = r.usage.prompt_tokens_details if r.usage else None
+                    cached.append(int(getattr(details, "cached_tokens", 0) or 0))
+            print(f"family {family}: serves; the repeated 700-token prompt hit {cached[1]} "
+                  "tokens")
+        except Exception as err:
+            print(f"family {family}: fails: {err}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one short ShareGPT replay")
@@ -207,10 +238,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", action="store_true", help="stock once more at the end")
     parser.add_argument("--out", default=None, help="keep the logs and requests here")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--families", action="store_true",
+                        help="only: which tiny model families vLLM's CPU build serves (each "
+                             "started stock, asked one prompt twice: its hit, or its error)")
     args = parser.parse_args(argv)
     if not available("vllm"):
         print("bench_serve: skipped, vLLM's environment is missing "
               "(bash scripts/setup-peers.sh vllm)")
+        return 0
+    if args.families:
+        families(Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="families-")))
         return 0
     policies = ["stock", *[p for p in args.policies.split(",") if p != "stock"]]
     bad = [p for p in policies if p not in POLICIES]

@@ -105,3 +105,40 @@ def test_real_mooncake_reports_its_828_long_requests(data_dir: Path,
     trace = load_trace(data_dir / "mooncake" / "conversation_trace.jsonl", options=OPTS)
     assert "828 requests over 32,768 input tokens" in describe(trace)
     assert json.dumps(trace.meta["load"])  # survives the disk cache's JSON
+
+
+class TestEmptyInputs:
+    """A conversation that opens with an empty message (seven of the packaged ShareGPT's)
+    gives a request with nothing to prefill: dropped, counted and named, in every reader,
+    never a crash in the cache (`lookup: empty token list`)."""
+
+    @staticmethod
+    def _sharegpt(files: Files) -> Path:
+        conv = [{"from": "human", "value": ""}, {"from": "gpt", "value": "hello there"},
+                {"from": "human", "value": "tell me a joke"}, {"from": "gpt", "value": "no"}]
+        return files.json("sg.json", [{"id": "IXmHCvM_0", "conversations": conv}])
+
+    @staticmethod
+    def _lmsys(files: Files) -> Path:
+        conv = [{"role": "user", "content": ""}, {"role": "assistant", "content": "hello"},
+                {"role": "user", "content": "a joke"}, {"role": "assistant", "content": "no"}]
+        return files.jsonl("lmsys.jsonl", [{"conversation_id": "c0", "model": "m",
+                                            "conversation": conv, "turn": 2}])
+
+    @staticmethod
+    def _artifact(files: Files) -> Path:
+        rows = [{"session_id": "s", "turn_id": 0, "ts": 0.0, "input_tokens": [],
+                 "output_tokens": [5, 6]},
+                {"session_id": "s", "turn_id": 1, "ts": 1.0, "input_tokens": [5, 6, 7],
+                 "output_tokens": [8]}]
+        return files.jsonl("art.jsonl", rows)
+
+    @pytest.mark.parametrize("reader", ["_sharegpt", "_lmsys", "_artifact"])
+    def test_dropped_counted_and_named_and_the_session_replays(
+            self, files: Files, reader: str, capsys: pytest.CaptureFixture) -> None:
+        path = getattr(self, reader)(files)
+        trace = load_trace(path, options=OPTS.with_(min_turns=1))
+        assert len(trace) == 1 and all(r.n_input > 0 for r in trace)
+        assert "dropped 1 requests with an empty input" in describe(trace)
+        assert main(["simulate", str(path), "--min-turns", "1", "--quiet", "--json"]) == 0
+        assert "1 requests with an empty input" in capsys.readouterr().err

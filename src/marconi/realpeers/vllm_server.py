@@ -38,7 +38,8 @@ _SHARED = {"vocab_size": VOCAB, "hidden_size": 256, "intermediate_size": 512,
            "rms_norm_eps": 1e-5, "hidden_act": "silu", "tie_word_embeddings": True,
            "torch_dtype": "float32", "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
            "rope_theta": 10000.0}
-# each family: 4 layers, the second attention, the rest Mamba2 (8 heads of 64, d_state 64)
+# each family: 4 small layers; GraniteMoeHybrid (the one the benchmarks serve), Bamba and
+# Nemotron-H with the second attention and the rest Mamba2 (8 heads of 64, d_state 64)
 FAMILIES: dict[str, dict[str, Any]] = {
     "granitemoehybrid": {
         "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid",
@@ -60,6 +61,30 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "mamba_head_dim": 64, "ssm_state_size": 64, "n_groups": 1, "conv_kernel": 4,
         "expand": 2, "chunk_size": 256, "use_conv_bias": True, "use_bias": False,
         "head_dim": 64, "mlp_hidden_act": "relu2", "layer_norm_epsilon": 1e-5},
+    "falcon_h1": {  # attention and Mamba2 side by side in every layer
+        "architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1",
+        "num_hidden_layers": 4, "head_dim": 64, "mamba_n_heads": 8, "mamba_d_head": 64,
+        "mamba_d_ssm": 512, "mamba_d_state": 64, "mamba_n_groups": 1, "mamba_d_conv": 4,
+        "mamba_expand": 2, "mamba_chunk_size": 256, "mamba_conv_bias": True,
+        "mamba_proj_bias": False, "mamba_rms_norm": False},
+    "mamba2": {  # no attention at all
+        "architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "num_hidden_layers": 4,
+        "num_heads": 8, "head_dim": 64, "state_size": 64, "n_groups": 1, "conv_kernel": 4,
+        "expand": 2, "chunk_size": 256, "use_conv_bias": True, "use_bias": False,
+        "layer_norm_epsilon": 1e-5},
+    "jamba": {  # Mamba1 layers
+        "architectures": ["JambaForCausalLM"], "model_type": "jamba", "num_hidden_layers": 4,
+        "attn_layer_period": 4, "attn_layer_offset": 1, "expert_layer_period": 2,
+        "expert_layer_offset": 1, "num_experts": 1, "num_experts_per_tok": 1,
+        "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_dt_rank": 16,
+        "use_mamba_kernels": False},
+    "qwen3_next": {  # gated delta-net linear attention
+        "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+        "num_hidden_layers": 4, "full_attention_interval": 2, "head_dim": 64,
+        "linear_num_value_heads": 4, "linear_num_key_heads": 2, "linear_key_head_dim": 64,
+        "linear_value_head_dim": 64, "linear_conv_kernel_dim": 4, "num_experts": 4,
+        "num_experts_per_tok": 1, "moe_intermediate_size": 128,
+        "shared_expert_intermediate_size": 128, "decoder_sparse_step": 1, "mlp_only_layers": []},
 }
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from marconi.workload.report import META_KEY
 from marconi.workload.types import Request, Tokens, Trace, as_tokens
 
 Span = tuple[int, int]  # [start, stop) offsets into the flat token array
@@ -139,7 +140,18 @@ class TraceBuilder:
         )
 
     def build(self, name: str, meta: dict[str, object] | None = None) -> Built:
-        return Built(self.arrays(), name, dict(meta or {}))
+        """The trace, less the requests whose input is empty (a conversation that opens
+        with an empty message: nothing to prefill, and no cache can look it up), counted
+        in the load stats (`meta[META_KEY]["empty_inputs"]`) so the summary line names
+        them; their sessions' later requests stay."""
+        meta = dict(meta or {})
+        empty = sum(1 for row in self._rows if row[0] == row[1])
+        if empty:
+            self._rows = [row for row in self._rows if row[0] != row[1]]
+            load = meta.get(META_KEY)
+            meta[META_KEY] = {**(load if isinstance(load, dict) else {"unit": "requests"}),
+                              "empty_inputs": empty}
+        return Built(self.arrays(), name, meta)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from marconi.workload.types import Trace
 # bump when a reader's output or the file's layout changes (2: marks; 3: one file mapped
 # into memory, session names in its JSON header, where numpy's fixed-width strings no
 # longer drop a trailing NUL; 4: OpenAI logs render tool calls)
-CACHE_VERSION = 4
+CACHE_VERSION = 5  # 5: requests with an empty input dropped (counted)
 ENV_VAR = "MARCONI_CACHE_DIR"
 SUFFIX = ".trace"
 # the file: MAGIC, the header's length (8 bytes, little-endian), the JSON header [name,

@@ -30,6 +30,7 @@ class LoadStats:
     max_input_tokens: int | None = None  # the input length limit in force
     long_requests: int = 0  # requests dropped by it (with their sessions' later turns)
     long_sessions: int = 0  # sessions cut by it
+    empty_inputs: int = 0  # requests with nothing before them to prefill (TraceBuilder)
 
     def as_meta(self) -> dict[str, object]:
         return asdict(self)
@@ -60,6 +61,10 @@ def drops(stats: LoadStats) -> list[str]:
         out.append(f"{stats.long_requests:,} requests over {stats.max_input_tokens:,} input "
                    f"tokens{within} (--max-input-tokens {stats.max_input_tokens}; 'none' "
                    "keeps them)")
+    if stats.empty_inputs:
+        out.append(f"{stats.empty_inputs:,} requests with an empty input (a conversation "
+                   "opening with an empty message: nothing to prefill; the session's later "
+                   "requests kept)")
     if stats.stopped:
         out.append(f"everything after the first {stats.sessions} sessions, not read "
                    f"(--sessions {stats.sessions}; 'all' keeps every session)")

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# A real vLLM server (vLLM 0.32's CPU build) with marconi's plugin, serving a tiny hybrid
+# model (GraniteMoeHybrid, random weights: nothing is downloaded) on 127.0.0.1:${PORT:-8000}
+# (docs/integrations.md, "Serving with vLLM"). Builds vLLM's environment first if needed.
+#   bash scripts/serve-vllm.sh                  # marconi (bootstrap-tuned alpha)
+#   bash scripts/serve-vllm.sh marconi+         # marconi+'s shadow experts choose alpha
+#   bash scripts/serve-vllm.sh stock --num-gpu-blocks-override 64   # any vLLM flag after
+# MARCONI_SERVE_MODEL names another model folder (written there if it has no config.json).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+policy="${1:-marconi}"
+[ $# -gt 0 ] && shift
+case "$policy" in
+    marconi|marconi+|stock) ;;
+    *) echo "serve-vllm: unknown policy '$policy' (known: marconi, marconi+, stock)" >&2; exit 2 ;;
+esac
+bash scripts/setup-peers.sh vllm >&2
+py="$PWD/.venv-peers/vllm/bin/python"
+[ -n "${MARCONI_PEERS_DIR:-}" ] && py="$MARCONI_PEERS_DIR/vllm/bin/python"
+model="${MARCONI_SERVE_MODEL:-$PWD/.venv-peers/models/granitemoehybrid}"
+[ -f "$model/config.json" ] || "$py" -m marconi.realpeers.vllm_server model "$model" >&2
+read -r -a cmd <<< "$("$py" -m marconi.realpeers.vllm_server command "$model" \
+    --policy "$policy" --port "${PORT:-8000}")"
+echo "serve-vllm: ${cmd[*]} $*" >&2
+exec env "${cmd[@]}" "$@"
