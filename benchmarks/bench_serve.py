@@ -4,7 +4,7 @@
 
 Needs vLLM's environment with its server (`bash scripts/setup-peers.sh vllm`). Each trace
 is fitted to the tiny served model (marconi.realpeers.serve_replay: every `stride`-th
-token, outputs cut to 64 tokens) and replayed through the real `openai` client with
+token, outputs cut to 32 tokens) and replayed through the real `openai` client with
 streaming against real server processes (`python -m vllm.entrypoints.openai.api_server`,
 marconi.realpeers.vllm_server), one after another on this machine, in the order stock,
 +marconi, +marconi+, prefix caching off (the exactness reference), stock again (`--repeat`:
@@ -60,12 +60,14 @@ class Plan:
     max_model_len: int = 2048  # longer requests are dropped (counted)
 
 
-    max_output: int = 64  # output tokens per request, at most
+    max_output: int = 32  # output tokens per request, at most
+    span: float = 75.0  # seconds the requests' arrivals are spread over
 
 
-FULL = (Plan("sharegpt(16)", 1, 200, 48), Plan("swe-agent", 8, 200, 96, 4096),
-        Plan("mooncake[0:200]", 8, 200, 96, 4096))
-QUICK = (Plan("sharegpt(12)", 1, 100, 48, max_output=32),)
+# pools: the requests running at once (4) hold about half, the rest is the cache
+FULL = (Plan("sharegpt(16)", 1, 150, 128), Plan("swe-agent", 8, 150, 192, 4096),
+        Plan("mooncake[0:150]", 8, 150, 192, 4096))
+QUICK = (Plan("sharegpt(12)", 1, 100, 96, span=60.0),)
 POLICIES = ("stock", "marconi", "marconi+", "nocache")
 
 
@@ -131,6 +133,13 @@ def serve_one(policy: str, plan: Plan, trace: Scaled, model: Path, out: Path,
     return Run(policy, replayed, before, after, log_path.read_text(errors="replace"))
 
 
+def share(ours: float, stock: float) -> str:
+    """`ours / stock`, or what stands for it when stock is 0 (no ratio to print)."""
+    if stock:
+        return f"{ours / stock:.2f}"
+    return "n/a, neither hit" if not ours else "n/a, stock hit nothing"
+
+
 def identical(a: Run, b: Run) -> int:
     """Requests whose outputs agree token for token (a failed one never does)."""
     theirs = {s.index: s.output for s in b.ok}
@@ -161,7 +170,7 @@ def summary(policy: str, all_runs: list[list[Run]]) -> str:
     stock = [next(r for r in runs if r.policy == "stock") for runs in all_runs]
     ref = [next((r for r in runs if r.policy == "nocache"), None) for runs in all_runs]
     n = sum(len(r.replayed.served) for r in mine)
-    cached = sum(r.cached for r in mine) / max(1, sum(r.cached for r in stock))
+    cached = share(sum(r.cached for r in mine), sum(r.cached for r in stock))
     ttft = [s.ttft for r in mine for s in r.ok]
     ttft0 = [s.ttft for r in stock for s in r.ok]
     if all(f is not None for f in ref):
@@ -170,7 +179,7 @@ def summary(policy: str, all_runs: list[list[Run]]) -> str:
         same = f"{sum(identical(m, s) for m, s in zip(mine, stock, strict=True))}/{n} (to " \
                "stock's; no server without prefix caching was run)"
     return (f"serve {label(policy)} vs {STOCK}: {n} requests, cached tokens ratio "
-            f"{cached:.2f}, TTFT p50 ratio {percentile(ttft, 50) / percentile(ttft0, 50):.2f}, "
+            f"{cached}, TTFT p50 ratio {percentile(ttft, 50) / percentile(ttft0, 50):.2f}, "
             f"p95 ratio {percentile(ttft, 95) / percentile(ttft0, 95):.2f}, outputs identical "
             f"{same}")
 
@@ -269,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{plan.trace}: data absent, skipped")
             continue
         fitted = scaled(trace, stride=plan.stride, vocab=VOCAB, requests=plan.requests,
-                        max_tokens=plan.max_model_len, max_output=plan.max_output)
+                        max_tokens=plan.max_model_len, max_output=plan.max_output,
+                        span=plan.span)
         print(f"{plan.trace}: serving {len(fitted.turns)} requests", file=sys.stderr,
               flush=True)
         runs = [serve_one(p, plan, fitted, model, out, not args.no_progress)
@@ -278,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         guess = predicted(plan, fitted, runs, model)
         print("  replay through vLLM's cache classes (same requests, one at a time), cached "
               "tokens: " + ", ".join(f"{label(p)} {n}" for p, n in guess.items())
-              + "".join(f"; {label(p)} ratio {guess[p] / max(1, guess['stock']):.2f} "
-                        f"(served {r.cached / max(1, runs[0].cached):.2f})"
+              + "".join(f"; {label(p)} ratio {share(guess[p], guess['stock'])} "
+                        f"(served {share(r.cached, runs[0].cached)})"
                         for p in guess if p != "stock"
                         for r in [next(x for x in runs if x.policy == p)]))
         if args.repeat:

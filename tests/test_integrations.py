@@ -362,6 +362,25 @@ class TestVLLMWithoutTheEngine:
         entry = meta["project"]["entry-points"]["vllm.general_plugins"]["marconi"]
         assert entry == "marconi.integrations.vllm:plugin"
 
+    @pytest.mark.parametrize(("env", "said"), [
+        ({"MARCONI_VLLM_CPU_SPLIT": "yes"}, "MARCONI_VLLM_CPU_SPLIT='yes' is not 0 or 1"),
+        ({"MARCONI_VLLM": "marconi", "MARCONI_MODEL": "paper-7b", "MARCONI_TUNER": "gpu"},
+         "MARCONI_TUNER='gpu' is not process or thread"),
+        ({"MARCONI_VLLM_CPU_SPLIT": "1"}, "vllm is not installed"),
+    ])
+    def test_its_serving_settings_are_checked_at_start(
+            self, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], said: str) -> None:
+        for key in ("MARCONI_VLLM", "MARCONI_MODEL", "MARCONI_ALPHA", "MARCONI_ORPHANS",
+                    "MARCONI_TUNER", "MARCONI_VLLM_CPU_SPLIT"):
+            monkeypatch.delenv(key, raising=False)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        with pytest.raises(SystemExit) as stop:
+            vllm_integration.plugin()
+        message = str(stop.value.code)
+        assert message.startswith("error: ") and "\n" not in message
+        assert said in message, message
+
     def test_its_mirror_at_alpha_zero_is_the_vllm_emulation(self) -> None:
         """The tuner's mirror (vllm-2026+marconi) runs vLLM's block queue exactly at alpha
         0, and another order at alpha 2 on a trace that evicts states."""

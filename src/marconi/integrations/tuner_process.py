@@ -163,7 +163,7 @@ class Remote:
 
 
 def _chooser(name: str) -> Any:
-    from marconi.integrations.common import Bootstrap, Shadows
+    from marconi.integrations.choosers import Bootstrap, Shadows
 
     return Bootstrap() if name == "Bootstrap" else Shadows()
 

@@ -252,10 +252,10 @@ def split_prefills_on_cpu() -> None:
     global _split_done
     if _split_done:
         return
-    _split_done = True
     check_version()
     from vllm.platforms import current_platform
 
+    _split_done = True
     if not current_platform.is_cpu():
         log.info("marconi: %s=1 ignored: this is not vLLM's CPU platform", CPU_SPLIT)
         return

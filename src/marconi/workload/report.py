@@ -33,7 +33,10 @@ class LoadStats:
     empty_inputs: int = 0  # requests with nothing before them to prefill (TraceBuilder)
 
     def as_meta(self) -> dict[str, object]:
-        return asdict(self)
+        out = asdict(self)
+        if not self.empty_inputs:  # (set by TraceBuilder.build, and only when some were)
+            del out["empty_inputs"]
+        return out
 
     @classmethod
     def from_meta(cls, meta: dict[str, object]) -> LoadStats | None:
