@@ -154,11 +154,11 @@ def test_cli_loads_no_heavy_dependency(argv: list[str]) -> None:
 
 def test_drivers_reach_policies_only_through_the_registry() -> None:
     """The simulator, engine, server and commands name systems; only the registry, the
-    oracle (which searches the paper's alpha grid) and the integrations' shared tuning
-    (which runs marconi+'s switching rule beside an engine) import a policy family."""
+    oracle (which searches the paper's alpha grid) and the integrations' choosers
+    (which run marconi+'s switching rule beside an engine) import a policy family."""
     families = ("marconi.paper", "marconi.peers", "marconi.plus")
     allowed = {"marconi.systems": families, "marconi.sim.oracle": ("marconi.paper.tuner",),
-               "marconi.integrations.common": ("marconi.plus.shadows",)}
+               "marconi.integrations.choosers": ("marconi.plus.shadows",)}
     for name, deps in import_graph().items():
         if name.startswith(families):
             continue
