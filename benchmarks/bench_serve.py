@@ -220,8 +220,9 @@ def families(out: Path) -> None:
     for family in FAMILIES:
         model = write_model(out / family, family)
         config = ServerConfig(model=model, policy="stock", blocks=64)
+        server = Server(config, out / f"{family}.log")
         try:
-            with Server(config, out / f"{family}.log") as server:
+            with server:
                 client = OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
                 cached = []
                 for _ in range(2):
@@ -231,8 +232,10 @@ def families(out: Path) -> None:
                     cached.append(int(getattr(details, "cached_tokens", 0) or 0))
             print(f"family {family}: serves; the repeated 700-token prompt hit {cached[1]} "
                   "tokens")
-        except Exception as err:
-            print(f"family {family}: fails: {err}")
+        except Exception as err:  # the server's own root cause, where its log has one
+            cause = server.last_error() if server.log_path.exists() else ""
+            print(f"family {family}: fails: {err}" + (f" ({cause})" if cause and
+                                                       cause not in str(err) else ""))
 
 
 def main(argv: list[str] | None = None) -> int:

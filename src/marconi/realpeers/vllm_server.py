@@ -229,7 +229,7 @@ class Server:
         above"), else its last line, for a message."""
         lines = [ln for ln in self.log().splitlines() if ln.strip()]
         errors = [ln for ln in lines if re.search(r"\b\w*(Error|Exception): ", ln)
-                  and "root cause above" not in ln]
+                  and "root cause" not in ln]
         return (errors or lines or ["(empty log)"])[-1].strip()[-400:]
 
     def metrics(self) -> dict[str, float]:
