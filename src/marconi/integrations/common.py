@@ -174,7 +174,6 @@ class Tuning:
         self.log = log if log is not None else logging.getLogger("marconi.integrations")
         self.started = False
         self.alpha_adopted: float | None = None  # the last alpha chosen
-        self.adopted_at = 0  # requests handed over when it was chosen
         self.threads: set[int] = set()  # where the tuner's work ran (tests read it)
         self.error: BaseException | None = None
         self.remote: Any = None  # the child process, with `process`
@@ -243,7 +242,6 @@ class Tuning:
 
     def _adopt(self, alpha: float) -> None:
         before, self.alpha_adopted = self.order.alpha, alpha
-        self.adopted_at = self.counters.requests
         self.order.alpha = alpha  # the engine's from its next eviction
         self.log.info("marconi: alpha %g adopted (was %g; %s, after %d finished requests)",
                       alpha, before, type(self.chooser).__name__.lower(),

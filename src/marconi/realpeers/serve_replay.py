@@ -195,7 +195,8 @@ def as_trace(name: str, trace: Scaled, served: list[Served]) -> Trace:
     from marconi.workload.types import Request
 
     turns = {t.index: t for t in trace.turns}
-    requests, turn_of = [], dict[str, int]()
+    requests: list[Request] = []
+    turn_of: dict[str, int] = {}
     for s in served:
         if s.error is not None:
             continue
