@@ -419,7 +419,9 @@ class TestInsideVLLM:
     def test_integrity_holds_on_fuzzed_traces_that_evict(self, trace: str, seed: int,
                                                          capacity: str) -> None:
         """vLLM's pool accounting and hash map checked after every request, with Marconi's
-        order choosing which states leave (alpha 2), on traces of other shapes."""
+        order choosing which states leave (alpha 2), on traces of other shapes; each
+        victim is also chosen the plain way (`StateOrder.first` over the free states as
+        the blocks say) and must be the same, its books too."""
         need("vllm")
         from marconi.realpeers.replay import replay
         from marconi.workload import TraceOptions, load_trace
@@ -428,7 +430,9 @@ class TestInsideVLLM:
                            alpha=2.0)
         requests = load_trace(trace, options=TraceOptions(seed=seed))
         ours = replay(requests, config, get_system(VLLM_WITH), check=True).summary().to_json()
-        assert ours["engine"]["integration"]["victims"] > 0 and ours["evictions"] > 0
+        done = ours["engine"]["integration"]
+        assert done["victims"] > 0 and ours["evictions"] > 0
+        assert done["checked"] > 0
 
     def test_alpha_zero_keeping_orphans_is_the_stock_engine(self, chat, vllm_stock) -> None:
         need("vllm")

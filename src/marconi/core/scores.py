@@ -22,6 +22,13 @@ def normalized(x: np.ndarray) -> np.ndarray:
     return np.ones_like(x) if high == low else (x - low) / (high - low)
 
 
+def flop_score(eff: np.ndarray, alpha: float) -> np.ndarray:
+    """Each candidate's score; `eff[i]` is candidate i's FLOP efficiency, candidates
+    least recently used first (the first lowest leaves first: `np.argmin`)."""
+    rec = np.arange(len(eff), dtype=np.float64)
+    return normalized(rec) + alpha * normalized(np.asarray(eff, dtype=np.float64))
+
+
 def flop_order(eff: np.ndarray, alpha: float, last: np.ndarray | None = None) -> np.ndarray:
     """Indices of the candidates in the order to evict them.
 
@@ -30,7 +37,7 @@ def flop_order(eff: np.ndarray, alpha: float, last: np.ndarray | None = None) ->
     branch, which Marconi never evicts). Ties keep recency order.
     """
     rec = np.arange(len(eff), dtype=np.float64)
-    score = normalized(rec) + alpha * normalized(np.asarray(eff, dtype=np.float64))
+    score = flop_score(eff, alpha)
     keys = (rec, score) if last is None else (rec, score, last)
     return np.lexsort(keys)
 

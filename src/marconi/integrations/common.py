@@ -127,6 +127,7 @@ class Counters:
     tuner_ns: int = 0  # time the mirror and the tuner took (beside the loop)
     requests: int = 0  # finished requests handed over
     orphans: int = 0  # cached KV blocks taken before their turn (no hit could use them)
+    checked: int = 0  # choices also made the plain way and found equal (check mode)
 
     def to_json(self) -> dict[str, int]:
         return {k: int(v) for k, v in self.__dict__.items()}

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from marconi.core.scores import FlopsAt, flop_order
+from marconi.core.scores import FlopsAt, flop_order, flop_score
 from marconi.core.spec import ModelSpec
 from marconi.integrations.common import (
     Integration,
@@ -97,36 +97,124 @@ def check_version() -> str:
 
 class StateOrder:
     """Marconi's score over the free cached states of a Mamba group, and what it needs to
-    know of each state block; `alpha` may change at any time (the tuner's thread sets
-    it; a float assignment is atomic)."""
+    know of each state, kept up to date by the pool's hooks so that a choice costs no
+    walk over the candidates in Python; `alpha` may change at any time (the tuner sets
+    it; a float assignment is atomic). A state is a block hash (group id left out) with
+    one block per Mamba group. `first` is the same choice made the plain way, over a
+    list: the reference that `check` compares every choice with."""
 
     def __init__(self, spec: ModelSpec, alpha: float = 0.0, orphans_first: bool = True
                  ) -> None:
         self.spec, self.alpha = spec, float(alpha)
         self.orphans_first = orphans_first  # False: orphan KV left in vLLM's order
-        self.above: dict[int, tuple[int, int]] = {}  # block id -> (depth, state above)
-        # block id -> the hash keys a hit on its state needs besides it: the deepest
-        # attention block at or before its depth (one per attention group) and the
-        # state's block in every other Mamba group
-        self.kv_keys: dict[int, tuple[Any, ...]] = {}
+        self.check = False  # True: every choice also made by `first`, and compared
+        # block id -> (depth, state above, efficiency): all three fixed when it is cached
+        self.above: dict[int, tuple[int, int, float]] = {}
+        self.eff_of = np.zeros(0)  # block id -> its state's efficiency (set by `note`)
+        self.state_of: dict[int, bytes] = {}  # block id -> its state
+        self.blocks_of: dict[bytes, set[int]] = {}  # state -> its cached blocks
+        # state -> the hash keys a hit on it needs: the deepest attention block at or
+        # before its depth (one per attention group) and its block in every Mamba group
+        self.keys_of: dict[bytes, tuple[Any, ...]] = {}
+        self.needed_by: dict[Any, set[bytes]] = {}  # hash key -> states needing it
+        self.dead: set[bytes] = set()  # states one of whose keys is not cached
         self._f = FlopsAt(spec)
+        self._kv, self._ssm = spec.kv_bytes_per_token, spec.ssm_bytes
+
+    def size(self, num_blocks: int) -> None:
+        self.eff_of = np.zeros(num_blocks)
+
+    def note(self, block_id: int, state: bytes, depth: int, top: int) -> None:
+        """Block `block_id` of `state`, cached after `depth` tokens, its nearest cached
+        state above after `top`."""
+        if self.state_of.get(block_id) not in (None, state):
+            self.forget(block_id)
+        eff = self._efficiency(depth, top)
+        self.above[block_id] = (depth, top, eff)
+        self.eff_of[block_id] = eff
+        self.state_of[block_id] = state
+        self.blocks_of.setdefault(state, set()).add(block_id)
+
+    def depend(self, state: bytes, keys: tuple[Any, ...], cached: Any) -> None:
+        """`state` needs `keys` cached for a hit (`cached(key)`: is it now)."""
+        self.keys_of[state] = keys
+        for key in keys:
+            self.needed_by.setdefault(key, set()).add(state)
+        if not all(cached(key) for key in keys):
+            self.dead.add(state)
+
+    def forget(self, block_id: int) -> None:
+        """A state block's hash is gone; its state's books go with its last block."""
+        self.above.pop(block_id, None)
+        state = self.state_of.pop(block_id, None)
+        if state is None:
+            return
+        blocks = self.blocks_of.get(state, set())
+        blocks.discard(block_id)
+        if blocks:
+            return
+        self.blocks_of.pop(state, None)
+        for key in self.keys_of.pop(state, ()):
+            users = self.needed_by.get(key)
+            if users is not None:
+                users.discard(state)
+                if not users:
+                    del self.needed_by[key]
+        self.dead.discard(state)
+
+    def removed(self, key: Any) -> None:
+        """`key` is cached no more: the states needing it can serve no hit."""
+        users = self.needed_by.get(key)
+        if users:
+            self.dead.update(users)
+
+    def inserted(self, key: Any, cached: Any) -> None:
+        """`key` is cached again: a state needing it lives if all its keys are."""
+        for state in self.needed_by.get(key, ()):
+            if state in self.dead and all(cached(k) for k in self.keys_of[state]):
+                self.dead.discard(state)
+
+    def pick(self, found: dict[int, Any], seq_of: dict[int, int], skip: set[int]) -> Any:
+        """The state block to evict among the free ones `found` (free queue order;
+        `seq_of`: their ranks in it) less `skip`: the first whose KV or other blocks are
+        gone, else the first in Marconi's order (min-max normalized over exactly these
+        candidates)."""
+        if skip:
+            ids = np.fromiter((i for i in found if i not in skip), dtype=np.int64)
+        else:
+            ids = np.fromiter(found, dtype=np.int64, count=len(found))
+        if self.alpha == 0.0 or len(ids) < 2:
+            return found[int(ids[0])]
+        best = -1
+        for state in self.dead:
+            for i in self.blocks_of.get(state, ()):
+                if i in found and i not in skip and (best < 0 or seq_of[i] < seq_of[best]):
+                    best = i
+        if best >= 0:
+            return found[best]
+        return found[int(ids[int(np.argmin(flop_score(self.eff_of[ids], self.alpha)))])]
 
     def efficiency(self, block: Any) -> float:
         depth = int(block.block_hash_num_tokens)
         known = self.above.get(block.block_id)
-        top = known[1] if known is not None and known[0] == depth else 0
-        held = self.spec.kv_bytes_per_token * (depth - top) + self.spec.ssm_bytes
+        if known is not None and known[0] == depth:
+            return known[2]
+        return self._efficiency(depth, 0)
+
+    def _efficiency(self, depth: int, top: int) -> float:
+        held = self._kv * (depth - top) + self._ssm
         return (self._f(depth) - self._f(top)) / held
 
     def first(self, candidates: list[Any], cached: Any) -> int:
         """The index, in `candidates` (free queue order), of the state to evict: the
-        first whose KV is gone (`cached(key)` false for a key of `kv_keys`: no hit can
-        use it, and a tree would have dropped it with its KV), else the first in
-        Marconi's order."""
+        first whose KV or other blocks are gone (`cached(key)` false for a key of its
+        state's `keys_of`: no hit can use it, and a tree would have dropped it with its
+        KV), else the first in Marconi's order."""
         if self.alpha == 0.0 or len(candidates) < 2:
             return 0
         for i, block in enumerate(candidates):
-            if not all(cached(key) for key in self.kv_keys.get(block.block_id, ())):
+            state = self.state_of.get(block.block_id)
+            if not all(cached(key) for key in self.keys_of.get(state, ())):  # type: ignore
                 return i
         eff = np.array([self.efficiency(b) for b in candidates])
         return int(flop_order(eff, self.alpha)[0])
@@ -135,31 +223,43 @@ class StateOrder:
 class FreeStates:
     """The pool's free cached Mamba states, per group, in free-queue order (a dict keeps
     insertion order, and vLLM appends cached blocks at the queue's tail), kept beside
-    vLLM's own queue by the pool's hooks; an entry whose block was taken or lost its hash
-    behind the hooks' back is dropped when next seen."""
+    vLLM's own queue by the pool's hooks (a block taken, touched or losing its hash
+    leaves); `live` is the plain check of the same (`StateOrder.check`)."""
 
     def __init__(self, groups: Iterable[int]) -> None:
         self.by_group: dict[int, dict[int, Any]] = {g: {} for g in groups}
         self.group_of: dict[int, int] = {}  # block id -> group
+        self.hash_of: dict[int, Any] = {}  # block id -> its hash when it was added
+        self.seq_of: dict[int, int] = {}  # block id -> when it was added
+        self._added = 0
 
     def add(self, block: Any, group: int) -> None:
         self.discard(block)
         self.by_group[group][block.block_id] = block
         self.group_of[block.block_id] = group
+        self.hash_of[block.block_id] = block.block_hash
+        self.seq_of[block.block_id] = self._added
+        self._added += 1
 
     def discard(self, block: Any) -> None:
         group = self.group_of.pop(block.block_id, None)
         if group is not None:
-            self.by_group[group].pop(block.block_id, None)
+            del self.by_group[group][block.block_id]
+            del self.hash_of[block.block_id]
+            del self.seq_of[block.block_id]
 
-    def live(self, group: int, group_id_of: Any) -> list[Any]:
-        """The group's free cached states, stale entries dropped."""
-        found = self.by_group[group]
-        stale = [b for b in found.values() if b.ref_cnt != 0 or b.block_hash is None
-                 or group_id_of(b.block_hash) != group]
-        for block in stale:
-            self.discard(block)
-        return list(found.values())
+    def clear(self) -> None:
+        for found in self.by_group.values():
+            found.clear()
+        self.group_of.clear()
+        self.hash_of.clear()
+        self.seq_of.clear()
+
+    def live(self, group: int) -> list[Any]:
+        """The group's free cached states as the blocks themselves say (not taken, and
+        holding the hash they had when added)."""
+        return [b for b in self.by_group[group].values()
+                if b.ref_cnt == 0 and b.block_hash is self.hash_of[b.block_id]]
 
 
 # --- installing it ----------------------------------------------------------------------
@@ -282,6 +382,8 @@ def _coordinator_init(stock: Any, order: StateOrder) -> Any:
                 raise IntegrationError(f"{WHO}: this model has no Mamba layers; Marconi's "
                                        "eviction orders Mamba states only")
             pool.marconi_states = FreeStates(groups)
+            pool.marconi_state_ends = frozenset(g.to_bytes(4, "big") for g in groups)
+            order.size(len(pool.blocks))
             pool.marconi_replacing = {}
             pool.marconi_orphans = {}
             pool.marconi_orphans_first = order.orphans_first
@@ -312,6 +414,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
         order says which state goes (marconi.integrations.vllm)."""
 
         marconi_states: FreeStates | None = None  # set by the coordinator's hook
+        marconi_state_ends: frozenset[bytes] = frozenset()  # a state group's hash suffix
         marconi_config: Any = None
         marconi_kv_groups: list[tuple[int, int]] = []  # noqa: RUF012  (group, block size)
         marconi_replacing: dict[bytes, bytes] = {}  # noqa: RUF012  state -> its victim
@@ -328,7 +431,8 @@ def _pool_class(stock: type, integration: Integration) -> type:
                                       block_size, kv_cache_group_id, block_mask)
             if self._is_state_group(kv_cache_group_id):
                 for block in blocks[num_cached_blocks:num_full_blocks]:
-                    self._record(request, block, kv_cache_group_id)
+                    if not block.is_null:  # align mode: a state per scheduled step only
+                        self._record(request, block, kv_cache_group_id)
 
         def cache_partial_block(self, request: Any, block: Any, num_tokens: int,
                                 kv_cache_group_id: int, block_size: int,
@@ -340,11 +444,50 @@ def _pool_class(stock: type, integration: Integration) -> type:
             return out
 
         def move_block_hashes(self, src_block: Any, dst_block: Any) -> None:
-            super().move_block_hashes(src_block, dst_block)
-            for book in (order.above, order.kv_keys):
-                known = book.pop(src_block.block_id, None)
-                if known is not None:
-                    book[dst_block.block_id] = known
+            above = order.above.get(src_block.block_id)
+            state = order.state_of.get(src_block.block_id)
+            keys = order.keys_of.get(state) if state is not None else None
+            super().move_block_hashes(src_block, dst_block)  # forgets src (below)
+            if above is not None and state is not None:
+                order.note(dst_block.block_id, state, above[0], above[1])
+                if keys is not None and state not in order.keys_of:
+                    order.depend(state, keys, self._cached)
+
+        def _remove_cached_block_hashes(self, block: Any) -> list[Any]:
+            removed: list[Any] = super()._remove_cached_block_hashes(block)
+            states = self.marconi_states
+            if states is not None and removed:  # taken, or its hash replaced or dropped
+                start, block_id = time.perf_counter_ns(), block.block_id
+                if block_id in states.group_of:
+                    states.discard(block)
+                if self.marconi_orphans:
+                    self.marconi_orphans.pop(block_id, None)
+                if block_id in order.state_of:
+                    order.forget(block_id)
+                needed, cached = order.needed_by, self.cached_block_hash_to_block
+                for key in removed:
+                    if key in needed and cached.get_one_block(key) is None:
+                        order.removed(key)
+                counters.order_ns += time.perf_counter_ns() - start
+            return removed
+
+        def _insert_block_hash(self, block_hash_with_group_id: Any, block: Any,
+                               num_tokens: int | None) -> None:
+            super()._insert_block_hash(block_hash_with_group_id, block, num_tokens)
+            if block_hash_with_group_id in order.needed_by:
+                order.inserted(block_hash_with_group_id, self._cached)
+
+        def reset_prefix_cache(self) -> bool:
+            done: bool = super().reset_prefix_cache()
+            if done and self.marconi_states is not None:
+                self.marconi_states.clear()
+                self.marconi_orphans.clear()
+                self.marconi_replacing.clear()
+                for book in (order.above, order.state_of, order.blocks_of, order.keys_of,
+                             order.needed_by):
+                    book.clear()
+                order.dead.clear()
+            return done
 
         def free_blocks(self, ordered_blocks: Iterable[Any]) -> None:
             blocks = list(ordered_blocks)
@@ -352,19 +495,22 @@ def _pool_class(stock: type, integration: Integration) -> type:
             states = self.marconi_states
             if states is None:
                 return
+            start, ends = time.perf_counter_ns(), self.marconi_state_ends
             for block in blocks:  # cached blocks were appended in this order
-                if block.ref_cnt == 0 and not block.is_null and block.block_hash is not None \
-                        and block.pool is self:
-                    group = get_group_id(block.block_hash)
-                    if group in states.by_group:
-                        states.add(block, group)
+                key = block.block_hash
+                if key is not None and key[-4:] in ends and block.ref_cnt == 0 \
+                        and not block.is_null and block.pool is self:
+                    states.add(block, get_group_id(key))
+            counters.order_ns += time.perf_counter_ns() - start
 
         def touch(self, blocks: Any) -> None:
             if self.marconi_states is not None:
+                start = time.perf_counter_ns()
                 for block in blocks:
                     if block.ref_cnt == 0:
                         self.marconi_states.discard(block)
                         self.marconi_orphans.pop(block.block_id, None)
+                counters.order_ns += time.perf_counter_ns() - start
             super().touch(blocks)
 
         def get_new_blocks(self, num_blocks: int) -> list[Any]:
@@ -379,11 +525,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
                     [b.block_id for b in chosen]:
                 raise IntegrationError(f"{WHO}: vLLM took other blocks than the ones put at "
                                        "the head of its free queue")
-            if self.marconi_states is not None:
-                for block in taken:
-                    self.marconi_states.discard(block)
-                    self.marconi_orphans.pop(block.block_id, None)
-            return taken
+            return taken  # each cached one left the books as its hash went (below)
 
         def _is_state_group(self, group: int) -> bool:
             return self.marconi_states is not None and group in self.marconi_states.by_group
@@ -406,20 +548,46 @@ def _pool_class(stock: type, integration: Integration) -> type:
                         top = (j + 1) * size
                         break
                 self.marconi_last_top = (state, top)
-            order.above[block.block_id] = (depth, top)
-            keys = []
-            for kv_group, kv_block in self.marconi_kv_groups:
-                full = resolve_block_hashes(hashes, size, kv_block)
-                if depth // kv_block:
-                    keys.append(make_block_hash_with_group_id(full[depth // kv_block - 1],
-                                                              kv_group))
-            keys += [make_block_hash_with_group_id(state, g) for g in self.marconi_states.by_group
-                     if g != group]
-            order.kv_keys[block.block_id] = tuple(keys)
+            order.note(block.block_id, state, depth, top)
+            if state not in order.keys_of:  # its first block: what a hit on it needs
+                keys = []
+                for kv_group, kv_block in self.marconi_kv_groups:
+                    full = resolve_block_hashes(hashes, size, kv_block)
+                    if depth // kv_block:
+                        keys.append(make_block_hash_with_group_id(
+                            full[depth // kv_block - 1], kv_group))
+                keys += [make_block_hash_with_group_id(state, g)
+                         for g in self.marconi_states.by_group]
+                order.depend(state, tuple(keys), self._cached)
             counters.order_ns += time.perf_counter_ns() - start
 
         def _cached(self, key: Any) -> bool:
             return self.cached_block_hash_to_block.get_one_block(key) is not None
+
+        def _check(self, chosen: Any, group: int, skip: set[int]) -> None:
+            """The same choice made the plain way (`StateOrder.first` over the free states
+            as the blocks say), and the books that the quick one reads."""
+            states = self.marconi_states
+            assert states is not None
+            kept = states.by_group[group]
+            live = states.live(group)
+            if [b.block_id for b in live] != list(kept):
+                raise IntegrationError(f"{WHO}: the free states of group {group} are not "
+                                       f"what the blocks say: {sorted(kept)} kept, "
+                                       f"{sorted(b.block_id for b in live)} free")
+            for block in live:
+                state = order.state_of.get(block.block_id)
+                dead = not all(self._cached(k) for k in order.keys_of.get(state, ()))  # type: ignore
+                if dead != (state in order.dead) or \
+                        order.eff_of[block.block_id] != order.efficiency(block):
+                    raise IntegrationError(f"{WHO}: the books of state block "
+                                           f"{block.block_id} are stale")
+            free = [b for b in live if b.block_id not in skip]
+            plain = free[order.first(free, self._cached)]
+            if plain.block_id != chosen.block_id:
+                raise IntegrationError(f"{WHO}: the victim chosen is block {chosen.block_id}, "
+                                       f"the plain order's is {plain.block_id}")
+            counters.checked += 1
 
         def _marconi_choice(self, num_blocks: int) -> list[Any] | None:
             """The blocks to take, in Marconi's order; None: vLLM's own (alpha 0, nothing
@@ -439,25 +607,31 @@ def _pool_class(stock: type, integration: Integration) -> type:
             while len(head) < num_blocks and block.block_hash is None:
                 head.append(block)
                 block = block.next_free_block
-            orphans = self.marconi_orphans
+            if len(head) == num_blocks:  # uncached blocks only: vLLM's own choice
+                counters.order_ns += time.perf_counter_ns() - start
+                return None
+            orphans, took_orphans = self.marconi_orphans, False
             while orphans and len(head) < num_blocks:
                 orphan = orphans.pop(next(iter(orphans)))
                 if orphan.ref_cnt == 0 and orphan.block_hash is not None:
                     head.append(orphan)
                     counters.orphans += 1
+                    took_orphans = True
             chosen_ids = {b.block_id for b in head}
             while len(head) < num_blocks:
                 if block.block_id not in chosen_ids:
                     head.append(block)
                 block = block.next_free_block
+            hash_of, group_of = states.hash_of, states.group_of
             slots = [] if order.alpha == 0.0 else [  # at alpha 0 states go in vLLM's order
-                (i, get_group_id(b.block_hash)) for i, b in enumerate(head)
-                if b.block_hash is not None
-                and states.group_of.get(b.block_id) == get_group_id(b.block_hash)]
-            chosen, live = list(head), {g: states.live(g, get_group_id) for _, g in slots}
-            taken = {b.block_id for b in head}
+                (i, group_of[b.block_id]) for i, b in enumerate(head)
+                if b.block_hash is not None and hash_of.get(b.block_id) is b.block_hash]
+            if not slots and not took_orphans:  # the queue's head, in its order: vLLM's own
+                counters.order_ns += time.perf_counter_ns() - start
+                return None
+            chosen, taken = list(head), {b.block_id for b in head}
             for i, group in slots:
-                pick = self._victim(head[i], group, live[group], taken)
+                pick = self._victim(head[i], group, taken)
                 taken.add(pick.block_id)
                 chosen[i] = pick
                 counters.victims += 1
@@ -465,8 +639,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
             counters.order_ns += time.perf_counter_ns() - start
             return chosen
 
-        def _victim(self, head: Any, group: int, candidates: list[Any], taken: set[int]
-                    ) -> Any:
+        def _victim(self, head: Any, group: int, taken: set[int]) -> Any:
             """The block of `group` to take where vLLM would take the state block `head`.
             A state spans one block per Mamba group and is usable only whole, so the
             victim is chosen per state: the first of `head`'s groups to come up chooses
@@ -475,9 +648,13 @@ def _pool_class(stock: type, integration: Integration) -> type:
             state = get_block_hash(head.block_hash)
             victim = self.marconi_replacing.get(state)
             if victim is None:
-                free = [b for b in candidates if b.block_id not in taken
-                        or b.block_id == head.block_id]
-                victim = get_block_hash(free[order.first(free, self._cached)].block_hash)
+                states = self.marconi_states
+                assert states is not None
+                skip = taken - {head.block_id}
+                chosen = order.pick(states.by_group[group], states.seq_of, skip)
+                if order.check:
+                    self._check(chosen, group, skip)
+                victim = get_block_hash(chosen.block_hash)
                 if victim != state:
                     if len(self.marconi_replacing) > 4096:  # states long gone
                         self.marconi_replacing.clear()

@@ -884,6 +884,8 @@ def run(args: argparse.Namespace, started: float) -> None:
     trace = load_trace(args.trace)
     version = import_vllm()
     integration = install_integration(options)
+    if integration is not None and options["check"]:  # every victim checked the plain way
+        integration.order.check = True
     longest = int(np.diff(trace.offsets).max()) if len(trace) else 1
     engine = build_engine(options, longest + 1)  # max_model_len: never the limit
     replay_start = time.perf_counter()
