@@ -69,11 +69,14 @@ FULL = (Plan("sharegpt(16)", 1, 150, 128), Plan("swe-agent", 8, 150, 192, 4096),
         Plan("mooncake[0:150]", 8, 150, 192, 4096))
 QUICK = (Plan("sharegpt(12)", 1, 100, 96, span=60.0),)
 POLICIES = ("stock", "marconi", "marconi+", "nocache")
+FIXED = re.compile(r"marconi@(\d+(\.\d*)?)")  # marconi at a fixed alpha: marconi@2
 
 
 def label(policy: str) -> str:
-    return STOCK if policy == "stock" else f"{STOCK}+{policy}" if policy != "nocache" \
-        else f"{STOCK}[no prefix caching]"
+    fixed = FIXED.fullmatch(policy)
+    return STOCK if policy == "stock" else f"{STOCK}[no prefix caching]" \
+        if policy == "nocache" else f"{STOCK}+marconi[alpha={fixed.group(1)}]" if fixed \
+        else f"{STOCK}+{policy}"
 
 
 @dataclass
@@ -111,8 +114,10 @@ class Run:
 
 def serve_one(policy: str, plan: Plan, trace: Scaled, model: Path, out: Path,
               progress: bool) -> Run:
-    config = ServerConfig(model=model, policy=policy, blocks=plan.blocks,
-                          max_model_len=plan.max_model_len)
+    fixed = FIXED.fullmatch(policy)
+    config = ServerConfig(model=model, policy="marconi" if fixed else policy,
+                          blocks=plan.blocks, max_model_len=plan.max_model_len,
+                          alpha=float(fixed.group(1)) if fixed else None)
     log_path = out / f"{plan.trace}-{policy}.log".replace("/", "_")
     started = time.monotonic()
     with Server(config, log_path) as server:
@@ -202,7 +207,7 @@ def predicted(plan: Plan, trace: Scaled, runs: list[Run], model: Path) -> dict[s
     sent = as_trace(plan.trace, trace, runs[0].replayed.served)
     out = {}
     for policy in dict.fromkeys(r.policy for r in runs):
-        if policy == "nocache":
+        if policy == "nocache" or FIXED.fullmatch(policy):  # the replay tunes alpha
             continue
         system = f"{STOCK}:block_size={BLOCK_TOKENS}" + (
             "" if policy == "stock" else f",integration={policy},tuner=inline")
@@ -244,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", default=None,
                         help="comma-separated trace names of the plan (default: all)")
     parser.add_argument("--policies", default=",".join(POLICIES),
-                        help=f"comma-separated, of {', '.join(POLICIES)} (stock always runs)")
+                        help=f"comma-separated, of {', '.join(POLICIES)} (stock always runs), "
+                             "or marconi@A: marconi at a fixed alpha A (its loop cost at "
+                             "alpha > 0 without waiting for the tuner)")
     parser.add_argument("--blocks", type=int, default=None,
                         help="every server's pool in blocks (default: each plan's)")
     parser.add_argument("--repeat", action="store_true", help="stock once more at the end")
@@ -262,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         families(Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="families-")))
         return 0
     policies = ["stock", *[p for p in args.policies.split(",") if p != "stock"]]
-    bad = [p for p in policies if p not in POLICIES]
+    bad = [p for p in policies if p not in POLICIES and not FIXED.fullmatch(p)]
     if bad:
         parser.error(f"--policies: unknown {', '.join(bad)} (known: {', '.join(POLICIES)})")
     if args.repeat:

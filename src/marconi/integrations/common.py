@@ -123,9 +123,14 @@ class Counters:
     walks: int = 0  # eviction walks reordered
     victims: int = 0  # states the walks chose
     order_ns: int = 0  # time spent ordering candidates (in the scheduling loop)
+    # its parts where an integration keeps books (vLLM's: marconi.integrations.vllm._spent)
+    books_ns: int = 0
+    record_ns: int = 0
+    choose_ns: int = 0
+    past_ns: int = 0
     feed_ns: int = 0  # time spent handing finished requests to the tuner (in the loop)
     tuner_ns: int = 0  # time the mirror and the tuner took (beside the loop)
-    requests: int = 0  # finished requests handed over
+    requests: int = 0  # finished requests (each handed to the tuner where there is one)
     orphans: int = 0  # cached KV blocks taken before their turn (no hit could use them)
     checked: int = 0  # choices also made the plain way and found equal (check mode)
 

@@ -57,6 +57,7 @@ import numpy as np
 from marconi.core.scores import FlopsAt, flop_order, flop_score
 from marconi.core.spec import ModelSpec
 from marconi.integrations.common import (
+    Counters,
     Integration,
     IntegrationError,
     Tuning,
@@ -368,6 +369,15 @@ def split_prefills_on_cpu() -> None:
              "return it): prefills split at block boundaries", CPU_SPLIT)
 
 
+def _spent(counters: Counters, part: str, start: int) -> None:
+    """Time since `start` (ns) counted as the loop's ordering cost and as one of its parts:
+    books (the pool's hooks keeping the free states), record (a state cached), choose
+    (an allocation's blocks), past (a finished request's KV past its last state)."""
+    spent = time.perf_counter_ns() - start
+    counters.order_ns += spent
+    setattr(counters, f"{part}_ns", getattr(counters, f"{part}_ns") + spent)
+
+
 def _coordinator_init(stock: Any, order: StateOrder) -> Any:
     """`KVCacheCoordinator.__init__`, then the pool told which groups hold Mamba states."""
     from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
@@ -468,7 +478,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 for key in removed:
                     if key in needed and cached.get_one_block(key) is None:
                         order.removed(key)
-                counters.order_ns += time.perf_counter_ns() - start
+                _spent(counters, "books", start)
             return removed
 
         def _insert_block_hash(self, block_hash_with_group_id: Any, block: Any,
@@ -501,7 +511,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 if key is not None and key[-4:] in ends and block.ref_cnt == 0 \
                         and not block.is_null and block.pool is self:
                     states.add(block, get_group_id(key))
-            counters.order_ns += time.perf_counter_ns() - start
+            _spent(counters, "books", start)
 
         def touch(self, blocks: Any) -> None:
             if self.marconi_states is not None:
@@ -510,7 +520,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
                     if block.ref_cnt == 0:
                         self.marconi_states.discard(block)
                         self.marconi_orphans.pop(block.block_id, None)
-                counters.order_ns += time.perf_counter_ns() - start
+                _spent(counters, "books", start)
             super().touch(blocks)
 
         def get_new_blocks(self, num_blocks: int) -> list[Any]:
@@ -559,7 +569,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 keys += [make_block_hash_with_group_id(state, g)
                          for g in self.marconi_states.by_group]
                 order.depend(state, tuple(keys), self._cached)
-            counters.order_ns += time.perf_counter_ns() - start
+            _spent(counters, "record", start)
 
         def _cached(self, key: Any) -> bool:
             return self.cached_block_hash_to_block.get_one_block(key) is not None
@@ -608,7 +618,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 head.append(block)
                 block = block.next_free_block
             if len(head) == num_blocks:  # uncached blocks only: vLLM's own choice
-                counters.order_ns += time.perf_counter_ns() - start
+                _spent(counters, "choose", start)
                 return None
             orphans, took_orphans = self.marconi_orphans, False
             while orphans and len(head) < num_blocks:
@@ -627,7 +637,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 (i, group_of[b.block_id]) for i, b in enumerate(head)
                 if b.block_hash is not None and hash_of.get(b.block_id) is b.block_hash]
             if not slots and not took_orphans:  # the queue's head, in its order: vLLM's own
-                counters.order_ns += time.perf_counter_ns() - start
+                _spent(counters, "choose", start)
                 return None
             chosen, taken = list(head), {b.block_id for b in head}
             for i, group in slots:
@@ -636,7 +646,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 chosen[i] = pick
                 counters.victims += 1
             counters.walks += 1
-            counters.order_ns += time.perf_counter_ns() - start
+            _spent(counters, "choose", start)
             return chosen
 
         def _victim(self, head: Any, group: int, taken: set[int]) -> Any:
@@ -677,42 +687,53 @@ def _free(free: Any, integration: Integration) -> Any:
         past = _past_last_state(pool, request, self.coordinator.get_blocks(request.request_id)) \
             if getattr(pool, "marconi_states", None) is not None and pool.marconi_orphans_first \
             else []
-        integration.counters.order_ns += time.perf_counter_ns() - looked
+        _spent(integration.counters, "past", looked)
         free(self, request)
         for block in past:
             if block.ref_cnt == 0 and block.block_hash is not None:
                 pool.marconi_orphans[block.block_id] = block
-        tuning = integration.tuning
-        if tuning is None or not request.is_finished():
+        if not request.is_finished():
             return
-        if not tuning.started:  # once: its cost is logged, not counted per request
-            began = time.perf_counter()
-            _start(tuning, self.kv_cache_config)
-            log.info("marconi: tuner started in %.0f ms (%s)", 1e3 * (time.perf_counter() - began),
-                     f"process {tuning.remote.pid}" if tuning.remote is not None else
-                     "a thread" if tuning.background else "inline")
-        start = time.perf_counter_ns()
         counters = integration.counters
         counters.requests += 1
-        if tuning.remote is not None:  # the request's own list: the writer thread packs it
-            tuning.feed(getattr(request, "_all_token_ids", request.all_token_ids),
-                        int(request.num_prompt_tokens))
-        else:
-            tuning.feed(np.asarray(request.all_token_ids, dtype=np.int32),
-                        int(request.num_prompt_tokens))
-        if tuning.background:
-            counters.feed_ns += time.perf_counter_ns() - start
+        tuning = integration.tuning
+        if tuning is not None:
+            _hand_over(tuning, counters, request, self.kv_cache_config)
         if counters.requests % REPORT_EVERY == 0:
-            packing = "" if tuning.remote is None else \
-                f", packing beside it {tuning.remote.feed_ns / counters.requests / 1e3:.0f}"
+            remote = None if tuning is None else tuning.remote
+            packing = "" if remote is None else \
+                f", packing beside it {remote.feed_ns / counters.requests / 1e3:.0f}"
+            per = 1e3 * counters.requests
             log.info("marconi: %d requests finished; in the scheduling loop %.0f us/request "
-                     "(ordering %.0f, hand-over %.0f%s); alpha %g (%s)", counters.requests,
-                     (counters.order_ns + counters.feed_ns) / counters.requests / 1e3,
-                     counters.order_ns / counters.requests / 1e3,
-                     counters.feed_ns / counters.requests / 1e3, packing,
-                     integration.order.alpha, tuning.status())
+                     "(ordering %.0f: books %.0f, states cached %.0f, allocations %.0f, "
+                     "finished %.0f; hand-over %.0f%s); alpha %g (%s)", counters.requests,
+                     (counters.order_ns + counters.feed_ns) / per, counters.order_ns / per,
+                     counters.books_ns / per, counters.record_ns / per,
+                     counters.choose_ns / per, counters.past_ns / per,
+                     counters.feed_ns / per, packing, integration.order.alpha,
+                     "fixed" if tuning is None else tuning.status())
 
     return marconi_free
+
+
+def _hand_over(tuning: Tuning, counters: Counters, request: Any, kv_cache_config: Any
+               ) -> None:
+    """A finished request's tokens to the tuner (started at the first)."""
+    if not tuning.started:  # once: its cost is logged, not counted per request
+        began = time.perf_counter()
+        _start(tuning, kv_cache_config)
+        log.info("marconi: tuner started in %.0f ms (%s)", 1e3 * (time.perf_counter() - began),
+                 f"process {tuning.remote.pid}" if tuning.remote is not None else
+                 "a thread" if tuning.background else "inline")
+    start = time.perf_counter_ns()
+    if tuning.remote is not None:  # the request's own list: the writer thread packs it
+        tuning.feed(getattr(request, "_all_token_ids", request.all_token_ids),
+                    int(request.num_prompt_tokens))
+    else:
+        tuning.feed(np.asarray(request.all_token_ids, dtype=np.int32),
+                    int(request.num_prompt_tokens))
+    if tuning.background:
+        counters.feed_ns += time.perf_counter_ns() - start
 
 
 def _past_last_state(pool: Any, request: Any, blocks: tuple[list[Any], ...]) -> list[Any]:
