@@ -44,6 +44,51 @@ class TestHelp:
             assert " ".join(piece.split()) in text, piece
 
 
+class TestValueErrors:
+    """A mistyped value is one line on stderr naming the flag, the value and the nearest
+    valid choice; no usage dump, no traceback, exit status 2."""
+
+    @pytest.mark.parametrize(("argv", "said"), [
+        (["simulate", TRACE, "--system", "marconni"],
+         "argument --system: unknown system 'marconni' (did you mean marconi?)"),
+        (["compare", TRACE, "--systems", "vlm+"], "unknown system 'vlm+' (did you mean vllm+?)"),
+        (["simulate", TRACE, "--format", "sharegtp"],
+         "argument --format: invalid choice 'sharegtp' (did you mean sharegpt?)"),
+        (["simulate", TRACE, "--sessions", "-1"], "argument --sessions: '-1' is not"),
+        (["simulate", TRACE, "--capacity", "-5GB"],
+         "argument --capacity: size must be >= 0 bytes, got '-5GB'"),
+        (["simulate", TRACE, "--capacity", "2", "GB"],
+         "argument --capacity: '2' and 'GB' are two words; write the size without a space: "
+         "--capacity 2GB"),
+        (["simulate", TRACE, "--capcity", "2GB"],
+         "unrecognized argument --capcity (did you mean --capacity?)"),
+        (["simulate", TRACE, "--system", "sglang-0.5.23:integraton=marconi"],
+         "unknown option 'integraton' (did you mean integration?)"),
+    ])
+    def test_one_line_with_the_nearest_choice(self, capsys: pytest.CaptureFixture,
+                                              argv: list[str], said: str) -> None:
+        with pytest.raises(SystemExit) as exit_:
+            code = main(argv)
+            raise SystemExit(code)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and said in err, err
+        assert len(err.strip().splitlines()) == 1 and "usage:" not in err, err
+
+    def test_a_bare_command_lists_the_subcommands(self, capsys: pytest.CaptureFixture) -> None:
+        assert main([]) == 0
+        out = capsys.readouterr().out
+        commands = parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+        for name in commands:
+            assert any(line.split()[:1] == [name] and len(line.split()) > 1
+                       for line in out.splitlines()), name
+
+    def test_a_flag_says_what_it_does_not_its_default(self) -> None:
+        sub = parser()._subparsers._group_actions[0].choices["simulate"]  # type: ignore[union-attr]
+        text = " ".join(sub.format_help().split())
+        assert "--no-bounds" in text and "(default: True)" not in text
+        assert "(default: False)" not in text
+
+
 def _block(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
     """Make these modules impossible to import, as if their extra were not installed."""
     for module in modules:

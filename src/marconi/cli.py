@@ -20,6 +20,7 @@ from marconi.commands.extras import require, require_for_trace
 from marconi.commands.parsing import Parser, add_plugin_argument, load_plugins
 from marconi.core.layout import Layout
 from marconi.core.spec import ModelSpec, model_from
+from marconi.core.units import parse_size
 from marconi.report.table import table
 from marconi.settings import add_arguments, values_of
 from marconi.sim.config import configure
@@ -51,12 +52,22 @@ def _system_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def _size_arg(text: str) -> str:
+    """A size as given (`2GB`), checked here so that the error names the flag."""
+    try:
+        parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
 def _add_cache_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="trace file or folder, 'sharegpt', or 'synthetic:NAME[:k=v]'")
     p.add_argument("--model", default="paper-7b",
                    help="preset with optional overrides (paper-7b,ssm=28,attn=7,N=64) or a "
                         "local Hugging Face config.json")
-    p.add_argument("--capacity", default="2GB", help="bytes for KV + SSM states: 2GB, 2GiB, 1e9")
+    p.add_argument("--capacity", default="2GB", type=_size_arg,
+                   help="bytes for KV + SSM states: 2GB, 2GiB, 1e9")
     add_arguments(p.add_argument_group("replay"), REPLAY_SETTINGS)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -274,8 +285,21 @@ def _register_optional(sub: Any) -> None:
     register_serve(sub)
 
 
+def overview(p: argparse.ArgumentParser) -> str:
+    """What a bare `marconi` prints: each command with its one line."""
+    rows = [(c.dest, c.help or "") for a in p._actions
+            if isinstance(a, argparse._SubParsersAction) for c in a._choices_actions]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join([f"marconi {__version__}: {__doc__.splitlines()[0].split(': ', 1)[1]}",
+                      "usage: marconi COMMAND [options]   (marconi COMMAND --help: its options)",
+                      "commands:", *(f"  {name:<{width}}  {text}" for name, text in rows)])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:
+        print(overview(parser()))
+        return 0
     try:
         plugins = load_plugins(argv)  # before the parser lists the systems
     except (ValueError, ImportError) as err:

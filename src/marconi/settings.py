@@ -16,12 +16,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import math
 import types
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+
+def nearest(value: str, choices: Iterable[str]) -> str:
+    """" (did you mean X?)" naming the choice closest to a mistyped `value`, else ""."""
+    found = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {found[0]}?)" if found else ""
 
 SETTING = "marconi.setting"  # the key of a declared field's metadata
 NONE_WORDS = ("none",)  # what a flag or a sweep value says for None
@@ -76,7 +83,8 @@ class Setting:
         if not self._typed(value):
             raise ValueError(f"{self.name}: {value!r} is not {self.accepts()}")
         if self.choices and value not in self.choices:
-            raise ValueError(f"{self.name}: {value!r} is not {self.accepts()}")
+            raise ValueError(f"{self.name}: {value!r} is not {self.accepts()}"
+                             f"{nearest(str(value), self.choices)}")
         if isinstance(value, int | float) and not isinstance(value, bool):
             low = self.minimum
             if not math.isfinite(value) or (self.positive and not value > 0) \

@@ -29,6 +29,7 @@ from marconi.core.spec import ModelSpec
 from marconi.core.state_store import Freed, StateStore
 from marconi.core.tuning import Tuner
 from marconi.core.units import parse_size
+from marconi.settings import nearest
 
 Policies = tuple[Admission, Eviction]
 PolicyFactory = Callable[[ModelSpec, float], Policies]  # (spec, alpha) -> fresh policies
@@ -97,7 +98,8 @@ def parse_settings(name: str, options: tuple[Option, ...], text: str) -> dict[st
         key = key.strip()
         if key not in by_name:
             known = ", ".join(by_name) or "none"
-            raise ValueError(f"system {name}: unknown option {key!r} (its options: {known})")
+            raise ValueError(f"system {name}: unknown option {key!r}{nearest(key, by_name)} "
+                             f"(its options: {known})")
         if not eq:
             raise ValueError(f"system {name}: option {key!r} needs a value ({key}=VALUE)")
         values[key] = by_name[key].parse(name, value.strip())
@@ -214,8 +216,8 @@ def get_system(name: str | System) -> System:
         found = SYSTEMS[base]
     except (KeyError, TypeError):
         known = ", ".join(SYSTEMS)
-        raise ValueError(f"unknown system {name!r}; known systems: {known} (or load your "
-                         "own with --plugin)") from None
+        raise ValueError(f"unknown system {name!r}{nearest(str(base), SYSTEMS)}; known "
+                         f"systems: {known} (or load your own with --plugin)") from None
     if not sep:
         return found
     if found.configure is None:

@@ -20,6 +20,8 @@ def parse_size(value: str | int | float) -> int:
         if value < 0 or value != value:
             raise ValueError(f"size must be >= 0 bytes, got {value!r}")
         return int(value)
+    if str(value).strip().startswith("-"):
+        raise ValueError(f"size must be >= 0 bytes, got {value!r}")
     match = _SIZE.match(str(value))
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _UNITS:
