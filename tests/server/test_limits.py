@@ -118,24 +118,54 @@ class TestBodyTimeout:
         assert "marconi:request_rejected_total{reason=body_timeout}" not in metrics
 
 
+class TestHalfClose:
+    def test_a_client_that_half_closes_after_its_request_gets_its_answer(
+            self, model: HybridModel) -> None:
+        """An HTTP/1.0 client (or `nc -N`) shuts its sending side once the request is out;
+        that is not a disconnect."""
+        with serve(model, cache_size="16MB") as server:
+            body = json.dumps({"model": server.model, "prompt": "hello there",
+                               "max_tokens": 2}).encode()
+            with _raw(server) as sock:
+                sock.sendall(b"POST /v1/completions HTTP/1.0\r\n"
+                             b"Content-Type: application/json\r\n"
+                             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+                             + body)
+                sock.shutdown(socket.SHUT_WR)
+                answer = _read_all(sock)
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), answer[:200]
+        assert json.loads(payload)["choices"][0]["text"] is not None
+
+
 class TestConnectionBound:
     def test_a_connection_past_the_bound_gets_503(self, model: HybridModel) -> None:
         with serve(model, cache_size="16MB", max_connections=2, header_timeout=60) as server:
             with _raw(server), _raw(server):  # two idle connections hold the bound
-                wait_for(lambda: _health(server)[0] == 503, WAIT_S, "a 503")
-                status, headers, body = _health(server)
+                wait_for(lambda: _get(server, "/v1/models")[0] == 503, WAIT_S, "a 503")
+                status, headers, body = _get(server, "/v1/models")
             assert headers.get("connection") == "close" and headers.get("retry-after") == "1"
             assert json.loads(body)["error"]["code"] == "too_many_connections"
-            wait_for(lambda: _health(server)[0] == 200, WAIT_S, "the bound to free up")
+            wait_for(lambda: _get(server, "/v1/models")[0] == 200, WAIT_S, "the bound to free")
             metrics = scrape(server.url)
         assert status == 503
         assert metrics["marconi:request_rejected_total{reason=too_many_connections}"] >= 1
 
+    def test_the_liveness_probe_is_answered_past_the_bound(self, model: HybridModel) -> None:
+        """A flood of connections must not make `/health` say 503: an orchestrator would
+        restart a server that is alive."""
+        with serve(model, cache_size="16MB", max_connections=2, header_timeout=60) as server, \
+                _raw(server), _raw(server), _raw(server):
+            wait_for(lambda: _get(server, "/v1/models")[0] == 503, WAIT_S, "a 503")
+            health = [_get(server, "/health") for _ in range(3)]
+        assert [status for status, _, _ in health] == [200, 200, 200]
+        assert all(json.loads(body).get("status") == "ok" for _, _, body in health), health
 
-def _health(server: Served) -> tuple[int, dict[str, str], bytes]:
+
+def _get(server: Served, path: str) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection(*_addr(server), timeout=WAIT_S)
     try:
-        conn.request("GET", "/health")
+        conn.request("GET", path)
         response = conn.getresponse()
         return (response.status, {k.lower(): v for k, v in response.getheaders()},
                 response.read())

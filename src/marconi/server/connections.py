@@ -9,7 +9,13 @@ hundred such clients slow everyone else. Here:
   opening or of the request's first byte; past that the connection is closed (there is
   no request to answer), logged in one line and counted as `header_timeout`;
 - a connection opened while `max_connections` are already open gets a 503 for its request
-  (OpenAI's error shape, `Connection: close`), counted as `too_many_connections`.
+  (OpenAI's error shape, `Connection: close`), counted as `too_many_connections`; except
+  `GET /health`, always answered: a flood of connections must not make an orchestrator's
+  liveness probe restart a server that is alive.
+
+A client that half-closes its end once its request is sent (an HTTP/1.0 client, `nc -N`)
+still gets its answer: the end of its input is not taken for a disconnect while a request
+it sent whole is being answered; the connection closes after the answer.
 
 A stalled body is the ASGI middleware's to time out (`guard.py`): the protocol sees bytes,
 the middleware sees what the application is waiting for.
@@ -54,10 +60,12 @@ class _Guarded(H11Protocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_timer: asyncio.TimerHandle | None = None
+        self._served: Any = None  # the application, where `_refuse` stands in for it
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
         if len(self.connections) > self.max_connections:
+            self._served = self.app
             self.app = self._refuse  # answers this connection's request, then closes it
         self._arm()
 
@@ -72,6 +80,16 @@ class _Guarded(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+
+    def eof_received(self) -> bool | None:  # type: ignore[override]
+        """The client sent all it will send: keep writing while the request it sent whole
+        is answered (True keeps the transport open), then close; else close now."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete \
+                and self.conn.their_state in (h11.DONE, h11.MUST_CLOSE):  # sent whole
+            cycle.keep_alive = False  # nothing more can come: close after the answer
+            return True
+        return None
 
     def _arm(self) -> None:
         self._disarm()
@@ -93,6 +111,9 @@ class _Guarded(H11Protocol):
         self.transport.close()
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("method") == "GET" and scope.get("path") == "/health":
+            await self._served(scope, receive, send)  # the liveness probe: never refused
+            return
         log.warning("%s %s: refused (503), over %d open connections (--max-connections)",
                     scope.get("method", ""), scope.get("path", ""), self.max_connections)
         self.rejected("too_many_connections")
