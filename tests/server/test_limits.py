@@ -5,9 +5,12 @@ does, never how fast."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -95,6 +98,39 @@ class TestBodyTimeout:
         assert metrics["marconi:request_rejected_total{reason=body_timeout}"] == 1
         assert any("answered 408" in r.getMessage() for r in log.records)
         assert not log.errors
+
+    def test_a_body_dripped_slower_than_its_deadline_gets_408(self, model: HybridModel) -> None:
+        """A byte every 0.2 s never stalls the 0.5 s body timeout; the whole body's
+        deadline (1.5 s) ends it."""
+        with serve(model, cache_size="16MB", body_timeout=0.5, body_deadline=1.5) as server:
+            with _raw(server) as sock:
+                sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+                stop = threading.Event()
+
+                def drip() -> None:
+                    for _ in range(50):  # 10 s at most, past which the test fails anyway
+                        if stop.wait(0.2):
+                            return
+                        with contextlib.suppress(OSError):
+                            sock.sendall(b" ")
+
+                dripper = threading.Thread(target=drip)
+                started = time.monotonic()
+                dripper.start()
+                try:
+                    answer = _read_all(sock)
+                finally:
+                    stop.set()
+                    dripper.join()
+                took = time.monotonic() - started
+            metrics = scrape(server.url)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408"), answer[:300]
+        error = json.loads(body)["error"]
+        assert error["code"] == "body_timeout" and "--body-deadline" in error["message"]
+        assert took < 5, took
+        assert metrics["marconi:request_rejected_total{reason=body_timeout}"] == 1
 
     def test_a_body_declared_too_large_that_stalls_is_closed(self, model: HybridModel) -> None:
         """The 413's drain of the rest of the body is timed too."""

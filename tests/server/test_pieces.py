@@ -84,7 +84,8 @@ class TestConfig:
         ("header_timeout", 0, r"--header-timeout must be seconds in \(0, 86400\], got 0"),
         ("header_timeout", float("nan"), "--header-timeout must be seconds"),
         ("body_timeout", -1.0, "--body-timeout must be seconds"),
-        ("body_timeout", float("inf"), "--body-timeout must be seconds")])
+        ("body_timeout", float("inf"), "--body-timeout must be seconds"),
+        ("body_deadline", 0, "--body-deadline must be seconds")])
     def test_rejects(self, field: str, value: object, match: str) -> None:
         with pytest.raises(ValueError, match=match):
             ServerConfig(**{field: value})  # type: ignore[arg-type]

@@ -52,6 +52,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--body-timeout", type=float, default=30.0,
                    help="seconds a request body may stall (no bytes arriving) before 408 "
                         "(default: 30)")
+    p.add_argument("--body-deadline", type=float, default=120.0,
+                   help="seconds a whole request body may take, however it is paced (a "
+                        "byte every few seconds never stalls --body-timeout); then 408 "
+                        "(default: 120)")
     p.add_argument("--max-connections", type=int, default=512,
                    help="open connections; a request on one more gets 503 (default: 512)")
     p.add_argument("--seed", type=int, default=0, help="random weights of the embedded model")
@@ -80,6 +84,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                         max_body_size=args.max_body_size, max_messages=args.max_messages,
                         max_content_parts=args.max_content_parts,
                         header_timeout=args.header_timeout, body_timeout=args.body_timeout,
+                        body_deadline=args.body_deadline,
                         max_connections=args.max_connections)
 
 

@@ -72,7 +72,7 @@ def create_app(backend: Backend, config: ServerConfig) -> FastAPI:
     app.add_middleware(Guard, max_body=config.body_limit(backend.max_context),
                        rejected=rejected, crashed=metrics.failed.labels(reason="internal").inc,
                        gone=metrics.failed.labels(reason="disconnected").inc,
-                       body_timeout=config.body_timeout)
+                       body_timeout=config.body_timeout, body_deadline=config.body_deadline)
     app.state.http_protocol = protocol_class(config.header_timeout, config.max_connections,
                                              rejected)
     app.state.parser = parser

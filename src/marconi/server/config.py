@@ -35,6 +35,7 @@ class ServerConfig:
     max_content_parts: int = 4096  # content parts in one chat body, all messages together
     header_timeout: float = 10.0  # seconds to send a request's headers
     body_timeout: float = 30.0  # seconds a request body may go without a byte arriving
+    body_deadline: float = 120.0  # seconds a whole request body may take, however it drips
     max_connections: int = 512  # open connections; past it a connection's request gets 503
 
     def body_limit(self, max_context: int) -> int:
@@ -69,7 +70,8 @@ class ServerConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{flag} must be an integer >= 1, got {value!r}")
         for flag, seconds in (("--header-timeout", self.header_timeout),
-                              ("--body-timeout", self.body_timeout)):
+                              ("--body-timeout", self.body_timeout),
+                              ("--body-deadline", self.body_deadline)):
             if isinstance(seconds, bool) or not isinstance(seconds, int | float) or \
                     not 0 < seconds <= MAX_TIMEOUT_S:
                 raise ValueError(f"{flag} must be seconds in (0, {MAX_TIMEOUT_S}], got "

@@ -76,8 +76,10 @@ class BodyTooLarge(HTTPException):
 class BodyTimeout(HTTPException):
     """A request body that stalled: no bytes for `seconds` while more were expected."""
 
-    def __init__(self, seconds: float) -> None:
-        super().__init__(408, f"request body: no bytes arrived for {seconds:g} s "
+    def __init__(self, seconds: float, whole: bool = False) -> None:
+        super().__init__(408, f"request body: not complete within {seconds:g} s "
+                              "(--body-deadline); send it at a steady rate" if whole else
+                              f"request body: no bytes arrived for {seconds:g} s "
                               "(--body-timeout); send the body without pausing")
 
     def error(self) -> ApiError:

@@ -6,9 +6,11 @@
   of it is read and dropped first (up to `DRAIN_BYTES`): a client still sending would
   otherwise see its connection reset instead of the answer.
 - A request body that stalls, no byte arriving for `body_timeout` seconds while the
-  application waits for more, is answered 408 (`body_timeout`, `Connection: close`) and
-  logged in one line. Once the body is complete, `receive` (which then only waits for
-  the client to disconnect) is passed through untimed.
+  application waits for more, or that is not complete `body_deadline` seconds after the
+  application first asked for it (a byte dripped every few seconds never stalls), is
+  answered 408 (`body_timeout`, `Connection: close`) and logged in one line. Once the
+  body is complete, `receive` (which then only waits for the client to disconnect) is
+  passed through untimed.
 - An exception no handler knows becomes a 500 in OpenAI's shape here, and the
   connection stays usable: Starlette's own last-resort handler answers and then re-raises,
   which makes uvicorn drop a keep-alive connection (the client's next request fails).
@@ -35,10 +37,10 @@ class Guard:
 
     def __init__(self, app: ASGIApp, max_body: int, rejected: Rejected,
                  crashed: Callable[[], object], gone: Callable[[], object] = lambda: None,
-                 body_timeout: float = 30.0) -> None:
+                 body_timeout: float = 30.0, body_deadline: float = 120.0) -> None:
         self.app, self.max_body, self.rejected, self.crashed = app, max_body, rejected, crashed
         self.gone = gone  # a client that left before its request was read
-        self.body_timeout = body_timeout
+        self.body_timeout, self.body_deadline = body_timeout, body_deadline
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -94,18 +96,23 @@ class Guard:
         return limited
 
     def _timed(self, receive: Receive) -> Receive:
-        """`receive` that raises BodyTimeout when the body stalls for `body_timeout`."""
-        complete = False
+        """`receive` that raises BodyTimeout when the body stalls for `body_timeout`, or is
+        not complete `body_deadline` seconds after it was first asked for."""
+        complete, deadline = False, None
 
         async def timed() -> Message:
-            nonlocal complete
+            nonlocal complete, deadline
             if complete:
                 return await receive()
+            now = asyncio.get_running_loop().time()
+            deadline = now + self.body_deadline if deadline is None else deadline
+            whole = deadline - now < self.body_timeout  # the deadline comes first
             try:
-                async with asyncio.timeout(self.body_timeout):
+                async with asyncio.timeout(min(self.body_timeout, deadline - now)):
                     message = await receive()
             except TimeoutError:
-                raise BodyTimeout(self.body_timeout) from None
+                raise BodyTimeout(self.body_deadline if whole else self.body_timeout,
+                                  whole) from None
             complete = message["type"] != "http.request" or not message.get("more_body")
             return message
 
