@@ -336,6 +336,24 @@ class TestTunerInItsOwnProcess:
             assert remote.report()["switches"] == inline.report()["switches"]
         assert remote.counters.tuner_ns > 0 and not remote.threads
 
+    def test_the_child_runs_only_on_cpu_the_engine_leaves(self) -> None:
+        """SCHED_IDLE (or the highest niceness): on few cores the engine must never wait
+        for the tuner's replays."""
+        import os
+        import time
+
+        tuning, _ = self._fed(True, "bootstrap", n=3)
+        pid = tuning.remote.pid
+        try:
+            deadline = time.monotonic() + 60  # the child sets it as it starts
+            while os.sched_getscheduler(pid) != os.SCHED_IDLE and \
+                    os.getpriority(os.PRIO_PROCESS, pid) < 19 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert os.sched_getscheduler(pid) == os.SCHED_IDLE or \
+                os.getpriority(os.PRIO_PROCESS, pid) >= 19
+        finally:
+            tuning.close(timeout=30)
+
     def test_the_engine_serves_on_at_its_last_alpha_when_the_child_dies(
             self, caplog: pytest.LogCaptureFixture) -> None:
         import logging

@@ -56,6 +56,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
               "command again to resume", file=sys.stderr)
         return exit_status(interrupt)
     print(outcome.summary.read_text())
-    print(f"reproduce: {len(outcome.figures)} figures in {args.out} ({outcome.seconds:.0f} s, "
-          f"{outcome.failed_cells} failed cells)", file=sys.stderr)
+    figures, failed = len(outcome.figures), outcome.failed_cells
+    print(f"reproduce: {figures} figure{'' if figures == 1 else 's'} in {args.out} "
+          f"({outcome.seconds:.0f} s, {failed} failed cell{'' if failed == 1 else 's'})",
+          file=sys.stderr)
     return 1 if outcome.failed_cells else 0
