@@ -13,9 +13,11 @@ hundred such clients slow everyone else. Here:
   `GET /health`, always answered: a flood of connections must not make an orchestrator's
   liveness probe restart a server that is alive.
 
-A client that half-closes its end once its request is sent (an HTTP/1.0 client, `nc -N`)
-still gets its answer: the end of its input is not taken for a disconnect while a request
-it sent whole is being answered; the connection closes after the answer.
+A client that said its request is its last (HTTP/1.0, or `Connection: close`) and then
+half-closes its end (`nc -N`) still gets its answer: the end of its input is not taken
+for a disconnect while that request is answered, and the connection closes after it.
+From any other client the end of input is its leaving, as before (a request still
+waiting is then cancelled: the two cannot be told apart at the socket).
 
 A stalled body is the ASGI middleware's to time out (`guard.py`): the protocol sees bytes,
 the middleware sees what the application is waiting for.
@@ -82,12 +84,13 @@ class _Guarded(H11Protocol):
         super().connection_lost(exc)
 
     def eof_received(self) -> bool | None:  # type: ignore[override]
-        """The client sent all it will send: keep writing while the request it sent whole
-        is answered (True keeps the transport open), then close; else close now."""
+        """The client sent all it will send. One that said its request, sent whole, was its
+        last (h11's MUST_CLOSE) is answered first (True keeps the transport open); any
+        other has left."""
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete \
-                and self.conn.their_state in (h11.DONE, h11.MUST_CLOSE):  # sent whole
-            cycle.keep_alive = False  # nothing more can come: close after the answer
+                and self.conn.their_state is h11.MUST_CLOSE:
+            cycle.keep_alive = False
             return True
         return None
 
