@@ -56,6 +56,13 @@ class TestApi:
         assert shown[2].split()[0] == "sglang+" and "more columns in .columns" in shown[-1]
         assert "x" not in shown[-1].split()
 
+    def test_a_system_without_alpha_has_none_in_the_frame(self) -> None:
+        """As the CLI's table shows "-", never 0.0 as if tuned to zero."""
+        pd = pytest.importorskip("pandas")
+        frame = mc.compare(TRACE, ["sglang+", "marconi"], capacity="1GB", sessions=4,
+                           alpha=0.5)
+        assert pd.isna(frame["alpha"].iloc[0]) and frame["alpha"].iloc[1] == 0.5
+
     def test_bad_input_is_a_value_error(self) -> None:
         with pytest.raises(ValueError, match="is 0 bytes"):
             mc.simulate(TRACE, capacity=0)

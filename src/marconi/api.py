@@ -89,10 +89,18 @@ def compare(trace: str | Path | Trace, systems: Sequence[str], **kwargs: Any) ->
     loading = {k: rest.pop(k) for k in [*rest] if k in LOADING}
     loaded = load(trace, format=rest.pop("format", None), **trace_settings, **loading)
     rows = [simulate(loaded, system=name, **replay, **rest).summary for name in systems]
-    frame = _pandas().DataFrame([{k: v for k, v in row.items()
-                                  if not isinstance(v, dict | list)} for row in rows])
+    frame = _pandas().DataFrame([_flat(row) for row in rows])
     first = [c for c in FIRST_COLUMNS if c in frame.columns]  # what a reader looks for
     return _comparison()(frame[first + [c for c in frame.columns if c not in first]])
+
+
+def _flat(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary's scalar fields; alpha missing (NaN) for a system without one, as the
+    CLI's tables show it ("-"), never 0.0 as if tuned to zero."""
+    row = {k: v for k, v in summary.items() if not isinstance(v, dict | list)}
+    if row.get("alpha_status") is None and "alpha" in row:
+        row["alpha"] = None
+    return row
 
 
 LOADING = ("params", "use_cache", "cache_dir")  # what `load` takes beside trace settings

@@ -99,10 +99,12 @@ def _register_compare(sub: Any) -> None:
                         f"have them), from: {', '.join(_system_names())}")
     p.add_argument("--plot", type=Path, help="write a PNG comparing the systems")
     p.add_argument("--seeds", type=int, default=1, metavar="K",
-                   help="replay under K arrival seeds (--seed, --seed + 1, ...): each "
-                        "system's mean, and its paired margin over the first system with "
-                        "a 95%% confidence interval (agent and synthetic traces; chat turns "
-                        "arrive by the typing model, and trace timestamps are fixed)")
+                   help="replay under K seeds (--seed, --seed + 1, ...), each redrawing "
+                        "the trace's random choices: arrival gaps, and for a synthetic "
+                        "trace its content too (each seed a new trace of the same shape); "
+                        "each system's mean, and its paired margin over the first system "
+                        "with a 95%% confidence interval (agent and synthetic traces; chat "
+                        "turns arrive by the typing model, and trace timestamps are fixed)")
     p.set_defaults(func=cmd_compare)
 
 
