@@ -6,7 +6,7 @@ import pytest
 
 from marconi.cli import main
 from marconi.experiments import load_experiments
-from marconi.experiments.config import CONFIGS, load_experiment, plan
+from marconi.experiments.config import CONFIGS, NoData, load_experiment, plan
 from marconi.experiments.reproduce import reproduce
 from marconi.report.figures import FIGURES
 from tests.conftest import SHARED_DATA
@@ -72,8 +72,22 @@ class TestConfig:
         experiments = load_experiments([EXPERIMENTS], data=data)
         assert {e.figure for e in experiments} == set(FIGURES)
         for name, (quick, warnings) in plan(experiments, quick=True).items():
-            missing = any("not found" in w for w in warnings)  # the data folder absent
+            missing = any(isinstance(w, NoData) for w in warnings)  # no data folder
             assert quick or missing, f"{name}: no quick cells"
+
+    def test_grids_without_the_data_folder_are_said_once_per_trace(self) -> None:
+        """Without the data folder every grid over the trajectories or Mooncake is
+        skipped: one line per trace naming the experiments, no `{data}` placeholder."""
+        from marconi.experiments.reproduce import _grouped
+
+        planned = plan(load_experiments([EXPERIMENTS], data=None), quick=True)
+        warnings = [w for _, ws in planned.values() for w in ws]
+        assert sum(isinstance(w, NoData) for w in warnings) >= 4
+        said = _grouped(warnings)
+        assert len(said) == len({w.trace for w in warnings if isinstance(w, NoData)})
+        assert all("{" not in line and "--data DIR" in line for line in said)
+        assert any("mini-swe-agent/trajs" in line and "fig07_hit_rate" in line
+                   for line in said)
 
     def test_across_covers_other_configurations_once(self, tmp_path: Path) -> None:
         grid = _write_config(tmp_path, "gain")  # sglang+, marconi x 2 capacities

@@ -39,6 +39,21 @@ from marconi.systems import get_system
 
 _NAMED_TRACES = ("sharegpt",)
 DATA = "{data}"  # a trace path starting with it is under the data folder
+
+
+class NoData(str):
+    """The warning of a grid skipped because its trace is under the data folder and none
+    was given; `reproduce` says these once per trace, naming the experiments."""
+
+    experiment: str
+    trace: str  # as the config writes it, `{data}/...`
+
+    def __new__(cls, experiment: str, trace: str) -> NoData:
+        where = trace.replace(DATA + "/", "")
+        self = super().__new__(cls, f"{experiment}: its grid over {where} needs the data "
+                                    "folder (--data DIR or $MARCONI_DATA); grid skipped")
+        self.experiment, self.trace = experiment, where
+        return self
 CONFIGS = Path(str(resources.files("marconi.experiments") / "configs"))  # the paper's
 
 
@@ -89,10 +104,10 @@ class Experiment:
         traces = [self._trace_path(t) for t in _as_list(out["trace"])]
         missing = [t for t in traces if t is None]
         if missing or not traces:
-            hint = " (give the data folder: --data DIR)" if self.data is None \
-                and DATA in str(out["trace"]) else ""
-            warnings.append(f"{self.name}: trace {out['trace']!r} not found{hint}; grid "
-                            "skipped")
+            if self.data is None and DATA in str(out["trace"]):
+                warnings.append(NoData(self.name, str(out["trace"])))
+            else:
+                warnings.append(f"{self.name}: trace {out['trace']!r} not found; grid skipped")
             return None
         out["trace"] = traces
         out["system"] = self._known(_as_list(out.get("system", [])), warnings)

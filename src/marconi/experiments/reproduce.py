@@ -12,13 +12,14 @@ OUT/SUMMARY.md           every table, with the run's settings and time
 from __future__ import annotations
 
 import sys
+import textwrap
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marconi.experiments.config import Experiment, plan
+from marconi.experiments.config import Experiment, NoData, plan
 from marconi.sim.sweep import Cell, load_records, refusal_warnings, run_sweep
 
 
@@ -38,9 +39,8 @@ def reproduce(experiments: list[Experiment], out: Path, *, quick: bool = False,
     """Sweep the experiments' cells into `out/sweep.csv`, then write PNGs and tables."""
     start = time.perf_counter()
     planned = plan(experiments, quick=quick)
-    for _, warnings in planned.values():
-        for warning in warnings:
-            print(f"reproduce: {warning}", file=sys.stderr)
+    for warning in _grouped([w for _, warnings in planned.values() for w in warnings]):
+        print(f"reproduce: {warning}", file=sys.stderr)
     cells = [cell for cells, _ in planned.values() for cell in cells]
     rows = run_sweep(cells, out / "sweep.csv", executor=executor, workers=workers,
                      progress=progress, records_dir=out / "records")
@@ -68,6 +68,25 @@ def reproduce(experiments: list[Experiment], out: Path, *, quick: bool = False,
                    seconds=seconds)
 
 
+def _grouped(warnings: list[str]) -> list[str]:
+    """The planning warnings, those of grids skipped for want of the data folder said once
+    per trace with the experiments they skipped (`config.NoData`), the others as they
+    are, each once."""
+    skipped: dict[str, list[str]] = {}
+    out = []
+    for warning in warnings:
+        if isinstance(warning, NoData):
+            skipped.setdefault(warning.trace, []).append(warning.experiment)
+        elif warning not in out:
+            out.append(warning)
+    for trace, names in skipped.items():
+        names = list(dict.fromkeys(names))
+        grids = sum(1 for w in warnings if isinstance(w, NoData) and w.trace == trace)
+        out.append(f"no data folder (--data DIR or $MARCONI_DATA): skipped {grids} "
+                   f"grid{'s' * (grids != 1)} over {trace} ({', '.join(names)})")
+    return out
+
+
 def _rows(cells: list[Cell], by_id: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return [by_id[c.cell_id] for c in cells
             if c.cell_id in by_id and by_id[c.cell_id]["status"] == "ok"]
@@ -84,7 +103,8 @@ def draw(exp: Experiment, rows: list[dict[str, Any]], out: Path) -> tuple[Path, 
 
     fig, body = FIGURES[exp.figure](rows, dict(exp.options),
                                     lambda cell_id: load_records(out / "records", cell_id))
-    fig.suptitle(exp.title)
+    # wrapped to the figure's width: a one-panel figure is narrower than the title
+    fig.suptitle(textwrap.fill(exp.title, max(30, int(fig.get_figwidth() * 11))))
     fig.tight_layout()
     png = out / f"{exp.name}.png"
     fig.savefig(png, dpi=110)
