@@ -50,14 +50,16 @@ class TestBench:
         monkeypatch.setattr(module, "workloads", lambda model, agent_dir: {
             "conversation": conversation(256, turns=3, user=20, reply=4)})
         rows = bench(get_model("bamba"), None, ["vanilla", "sglang+"], "1GB", True,
-                     tmp_path / "profile.csv")
-        assert [r.system for r in rows] == ["vanilla", "sglang+", "sglang+/chunk"]
+                     tmp_path / "profile.csv", repeat=2)
+        assert [r.system for r in rows] == ["vanilla", "sglang+", "sglang+/chunk"] * 2
+        assert [r.repeat for r in rows] == [0, 0, 0, 1, 1, 1]
         assert rows[0].hit_tokens == 0 and rows[1].hit_tokens > 0
-        assert "sglang+/chunk" in format_table(rows)
+        table = format_table(rows)
+        assert "sglang+/chunk" in table and len(table.splitlines()) == 4
         with (tmp_path / "profile.csv").open() as handle:
             table = list(csv.DictReader(handle))
         assert set(table[0]) == {"tokens_to_prefill", "cached_tokens", "seconds"}
-        assert len(table) == 6
+        assert len(table) == 12  # both repetitions' exact runs
 
     def test_register(self):
         parser = argparse.ArgumentParser()

@@ -3,6 +3,7 @@ reports speedup and overhead as shares of time to first token."""
 
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 
 from marconi.engine import Engine
@@ -45,3 +46,18 @@ def test_the_table_reports_shares_against_vanilla():
     vllm, sglang = table[2].split(), table[3].split()
     assert "+77.0%" in vllm and f"{100 * 77 / 177:.1f}%" in vllm  # split counted
     assert "-60.0%" in sglang and f"{100 * 7 / 40:.1f}%" in sglang
+
+
+def test_repeated_runs_give_the_median_change_and_its_range():
+    """Three repetitions: each change is against the same repetition's vanilla run, the
+    table gives the median and the lowest..highest, and the median run's other figures."""
+    rows = [dataclasses.replace(_row(system, ttft), repeat=k)
+            for k, pairs in enumerate([(("vanilla", 100.0), ("sglang+", 40.0)),
+                                       (("vanilla", 200.0), ("sglang+", 60.0)),
+                                       (("vanilla", 100.0), ("sglang+", 90.0))])
+            for system, ttft in pairs]
+    table = format_table(rows).splitlines()
+    assert "vs_range" in table[0] and len(table) == 3  # one line per (workload, system)
+    sglang = table[2].split()
+    assert "-60.0%" in sglang and "-70..-10%" in sglang  # -60, -70, -10: median -60
+    assert f"{100 * 7 / 60:.1f}%" in sglang  # the median run's (60 ms) overhead share

@@ -42,6 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=INT",
                         help="override a tiny model's config field (e.g. hidden_size=256)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="run the whole bench this many times, the systems interleaved; "
+                             "the table gives each change against vanilla as the median "
+                             "and its range (one run on a busy machine can mislead)")
     parser.set_defaults(func=run_command)
     return parser
 
@@ -63,13 +67,15 @@ def run_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--agent-data {args.agent_data}: no such folder")
     agent_dir = args.agent_data
     rows = bench(model, agent_dir, [s.strip() for s in args.systems.split(",")],
-                 args.capacity, not args.no_chunk, args.profile)
+                 args.capacity, not args.no_chunk, args.profile, args.repeat)
     print(f"# engine-bench: model={args.model} ({model.spec.name}), capacity={args.capacity}, "
-          f"torch threads={torch.get_num_threads()}, {platform.processor() or platform.machine()}")
+          f"torch threads={torch.get_num_threads()}, {platform.processor() or platform.machine()}"
+          f", {args.repeat} run{'s' * (args.repeat != 1)} of each")
     if agent_dir is None:
         print("# agent workload skipped: no --agent-data folder given")
     print(format_table(rows))
-    print("# ttft in ms; vs_vanilla: summed TTFT against vanilla's on the same requests; "
+    print("# ttft in ms; vs_vanilla: summed TTFT against vanilla's on the same requests (the "
+          "median over the runs; vs_range: lowest..highest); "
           "overhead: the cache's share of it (lookup, restore, split prefill, snapshots); "
           f"the last five columns in ms summed over the run; profile written to {args.profile}")
     return 0

@@ -15,6 +15,7 @@ computes the same sequences and only the cache differs.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -100,6 +101,7 @@ class Row:
     split_ms: float  # prefill time beyond one unsplit forward (pieces at checkpoints)
     snapshot_ms: float  # cloning states out during prefill
     replay_commit_ms: float  # output states and commit (after the first token)
+    repeat: int = 0  # which repetition of the whole bench this run belongs to
 
     @property
     def overhead_share(self) -> float:
@@ -130,22 +132,32 @@ def run(model: HybridModel, workload: str, requests: Sequence[Request], system: 
 
 
 HEADER = ("workload", "system", "reqs", "in_tok", "hit%", "ttft_p50", "ttft_p95", "held_KiB",
-          "vs_vanilla", "overhead", "lookup", "restore", "split", "snapshot", "repl+commit")
+          "vs_vanilla", "vs_range", "overhead", "lookup", "restore", "split", "snapshot",
+          "repl+commit")
 
 
 def format_table(rows: Sequence[Row]) -> str:
-    """A fixed-width table: TTFT percentiles in ms; `vs_vanilla`, the change of the summed
-    TTFT against the same workload's vanilla run (-40%: 40% less time to first tokens);
-    `overhead`, the cache's share of the summed TTFT; the last columns, ms summed."""
-    vanilla = {r.workload: r.ttft_total_ms for r in rows if r.system == "vanilla"}
-    lines = [" ".join(f"{h:>11}" for h in HEADER)]
+    """A fixed-width table, one line per (workload, system): TTFT percentiles in ms;
+    `vs_vanilla`, the change of the summed TTFT against the same workload's vanilla run
+    of the same repetition (-40%: 40% less time to first tokens), the median over the
+    repetitions, and `vs_range` its lowest and highest (one run: -); `overhead`, the
+    cache's share of the summed TTFT; the last columns, ms summed. Where a system ran
+    more than once, the other columns are those of its median run (by summed TTFT)."""
+    vanilla = {(r.workload, r.repeat): r.ttft_total_ms for r in rows if r.system == "vanilla"}
+    groups: dict[tuple[str, str], list[Row]] = {}
     for r in rows:
-        base = vanilla.get(r.workload)
-        change = f"{100 * (r.ttft_total_ms / base - 1):+.1f}%" if base else "-"
+        groups.setdefault((r.workload, r.system), []).append(r)
+    lines = [" ".join(f"{h:>11}" for h in HEADER)]
+    for runs in groups.values():
+        r = sorted(runs, key=lambda run: run.ttft_total_ms)[(len(runs) - 1) // 2]
+        changes = [100 * (run.ttft_total_ms / base - 1) for run in runs
+                   if (base := vanilla.get((run.workload, run.repeat)))]
+        change = f"{float(np.median(changes)):+.1f}%" if changes else "-"
+        spread = f"{min(changes):+.0f}..{max(changes):+.0f}%" if len(changes) > 1 else "-"
         cells = (r.workload, r.system, r.requests, r.input_tokens,
                  f"{100 * r.hit_tokens / max(1, r.input_tokens):.1f}",
                  *(f"{t:.1f}" for t in r.ttft_ms[1:]), f"{r.bytes_held / 1024:.0f}",
-                 change, f"{100 * r.overhead_share:.1f}%", f"{r.lookup_ms:.2f}",
+                 change, spread, f"{100 * r.overhead_share:.1f}%", f"{r.lookup_ms:.2f}",
                  f"{r.restore_ms:.2f}", f"{r.split_ms:.2f}", f"{r.snapshot_ms:.2f}",
                  f"{r.replay_commit_ms:.2f}")
         lines.append(" ".join(f"{c!s:>11}" for c in cells))
@@ -177,16 +189,23 @@ def warm_up(model: HybridModel) -> None:
 
 
 def bench(model: HybridModel, agent_dir: Path | None, systems: Sequence[str], capacity: str,
-          chunk_too: bool, profile_path: Path | None) -> list[Row]:
-    """Run every workload under every system; optionally also chunk-boundary capture."""
+          chunk_too: bool, profile_path: Path | None, repeat: int = 1) -> list[Row]:
+    """Run every workload under every system, `repeat` times over (the systems interleaved
+    within each repetition, so a slow spell of the machine falls on all of them);
+    optionally also chunk-boundary capture."""
+    if repeat < 1:
+        raise ValueError(f"--repeat must be >= 1, got {repeat}")
     warm_up(model)
     rows: list[Row] = []
     profile: list[tuple[int, int, float]] = []
-    for name, requests in workloads(model, agent_dir).items():
-        for system in systems:
-            rows.append(run(model, name, requests, system, capacity, Capture.EXACT, profile))
-            if chunk_too and system != "vanilla" and model.chunk_size is not None:
-                rows.append(run(model, name, requests, system, capacity, Capture.CHUNK, []))
+    for k in range(repeat):
+        for name, requests in workloads(model, agent_dir).items():
+            for system in systems:
+                rows.append(dataclasses.replace(run(model, name, requests, system, capacity,
+                                                    Capture.EXACT, profile), repeat=k))
+                if chunk_too and system != "vanilla" and model.chunk_size is not None:
+                    rows.append(dataclasses.replace(run(model, name, requests, system,
+                                                        capacity, Capture.CHUNK, []), repeat=k))
     if profile_path is not None:
         write_profile(profile_path, profile)
     return rows
