@@ -40,6 +40,19 @@ class TestTokenizers:
         out = encode_unique(get_tokenizer("mistral-v1"), TEXTS)
         assert len(out) == len(TEXTS) and out[0].tolist() == out[-1].tolist()
 
+    def test_batches_give_the_ids_of_one_batch(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Past the progress threshold texts are encoded in batches (with a bar on a
+        terminal): the same ids, in the same order, with every batch boundary crossed."""
+        import marconi.workload.tokenizers as module
+
+        tok = get_tokenizer("mistral-v1")
+        texts = [f"text {i} {'word ' * (i % 7)}" for i in range(23)] + TEXTS
+        whole = encode_unique(tok, texts)
+        monkeypatch.setattr(module, "PROGRESS_TEXTS", 2)
+        monkeypatch.setattr(module, "BATCH_TEXTS", 5)
+        batched = encode_unique(tok, texts)
+        assert [a.tolist() for a in batched] == [a.tolist() for a in whole]
+
     def test_unknown_tokenizer(self) -> None:
         with pytest.raises(ValueError, match="unknown tokenizer 'nope'"):
             get_tokenizer("nope")

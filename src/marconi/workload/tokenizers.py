@@ -212,8 +212,25 @@ def _config(folder: Path | None) -> dict[str, Any]:
     return config
 
 
+PROGRESS_TEXTS = 20_000  # distinct texts from which tokenizing shows a progress bar
+BATCH_TEXTS = 4096  # texts per batch when it does
+
+
 def encode_unique(tokenizer: Tokenizer, texts: Sequence[str]) -> list[Tokens]:
-    """Token ids of each text, encoding every distinct text once (in one batch)."""
+    """Token ids of each text, encoding every distinct text once (in batches). Past
+    `PROGRESS_TEXTS` distinct texts (all of ShareGPT: about a minute) a progress bar
+    shows on a terminal (stderr); the ids do not depend on the batching."""
     distinct = list(dict.fromkeys(texts))
-    encoded = dict(zip(distinct, tokenizer.encode_batch(distinct), strict=True))
+    if len(distinct) < PROGRESS_TEXTS:
+        ids = tokenizer.encode_batch(distinct)
+    else:
+        from tqdm import tqdm
+
+        ids = []
+        with tqdm(total=len(distinct), desc=f"tokenizing ({tokenizer.name})", unit="text",
+                  leave=False, disable=None) as bar:  # None: only on a terminal
+            for at in range(0, len(distinct), BATCH_TEXTS):
+                ids += tokenizer.encode_batch(distinct[at : at + BATCH_TEXTS])
+                bar.update(min(BATCH_TEXTS, len(distinct) - at))
+    encoded = dict(zip(distinct, ids, strict=True))
     return [encoded[t] for t in texts]
