@@ -4,6 +4,7 @@ reports speedup and overhead as shares of time to first token."""
 from __future__ import annotations
 
 import dataclasses
+
 import numpy as np
 
 from marconi.engine import Engine
