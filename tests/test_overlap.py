@@ -16,6 +16,8 @@ from marconi.plus.admission import PLAIN, StructureConfig, Structured
 from marconi.plus.overlap import OverlapPlanner
 from marconi.plus.shadows import (
     DEFAULT_EXPERTS,
+    OVERLAP_MEMORY,
+    SGLANG_PLUS,
     Boundaries,
     Expert,
     ShadowConfig,
@@ -163,14 +165,23 @@ def test_overlap_without_a_planner_is_refused() -> None:
 
 
 def test_marconi_plus_keeps_its_experts() -> None:
-    """The overlap expert is opt-in: marconi+'s experts are the nine it had."""
+    """marconi+'s experts: every admission (no boundary, the first, the last, the overlap
+    planner's positions) with every eviction but LRU, then `sglang+`'s configuration; its
+    planner keeps a bounded memory, marconi+-overlap's every sequence, and
+    marconi+-no-overlap has the nine message-boundary experts and sglang+'s."""
     tuner = get_system("marconi+").make_tuner(options=TunerOptions())
     assert isinstance(tuner, ShadowTuner)
-    assert tuner.config.experts == DEFAULT_EXPERTS and len(DEFAULT_EXPERTS) == 9
-    assert all(e.boundaries is not Boundaries.OVERLAP for e in DEFAULT_EXPERTS)
-    overlap = shadow_tuner(("density", "depth", "flop"), True, {}, overlap=True)
-    assert overlap.config.experts[:9] == DEFAULT_EXPERTS
-    assert [e.boundaries for e in overlap.config.experts[9:]] == [Boundaries.OVERLAP] * 3
+    assert tuner.config.experts == DEFAULT_EXPERTS and len(DEFAULT_EXPERTS) == 13
+    assert DEFAULT_EXPERTS[-1] == SGLANG_PLUS
+    assert [e.boundaries for e in DEFAULT_EXPERTS[9:12]] == [Boundaries.OVERLAP] * 3
+    assert tuner.config.overlap_memory == OVERLAP_MEMORY
+    whole = get_system("marconi+-overlap").make_tuner(options=TunerOptions())
+    assert isinstance(whole, ShadowTuner) and whole.config.overlap_memory is None
+    assert whole.config.experts == DEFAULT_EXPERTS
+    plain = get_system("marconi+-no-overlap").make_tuner(options=TunerOptions())
+    assert isinstance(plain, ShadowTuner)
+    assert plain.config.experts == (*DEFAULT_EXPERTS[:9], SGLANG_PLUS)
+    assert not get_system("marconi+").unbounded and get_system("marconi+-overlap").unbounded
 
 
 def test_planner_rejects_a_bad_request() -> None:
@@ -179,6 +190,28 @@ def test_planner_rejects_a_bad_request() -> None:
         planner.learn(np.arange(4, dtype=np.int32).tobytes(), 9)
     with pytest.raises(ValueError, match="budget"):
         OverlapPlanner(0)
+
+
+def test_a_bounded_memory_forgets_the_oldest_sequences() -> None:
+    """With `memory` tokens the planner measures overlap against the recent sequences
+    only: past the bound the tree is rebuilt from the latest half, the oldest forgotten,
+    the depths' counts kept whole; without it (the sparse-prefix peer) nothing is."""
+    from marconi.peers.sparse_prefix import Overlaps
+
+    def seq(i: int) -> bytes:
+        return np.arange(1000 * i, 1000 * i + 100, dtype=np.int32).tobytes()
+
+    bounded, whole = Overlaps(memory=250), Overlaps()
+    for book in (bounded, whole):
+        for i in range(5):  # 500 tokens learnt: twice the bound
+            book.add(book.depth(seq(i)), seq(i))
+    assert bounded.depth(seq(4)) == whole.depth(seq(4)) == 100  # the latest, kept
+    assert bounded.depth(seq(0)) == 0 and whole.depth(seq(0)) == 100  # the first, forgotten
+    assert bounded.requests == whole.requests == 5
+    kept = sum(bounded.depth(seq(i)) == 100 for i in range(5))
+    assert 1 <= kept <= 2  # at most half the bound after a rebuild (and at least one)
+    with pytest.raises(ValueError, match="overlap memory"):
+        Overlaps(memory=0)
 
 
 def test_distribution_is_the_share_at_least_as_deep() -> None:

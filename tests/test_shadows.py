@@ -15,12 +15,14 @@ from marconi.plus.greedy_dual import GreedyDualFlop
 from marconi.plus.shadows import (
     ATTENTION_ONLY,
     DEFAULT_EXPERTS,
+    SGLANG_PLUS,
     Boundaries,
     Expert,
     ShadowConfig,
     ShadowReport,
     ShadowTuner,
     apply,
+    leader,
 )
 from marconi.plus.switchable import Mode, Switchable
 from marconi.sim.replay import simulate
@@ -278,22 +280,26 @@ class TestSampling:
     def test_sampled_shadows_are_the_sampled_sessions_at_the_scaled_capacity(self) -> None:
         """From request k on, the shadows' totals grow by exactly twice those of fresh
         unsampled shadows fed only the sampled sessions' later requests at half the
-        capacity."""
+        capacity. (The message-boundary experts and sglang+'s: the overlap experts'
+        placement is learnt from every request, sampled or not, so theirs differ.)"""
         from marconi.plus.shadows import _hash
 
+        experts = tuple(e for e in DEFAULT_EXPERTS if e.boundaries is not Boundaries.OVERLAP)
         trace, k = self._trace(), 100
-        sampled = self._run(trace, ShadowConfig(sample_after=k, sample_rate=0.5),
-                            self.CAPACITY)
-        before = self._run(trace.requests[:k], ShadowConfig(sample_after=None), self.CAPACITY)
+        sampled = self._run(trace, ShadowConfig(experts=experts, sample_after=k,
+                                                sample_rate=0.5), self.CAPACITY)
+        before = self._run(trace.requests[:k], ShadowConfig(experts=experts,
+                                                            sample_after=None), self.CAPACITY)
         cut = 1 << 63
         kept = [r for r in trace.requests[k:] if _hash(r.session_id) < cut]
         assert 0 < len(kept) < len(trace) - k  # both halves are there
-        alone = self._run(kept, ShadowConfig(sample_after=None), self.CAPACITY // 2)
+        alone = self._run(kept, ShadowConfig(experts=experts, sample_after=None),
+                          self.CAPACITY // 2)
         assert alone.totals.max() > 0
         np.testing.assert_allclose(sampled.totals, before.totals + 2 * alone.totals,
                                    rtol=1e-12)
-        assert [s.capacity for s in sampled.shadows] == [self.CAPACITY // 2] * 9
-        assert sum(s.stats.commits for s in sampled.shadows) == 9 * len(kept)
+        assert [s.capacity for s in sampled.shadows] == [self.CAPACITY // 2] * len(experts)
+        assert sum(s.stats.commits for s in sampled.shadows) == len(experts) * len(kept)
         report = sampled.report()
         assert (report.sampled_from, report.sample_rate) == (k, 0.5)
         assert report.to_json()["sampled_from"] == k
@@ -332,7 +338,7 @@ class TestSampling:
         tuner = self._run(trace, ShadowConfig(sample_after=100, sample_rate=0.25),
                           self.CAPACITY)
         assert tuner.sampled_from == 100
-        assert [s.capacity for s in tuner.shadows] == [self.CAPACITY // 4] * 9
+        assert [s.capacity for s in tuner.shadows] == [self.CAPACITY // 4] * len(DEFAULT_EXPERTS)
 
     def test_a_driver_that_names_no_session_is_never_sampled(self) -> None:
         """The engine passes no session: its shadows see every request."""
@@ -416,3 +422,131 @@ class TestTwins:
         if parted and plain_first:  # a parted shadow is a copy, not its twin
             assert twinned.shadows[3] is not twinned.shadows[0]
             assert twinned.shadows[3].tree.root is not twinned.shadows[0].tree.root
+
+
+class TestSglangExpert:
+    """`sglang+`'s configuration is one of marconi+'s experts, and the switching rule
+    keeps marconi+ near it (docs/architecture.md, "marconi+'s regret")."""
+
+    @pytest.mark.parametrize("name", ["synthetic:rag", "synthetic:branching",
+                                      "synthetic:multi-turn"])
+    def test_its_shadow_replays_sglang_plus_exactly(self, name: str) -> None:
+        """The expert's shadow saves what `sglang+` itself saves, to the FLOP: same
+        admission (judicious), same LRU order, same capacity (a shadow 2% smaller parts
+        them)."""
+        trace = load_trace(name, options=TraceOptions(sessions=40, seed=3))
+        runs = {s: simulate(trace, SimConfig(spec=PAPER_7B, capacity="500MB", system=s,
+                                             bounds=False)).summary()
+                for s in ("sglang+", "marconi+")}
+        experts = runs["marconi+"].experts
+        assert experts is not None and runs["sglang+"].evictions > 0
+        assert experts.saved[str(SGLANG_PLUS)] == runs["sglang+"].flops_saved_rate
+        margin = runs["marconi+"].flops_saved_rate - runs["sglang+"].flops_saved_rate
+        assert experts.sglang_margin == pytest.approx(margin, abs=1e-12)
+
+    def test_a_small_lead_of_sglang_is_followed(self) -> None:
+        """0.5% ahead of the running expert (under the 5% threshold) but more than `lead`
+        of the possible: `sglang+`'s configuration is followed; any other expert with
+        the same lead is not."""
+        config = ShadowConfig()
+        safe = DEFAULT_EXPERTS.index(SGLANG_PLUS)
+        score = np.full(len(DEFAULT_EXPERTS), 40.0)
+        score[safe] = 40.2
+        assert leader(score, 0, 1000, config, possible=100.0, safe=safe) == safe
+        assert leader(score, 0, 1000, config, possible=100.0) == 0  # no safe expert named
+        assert leader(score, 0, 1000, config, possible=400.0, safe=safe) == 0  # 0.05 pt
+        score[safe], score[3] = 40.0, 40.2
+        assert leader(score, 0, 1000, config, possible=100.0, safe=safe) == 0
+
+    def test_the_guard_runs_sglang_while_the_live_cache_trails_it(self) -> None:
+        """The running expert's shadow leads every other (it never paid its switch), but
+        the live cache itself saved 0.5 point less than `sglang+`'s shadow: the guard runs
+        `sglang+`'s configuration; 0.05 point behind, it does not; no live record given
+        (the integrations), no guard."""
+        config = ShadowConfig()
+        safe = DEFAULT_EXPERTS.index(SGLANG_PLUS)
+        score = np.full(len(DEFAULT_EXPERTS), 40.0)
+        score[2] = 45.0
+        assert leader(score, 2, 1000, config, 100.0, safe, live=39.5) == safe
+        assert leader(score, 2, 1000, config, 100.0, safe, live=39.95) == 2
+        assert leader(score, 2, 1000, config, 100.0, safe) == 2
+        assert leader(score, safe, 1000, config, 100.0, safe, live=39.5) == safe  # it stays
+
+    def test_the_live_record_is_what_the_run_saved(self) -> None:
+        """The tuner's own count of what the live cache saved is the run's FLOPs saved."""
+        trace = load_trace("synthetic:multi-turn", options=TraceOptions(sessions=30, seed=2))
+        config = SimConfig(spec=PAPER_7B, capacity="400MB", system="marconi+", bounds=False)
+        tuner = get_system("marconi+").make_tuner(options=TunerOptions())
+        assert isinstance(tuner, ShadowTuner)
+        cache = make_cache(PAPER_7B, "400MB", "marconi+")
+        for request in trace.requests:
+            tokens = request.tokens()
+            cache.lookup(request.input_tokens, boundaries=request.boundaries)
+            cache.commit(tokens, request.n_input, boundaries=request.boundaries)
+            tuner.observe(cache, tokens, request.n_input, request.boundaries)
+        summary = simulate(trace, config).summary()
+        assert tuner.live == pytest.approx(summary.flops_saved, rel=1e-12)
+        assert tuner.possible == pytest.approx(summary.flops_total, rel=1e-12)
+
+    def test_a_clear_lead_is_followed_in_the_warmup(self) -> None:
+        """In the warmup a leader needs twice the running expert's total, or a lead of
+        `clear_lead` (2 points) of the possible: 12% ahead at 2.4 points is followed."""
+        config = ShadowConfig()
+        score = np.full(len(DEFAULT_EXPERTS), 20.0)
+        score[4] = 22.4
+        assert leader(score, 0, 64, config, possible=100.0) == 4
+        assert leader(score, 0, 64, config, possible=200.0) == 0  # 1.2 points: noise
+        assert leader(score, 0, 64, config) == 0  # no possible given (the integrations)
+
+    def test_the_rule_keeps_the_running_expert_within_its_margins(self) -> None:
+        """After every decision past the warmup (and `settle`), what the bound is built on
+        holds: the running expert's shadow trails `sglang+`'s by at most `lead` of the
+        possible, and the best by at most the threshold or the clear lead (each at least
+        one average request)."""
+        trace = load_trace("synthetic:branching", options=TraceOptions(sessions=60, seed=7))
+        config = ShadowConfig(every=4, warmup=16)
+        tuner = ShadowTuner(config)
+        cache = make_cache(PAPER_7B, "600MB", "marconi+")
+        safe, decided = DEFAULT_EXPERTS.index(SGLANG_PLUS), 0
+        for request in trace.requests:
+            tokens = request.tokens()
+            cache.lookup(request.input_tokens, boundaries=request.boundaries)
+            cache.commit(tokens, request.n_input, boundaries=request.boundaries)
+            tuner.observe(cache, tokens, request.n_input, request.boundaries)
+            if tuner.seen % config.every or tuner.seen < max(config.warmup, config.settle):
+                continue
+            decided += 1
+            totals, run = tuner.totals, tuner.totals[tuner.current]
+            floor = tuner.possible / tuner.seen  # a lead must be worth a request
+            margin = max(config.lead * tuner.possible, floor)
+            assert totals[safe] - run <= margin + 1e-6
+            if totals[safe] - tuner.live > margin:  # the guard holds sglang+'s
+                assert tuner.current == safe
+                continue
+            assert totals.max() - run <= min(config.threshold * run, max(
+                config.clear_lead * tuner.possible, floor)) + 1e-6
+        assert decided > 10 and tuner.switches
+        assert tuner.report().ran[SGLANG_PLUS] > 0  # it did fall back on sglang+'s
+
+    def test_a_regret_past_the_bound_warns(self) -> None:
+        """The warning names what exceeded its bound; within both, nothing is said."""
+        from marconi.sim.summary import Experts
+        from marconi.sim.warnings import regret_warning
+
+        trace = load_trace("synthetic:rag", options=TraceOptions(sessions=40, seed=3))
+        summary = simulate(trace, SimConfig(spec=PAPER_7B, capacity="500MB",
+                                            system="marconi+", bounds=False)).summary()
+        experts = summary.experts
+        assert experts is not None and experts.bound is not None
+        assert experts.regret == pytest.approx(experts.saved[experts.best]
+                                               - summary.flops_saved_rate)
+        assert regret_warning(summary) is None
+        over = dataclasses.replace(experts, regret=experts.bound + 0.01)
+        message = regret_warning(dataclasses.replace(summary, experts=over))
+        assert message is not None and "above the" in message and experts.best in message
+        behind = dataclasses.replace(experts, sglang_margin=-(experts.sglang_bound or 0) - 0.01)
+        message = regret_warning(dataclasses.replace(summary, experts=behind))
+        assert message is not None and "trails sglang+'s configuration" in message
+        sampled = dataclasses.replace(over, sampled=True)
+        assert regret_warning(dataclasses.replace(summary, experts=sampled)) is None
+        assert isinstance(Experts.from_report({"totals": {}}, 0.5), type(None))

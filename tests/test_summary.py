@@ -4,6 +4,7 @@ and every warning fires alike from a live summary and from a row read back."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,9 @@ def _flat(summary: dict[str, Any]) -> dict[str, Any]:
             if value.get("sampled_from") is not None:
                 out |= {"shadows_sampled_from": value["sampled_from"],
                         "shadows_sample_rate": value["sample_rate"]}
+        elif key == "experts":
+            out["experts_saved"] = json.dumps(value["saved"])
+            out |= {f"experts_{k}": v for k, v in value.items() if k != "saved"}
         else:
             out[key] = value
     return out
@@ -94,7 +98,7 @@ class TestJson:
         assert list(runs["bootstrap"].to_json()) == JSON_KEYS
         dropped = list(runs["dropped"].to_json())
         assert dropped == [*JSON_KEYS[:32], "bounds_dropped_at", "hit_rate_by_input_length"]
-        assert list(runs["sampled"].to_json()) == [*JSON_KEYS[:32], *JSON_KEYS[-2:]]
+        assert list(runs["sampled"].to_json()) == [*JSON_KEYS[:32], *JSON_KEYS[-2:], "experts"]
 
     def test_nested_parts(self, runs: dict[str, Summary]) -> None:
         out = runs["bootstrap"].to_json()

@@ -21,11 +21,12 @@ from marconi.commands.parsing import Parser, add_plugin_argument, load_plugins
 from marconi.core.layout import Layout
 from marconi.core.spec import ModelSpec, model_from
 from marconi.core.units import parse_size
-from marconi.report.table import table
+from marconi.report.table import experts, table
 from marconi.settings import add_arguments, values_of
 from marconi.sim.config import configure
 from marconi.sim.result import REFERENCES, REPLAY_SETTINGS, SimConfig
 from marconi.sim.run import run
+from marconi.sim.summary import Summary
 from marconi.systems import SYSTEMS, get_system, split_systems
 from marconi.workload import Trace, TraceOptions, load_trace, summarize
 from marconi.workload.cli_args import add_trace_arguments, options_from_args
@@ -177,8 +178,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     summary = result.summary()
     if args.records is not None:
         write_records(result, args.records)
-    print(json.dumps(summary.to_json(), indent=2) if args.json else table([summary]))
+    print(json.dumps(summary.to_json(), indent=2) if args.json else _with_experts([summary]))
     return 0
+
+
+def _with_experts(summaries: list[Summary]) -> str:
+    """The table, then marconi+'s experts beside each marconi+ run."""
+    below = experts(summaries)
+    return table(summaries) + (f"\n{below}" if below else "")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -196,7 +203,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(f"{trace.name}: {len(trace)} requests, {trace.input_tokens} input tokens, "
               f"model {args.model}, capacity {args.capacity}")
-        print(table(summaries))
+        print(_with_experts(summaries))
     if args.plot is not None:
         from marconi.report.plot import compare_plot
 

@@ -318,16 +318,19 @@ def bootstrap(options: TunerOptions) -> Tuner:
 
 
 def shadows(modes: tuple[str, ...] = ("density", "depth", "flop"),
-            boundaries: bool = True, overlap: bool = False) -> TunerFactory:
+            boundaries: bool = True, overlap: bool = True, whole_memory: bool = False
+            ) -> TunerFactory:
     """marconi+'s shadow experts over these eviction modes (and every message boundary
     choice, or none when `boundaries` is False; and the overlap planner's positions when
-    `overlap`)."""
+    `overlap`, its planner keeping every sequence seen when `whole_memory`, else the
+    latest `OVERLAP_MEMORY` tokens)."""
 
     def make(options: TunerOptions) -> Tuner:
-        from marconi.plus.shadows import shadow_tuner
+        from marconi.plus.shadows import OVERLAP_MEMORY, shadow_tuner
 
         return shadow_tuner(modes, boundaries, options.settings,
-                            first_boundary=options.first_boundary, overlap=overlap)
+                            first_boundary=options.first_boundary, overlap=overlap,
+                            overlap_memory=None if whole_memory else OVERLAP_MEMORY)
 
     return make
 
@@ -607,8 +610,9 @@ def _plus(name: str, description: str, tuner: TunerFactory | None, mode: str = "
                     unbounded=unbounded))
 
 
-_plus("marconi+", "hit-density eviction (leaves in one class or by depth), GreedyDual-FLOP "
-      "and message-boundary admission, chosen online by shadow experts", shadows())
+_plus("marconi+", "hit-density eviction (leaves in one class or by depth) or GreedyDual-FLOP, "
+      "with message-boundary or sparse-prefix admission, or sglang+'s configuration, "
+      "chosen online by shadow experts", shadows())
 _plus("marconi+-density", "hit-density eviction alone, judicious admission", None,
       depth=False)
 _plus("marconi+-depth", "hit-density eviction with leaves classed by depth alone, "
@@ -623,9 +627,11 @@ _plus("marconi+-no-density", "marconi+ without hit density (the design before: "
       "GreedyDual-FLOP and LRU experts)", shadows(modes=("flop", "lru")), "flop", depth=False)
 _plus("marconi+-no-boundaries", "marconi+ without boundary checkpoints",
       shadows(boundaries=False))
-_plus("marconi+-overlap", "marconi+ with an admission expert more: sparse prefix caching's "
-      "positions from the overlap depths seen so far (beside its boundary choices)",
-      shadows(overlap=True), unbounded=UNBOUNDED_PLANNER)
+_plus("marconi+-overlap", "marconi+ with its overlap planner keeping every sequence seen "
+      "(sparse prefix caching's placement as the peer plans it; for replays)",
+      shadows(whole_memory=True), unbounded=UNBOUNDED_PLANNER)
+_plus("marconi+-no-overlap", "marconi+ without sparse prefix caching's placement (the design "
+      "before 2026-12-04)", shadows(overlap=False))
 
 MARCONI_PLUS = SYSTEMS["marconi+"]
 

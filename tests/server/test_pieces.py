@@ -213,7 +213,8 @@ class TestTuner:
         shadows = _tuner(ServerConfig(system="marconi+"))
         assert isinstance(shadows, ShadowTuner)
         assert shadows.expert.boundaries is Boundaries.FIRST  # a system prompt's end
-        assert len(set(shadows.config.experts)) == len(shadows.config.experts) == 9
+        assert len(set(shadows.config.experts)) == len(shadows.config.experts) == 13
+        assert shadows.config.overlap_memory is not None  # a server keeps a bounded planner
         plain = _tuner(ServerConfig(system="marconi+-no-boundaries"))
         assert isinstance(plain, ShadowTuner) and plain.expert.boundaries is Boundaries.NONE
         bootstrap = _tuner(ServerConfig(system="marconi"))

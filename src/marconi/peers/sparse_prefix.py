@@ -22,6 +22,7 @@ a radix tree of everything seen), so the first requests take no checkpoint.
 from __future__ import annotations
 
 from bisect import bisect_right, insort
+from collections import deque
 from collections.abc import Sequence
 
 from marconi.core.policy import Admission
@@ -74,12 +75,24 @@ def place(depths: Sequence[int], survival: Sequence[float], budget: int
 
 class Overlaps:
     """The overlap depths of the requests learnt so far (each distinct depth with its
-    count, and the requests that overlapped nothing) and every sequence they spelled (a
+    count, and the requests that overlapped nothing) and the sequences they spelled (a
     token radix tree, about 4 bytes per distinct token): what `place` plans from. Kept by
-    the sparse-prefix peer and by marconi+'s overlap planner."""
+    the sparse-prefix peer and by marconi+'s overlap planner.
 
-    def __init__(self) -> None:
-        self.seen = RadixTree()  # every sequence learnt
+    `memory` (tokens; None: every sequence, as the sparse-prefix peer keeps them) bounds
+    the sequences kept: once those learnt since the tree was last built spell more than
+    `memory` tokens, the tree is rebuilt from the latest sequences spelling at most half
+    of it, so overlap depths are measured against the recent past, and the tree holds at
+    most `memory` tokens (rebuilding costs one more insertion per token learnt). The
+    depths' counts are kept whole (one per distinct depth)."""
+
+    def __init__(self, memory: int | None = None) -> None:
+        if memory is not None and memory < 1:
+            raise ValueError(f"the overlap memory must be >= 1 token or None, got {memory!r}")
+        self.memory = memory
+        self._recent: deque[bytes] = deque()  # the sequences spelled since the last build
+        self._recent_tokens = 0
+        self.seen = RadixTree()  # the sequences learnt (every one without `memory`)
         self.depths: list[int] = []  # the distinct overlap depths learnt, ascending
         self.counts: dict[int, int] = {}  # requests learnt at each of those depths
         self.overlapped = 0  # requests learnt that overlapped something
@@ -106,6 +119,29 @@ class Overlaps:
         else:
             self.zeros += 1
         spell(self.seen, tokens)
+        if self.memory is not None:
+            self._recent.append(tokens)
+            self._recent_tokens += len(tokens) // TOKEN_BYTES
+            if self._recent_tokens > self.memory:
+                self._forget()
+
+    def _forget(self) -> None:
+        """Rebuild the tree from the latest sequences spelling at most `memory / 2`
+        tokens (at least the latest one), the older ones forgotten."""
+        assert self.memory is not None
+        kept: list[bytes] = []
+        tokens = 0
+        for key in reversed(self._recent):
+            n = len(key) // TOKEN_BYTES
+            if kept and tokens + n > self.memory // 2:
+                break
+            kept.append(key)
+            tokens += n
+        kept.reverse()
+        self.seen = RadixTree()
+        for key in kept:
+            spell(self.seen, key)
+        self._recent, self._recent_tokens = deque(kept), tokens
 
     def distribution(self, n: int, pending: int | None = None
                      ) -> tuple[list[int], list[float]]:

@@ -1,5 +1,5 @@
 """marconi+'s overlap planner: sparse prefix caching's checkpoint placement as something
-an admission expert can add (`Boundaries.OVERLAP`, `marconi+-overlap`).
+an admission expert can add (`Boundaries.OVERLAP`, among marconi+'s experts).
 
 Sparse prefix caching (`marconi.peers.sparse_prefix`) places at most `budget` states per
 input at the depths that maximize the tokens a later request is expected to reuse, given
@@ -14,15 +14,16 @@ so a switch to the overlap expert starts warm.
 request -> live cache: lookup + commit (points from the requests before it)
         -> tuner.observe: shadows serve it (the same points), then planner.learn(request)
 ```
-Cost: every sequence seen is kept as a token radix tree (about 4 bytes per distinct token
-seen) and each distinct overlap depth with its count; a plan walks the distinct depths.
+Cost: the sequences seen are kept as a token radix tree (about 4 bytes per distinct
+token), at most `memory` tokens of them (marconi+: `ShadowConfig.overlap_memory`, 2^24;
+older ones are forgotten, `Overlaps`; `marconi+-overlap` keeps every one, for replays),
+and each distinct overlap depth with its count; a plan walks the distinct depths.
 Where more than `CANDIDATES` distinct depths are up to the input's length (agent
 trajectories: every step overlaps its predecessor at a new depth), the dynamic program
 runs over the shallowest of each 1/`PER_DOUBLING` of a doubling (`thin`), not over all
 of them (the program is `O(depths x budget)` in pure Python, once per input): a
 checkpoint there is reused by every request overlapping deeper in its bucket, at most 4%
-fewer tokens each. Meant for replays and bounded streams,
-not an unbounded server (the tree grows with everything seen).
+fewer tokens each.
 """
 
 from __future__ import annotations
@@ -55,10 +56,10 @@ class OverlapPlanner(Overlaps):
     """Checkpoint positions for an input from the overlap depths of the requests learnt
     so far (`points`), and the learning (`learn`), once per request."""
 
-    def __init__(self, budget: int = 4) -> None:
+    def __init__(self, budget: int = 4, memory: int | None = None) -> None:
         if budget < 1:
             raise ValueError(f"the overlap planner's budget must be >= 1, got {budget!r}")
-        super().__init__()
+        super().__init__(memory)
         self.budget = budget
         self._last: tuple[bytes, tuple[int, ...]] | None = None  # the latest plan
 

@@ -2,9 +2,11 @@
 
 Every expert is one way to run the cache: which message boundaries admission may
 checkpoint (none, the first, the last) and which eviction runs (hit density, hit density
-with leaves classed by depth, or GreedyDual-FLOP; LRU, and Marconi's FLOP-aware score at
-a fixed alpha (`MARCONI_ALPHAS`), are there for ablations: as more experts they lost
-more than they won, experiments/RESULTS.md). Each has a
+with leaves classed by depth, or GreedyDual-FLOP), and `sglang+`'s own configuration
+(`SGLANG_PLUS`: judicious admission, LRU over leaves), so marconi+ can always fall back on
+it (LRU at other boundaries, and Marconi's FLOP-aware score at a fixed alpha
+(`MARCONI_ALPHAS`), are there for ablations: as more experts they lost more than they
+won, experiments/RESULTS.md). Each has a
 *shadow*: a cache of the same spec and capacity that holds token ids only (no tensors,
 no store) and sees every request the live cache commits. Every `every` requests the
 live cache switches to the expert whose shadow has saved the most FLOPs so far, if it
@@ -15,6 +17,13 @@ be decisive, 5%, and measured on enough requests: in the first 128 only a leader
 saves twice as much as the running expert is followed (a system prompt's boundary expert
 on its second use, not the noise of a handful of hits); leads of a few tenths of a point
 flip between near-equal experts and cost more than they gain (experiments/RESULTS.md).
+Two leads are absolute, as shares of what a cache holding every input would have saved
+(`possible`), each worth at least one average request: any leader 2 points ahead is
+followed at once (`clear_lead`), and `sglang+`'s configuration 0.1 point ahead (`lead`).
+And a guard: while the live cache's own record (counted from its hit tokens) trails
+`sglang+`'s shadow by more than `lead`, `sglang+`'s configuration runs, so marconi+ does
+not stay below its own LRU configuration (docs/architecture.md, "marconi+'s regret",
+states the bounds).
 `half_life` (off by default) decides on totals that forget: each request's saving
 weighted 2^(-age / half_life), so a leader of long ago is not followed for ever.
 A model without SSM layers runs one expert and no shadows (`ATTENTION_ONLY`).
@@ -23,7 +32,7 @@ A trace that names no message boundary (the paper artifact's token-id JSONL, raw
 gives a boundary expert's shadow exactly its no-boundary twin's requests and checkpoints:
 until a request names one, those six shadows are not fed (each takes its twin's total),
 and at the first that does each becomes a copy of its twin's (`core.snapshot.clone`) and
-goes its own way. The totals, switches and shadows are those of feeding all nine.
+goes its own way. The totals, switches and shadows are those of feeding them all.
 
 Long streams are sampled (a miniature simulation, Waldspurger et al., ATC'17): once
 `sample_after` requests have been observed, the shadows are rebuilt empty at
@@ -75,12 +84,12 @@ class Boundaries(Enum):
     FIRST = "first"  # the end of the first message (a system prompt: hits on its 2nd use)
     LAST = "last"  # the input's last boundary (reused when outputs are not: Mooncake-like)
     # sparse prefix caching's positions for the input (`marconi.plus.overlap`): no message
-    # boundary needed; only in `marconi+-overlap` (`shadow_tuner(overlap=True)`)
+    # boundary needed (`shadow_tuner(overlap=True)`, marconi+'s default)
     OVERLAP = "overlap"
 
 
-# the choices of marconi+'s default experts (OVERLAP is opt-in)
 MESSAGE_BOUNDARIES = (Boundaries.NONE, Boundaries.FIRST, Boundaries.LAST)
+OVERLAP_MEMORY = 1 << 24  # tokens of sequences marconi+'s overlap planner keeps
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +111,13 @@ EVICTION_NAMES = {Mode.DENSITY: "density", Mode.DEPTH: "depth", Mode.FLOP: "gd",
 MARCONI_ALPHAS = (0.5, 1.0, 2.0, 4.0)  # the FLOP-aware experts' alphas
 EXPERTS = (*(Expert(b, m) for b in Boundaries for m in EVICTION_NAMES if m is not Mode.MARCONI),
            *(Expert(b, Mode.MARCONI, a) for b in Boundaries for a in MARCONI_ALPHAS))
-DEFAULT_EXPERTS = tuple(Expert(b, m) for b in MESSAGE_BOUNDARIES
-                        for m in (Mode.DENSITY, Mode.DEPTH, Mode.FLOP))
+# `sglang+`'s own configuration (judicious admission, LRU over leaves) as an expert: its
+# shadow replays `sglang+` exactly, so marconi+ can always fall back to it
+SGLANG_PLUS = Expert(Boundaries.NONE, Mode.LRU)
+# marconi+'s: every admission (no boundary, the first, the last, sparse prefix caching's
+# positions) with every eviction but LRU, and `sglang+`'s configuration
+DEFAULT_EXPERTS = (*(Expert(b, m) for b in Boundaries
+                     for m in (Mode.DENSITY, Mode.DEPTH, Mode.FLOP)), SGLANG_PLUS)
 # A Transformer (no SSM layer): a node per block and LRU, tail first, is vLLM's block
 # cache, which no state-sized policy beats there; nothing to choose.
 ATTENTION_ONLY = (Expert(Boundaries.NONE, Mode.LRU),)
@@ -118,9 +132,10 @@ class Switch:
 @dataclass(frozen=True, slots=True)
 class ShadowReport:
     """What the shadows did: the expert running at the end, requests seen, the seconds
-    spent feeding shadows, every switch, and each expert's total; `sampled_from`: the
-    request from which the shadows saw a `sample_rate` share of the sessions (None: every
-    request)."""
+    spent feeding shadows, every switch, each expert's total (what its shadow saved, in
+    the objective's unit) and the requests each ran for; `possible`: what a cache holding
+    every input would have saved; `sampled_from`: the request from which the shadows saw
+    a `sample_rate` share of the sessions (None: every request)."""
 
     expert: Expert
     requests: int
@@ -129,11 +144,31 @@ class ShadowReport:
     totals: dict[Expert, float]
     sampled_from: int | None = None
     sample_rate: float = 1.0
+    ran: dict[Expert, int] = field(default_factory=dict)
+    possible: float = 0.0
+    # how far the live cache may trail the best expert's total, and `sglang+`'s (None: not
+    # an expert), by the switching rule (`ShadowTuner._bounds`)
+    bound: float | None = None  # None: the rule bounds nothing (`half_life`)
+    sglang_bound: float | None = None
+
+    @property
+    def best(self) -> Expert:
+        """The expert whose shadow saved the most (the first of equals)."""
+        return max(self.totals, key=lambda e: self.totals[e])
+
+    @property
+    def ran_most(self) -> Expert:
+        """The expert that ran for the most requests (the first of equals)."""
+        return max(self.ran, key=lambda e: self.ran[e]) if self.ran else self.expert
 
     def to_json(self) -> dict[str, object]:
         return {"expert": str(self.expert), "requests": self.requests, "seconds": self.seconds,
                 "switches": [(s.at, str(s.expert)) for s in self.switches],
                 "totals": {str(e): t for e, t in self.totals.items()},
+                "ran": {str(e): n for e, n in self.ran.items()},
+                "best": str(self.best), "ran_most": str(self.ran_most),
+                "possible": self.possible, "bound": self.bound,
+                "sglang_bound": self.sglang_bound,
                 "sampled_from": self.sampled_from, "sample_rate": self.sample_rate}
 
 
@@ -142,6 +177,17 @@ class ShadowConfig:
     experts: tuple[Expert, ...] = DEFAULT_EXPERTS  # the first runs until a leader emerges
     every: int = 16  # requests between decisions
     threshold: float = 0.05  # relative lead the leader needs over the running expert
+    # `sglang+`'s configuration (`SGLANG_PLUS`) is followed on a smaller lead: this share
+    # of what a cache holding every input would save (the objective's total over the
+    # requests seen), however small against the running expert's total: marconi+ trails
+    # `sglang+` by at most about this much (docs/architecture.md, "marconi+'s regret")
+    lead: float = 0.001
+    # any leader is followed, in the warmup too, once it leads by this share of the
+    # possible (two points: no near-tie between experts, however small the totals are)
+    clear_lead: float = 0.02
+    # requests before the absolute leads and the guard apply (the relative rule alone
+    # decides before: a few requests' hits are noise)
+    settle: int = 32
     warmup: int = 128  # requests before the lead rule applies (early totals: a few hits)
     early_threshold: float = 1.0  # lead needed during warmup: a leader saving twice as much
     objective: Objective = Objective.FLOPS
@@ -153,17 +199,23 @@ class ShadowConfig:
     # simulator passes its run setting `shadow_sample_after` (`tuner`)
     sample_after: int | None = None
     sample_rate: float = 0.125
+    # tokens of the sequences seen the overlap planner keeps (None: every one; a replay's
+    # `marconi+-overlap`): older ones are forgotten, so a server's memory stays bounded
+    overlap_memory: int | None = OVERLAP_MEMORY
 
     def __post_init__(self) -> None:
         if not self.experts:
             raise ValueError("ShadowConfig.experts must not be empty")
         if self.every < 1:
             raise ValueError(f"ShadowConfig.every must be >= 1, got {self.every!r}")
-        if self.warmup < 0 or self.early_threshold < 0:
-            raise ValueError("ShadowConfig.warmup and early_threshold must be >= 0, got "
-                             f"{self.warmup!r}, {self.early_threshold!r}")
+        if self.warmup < 0 or self.early_threshold < 0 or self.settle < 0:
+            raise ValueError("ShadowConfig.warmup, early_threshold and settle must be >= 0, "
+                             f"got {self.warmup!r}, {self.early_threshold!r}, {self.settle!r}")
         if self.threshold < 0:
             raise ValueError(f"ShadowConfig.threshold must be >= 0, got {self.threshold!r}")
+        if not (0 <= self.lead <= 1 and 0 <= self.clear_lead <= 1):
+            raise ValueError("ShadowConfig.lead and clear_lead must be in [0, 1], got "
+                             f"{self.lead!r}, {self.clear_lead!r}")
         if self.half_life is not None and not self.half_life > 0:
             raise ValueError(f"ShadowConfig.half_life must be > 0, got {self.half_life!r}")
         if self.sample_after is not None and self.sample_after < 0:
@@ -185,6 +237,18 @@ class ShadowTuner:
     recent: np.ndarray = field(default_factory=lambda: np.zeros(0))  # decayed (half_life)
     current: int = 0  # index of the running expert
     seen: int = 0  # requests observed
+    # what a cache holding every input would have saved on the requests seen (the
+    # objective's unit): the scale of `ShadowConfig.lead`
+    possible: float = 0.0
+    recent_possible: float = 0.0  # the same, decayed as `recent` is (`half_life`)
+    warm: np.ndarray | None = None  # each expert's total when the warmup ended
+    # what the live cache itself saved (the objective's unit; from its hit tokens), and
+    # decayed as `recent` is: what the guard compares with `sglang+`'s shadow
+    live: float = 0.0
+    recent_live: float = 0.0
+    _hit_tokens: int = 0  # the live cache's hit tokens at the last observe
+    # requests observed while each expert ran
+    ran: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     seconds: float = 0.0  # spent feeding shadows (the tuner's whole overhead)
     switches: list[Switch] = field(default_factory=list)
     sampled_from: int | None = None  # requests observed when sampling began
@@ -228,6 +292,10 @@ class ShadowTuner:
             if self.planner is not None:  # every request, sampled or not (after the shadows:
                 self.planner.learn(key, n_input)  # they plan it as the live cache did)
         self.seen += 1
+        self.ran[self.current] += 1
+        self._count_live(cache, int(n_input))
+        if self.seen == self.config.warmup:
+            self.warm = self.totals.copy()
         if self.seen % self.config.every == 0:
             self._decide(cache)
         self.seconds += time.perf_counter() - start
@@ -237,6 +305,8 @@ class ShadowTuner:
         half_life = self.config.half_life
         if half_life is not None:
             self.recent *= 0.5 ** (1.0 / half_life)
+            self.recent_possible *= 0.5 ** (1.0 / half_life)
+            self.recent_live *= 0.5 ** (1.0 / half_life)
 
     def _note_session(self, cache: PrefixCache, session: str | None) -> None:
         """Count the request's session until sampling is settled, and settle it once
@@ -280,7 +350,7 @@ class ShadowTuner:
         if any(e.boundaries is Boundaries.OVERLAP for e in experts):
             admission, _ = _policies(cache)
             if admission.planner is None:
-                admission.planner = OverlapPlanner()
+                admission.planner = OverlapPlanner(memory=self.config.overlap_memory)
             self.planner = admission.planner  # `_shadow` shares it
         if len(experts) > 1:  # one expert: nothing to compare, no shadows to feed
             self.shadows = [_shadow(cache, expert) for expert in experts]
@@ -292,6 +362,7 @@ class ShadowTuner:
                            and (e.mode, e.alpha) in plain}
         self.totals = np.zeros(len(experts))
         self.recent = np.zeros(len(experts))
+        self.ran = np.zeros(len(experts), dtype=np.int64)
         if not self.shadows or self.config.sample_after is None or self.config.sample_rate >= 1:
             self._sessions = None  # never sampled: keep no sessions (a huge trace's names)
         apply(cache, self.expert)
@@ -326,9 +397,32 @@ class ShadowTuner:
         self._cut = int(rate * (1 << 64))
         self.shadows = [_shadow(cache, expert, rate) for expert in self.experts]
 
+    def _count_live(self, cache: PrefixCache, n_input: int) -> None:
+        """Add the request to the possible and what the live cache saved on it: its hit
+        tokens since the last observe (a driver's one lookup per request; a concurrent
+        replay's interleaved lookups are summed, which is exact for the tokens objective
+        and close for FLOPs)."""
+        flops = self.config.objective is Objective.FLOPS
+        hits = cache.stats.hit_tokens
+        hit, self._hit_tokens = max(0, hits - self._hit_tokens), hits
+        whole = cache.spec.flops(n_input) if flops else float(n_input)
+        saved = cache.spec.flops(hit) if flops else float(hit)
+        self.possible += whole
+        self.recent_possible += whole
+        self.live += saved
+        self.recent_live += saved
+
+    def _possible(self) -> float:
+        """The scale of the absolute lead: the objective's total over the requests seen,
+        decayed as the scores are (`half_life`)."""
+        return self.possible if self.config.half_life is None else self.recent_possible
+
     def _decide(self, cache: PrefixCache) -> None:
         score = self.totals if self.config.half_life is None else self.recent
-        best = leader(score, self.current, self.seen, self.config)
+        safe = self.experts.index(SGLANG_PLUS) if SGLANG_PLUS in self.experts else None
+        live = self.live if self.config.half_life is None else self.recent_live
+        best = leader(score, self.current, self.seen, self.config, self._possible(), safe,
+                      live)
         if best != self.current:
             self.current = best
             self.switches.append(Switch(self.seen, self.expert))
@@ -338,16 +432,58 @@ class ShadowTuner:
         """What the tuner did so far."""
         return ShadowReport(self.expert, self.seen, self.seconds, tuple(self.switches),
                             {e: float(t) for e, t in zip(self.experts, self.totals, strict=True)},
-                            self.sampled_from, self.rate)
+                            self.sampled_from, self.rate,
+                            {e: int(n) for e, n in zip(self.experts, self.ran, strict=True)},
+                            self.possible, *self._bounds())
+
+    def _bounds(self) -> tuple[float | None, float | None]:
+        """What the switching rule bounds (docs/architecture.md, "marconi+'s regret"), in
+        the objective's unit: how far the live cache may trail the best expert, and
+        `sglang+`'s configuration (None: not an expert here). Each is the rule's margin
+        (`threshold` of the best's total; `lead` of the possible), plus what that expert
+        saved during the warmup (decided on a 2x lead), plus one decision window at its
+        average rate. Decayed totals (`half_life`) bound nothing: (None, None)."""
+        if self.config.half_life is not None or not self.seen or not len(self.totals):
+            return None, None
+        config, totals = self.config, self.totals
+        warm = totals if self.warm is None else self.warm
+        best = int(np.argmax(totals))
+        window = config.every / self.seen
+        bound = (config.threshold / (1 + config.threshold) * totals[best] + warm[best]
+                 + window * totals[best])
+        if SGLANG_PLUS not in self.experts:
+            return float(bound), None
+        k = self.experts.index(SGLANG_PLUS)
+        return float(bound), float(config.lead * self.possible + warm[k] + window * totals[k])
 
 
-def leader(score: np.ndarray, current: int, seen: int, config: ShadowConfig) -> int:
-    """The expert to run after `seen` requests: the best-scoring one when it leads the
-    running one (`current`) by `config.threshold` (by `early_threshold` in the first
-    `warmup` requests), else the running one."""
+def leader(score: np.ndarray, current: int, seen: int, config: ShadowConfig,
+           possible: float = 0.0, safe: int | None = None, live: float | None = None) -> int:
+    """The expert to run after `seen` requests. First the guard: the `safe` expert
+    (`sglang+`'s configuration) while the live cache's own record (`live`) trails its
+    shadow by more than `config.lead` x `possible` (the objective's total over the
+    requests seen), whatever the other shadows say (they never paid a switch; the live
+    cache did). Else the best-scoring one when it leads the running one (`current`) by
+    `config.threshold` (by `early_threshold` in the first `warmup` requests) or by
+    `config.clear_lead` x `possible`; else the `safe` expert when its shadow leads the
+    running one's by `config.lead` x `possible`; else the running one. A lead measured on
+    `possible` must also be worth a whole request on average (`possible / seen`): on a
+    handful of requests a few hits are noise."""
     threshold = config.threshold if seen >= config.warmup else config.early_threshold
     best = int(np.argmax(score))
-    return best if score[best] > score[current] * (1 + threshold) else current
+    lead = score[best] - score[current]
+    floor = possible / max(seen, 1)
+    if seen < config.settle:
+        return best if lead > score[current] * threshold else current
+    if safe is not None and live is not None \
+            and score[safe] - live > max(possible * config.lead, floor):
+        return safe
+    if lead > score[current] * threshold \
+            or lead > max(possible * config.clear_lead, floor) > 0:
+        return best
+    if safe is not None and score[safe] - score[current] > max(possible * config.lead, floor):
+        return safe
+    return current
 
 
 def _hash(session: str) -> int:
@@ -395,21 +531,26 @@ def _use_boundaries(admission: Structured, expert: Expert) -> None:
 
 
 def shadow_tuner(modes: Sequence[str], boundaries: bool, settings: Mapping[str, object], *,
-                 first_boundary: bool = False, overlap: bool = False) -> ShadowTuner:
+                 first_boundary: bool = False, overlap: bool = True,
+                 overlap_memory: int | None = OVERLAP_MEMORY) -> ShadowTuner:
     """marconi+'s tuner over the experts of these eviction `modes` (with every message
     boundary choice, or none without `boundaries`; with the overlap planner's positions
-    too if `overlap`), the first running until a leader emerges; with `first_boundary` (a
-    chat server), the first-message boundary expert starts.
+    too if `overlap`, the planner keeping `overlap_memory` tokens of sequences, None:
+    all) and `sglang+`'s configuration (`SGLANG_PLUS`), the first running until a leader
+    emerges; with `first_boundary` (a chat server), the first-message boundary expert
+    starts.
 
     From the run's `settings` it takes `objective` and `shadow_sample_after` (absent: the
     `ShadowConfig` defaults, exact shadows)."""
     choices = {Boundaries.NONE, *(MESSAGE_BOUNDARIES if boundaries else ()),
                *((Boundaries.OVERLAP,) if overlap else ())}
     experts = tuple(e for e in EXPERTS if e.mode.value in modes and e.boundaries in choices)
+    if SGLANG_PLUS not in experts:  # `sglang+`'s configuration is always one to fall back on
+        experts = (*experts, SGLANG_PLUS)
     first = Expert(Boundaries.FIRST, experts[0].mode)
     if first_boundary and first in experts:
         experts = (first, *(e for e in experts if e != first))
     sample_after = cast("int | None", settings.get("shadow_sample_after"))
     objective = Objective(settings.get("objective", Objective.FLOPS))
     return ShadowTuner(ShadowConfig(experts=experts, objective=objective,
-                                    sample_after=sample_after))
+                                    sample_after=sample_after, overlap_memory=overlap_memory))

@@ -64,7 +64,9 @@ class Switchable(Eviction):
         self.spec = spec
         self.flop: Eviction = flop if flop is not None else GreedyDualFlop(spec)
         self.stamp = self.flop.stamp  # what a snapshot of this policy records
-        self.lru = LRULeaf(deepest_first=True)  # blocks touched together leave tail first
+        # on a hybrid, `sglang+`'s LRU exactly (the judicious-LRU expert replays it); on a
+        # Transformer (a node per block) blocks touched together leave tail first
+        self.lru = LRULeaf(deepest_first=spec.ssm_layers == 0)
         self.density = HitDensity(spec)
         # the depth-classed expert costs a third of the event work: left out (depth=False)
         # where nothing will switch to Mode.DEPTH

@@ -61,6 +61,30 @@ def table(summaries: Sequence[Summary], columns: Sequence[tuple[str, str, str]] 
     return align(cells)
 
 
+def experts(summaries: Sequence[Summary]) -> str:
+    """For each marconi+ run, its experts beside it: what each one's shadow saved, the one
+    that ran most, the best, its regret against the best and its margin to `sglang+`'s
+    configuration, each with the bound its switching rule claims (empty: no such run)."""
+    lines = []
+    for summary in summaries:
+        e = summary.experts
+        if e is None:
+            continue
+        saved = ", ".join(f"{name} {100 * share:.1f}%" for name, share in e.saved.items())
+        lines.append(f"{summary.system}'s experts (FLOPs saved by each one's shadow): {saved}")
+        sglang = "" if e.sglang_margin is None else (
+            f"; against sglang+'s configuration {100 * e.sglang_margin:+.2f} points (bound "
+            f"{_points(e.sglang_bound)})")
+        estimated = " (sampled shadows: estimates)" if e.sampled else ""
+        lines.append(f"  ran most {e.ran_most}; best {e.best}; regret {100 * e.regret:.2f} "
+                     f"points (bound {_points(e.bound)}){sglang}{estimated}")
+    return "\n".join(lines)
+
+
+def _points(share: float | None) -> str:
+    return "none" if share is None else f"{100 * share:.2f}"
+
+
 def align(cells: Sequence[Sequence[str]]) -> str:
     """Rows of text cells, the first a header: first column left, others right-aligned."""
     widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]

@@ -22,6 +22,7 @@ from marconi.sim.metrics import hit_rate_by_length, rate
 from marconi.sim.summary import (
     Bounds,
     Engine,
+    Experts,
     LengthBin,
     MissTokens,
     ReuseTaxonomy,
@@ -211,7 +212,18 @@ def summarize(result: SimResult) -> Summary:
         hit_rate_by_input_length=tuple(LengthBin(**b) for b in
                                        hit_rate_by_length(r.n_input, r.hit)),
         tuning=None if result.tuning is None else Tuning.from_report(result.tuning.to_json()),
-        engine=None if result.engine is None else _engine(result.engine))
+        engine=None if result.engine is None else _engine(result.engine),
+        experts=_experts(result, rate(flops_saved, flops_total)))
+
+
+def _experts(result: SimResult, flops_rate: float) -> Experts | None:
+    """marconi+'s experts beside the run, in the unit its tuner compared them in."""
+    if result.tuning is None:
+        return None
+    r = result.records
+    live = (flops_rate if result.config.objective == "flops"
+            else rate(r.hit.sum(), r.n_input.sum()))
+    return Experts.from_report(result.tuning.to_json(), live)
 
 
 def _engine(meta: Mapping[str, Any]) -> Engine:

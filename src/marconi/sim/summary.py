@@ -10,6 +10,7 @@ NaN, ""), as None.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -76,6 +77,64 @@ class Tuning:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Experts:
+    """marconi+'s experts beside the run (docs/architecture.md, "marconi+'s regret"): what
+    each one's shadow saved, as a share of the objective's total like the run's own rate
+    the expert that ran for the most requests, the best
+    one, the run's regret against it and its margin to `sglang+`'s configuration (shares;
+    negative: it trails), each beside the bound the switching rule claims (None: none)."""
+
+    saved: Mapping[str, float]
+    ran_most: str
+    best: str
+    regret: float
+    bound: float | None
+    sglang_margin: float | None  # None: sglang+'s configuration is not one of its experts
+    sglang_bound: float | None
+    sampled: bool  # the shadows were sampled: their totals are estimates
+
+    def over(self) -> list[str]:
+        """What exceeded its bound, one phrase each (none: within the claims)."""
+        out = []
+        if self.bound is not None and self.regret > self.bound:
+            out.append(f"its regret against its best expert ({self.best}) is "
+                       f"{100 * self.regret:.2f} points, above the {100 * self.bound:.2f} "
+                       "its switching rule bounds")
+        if self.sglang_bound is not None and self.sglang_margin is not None \
+                and -self.sglang_margin > self.sglang_bound:
+            out.append(f"it trails sglang+'s configuration by {-100 * self.sglang_margin:.2f}"
+                       f" points, above the {100 * self.sglang_bound:.2f} its rule bounds")
+        return out
+
+    @classmethod
+    def from_report(cls, report: Mapping[str, Any], live: float) -> Experts | None:
+        """From a shadow tuner's JSON (`ShadowReport.to_json`) and the run's own share
+        (`live`); None for any other tuner's."""
+        totals, possible = report.get("totals"), report.get("possible")
+        if not isinstance(totals, Mapping) or not totals or not possible:
+            return None
+        saved = {name: float(t) / possible for name, t in totals.items()}
+        best = str(report["best"])
+        lru = saved.get(SGLANG_PLUS_EXPERT)
+        bound, lru_bound = report.get("bound"), report.get("sglang_bound")
+        return cls(saved=saved, ran_most=str(report["ran_most"]), best=best,
+                   regret=saved[best] - live,
+                   bound=None if bound is None else float(bound) / possible,
+                   sglang_margin=None if lru is None else live - lru,
+                   sglang_bound=None if lru_bound is None else float(lru_bound) / possible,
+                   sampled=report.get("sampled_from") is not None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"saved": dict(self.saved), "ran_most": self.ran_most, "best": self.best,
+                "regret": self.regret, "bound": self.bound,
+                "sglang_margin": self.sglang_margin, "sglang_bound": self.sglang_bound,
+                "sampled": self.sampled}
+
+
+SGLANG_PLUS_EXPERT = "none/lru"  # `str(plus.shadows.SGLANG_PLUS)`: sglang+'s configuration
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Engine:
     """A real engine's replay (marconi.realpeers): which engine, what its cache cost."""
 
@@ -137,6 +196,7 @@ class Summary:
     hit_rate_by_input_length: tuple[LengthBin, ...] | None  # None: read back from a row
     tuning: Tuning | None  # None: no tuner, or nothing yet
     engine: Engine | None  # None: not a real engine's replay, or read back from a row
+    experts: Experts | None = None  # marconi+'s experts and regret (None: another system)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON of `marconi simulate --json`: the contract's keys first, then extras."""
@@ -153,6 +213,8 @@ class Summary:
                                  else _fields(self.tuning, _TUNING))
         if self.engine is not None:
             out["engine"] = self.engine.to_json()
+        if self.experts is not None:
+            out["experts"] = self.experts.to_json()
         return out
 
     def to_row(self) -> dict[str, Any]:
@@ -169,6 +231,9 @@ class Summary:
             if self.tuning.sampled_from is not None:  # marconi+'s shadows, a long replay
                 out |= {"shadows_sampled_from": self.tuning.sampled_from,
                         "shadows_sample_rate": self.tuning.sample_rate}
+        if self.experts is not None:  # each expert's share as JSON text: one column
+            out |= {"experts_saved": json.dumps(dict(self.experts.saved))}
+            out |= {f"experts_{key}": getattr(self.experts, key) for key in _EXPERTS}
         return {key: _plain(value) for key, value in out.items()}
 
     def _optional_scalars(self) -> dict[str, Any]:
@@ -197,7 +262,7 @@ class Summary:
                    ssm_bytes_final=_maybe(row, "ssm_bytes_final", int),
                    bounds_dropped_at=_maybe(row, "bounds_dropped_at", int),
                    bounds=_bounds_from_row(row), hit_rate_by_input_length=None,
-                   tuning=_tuning_from_row(row), engine=None)
+                   tuning=_tuning_from_row(row), engine=None, experts=_experts_from_row(row))
 
 
 def _maybe(row: Mapping[str, Any], key: str, kind: Callable[[Any], T]) -> T | None:
@@ -232,6 +297,23 @@ def _bounds_from_row(row: Mapping[str, Any]) -> Bounds | None:
     return Bounds(bound_token_hit_rate=_need(row, "bound_token_hit_rate", float),
                   system_bound_token_hit_rate=_need(row, "system_bound_token_hit_rate", float),
                   miss_tokens=misses, reuse_taxonomy=None)
+
+
+_EXPERTS = ("ran_most", "best", "regret", "bound", "sglang_margin", "sglang_bound", "sampled")
+
+
+def _experts_from_row(row: Mapping[str, Any]) -> Experts | None:
+    """marconi+'s experts and regret read back."""
+    if _maybe(row, "experts_regret", float) is None:
+        return None
+    sampled = row.get("experts_sampled")
+    saved = json.loads(_maybe(row, "experts_saved", str) or "{}")
+    return Experts(saved=saved, ran_most=str(row["experts_ran_most"]),
+                   best=str(row["experts_best"]), regret=float(row["experts_regret"]),
+                   bound=_maybe(row, "experts_bound", float),
+                   sglang_margin=_maybe(row, "experts_sglang_margin", float),
+                   sglang_bound=_maybe(row, "experts_sglang_bound", float),
+                   sampled=sampled in (True, "True", "true", 1, "1"))
 
 
 def _tuning_from_row(row: Mapping[str, Any]) -> Tuning | None:

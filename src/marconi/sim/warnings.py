@@ -1,5 +1,6 @@
 """What a run's summary must say on stderr (`run_warnings`): refusals above 1%, a policy
-that ran out of victims, bounds dropped, shadows sampled, a tuner that never finished.
+that ran out of victims, bounds dropped, shadows sampled, a tuner that never finished,
+marconi+ beyond its regret bound.
 Each reads a `Summary`, live or read back from a sweep's row (`Summary.from_row`)."""
 
 from __future__ import annotations
@@ -75,10 +76,24 @@ def untuned_warning(summary: Summary) -> str | None:
             "is reported as untuned (null)")
 
 
+def regret_warning(summary: Summary) -> str | None:
+    """A one-line warning when marconi+ trailed its best expert, or `sglang+`'s
+    configuration, by more than its switching rule bounds (docs/architecture.md,
+    "marconi+'s regret"): what the experts it ran before admitted and evicted cost more
+    than the rule allows for. Not for sampled shadows (their totals are estimates)."""
+    experts = summary.experts
+    if experts is None or experts.sampled:
+        return None
+    over = experts.over()
+    if not over:
+        return None
+    return f"warning: {summary.system}: {'; '.join(over)}"
+
+
 def run_warnings(summary: Summary) -> list[str]:
     """Every warning and note `summary` calls for, in a fixed order."""
     found = (refusal_warning(summary), policy_warning(summary), bounds_warning(summary),
-             sampling_note(summary), untuned_warning(summary))
+             sampling_note(summary), untuned_warning(summary), regret_warning(summary))
     return [message for message in found if message is not None]
 
 

@@ -1,0 +1,158 @@
+"""marconi+ against its own LRU configuration (`sglang+`) and the best online system, on
+every trace we have, at three capacities each.
+
+    .venv/bin/python experiments/bench_plus_lru.py [--traces T ...] [--out F.jsonl]
+    .venv/bin/python experiments/bench_plus_lru.py --report F.jsonl [--plot F.png]
+
+Traces: the 99 mini-swe-agent trajectories, the Mooncake conversation trace (its first
+3,000 requests) and synthetic trace, ShareGPT (100 sessions of >= 10 rounds), and each
+synthetic family at its defaults (100 sessions). Data that is absent is skipped with a
+line saying so.
+
+Capacities are fractions of the trace's footprint, the peak bytes `sglang+` holds when
+nothing is evicted: contended (3%), moderate (10%) and roomy (30%). So every trace is
+contended at its first capacity, whatever its size, and no capacity was tuned to a trace.
+
+Systems: every registered system that runs in process without knowing the future
+(marconi+'s ablations aside). Columns: FLOPs saved % of marconi+, sglang+ and the best
+other online system, marconi+'s margins to each (points), and its regret against the
+best of its own experts (points; `Summary.experts`). Targets
+(docs/peers.md, "marconi+"): margin to sglang+ >= -0.2 point, to the best online system
+>= -0.5 point, everywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from common import DATA, MOONCAKE, MOONCAKE_SYNTHETIC, TRAJS
+
+from marconi.core.spec import PAPER_7B
+from marconi.sim.result import SimConfig
+from marconi.sim.run import run
+from marconi.systems import SYSTEMS
+from marconi.workload import load_trace
+from marconi.workload.options import TraceOptions
+from marconi.workload.types import Trace
+
+PLUS = "marconi+"
+LRU = "sglang+"
+FRACTIONS = {"contended": 0.03, "moderate": 0.1, "roomy": 0.3}
+SYNTHETIC = ("system-prompt", "multi-turn", "agent", "rag", "twice", "branching")
+TRACES = ("swe-agent", "mooncake", "mooncake-synthetic", "sharegpt",
+          *(f"synthetic:{name}" for name in SYNTHETIC))
+# online systems: no future knowledge, in process; marconi+'s ablations are not peers
+ONLINE = tuple(name for name, s in SYSTEMS.items()
+               if s.engine is None and not name.startswith(PLUS) and name != "vanilla")
+
+
+def load(name: str) -> Trace | None:
+    """The named trace, or None (with a line saying so) when its data is absent."""
+    if name == "swe-agent":
+        return load_trace(TRAJS) if TRAJS.is_dir() else _absent(name, TRAJS)
+    if name == "mooncake":
+        if not MOONCAKE.is_file():
+            return _absent(name, MOONCAKE)
+        full = load_trace(MOONCAKE)
+        return Trace(name, full.requests[:3000], full.meta)
+    if name == "mooncake-synthetic":
+        return load_trace(MOONCAKE_SYNTHETIC) if MOONCAKE_SYNTHETIC.is_file() \
+            else _absent(name, MOONCAKE_SYNTHETIC)
+    if name == "sharegpt":
+        return load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=100))
+    return load_trace(name, options=TraceOptions(sessions=100))
+
+
+def _absent(name: str, path: Path) -> Trace | None:
+    """None, saying on stderr which data is absent."""
+    print(f"skipped {name}: {path} is absent (the data folder is {DATA})", file=sys.stderr)
+    return None
+
+
+def footprint(trace: Trace) -> int:
+    """The peak bytes `sglang+` holds on `trace` when nothing is evicted."""
+    config = SimConfig(spec=PAPER_7B, capacity=1 << 50, system=LRU, bounds=False)
+    return int(run(trace, config).summary().peak_bytes)
+
+
+def one(trace: Trace, capacity: int, system: str) -> dict[str, Any]:
+    config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=False)
+    start = time.process_time()
+    result = run(trace, config)
+    out: dict[str, Any] = {"saved": float(result.summary().flops_saved_rate),
+                              "cpu_s": time.process_time() - start}
+    experts = result.summary().experts
+    if experts is not None:
+        out |= {"regret": experts.regret, "bound": experts.bound, "best_expert": experts.best,
+                "ran_most": experts.ran_most}
+    return out
+
+
+def measure(names: tuple[str, ...], out: Path | None, plus: str = PLUS,
+            peers: tuple[str, ...] = ONLINE) -> list[dict[str, Any]]:
+    rows = []
+    for name in names:
+        trace = load(name)
+        if trace is None:
+            continue
+        total = footprint(trace)
+        for label, fraction in FRACTIONS.items():
+            capacity = int(total * fraction)
+            row: dict[str, Any] = {"trace": name, "capacity": label, "bytes": capacity}
+            for system in (plus, *peers):
+                got = one(trace, capacity, system)
+                row[PLUS if system == plus else system] = got["saved"]
+                if system == plus:
+                    row.update({k: v for k, v in got.items() if k != "saved"})
+                print(f"[{time.strftime('%H:%M:%S')}] {name} {label} ({capacity / 1e9:.2f} GB) "
+                      f"{system}: {100 * float(got['saved']):.2f}% in {got['cpu_s']:.1f} s",
+                      file=sys.stderr, flush=True)
+            rows.append(row)
+            if out is not None:
+                with out.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print("| trace | capacity | marconi+ | sglang+ | vs sglang+ | best online | vs best "
+          "| regret |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    worst_lru = worst_best = 0.0
+    for row in rows:
+        plus, lru = 100 * float(row[PLUS]), 100 * float(row[LRU])
+        best = max((s for s in ONLINE if s in row), key=lambda s: float(row[s]))
+        top = 100 * float(row[best])
+        regret = row.get("regret")
+        worst_lru, worst_best = min(worst_lru, plus - lru), min(worst_best, plus - top)
+        print(f"| {row['trace']} | {row['capacity']} ({float(row['bytes']) / 1e9:.2f} GB) "
+              f"| {plus:.2f} | {lru:.2f} | {plus - lru:+.2f} | {best} {top:.2f} "
+              f"| {plus - top:+.2f} | {'-' if regret is None else f'{100 * float(regret):.2f}'} |")
+    print(f"\nworst margin to sglang+ {worst_lru:+.2f} pt (target >= -0.2), to the best online "
+          f"system {worst_best:+.2f} pt (target >= -0.5)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", nargs="+", default=list(TRACES), choices=TRACES)
+    parser.add_argument("--out", type=Path, help="append each row as a JSON line")
+    parser.add_argument("--plus", default=PLUS, help="the system measured in marconi+'s "
+                        "column (one of its variants: marconi+-overlap, ...)")
+    parser.add_argument("--peers", nargs="+", default=list(ONLINE), choices=ONLINE,
+                        help="the online systems it is measured against (default: all)")
+    parser.add_argument("--report", type=Path, help="print the table of an earlier --out")
+    args = parser.parse_args()
+    if args.report:
+        rows = [json.loads(line) for line in args.report.read_text().splitlines() if line]
+    else:
+        rows = measure(tuple(args.traces), args.out, args.plus, tuple(args.peers))
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
