@@ -1,8 +1,10 @@
 """marconi+ against its own LRU configuration (`sglang+`) and the best online system, on
-every trace we have, at three capacities each.
+every trace we have, at three capacities each (`--plus`: one of marconi+'s variants in
+its column instead; `--peers`: fewer systems to compare with).
 
-    .venv/bin/python experiments/bench_plus_lru.py [--traces T ...] [--out F.jsonl]
+    .venv/bin/python experiments/bench_plus_lru.py [--traces T ...] [--out F.jsonl] [--plot F.png]
     .venv/bin/python experiments/bench_plus_lru.py --report F.jsonl [--plot F.png]
+    .venv/bin/python experiments/bench_plus_lru.py --plus marconi+-no-overlap --peers sglang+
 
 Traces: the 99 mini-swe-agent trajectories, the Mooncake conversation trace (its first
 3,000 requests) and synthetic trace, ShareGPT (100 sessions of >= 10 rounds), and each
@@ -137,6 +139,34 @@ def print_table(rows: list[dict[str, Any]]) -> None:
           f"system {worst_best:+.2f} pt (target >= -0.5)")
 
 
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """marconi+'s margin to sglang+ and to the best online system, per configuration, with
+    the targets as lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['trace'].removeprefix('synthetic:')} {r['capacity'][0]}" for r in rows]
+    lru = [100 * (r[PLUS] - r[LRU]) for r in rows]
+    best = [100 * (r[PLUS] - max(r[s] for s in ONLINE if s in r)) for r in rows]
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.35 * len(rows)), 4.2))
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], lru, 0.4, label="vs sglang+")
+    ax.bar([i + 0.2 for i in x], best, 0.4, label="vs the best online system")
+    ax.axhline(-0.2, color="C0", linestyle=":", linewidth=1)
+    ax.axhline(-0.5, color="C1", linestyle=":", linewidth=1)
+    ax.set_xticks(list(x), labels, rotation=60, ha="right", fontsize=7)
+    ax.set(ylabel="marconi+'s margin (FLOPs saved, points)",
+           title="marconi+ against sglang+ and the best online system (c/m/r: 3/10/30% of "
+                 "the footprint)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"plot written to {path}", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", nargs="+", default=list(TRACES), choices=TRACES)
@@ -146,12 +176,15 @@ def main() -> None:
     parser.add_argument("--peers", nargs="+", default=list(ONLINE), choices=ONLINE,
                         help="the online systems it is measured against (default: all)")
     parser.add_argument("--report", type=Path, help="print the table of an earlier --out")
+    parser.add_argument("--plot", type=Path, help="draw the margins to this PNG")
     args = parser.parse_args()
     if args.report:
         rows = [json.loads(line) for line in args.report.read_text().splitlines() if line]
     else:
         rows = measure(tuple(args.traces), args.out, args.plus, tuple(args.peers))
     print_table(rows)
+    if args.plot is not None:
+        plot(rows, args.plot)
 
 
 if __name__ == "__main__":
