@@ -1,6 +1,6 @@
 """Overhead of marconi+'s online tuning, per request, on 2 cores.
 
-    .venv/bin/python benchmarks/bench_shadows.py [--system marconi+-overlap]
+    .venv/bin/python benchmarks/bench_shadows.py [--system marconi+-overlap | marconi+-no-overlap]
 
 Seconds spent feeding the shadow caches (and, for `marconi+-overlap`, teaching its overlap
 planner), per request and in total, beside the live cache's own replay time (the driver
@@ -39,7 +39,8 @@ def shadows(system: str, name: str, capacity: str, trace: Trace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--system", default="marconi+", choices=("marconi+", "marconi+-overlap"))
+    parser.add_argument("--system", default="marconi+",
+                        choices=("marconi+", "marconi+-overlap", "marconi+-no-overlap"))
     args = parser.parse_args()
     cases = [("sharegpt", "2GB", load_trace("sharegpt", options=TraceOptions(min_turns=10)))]
     if TRAJS.exists():
