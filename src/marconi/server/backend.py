@@ -60,7 +60,8 @@ def _tuner(config: ServerConfig) -> Tuner | None:
     """The system's tuner, its replays on one named background thread so requests never
     wait (as the library's default does too; the simulator alone waits for each replay).
     marconi+'s shadow experts run inline: a token-level lookup and commit per expert
-    after each request.
+    after each request (13 experts, three of them planning each input: about 3 ms a
+    request on 2 cores, benchmarks/RESULTS.md; `marconi+-no-overlap`'s 10 take half).
 
     marconi+ starts on the expert that checkpoints the first message's end
     (`first_boundary`): the simulator's marconi+ starts on plain judicious admission and
