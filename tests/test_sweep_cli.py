@@ -47,16 +47,33 @@ class TestFlags:
             traces.append(str(_artifact(tmp_path / folder)))
         assert Path(traces[0]).name == Path(traces[1]).name
         assert main(["sweep", *traces, "--systems", "sglang+", "--capacities", "1GB",
-                     "--param", "sps=0.5,1", "--out", str(tmp_path / "s.csv"),
+                     "--param", "multiplier=3,5", "--out", str(tmp_path / "s.csv"),
                      "--workers", "1", "--quiet"]) == 0
         lines = capsys.readouterr().out.splitlines()
         # no row has a dataset here: no empty dataset column
-        assert lines[0].split()[:5] == ["trace", "capacity", "model", "sps", "system"]
+        assert lines[0].split()[:5] == ["trace", "capacity", "model", "multiplier", "system"]
         name = Path(traces[0]).name
         words = [line.split() for line in lines[2:]]
         rows = sorted((w[0], w[w.index("sglang+") - 1]) for w in words)
-        assert rows == [(f"d1/{name}", "0.5"), (f"d1/{name}", "1.0"),
-                        (f"d2/{name}", "0.5"), (f"d2/{name}", "1.0")]
+        assert rows == [(f"d1/{name}", "3"), (f"d1/{name}", "5"),
+                        (f"d2/{name}", "3"), (f"d2/{name}", "5")]
+
+    def test_a_setting_the_trace_does_not_use_is_refused(
+            self, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        """`min_turns` over a synthetic trace, `sps` over the artifact's timestamped
+        requests: identical rows, refused before any cell runs, naming where each applies."""
+        from tests.test_sim import _artifact
+
+        out = tmp_path / "s.csv"
+        assert main(["sweep", TRACE, "--systems", "sglang+", "--capacities", "1GB",
+                     "--param", "min_turns=1,4", "--out", str(out), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert "--min-turns 1 does not apply to synthetic:multi-turn traces" in err
+        assert "sharegpt" in err and not out.exists()
+        assert main(["simulate", str(_artifact(tmp_path)), "--sps", "2", "--quiet"]) == 2
+        assert "--sps 2.0 does not apply to artifact traces" in capsys.readouterr().err
+        assert main(["compare", TRACE, "--mean-gap", "2", "--sessions", "3", "--capacity",
+                     "1GB", "--systems", "sglang+", "--quiet", "--no-bounds"]) == 0
 
     def test_config_with_grid_flags_is_refused(self, tmp_path: Path,
                                                capsys: pytest.CaptureFixture) -> None:
@@ -74,7 +91,7 @@ class TestFlags:
 
     def test_any_trace_knob_is_a_param_and_a_flag(self, tmp_path: Path) -> None:
         out = tmp_path / "s.csv"
-        assert main(["sweep", TRACE, "--sessions", "3", "--systems", "sglang+",
+        assert main(["sweep", "sharegpt", "--sessions", "3", "--systems", "sglang+",
                      "--capacities", "1GB", "--param", "min_turns=1,2",
                      "--max-input-tokens", "5000", "--out", str(out), "--workers", "1",
                      "--quiet"]) == 0

