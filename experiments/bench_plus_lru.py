@@ -85,10 +85,10 @@ def footprint(trace: Trace) -> int:
 def one(trace: Trace, capacity: int, system: str) -> dict[str, Any]:
     config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=False)
     start = time.process_time()
-    result = run(trace, config)
-    out: dict[str, Any] = {"saved": float(result.summary().flops_saved_rate),
-                              "cpu_s": time.process_time() - start}
-    experts = result.summary().experts
+    summary = run(trace, config).summary()
+    out: dict[str, Any] = {"saved": float(summary.flops_saved_rate),
+                           "cpu_s": time.process_time() - start}
+    experts = summary.experts
     if experts is not None:
         out |= {"regret": experts.regret, "bound": experts.bound, "best_expert": experts.best,
                 "ran_most": experts.ran_most}

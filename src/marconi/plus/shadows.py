@@ -168,6 +168,7 @@ class ShadowReport:
                 "ran": {str(e): n for e, n in self.ran.items()},
                 "best": str(self.best), "ran_most": str(self.ran_most),
                 "possible": self.possible, "bound": self.bound,
+                "sglang_expert": str(SGLANG_PLUS) if SGLANG_PLUS in self.totals else None,
                 "sglang_bound": self.sglang_bound,
                 "sampled_from": self.sampled_from, "sample_rate": self.sample_rate}
 

@@ -115,7 +115,8 @@ class Experts:
             return None
         saved = {name: float(t) / possible for name, t in totals.items()}
         best = str(report["best"])
-        lru = saved.get(SGLANG_PLUS_EXPERT)
+        sglang = report.get("sglang_expert")  # its name among the totals (None: absent)
+        lru = None if sglang is None else saved[str(sglang)]
         bound, lru_bound = report.get("bound"), report.get("sglang_bound")
         return cls(saved=saved, ran_most=str(report["ran_most"]), best=best,
                    regret=saved[best] - live,
@@ -129,9 +130,6 @@ class Experts:
                 "regret": self.regret, "bound": self.bound,
                 "sglang_margin": self.sglang_margin, "sglang_bound": self.sglang_bound,
                 "sampled": self.sampled}
-
-
-SGLANG_PLUS_EXPERT = "none/lru"  # `str(plus.shadows.SGLANG_PLUS)`: sglang+'s configuration
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -234,8 +234,7 @@ def check_settings(path_or_name: str | Path | None, format: str | None,
             continue
         kinds = sorted({"synthetic:*" if s.name.startswith("synthetic:") else s.name
                         for s in FORMATS.values() if setting.name in s.settings})
-        flag = "--" + setting.name.replace("_", "-")
-        raise ValueError(f"{flag} {value} does not apply to {fmt} traces (it applies to "
+        raise ValueError(f"{setting.flag} {value} does not apply to {fmt} traces (it applies to "
                          f"{', '.join(kinds)}): their rows would be the same without it; "
                          "leave it out")
 
