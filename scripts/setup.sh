@@ -9,7 +9,9 @@ if [ ! -x .venv/bin/python ]; then
     .venv/bin/python -m pip install -q --upgrade pip
 fi
 stamp=".venv/.marconi-installed-$extras"
-want=$(cat pyproject.toml scripts/ci-lock.txt | sha256sum | cut -c1-16)
+# the compiled core (setup.py builds it at install): its sources count too
+want=$(cat pyproject.toml setup.py scripts/ci-lock.txt src/marconi/core/_native.pyx \
+    src/marconi/core/native/*.hpp | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     # the package states ranges; scripts/ci-lock.txt pins what is installed here (torch
     # 2.13.0 exactly: it resolves to the CPU build this machine class ships)

@@ -6,3 +6,10 @@ bash scripts/setup.sh dev
 .venv/bin/ruff check src tests benchmarks $(test -d experiments && echo experiments)
 .venv/bin/mypy
 .venv/bin/python -m pytest -q "$@"
+# the whole suite ran on the compiled core where it runs a system (docs/architecture.md,
+# "The compiled core"); the simulator's and tuners' tests again on the Python core, its
+# oracle (tests/test_compiled.py drives both in every run)
+if [ $# -eq 0 ]; then
+    MARCONI_CORE=python .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_sim.py \
+        tests/test_tuner.py tests/test_tuner_background.py tests/test_metrics.py tests/test_api.py
+fi

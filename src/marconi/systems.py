@@ -23,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 
 from marconi.core.cache import PrefixCache
+from marconi.core.compiled import replay_cache
 from marconi.core.layout import Layout
 from marconi.core.policy import Admission, Eviction, check_alpha
 from marconi.core.spec import ModelSpec
@@ -159,17 +160,22 @@ class System:
               store: StateStore | None = None, on_evict: Callable[[Freed], None] | None = None,
               page_size: int | None = None, state_slots: int | None = None,
               evict_with: Callable[[Eviction], Eviction] | None = None,
-              as_engine: bool = False) -> PrefixCache:
+              as_engine: bool = False, replay: bool = False) -> PrefixCache:
         """A fresh, empty cache running this system (`alpha`: fixed, else 0 until tuned;
         `page_size`, `state_slots`: as in `layout`, 0 slots meaning one byte budget;
         `evict_with(eviction)`: the eviction to run instead of the system's, given it;
-        `as_engine`: count memory as its engine's pool does, `engine_memory`)."""
+        `as_engine`: count memory as its engine's pool does, `engine_memory`; `replay`: a
+        token-only replay's cache, on the compiled core where it runs the system,
+        `marconi.core.compiled`)."""
         admission, eviction = self.policies(spec, check_alpha(alpha or 0.0))
         if evict_with is not None:
             eviction = evict_with(eviction)
         layout = self.layout(spec, capacity, page_size=page_size, state_slots=state_slots)
         if as_engine and self.engine_memory is not None:
             spec, capacity = self.engine_memory(spec, parse_size(capacity))
+        if replay and store is None and on_evict is None:
+            return replay_cache(spec, capacity, admission, eviction, name=self.name,
+                                layout=layout)
         return PrefixCache(spec, capacity, admission, eviction, name=self.name, store=store,
                            on_evict=on_evict, page_size=layout.page_size,
                            state_slots=layout.state_slots)

@@ -35,7 +35,10 @@ class Snapshot:
 
 
 def take(cache: PrefixCache) -> Snapshot:
-    """Copy `cache`'s tree (a full walk: called once per tuning, not per request)."""
+    """Copy `cache`'s tree (a full walk: called once per tuning, not per request); a
+    compiled cache (`marconi.core.compiled`) copies its own, in the same order."""
+    if getattr(cache, "compiled", False):
+        return cache.take()  # type: ignore[attr-defined]
     nodes = cache.tree.nodes()
     index = {node: i for i, node in enumerate(nodes)}
     stamps = cache.eviction.stamp
@@ -58,7 +61,10 @@ def _salt(cache: PrefixCache, node: Node, index: dict[Node, int]) -> Salt:
 def rebuild(snapshot: Snapshot, cache: PrefixCache) -> list[Node]:
     """Fill an empty `cache` (built with the snapshot's layout) with the snapshot's tree,
     bytes, clock and stamps; returns the new nodes in the snapshot's order (for policies
-    with more state to restore)."""
+    with more state to restore). A compiled cache loads it (and returns no nodes)."""
+    if getattr(cache, "compiled", False):
+        cache.load(snapshot)  # type: ignore[attr-defined]
+        return []
     cache.clock = snapshot.clock
     nodes: list[Node] = []
     salts = snapshot.salts or (None,) * len(snapshot.keys)

@@ -39,6 +39,8 @@ class Judicious(Admission):
     too, as the paper's artifact does.
     """
 
+    compiled_as = "judicious"  # the compiled core runs it (marconi.core.compiled)
+
     def checkpoints(self, match: Match, n_input: int, hit: int) -> tuple[int, ...]:
         p = branch_point(match, n_input)
         return (p,) if p is not None and p > hit else ()
@@ -86,6 +88,7 @@ class NoAdmission(Admission):
     """Vanilla: nothing is cached."""
 
     caches = False
+    compiled_as = "none"
 
     def checkpoints(self, match: Match, n_input: int, hit: int) -> tuple[int, ...]:
         return ()

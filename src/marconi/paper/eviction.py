@@ -28,6 +28,8 @@ class LRULeaf(Eviction):
     skipped when popped.
     """
 
+    compiled_as = "lru"  # the compiled core runs it, either tie-break (marconi.core.compiled)
+
     def __init__(self, *, deepest_first: bool = False) -> None:
         super().__init__()
         self.deepest_first = deepest_first
@@ -111,6 +113,11 @@ class FlopAware(Scored):
         self.spec = spec
         self.alpha: float = check_alpha(alpha)
         self.recency = Recency(recency)
+
+    @property
+    def compiled_as(self) -> str | None:
+        """"flop" where the compiled core runs it: the paper's recency."""
+        return "flop" if self.recency is Recency.TIME else None
 
     def set_alpha(self, alpha: float) -> None:
         self.alpha = check_alpha(alpha)

@@ -27,6 +27,7 @@ from typing import Any, cast
 import numpy as np
 
 from marconi.core.cache import PrefixCache
+from marconi.core.compiled import replay_cache
 from marconi.core.orphans import die_with_parent
 from marconi.core.policy import Admission, Eviction
 from marconi.core.snapshot import Snapshot, rebuild, take
@@ -45,11 +46,10 @@ class Policies:
     eviction: Eviction  # one with an alpha (FlopAware, peers' MambaRadixFlop)
 
     def cache(self, snapshot: Snapshot, alpha: float) -> PrefixCache:
-        """A fresh cache running these policies at `alpha`, holding the snapshot."""
-        layout = snapshot.layout
-        cache = PrefixCache(snapshot.spec, snapshot.capacity, copy.deepcopy(self.admission),
-                            self.eviction.fresh(alpha), page_size=layout.page_size,
-                            state_slots=layout.state_slots)
+        """A fresh cache running these policies at `alpha`, holding the snapshot (on the
+        compiled core where it runs them: `marconi.core.compiled`)."""
+        cache = replay_cache(snapshot.spec, snapshot.capacity, copy.deepcopy(self.admission),
+                             self.eviction.fresh(alpha), layout=snapshot.layout)
         rebuild(snapshot, cache)
         return cache
 

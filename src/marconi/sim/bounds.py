@@ -27,6 +27,8 @@ class KeepAll(Eviction):
     never asked for a victim, so it keeps no books (a policy's stamps and heaps would hold
     an entry for every node of the trace)."""
 
+    compiled_as = "keep"  # the compiled core runs it (marconi.core.compiled)
+
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         return None
 

@@ -15,6 +15,7 @@ import numpy as np
 from tqdm import tqdm
 
 from marconi.core.cache import PrefixCache
+from marconi.core.tokens import as_tokens
 from marconi.core.tuning import Tuner
 from marconi.sim.bounds import UNBOUNDED, SeenTree, keep_all
 from marconi.sim.concurrent import replay_concurrent
@@ -40,12 +41,15 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
     system = system or get_system(config.system)
     # waits for its replays: a deterministic run
     tuner = system.make_tuner(config.alpha, TunerOptions(wait=True, settings=config.settings()))
+    # token-only: on the compiled core where it runs the system (a concurrent replay pins)
+    replay = not config.concurrent
     cache = system.cache(config.spec, config.capacity, alpha=config.alpha,
                          page_size=config.page_size, state_slots=config.state_slots,
-                         as_engine=True)
+                         as_engine=True, replay=replay)
     bound: PrefixCache | None = system.cache(
         config.spec, UNBOUNDED, alpha=config.alpha, page_size=config.page_size,
-        state_slots=0, evict_with=keep_all, as_engine=True) if config.bounds else None
+        state_slots=0, evict_with=keep_all, as_engine=True,
+        replay=replay) if config.bounds else None
     seen, dropped = SeenTree(), None
     records = Records.zeros(len(trace) if isinstance(trace, Sized) else STREAM_ROWS)
     arrivals, sessions = np.zeros(len(records)), []
@@ -106,15 +110,19 @@ def _concurrent(trace: Iterable[Request], config: SimConfig, cache: PrefixCache,
 
 def _step(request: Request, i: int, cache: PrefixCache, tuner: Tuner | None,
           records: Records) -> None:
-    salt = request.session_id if cache.admission.per_session else None
-    plan = cache.lookup(request.input_tokens, boundaries=request.boundaries, salt=salt)
     tokens = request.tokens()
-    cache.commit(tokens, request.n_input, boundaries=request.boundaries, salt=salt)
+    if cache.admission.per_session:
+        salt = request.session_id
+        hit = cache.lookup(request.input_tokens, boundaries=request.boundaries, salt=salt).hit
+        cache.commit(tokens, request.n_input, boundaries=request.boundaries, salt=salt)
+    else:  # lookup of the input, commit of the whole, from one conversion of the tokens
+        key = as_tokens(tokens, what="request tokens").tobytes()
+        hit = cache.serve(key, request.n_input, request.boundaries)
     if tuner is not None:
         tuner.observe(cache, tokens, request.n_input, request.boundaries, request.session_id)
     records.n_input[i] = request.n_input
     records.n_output[i] = request.n_output
-    records.hit[i] = plan.hit
+    records.hit[i] = hit
     records.kv_bytes[i] = cache.stats.kv_bytes
     records.ssm_bytes[i] = cache.stats.ssm_bytes
 

@@ -1,0 +1,221 @@
+# distutils: language = c++
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+"""The binding of the compiled core (`native/tree_core.hpp`); used through
+`marconi.core.compiled`, which is what the rest of marconi imports."""
+
+from libc.stdint cimport int32_t
+from libcpp cimport bool as cbool
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+
+cdef extern from "<tuple>" namespace "std" nogil:
+    cdef cppclass cpp_tuple3 "std::tuple<long long, double, double>":
+        pass
+    long long get0 "std::get<0>"(cpp_tuple3&)
+    double get1 "std::get<1>"(cpp_tuple3&)
+    double get2 "std::get<2>"(cpp_tuple3&)
+
+from marconi.core.stats import CacheStats
+
+cdef extern from "native/tree_core.hpp" namespace "marconi":
+    ctypedef long long i64
+    ctypedef double (*ExactDiv)(i64, unsigned long long, i64)
+
+    cdef struct Spec:
+        i64 kv_per_token, ssm_bytes, attention, mlp, ssm, d_model, d_state
+
+    cdef struct Stats:
+        i64 lookups, commits, input_tokens, hit_tokens, hit_requests
+        i64 states_admitted, states_evicted, states_not_captured, states_replaced
+        i64 evictions, refused_commits, evicted_then_refused
+        i64 kv_bytes, ssm_bytes, states, peak_bytes
+
+    cdef struct PlanOut:
+        i64 hit, matched, checkpoint
+        int node
+
+    cdef struct CommitOut:
+        cbool refused
+        i64 admitted_first, admitted_second
+        int end
+
+    cdef struct Freed:
+        int action
+        i64 depth, bytes
+
+    cdef cppclass Core:
+        Core(const Spec&, i64, int, int, double, cbool) except +
+        Stats stats
+        i64 clock
+        cbool log_evictions
+        vector[Freed] freed
+        ExactDiv exact_div
+        double alpha()
+        void set_alpha(double)
+        size_t size()
+        PlanOut lookup(const int32_t*, i64) except +
+        PlanOut peek(const int32_t*, i64) except +
+        CommitOut commit(const int32_t*, i64, i64) except +
+        i64 serve(const int32_t*, i64, i64) except +
+        vector[int] walk()
+        int parent(int)
+        i64 depth(int)
+        i64 uid(int)
+        cbool has_state(int)
+        double stamp(int)
+        const vector[int32_t]& key_of(int)
+        void load_node(int, const int32_t*, i64, cbool) except +
+        void load_done(const double*, i64) except +
+        string check()
+        vector[cpp_tuple3] candidates()
+
+
+cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gil:
+    """Python's correctly rounded int / int, for a quotient beyond doubles' exact range."""
+    return ((<object>hi << 64) | <object>lo) / <object>held
+
+
+ADMISSIONS = {"judicious": 0, "none": 1}
+EVICTIONS = {"lru": 0, "flop": 1, "keep": 2}
+ACTIONS = ("remove", "merge")
+
+
+cdef class NativeCore:
+    """One compiled cache: token keys in, hits, plans and counters out."""
+
+    cdef Core* core
+
+    def __cinit__(self, dict spec, i64 capacity, str admission, str eviction, double alpha,
+                  cbool deepest_first):
+        cdef Spec s
+        s.kv_per_token = spec["kv_per_token"]
+        s.ssm_bytes = spec["ssm_bytes"]
+        s.attention = spec["attention"]
+        s.mlp = spec["mlp"]
+        s.ssm = spec["ssm"]
+        s.d_model = spec["d_model"]
+        s.d_state = spec["d_state"]
+        self.core = new Core(s, capacity, ADMISSIONS[admission], EVICTIONS[eviction], alpha,
+                             deepest_first)
+        self.core.exact_div = _exact_div
+
+    def __dealloc__(self):
+        del self.core
+
+    # --- requests: `key` is int32 token bytes --------------------------------------------
+
+    def lookup(self, const unsigned char[::1] key):
+        cdef PlanOut p = self.core.lookup(<const int32_t*>&key[0] if key.shape[0] else NULL,
+                                          key.shape[0] // 4)
+        return p.hit, p.matched, p.checkpoint, p.node
+
+    def peek(self, const unsigned char[::1] key):
+        cdef PlanOut p = self.core.peek(<const int32_t*>&key[0] if key.shape[0] else NULL,
+                                        key.shape[0] // 4)
+        return p.hit, p.matched, p.checkpoint, p.node
+
+    def commit(self, const unsigned char[::1] key, i64 n_input):
+        cdef CommitOut c = self.core.commit(<const int32_t*>&key[0], key.shape[0] // 4, n_input)
+        return c.refused, c.admitted_first, c.admitted_second, c.end
+
+    def serve(self, const unsigned char[::1] key, i64 n_input):
+        return self.core.serve(<const int32_t*>&key[0], key.shape[0] // 4, n_input)
+
+    # --- knobs and counters --------------------------------------------------------------
+
+    @property
+    def alpha(self):
+        return self.core.alpha()
+
+    def set_alpha(self, double alpha):
+        self.core.set_alpha(alpha)
+
+    @property
+    def clock(self):
+        return self.core.clock
+
+    @property
+    def size(self):
+        return self.core.size()
+
+    def depth(self, int node):
+        return self.core.depth(node)
+
+    def counter(self, str name):
+        return (<object>self.core.stats)[name]
+
+    def stats(self):
+        """The counters as a `CacheStats` (a copy)."""
+        return CacheStats(**(<object>self.core.stats))
+
+    @property
+    def kv_bytes(self):
+        return self.core.stats.kv_bytes
+
+    @property
+    def ssm_bytes(self):
+        return self.core.stats.ssm_bytes
+
+    @property
+    def evictions(self):
+        return self.core.stats.evictions
+
+    @property
+    def commits(self):
+        return self.core.stats.commits
+
+    @property
+    def hit_tokens(self):
+        return self.core.stats.hit_tokens
+
+    # --- evictions log, snapshots, checks -------------------------------------------------
+
+    def log_evictions(self, cbool on=True):
+        self.core.log_evictions = on
+
+    def drain_freed(self):
+        """Evictions since the last drain: (action, depth, bytes freed)."""
+        out = [(ACTIONS[f.action], f.depth, f.bytes) for f in self.core.freed]
+        self.core.freed.clear()
+        return out
+
+    def take(self):
+        """The tree in `RadixTree.nodes()` order: parents (index, -1 for the root), edges
+        (int32 bytes), states, stamps."""
+        cdef vector[int] order = self.core.walk()
+        cdef dict index = {}
+        cdef list parents = [], keys = [], states = [], stamps = []
+        cdef int i, v
+        cdef const vector[int32_t]* key
+        for i in range(<int>order.size()):
+            v = order[i]
+            index[v] = i
+        for i in range(<int>order.size()):
+            v = order[i]
+            parents.append(index.get(self.core.parent(v), -1))
+            key = &self.core.key_of(v)
+            keys.append((<const char*>key.data())[:key.size() * 4])
+            states.append(bool(self.core.has_state(v)))
+            stamps.append(self.core.stamp(v))
+        return parents, keys, states, stamps
+
+    def load(self, parents, keys, states, stamps, i64 clock):
+        """Fill this empty cache as `snapshot.rebuild` fills a `PrefixCache`."""
+        cdef bytes key
+        cdef vector[double] times
+        for parent, key, state in zip(parents, keys, states):
+            self.core.load_node(parent, <const int32_t*><const char*>key, len(key) // 4, state)
+        for t in stamps:
+            times.push_back(t)
+        self.core.load_done(times.data(), clock)
+
+    def candidates(self):
+        """FLOP-aware candidates in slot order: (depth, last touch, efficiency)."""
+        cdef vector[cpp_tuple3] out = self.core.candidates()
+        return [(get0(out[i]), get1(out[i]), get2(out[i])) for i in range(<int>out.size())]
+
+    def check(self):
+        cdef string fault = self.core.check()
+        if fault.size():
+            raise AssertionError(f"compiled core: {fault.decode()}")

@@ -1,0 +1,310 @@
+"""The compiled core: a C++ twin of `PrefixCache` for token-only replays, with the Python
+core as its oracle (docs/architecture.md, "The compiled core").
+
+`replay_cache` is the seam. Given the policies a system runs, it returns a
+`CompiledCache` when the compiled core can run them exactly, else a `PrefixCache`:
+
+```
+cache = replay_cache(spec, "2GB", Judicious(), LRULeaf(), name="sglang+")   # compiled
+cache.lookup(tokens); cache.commit(tokens, n_input); cache.stats; cache.serve(key, n)
+```
+What runs compiled (`compiled_reason` says why anything else does not): the policies
+whose class declares `compiled_as`, the paper's judicious admission or none, with LRU
+over leaves (either tie-break), Marconi's FLOP-aware eviction (the paper's recency), or
+none at all (the same-system bound, which never evicts); one byte budget with KV per
+token; no engine handles, no eviction callback, no pins, the default namespace. That is
+vanilla, sglang+ and marconi (its bootstrap tuner's replays too), and their bounds.
+Every other system, and every engine-facing cache, runs the Python core.
+
+`MARCONI_CORE=python|compiled` chooses (default: compiled where it is built). Where the
+extension was not built (no C++ compiler when marconi was installed), the Python core
+runs and one line on stderr says so; `MARCONI_CORE=compiled` then fails.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, cast
+
+from marconi.core.cache import CommitResult, Plan, PrefixCache
+from marconi.core.layout import Layout
+from marconi.core.policy import Admission, Eviction
+from marconi.core.snapshot import Snapshot
+from marconi.core.spec import ModelSpec
+from marconi.core.stats import CacheStats
+from marconi.core.tokens import as_tokens
+from marconi.core.tree import TOKEN_BYTES, Salt
+from marconi.core.units import parse_size
+
+CORE_ENV = "MARCONI_CORE"
+CORES = ("python", "compiled")
+ADMISSIONS = ("judicious", "none")  # what the compiled core runs, by `compiled_as`
+EVICTIONS = ("lru", "flop", "keep")
+
+try:
+    from marconi.core import _native  # type: ignore[attr-defined]
+except ImportError as err:  # not built: the Python core runs
+    _native = None
+    _MISSING = str(err)
+else:
+    _MISSING = ""
+
+_told = False
+
+
+def built() -> bool:
+    """Whether the compiled core was built when marconi was installed."""
+    return _native is not None
+
+
+def chosen() -> str:
+    """The core `MARCONI_CORE` asks for: "python" or "compiled" (unset: compiled where
+    it is built). ValueError for another value, or for "compiled" where it is not built."""
+    value = os.environ.get(CORE_ENV, "").strip().lower()
+    if value and value not in CORES:
+        raise ValueError(f"{CORE_ENV}={os.environ[CORE_ENV]!r}: expected one of "
+                         f"{', '.join(CORES)}")
+    if value == "compiled" and _native is None:
+        raise ValueError(f"{CORE_ENV}=compiled, but the compiled core is not built "
+                         f"({_MISSING}); reinstall marconi where a C++ compiler is found")
+    if not value:
+        return "compiled" if _native is not None else "python"
+    return value
+
+
+def _tell_missing() -> None:
+    global _told
+    if not _told:
+        _told = True
+        print("marconi: the compiled core is not built (no C++ compiler at install?); "
+              "running the Python core", file=sys.stderr)
+
+
+def compiled_as(policy: Admission | Eviction) -> str | None:
+    """The compiled core's name for `policy`, which its own class declares
+    (`compiled_as`) where the compiled core runs it exactly; None otherwise. Inherited
+    declarations do not count: a subclass may change what its parent did."""
+    if "compiled_as" not in vars(type(policy)):
+        return None
+    return getattr(policy, "compiled_as", None)
+
+
+def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
+                    layout: Layout) -> str | None:
+    """Why these policies cannot run on the compiled core; None when they can."""
+    if compiled_as(admission) not in ADMISSIONS:
+        return f"admission {type(admission).__name__} runs in Python only"
+    if compiled_as(eviction) not in EVICTIONS:
+        return f"eviction {type(eviction).__name__} runs in Python only (as configured)"
+    if layout != Layout():
+        return f"layout {layout.describe()} runs in Python only (one byte budget compiled)"
+    if max(spec.kv_bytes_per_token, spec.ssm_bytes) >= 2**40:
+        return "model byte sizes beyond the compiled core's integer range"
+    return None
+
+
+def replay_cache(spec: ModelSpec, capacity: int | str, admission: Admission,
+                 eviction: Eviction, *, name: str = "custom",
+                 layout: Layout | None = None) -> PrefixCache:
+    """A fresh token-only cache running these policies: compiled where the compiled core
+    runs them and `MARCONI_CORE` allows, else a `PrefixCache` (the oracle).
+
+    A `CompiledCache` is typed as the `PrefixCache` it stands in for: it has the surface
+    a token-only driver uses (the simulator, the tuners' replays: `lookup`, `peek`,
+    `commit`, `serve`, `stats`, `alpha`, `eviction.alpha`, snapshots) and refuses the rest
+    (handles, pins, namespaces) with an error, never silently."""
+    layout = layout or Layout()
+    core = chosen()
+    if core == "compiled" and compiled_reason(spec, admission, eviction, layout) is None:
+        return cast(PrefixCache, CompiledCache(spec, capacity, admission, eviction, name=name))
+    if core == "python" and _native is None and not os.environ.get(CORE_ENV):
+        _tell_missing()
+    return PrefixCache(spec, capacity, admission, eviction, name=name,
+                       page_size=layout.page_size, state_slots=layout.state_slots)
+
+
+class _Eviction:
+    """What a driver reads of a compiled cache's eviction: its alpha, and the Python
+    policy it runs (its `fresh` for a tuner's replays)."""
+
+    def __init__(self, policy: Eviction, core: Any) -> None:
+        self.policy = policy
+        self._core = core
+
+    @property
+    def alpha(self) -> float | None:
+        return self._core.alpha if self.policy.alpha is not None else None
+
+    def set_alpha(self, alpha: float) -> None:
+        self.policy.set_alpha(alpha)  # checks it
+        self._core.set_alpha(float(alpha))
+
+    def fresh(self, alpha: float) -> Eviction:
+        return self.policy.fresh(alpha)
+
+
+class _Stats:
+    """`CacheStats` read live from the compiled core (the counters a driver reads per
+    request are attributes; `copy` and the rest go through a `CacheStats`)."""
+
+    def __init__(self, core: Any) -> None:
+        self._core = core
+
+    def __getattr__(self, name: str) -> int:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._core.stats(), name)
+
+    @property
+    def kv_bytes(self) -> int:
+        return self._core.kv_bytes
+
+    @property
+    def ssm_bytes(self) -> int:
+        return self._core.ssm_bytes
+
+    @property
+    def evictions(self) -> int:
+        return self._core.evictions
+
+    @property
+    def commits(self) -> int:
+        return self._core.commits
+
+    @property
+    def hit_tokens(self) -> int:
+        return self._core.hit_tokens
+
+    @property
+    def bytes(self) -> int:
+        return self.kv_bytes + self.ssm_bytes
+
+    def copy(self) -> CacheStats:
+        return self._core.stats()
+
+    def as_dict(self) -> dict[str, int]:
+        return self.copy().as_dict()
+
+
+class CompiledCache:
+    """A token-only `PrefixCache` on the compiled core: the same lookups, commits,
+    counters and snapshots, no handles, no pins, the default namespace only."""
+
+    layout = Layout()
+    compiled = True
+
+    def __init__(self, spec: ModelSpec, capacity: int | str, admission: Admission,
+                 eviction: Eviction, *, name: str = "custom") -> None:
+        if _native is None:
+            raise ValueError(f"the compiled core is not built ({_MISSING})")
+        self.spec = spec
+        self.capacity = parse_size(capacity)
+        self.name = name
+        self.admission = admission.for_model(spec)
+        self._core = _native.NativeCore(
+            {"kv_per_token": spec.kv_bytes_per_token, "ssm_bytes": spec.ssm_bytes,
+             "attention": spec.attention_layers, "mlp": spec.mlp_layers,
+             "ssm": spec.ssm_layers, "d_model": spec.d_model, "d_state": spec.d_state},
+            self.capacity, compiled_as(admission), compiled_as(eviction),
+            float(eviction.alpha or 0.0),
+            bool(getattr(eviction, "deepest_first", False)))
+        self.eviction = _Eviction(eviction, self._core)
+        self.stats = _Stats(self._core)
+
+    def lookup(self, tokens: object, *, boundaries: Sequence[int] = (),
+               salt: Salt = None) -> Plan:
+        key = self._key(tokens, "lookup", salt)
+        hit, matched, checkpoint, _ = self._core.lookup(key)
+        return Plan(hit, None, (checkpoint,) if checkpoint >= 0 else (), matched,
+                    len(key) // TOKEN_BYTES)
+
+    def peek(self, tokens: object, *, boundaries: Sequence[int] = (),
+             salt: Salt = None) -> Plan:
+        key = self._key(tokens, "peek", salt)
+        hit, matched, checkpoint, _ = self._core.peek(key)
+        return Plan(hit, None, (checkpoint,) if checkpoint >= 0 else (), matched,
+                    len(key) // TOKEN_BYTES)
+
+    def commit(self, tokens: object, n_input: int, states: None = None, kv: None = None, *,
+               boundaries: Sequence[int] = (), salt: Salt = None) -> CommitResult:
+        if states is not None or kv is not None:
+            raise ValueError("commit: the compiled core keeps no handles (states, kv)")
+        key = self._key(tokens, "commit", salt)
+        n = len(key) // TOKEN_BYTES
+        if not 0 <= n_input <= n:
+            raise ValueError(f"commit: n_input={n_input!r} outside [0, {n}]")
+        refused, first, second, _ = self._core.commit(key, n_input)
+        admitted = tuple(p for p in (first, second) if p >= 0)
+        return CommitResult(admitted, None, refused=refused)
+
+    def serve(self, key: bytes, n_input: int, boundaries: Sequence[int] = ()) -> int:
+        """`PrefixCache.serve`: lookup of the input, commit of the whole (checked bytes)."""
+        n = len(key) // TOKEN_BYTES
+        if len(key) % TOKEN_BYTES or not 0 < n_input <= n:
+            raise ValueError(f"serve: n_input={n_input!r} outside [1, {n}] (or the key is "
+                             f"not int32 bytes: {len(key)} bytes)")
+        return self._core.serve(key, n_input)
+
+    def pin(self, node: object) -> None:
+        if node is not None:
+            raise ValueError("the compiled core has no pins: run MARCONI_CORE=python")
+
+    unpin = pin
+
+    @property
+    def alpha(self) -> float:
+        return self._core.alpha
+
+    @property
+    def clock(self) -> int:
+        return self._core.clock
+
+    @property
+    def bytes(self) -> int:
+        return self.stats.bytes
+
+    def check(self) -> None:
+        """Assert the compiled books (tests)."""
+        self._core.check()
+
+    def take(self) -> Snapshot:
+        """`snapshot.take`: the tree in the Python core's walk order, with its stamps."""
+        parents, keys, states, stamps = self._core.take()
+        return Snapshot(spec=self.spec, capacity=self.capacity, clock=self.clock,
+                        parents=tuple(parents), keys=tuple(keys), has_state=tuple(states),
+                        stamps=tuple(stamps), layout=self.layout,
+                        copies=(False,) * len(keys), salts=(None,) * len(keys))
+
+    def load(self, snapshot: Snapshot) -> None:
+        """`snapshot.rebuild` into this empty cache."""
+        if snapshot.layout != self.layout or any(snapshot.copies) or any(
+                salt is not None for salt in snapshot.salts):
+            raise ValueError("the compiled core loads byte-budget snapshots of the default "
+                             "namespace only")
+        self._core.load(snapshot.parents, snapshot.keys, snapshot.has_state, snapshot.stamps,
+                        snapshot.clock)
+
+    def freed(self) -> list[tuple[str, int, int]]:
+        """Evictions since the last call, (action, depth, bytes freed), once
+        `log_evictions()` is on (tests compare them with the Python core's `on_evict`)."""
+        return self._core.drain_freed()
+
+    def candidates(self) -> list[tuple[int, float, float]]:
+        """FLOP-aware eviction's candidates in slot order: (depth, last touch, FLOP
+        efficiency); empty under LRU (tests compare them with the Python policy's)."""
+        return self._core.candidates()
+
+    def log_evictions(self) -> None:
+        self._core.log_evictions(True)
+
+    @staticmethod
+    def _key(tokens: object, where: str, salt: Salt) -> builtins.bytes:
+        if salt is not None:
+            raise ValueError(f"{where}: the compiled core has the default namespace only")
+        tok = as_tokens(tokens, what=f"{where}: tokens")
+        if tok.size == 0:
+            raise ValueError(f"{where}: empty token list")
+        return tok.tobytes()

@@ -1,0 +1,749 @@
+// The compiled twin of marconi's token-only prefix cache (docs/architecture.md, "The
+// compiled core"). It replays what `marconi.core.cache.PrefixCache` does for the systems
+// it supports, step for step, so that every hit, victim and byte count is the Python
+// core's: the radix tree (nodes are integer slots into one array, children found through
+// one hash map and kept in a list in the order a Python dict keeps them), the paper's
+// judicious admission (or none), and two evictions: LRU over leaves and Marconi's
+// FLOP-aware score over candidates in slots. One byte budget, KV per token, the default
+// namespace, no pins, no engine handles: what a trace replay needs.
+//
+// Exactness: FLOPs are summed in 128-bit integers; a FLOP efficiency is a correctly
+// rounded quotient as Python's int / int is, computed in doubles where both operands are
+// below 2^53 and handed to `exact_div` (the binding's Python division) otherwise.
+// Scores are computed operation for operation as numpy does, with no fused multiply-add.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+namespace marconi {
+
+using i64 = long long;
+using i128 = __int128;
+using i32 = int32_t;
+
+enum class Evict { LRU = 0, FLOP = 1, KEEP = 2 };  // KEEP: an unbounded cache's, never asked
+enum class Admit { JUDICIOUS = 0, NONE = 1 };
+enum class Act { REMOVE = 0, MERGE = 1 };
+
+struct Spec {
+    i64 kv_per_token = 0, ssm_bytes = 0;
+    i64 attention = 0, mlp = 0, ssm = 0, d_model = 0, d_state = 0;
+
+    // `ModelSpec.flops`: prefill FLOPs of `n` tokens, exact.
+    i128 flops(i64 n) const {
+        i128 L = n, D = d_model, N = d_state;
+        i128 att = 8 * L * D * D + 4 * L * L * D;
+        i128 mlp_f = 16 * L * D * D;
+        i128 ssm_f = 12 * L * D * D + 16 * L * D * N + 10 * L * D;
+        return attention * att + mlp * mlp_f + ssm * ssm_f;
+    }
+};
+
+// `CacheStats`, field for field.
+struct Stats {
+    i64 lookups = 0, commits = 0, input_tokens = 0, hit_tokens = 0, hit_requests = 0;
+    i64 states_admitted = 0, states_evicted = 0, states_not_captured = 0,
+        states_replaced = 0, evictions = 0, refused_commits = 0, evicted_then_refused = 0;
+    i64 kv_bytes = 0, ssm_bytes = 0, states = 0, peak_bytes = 0;
+};
+
+struct PlanOut {
+    i64 hit = 0, matched = 0, checkpoint = -1;  // -1: no checkpoint
+    int node = -1;                               // slot of the node resumed from
+};
+
+struct CommitOut {
+    bool refused = false;
+    i64 admitted_first = -1, admitted_second = -1;  // positions that gained a state
+    int end = -1;
+};
+
+// One eviction as `Freed` reports it: what was done, at which depth, bytes freed.
+struct Freed {
+    int action;
+    i64 depth, bytes;
+};
+
+// `saved / held` correctly rounded, `saved` given as hi * 2^64 + lo (Python's int / int)
+typedef double (*ExactDiv)(i64 hi, unsigned long long lo, i64 held);
+
+class Core {
+  public:
+    Core(const Spec& spec, i64 capacity, int admit, int evict, double alpha, bool deepest_first)
+        : spec_(spec), capacity_(capacity), admit_(static_cast<Admit>(admit)),
+          evict_(static_cast<Evict>(evict)), alpha_(alpha),
+          deepest_first_(deepest_first) {
+        nodes_.emplace_back();  // the default namespace's root, id 0
+        nodes_[0].alive = true;
+    }
+
+    Stats stats;
+    i64 clock = 0;
+    bool log_evictions = false;
+    std::vector<Freed> freed;  // filled when `log_evictions`
+    ExactDiv exact_div = nullptr;
+
+    double alpha() const { return alpha_; }
+    void set_alpha(double a) { alpha_ = a; }
+    i64 capacity() const { return capacity_; }
+    size_t size() const { return size_; }
+
+    // --- the request's life ------------------------------------------------------------
+
+    PlanOut lookup(const i32* key, i64 n) {
+        clock += 1;
+        match(key, n);
+        PlanOut plan = plan_of(n);
+        on_lookup(plan.node);
+        stats.lookups += 1;
+        stats.input_tokens += n;
+        stats.hit_tokens += plan.hit;
+        stats.hit_requests += plan.hit > 0;
+        return plan;
+    }
+
+    PlanOut peek(const i32* key, i64 n) {
+        match(key, n);
+        return plan_of(n);
+    }
+
+    CommitOut commit(const i32* key, i64 n, i64 n_input) {
+        (void)n_input;  // judicious admission does not use it
+        clock += 1;
+        stats.commits += 1;
+        CommitOut out;
+        if (admit_ == Admit::NONE) {
+            match(key, 0);
+            return out;
+        }
+        match(key, n);
+        // Judicious.positions: the branch point, then the end of the sequence
+        i64 bp = branch_point(n);
+        i64 positions[2];
+        int np = 0;
+        if (bp >= 0) positions[np++] = bp;
+        positions[np++] = n;
+        i64 wanted[2];
+        int nw = 0;
+        for (int i = 0; i < np; ++i)
+            if (!held_on_path(positions[i])) wanted[nw++] = positions[i];
+        if (!make_room(n, nw)) {
+            stats.refused_commits += 1;
+            if (evict_ == Evict::LRU) touch_path(path_);
+            out.refused = true;
+            return out;
+        }
+        out.end = insert(key, n, wanted, nw);
+        if (nw > 0) out.admitted_first = wanted[0];
+        if (nw > 1) out.admitted_second = wanted[1];
+        return out;
+    }
+
+    i64 serve(const i32* key, i64 n, i64 n_input) {
+        i64 hit = lookup(key, n_input).hit;
+        commit(key, n, n_input);
+        return hit;
+    }
+
+    // --- walks, snapshots ----------------------------------------------------------------
+
+    // `RadixTree.nodes()`: every node but the root, parents before children, in the order
+    // the Python walk takes (a stack; children in their dict's order).
+    std::vector<int> walk() const {
+        std::vector<int> out, stack;
+        for (int c = nodes_[0].first; c >= 0; c = nodes_[c].next) stack.push_back(c);
+        while (!stack.empty()) {
+            int v = stack.back();
+            stack.pop_back();
+            out.push_back(v);
+            for (int c = nodes_[v].first; c >= 0; c = nodes_[c].next) stack.push_back(c);
+        }
+        return out;
+    }
+
+    int parent(int v) const { return nodes_[v].parent; }
+    i64 depth(int v) const { return nodes_[v].depth; }
+    i64 uid(int v) const { return nodes_[v].uid; }
+    bool has_state(int v) const { return nodes_[v].has_state; }
+    double stamp(int v) const { return nodes_[v].stamp; }
+    const std::vector<i32>& key_of(int v) const { return nodes_[v].key; }
+    int children(int v) const { return nodes_[v].nchild; }
+
+    // `snapshot.rebuild` into this empty cache: nodes in the snapshot's order, then the
+    // stamps restored in that order (the order a policy's books are filled in).
+    void load_node(int parent_index, const i32* key, i64 n, bool state) {
+        int parent = parent_index < 0 ? 0 : loaded_[parent_index];
+        int v = new_leaf(parent, key, n);
+        nodes_[v].has_state = state;
+        loaded_.push_back(v);
+    }
+
+    void load_done(const double* stamps, i64 clock_now) {
+        clock = clock_now;
+        i64 kv = 0, states = 0;
+        for (int v : loaded_) {
+            kv += edge_len(v) * spec_.kv_per_token;
+            states += nodes_[v].has_state;
+        }
+        add_bytes(kv, states * spec_.ssm_bytes, states);
+        for (size_t i = 0; i < loaded_.size(); ++i) {
+            set_stamp(loaded_[i], stamps[i]);
+            changed(loaded_[i]);
+        }
+        loaded_.clear();
+    }
+
+    // FLOP-aware candidates in slot order: (depth, last touch, efficiency) (tests).
+    std::vector<std::tuple<i64, double, double>> candidates() const {
+        std::vector<std::tuple<i64, double, double>> out;
+        for (size_t i = 0; i < cand_.size(); ++i)
+            out.emplace_back(nodes_[cand_[i]].depth, rec_[i], eff_[i]);
+        return out;
+    }
+
+    // Assert the books: bytes, leaf order, candidates (tests). Returns "" or the fault.
+    std::string check() const {
+        i64 kv = 0, states = 0;
+        size_t count = 0;
+        for (int v : walk()) {
+            ++count;
+            kv += edge_len(v) * spec_.kv_per_token;
+            states += nodes_[v].has_state;
+            const Node& x = nodes_[v];
+            if (x.key.empty()) return "a node with an empty edge";
+            if (x.depth != nodes_[x.parent].depth + edge_len(v)) return "a wrong depth";
+            if (evict_ == Evict::LRU && x.nchild == 0 && !x.in_order) return "a leaf out of the LRU order";
+            if (evict_ == Evict::FLOP && (x.nchild <= 1) != (x.slot >= 0)) return "candidates differ";
+        }
+        if (count != size_) return "node count differs";
+        if (kv != stats.kv_bytes) return "KV bytes differ";
+        if (states != stats.states || states * spec_.ssm_bytes != stats.ssm_bytes) return "states differ";
+        if (stats.kv_bytes + stats.ssm_bytes > capacity_) return "over capacity";
+        return "";
+    }
+
+  private:
+    struct Node {
+        int parent = -1, first = -1, last = -1, next = -1, prev = -1, nchild = 0;
+        i64 depth = 0, uid = 0;
+        std::vector<i32> key;
+        bool alive = false, has_state = false, in_order = false;
+        double stamp = 0;
+        std::tuple<double, i64, i64> order_key;  // its entry in the LRU order, if in_order
+        int slot = -1;                            // its candidate slot (FLOP), or -1
+    };
+
+    Spec spec_;
+    i64 capacity_;
+    Admit admit_;
+    Evict evict_;
+    double alpha_;
+    bool deepest_first_;
+
+    std::vector<Node> nodes_;
+    std::vector<int> free_;
+    std::unordered_map<uint64_t, int> child_;  // (parent slot, first token) -> child
+    i64 last_id_ = 0;
+    size_t size_ = 0;
+
+    // the last walk: fully matched nodes, the node left mid-edge, tokens matched
+    std::vector<int> path_;
+    int partial_ = -1;
+    i64 length_ = 0;
+
+    // LRU over leaves: (stamp, tie-break, id) -> slot, the live unpinned leaves only
+    std::set<std::tuple<double, i64, i64, int>> order_;
+    // FLOP-aware candidates: dense columns in slot order (as `Slots`)
+    std::vector<int> cand_;
+    std::vector<double> rec_, eff_, score_;
+
+    std::vector<int> loaded_;
+    std::vector<int> protect_mark_;
+    int protect_round_ = 0;
+
+    static uint64_t child_key(int parent, i32 token) {
+        return (static_cast<uint64_t>(static_cast<uint32_t>(parent)) << 32) |
+               static_cast<uint32_t>(token);
+    }
+    i64 edge_len(int v) const { return static_cast<i64>(nodes_[v].key.size()); }
+
+    // --- the tree ------------------------------------------------------------------------
+
+    void match(const i32* key, i64 n) {
+        path_.clear();
+        partial_ = -1;
+        int node = 0;
+        i64 pos = 0;
+        while (pos < n) {
+            auto it = child_.find(child_key(node, key[pos]));
+            if (it == child_.end()) break;
+            int c = it->second;
+            const std::vector<i32>& edge = nodes_[c].key;
+            i64 len = static_cast<i64>(edge.size());
+            i64 avail = std::min(len, n - pos);
+            if (avail == len && std::memcmp(edge.data(), key + pos, len * sizeof(i32)) == 0) {
+                path_.push_back(c);
+                node = c;
+                pos += len;
+                continue;
+            }
+            i64 off = 0;
+            while (off < avail && edge[off] == key[pos + off]) ++off;
+            partial_ = c;
+            length_ = pos + off;
+            return;
+        }
+        length_ = pos;
+    }
+
+    int alloc() {
+        int v;
+        if (!free_.empty()) {
+            v = free_.back();
+            free_.pop_back();
+            nodes_[v] = Node();
+        } else {
+            v = static_cast<int>(nodes_.size());
+            nodes_.emplace_back();
+        }
+        nodes_[v].alive = true;
+        nodes_[v].uid = ++last_id_;
+        return v;
+    }
+
+    void release(int v) {
+        Node& x = nodes_[v];
+        x.alive = false;
+        x.parent = x.first = x.last = x.next = x.prev = -1;
+        std::vector<i32>().swap(x.key);
+        free_.push_back(v);
+    }
+
+    void link_last(int parent, int c) {
+        Node& p = nodes_[parent];
+        nodes_[c].prev = p.last;
+        nodes_[c].next = -1;
+        if (p.last >= 0) nodes_[p.last].next = c; else p.first = c;
+        p.last = c;
+        p.nchild += 1;
+    }
+
+    void unlink(int parent, int c) {
+        Node& p = nodes_[parent];
+        Node& x = nodes_[c];
+        if (x.prev >= 0) nodes_[x.prev].next = x.next; else p.first = x.next;
+        if (x.next >= 0) nodes_[x.next].prev = x.prev; else p.last = x.prev;
+        x.prev = x.next = -1;
+        p.nchild -= 1;
+    }
+
+    // `new_` takes `old_`'s place among `parent`'s children (a dict entry overwritten).
+    void replace_child(int parent, int old_, int new_) {
+        Node& p = nodes_[parent];
+        Node& o = nodes_[old_];
+        Node& x = nodes_[new_];
+        x.prev = o.prev;
+        x.next = o.next;
+        if (o.prev >= 0) nodes_[o.prev].next = new_; else p.first = new_;
+        if (o.next >= 0) nodes_[o.next].prev = new_; else p.last = new_;
+        o.prev = o.next = -1;
+        child_[child_key(parent, x.key[0])] = new_;
+    }
+
+    int new_leaf(int parent, const i32* key, i64 n) {
+        int v = alloc();
+        Node& x = nodes_[v];
+        x.key.assign(key, key + n);
+        x.parent = parent;
+        x.depth = nodes_[parent].depth + n;
+        link_last(parent, v);
+        child_[child_key(parent, key[0])] = v;
+        size_ += 1;
+        return v;
+    }
+
+    int split(int v, i64 at) {
+        int parent = nodes_[v].parent;
+        int head = alloc();
+        Node& h = nodes_[head];
+        Node& x = nodes_[v];
+        h.key.assign(x.key.begin(), x.key.begin() + at);
+        h.parent = parent;
+        h.depth = nodes_[parent].depth + at;
+        replace_child(parent, v, head);
+        x.key.erase(x.key.begin(), x.key.begin() + at);
+        x.parent = head;
+        link_last(head, v);
+        child_[child_key(head, x.key[0])] = v;
+        size_ += 1;
+        return head;
+    }
+
+    void remove_leaf(int v) {
+        int parent = nodes_[v].parent;
+        child_.erase(child_key(parent, nodes_[v].key[0]));
+        unlink(parent, v);
+        size_ -= 1;
+    }
+
+    int merge_into_child(int v) {
+        int c = nodes_[v].first;
+        int parent = nodes_[v].parent;
+        child_.erase(child_key(v, nodes_[c].key[0]));
+        Node& x = nodes_[c];
+        x.key.insert(x.key.begin(), nodes_[v].key.begin(), nodes_[v].key.end());
+        x.parent = parent;
+        nodes_[v].first = nodes_[v].last = -1;
+        nodes_[v].nchild = 0;
+        replace_child(parent, v, c);
+        size_ -= 1;
+        return c;
+    }
+
+    // --- admission (`Judicious`) and the plan ------------------------------------------
+
+    i64 branch_point(i64 n) const {
+        if (length_ >= n) return -1;
+        if (partial_ >= 0) return length_;
+        if (path_.empty()) return -1;
+        const Node& x = nodes_[path_.back()];
+        if (!x.has_state && x.nchild > 0) return length_;
+        return -1;
+    }
+
+    bool held_on_path(i64 p) const {
+        for (int v : path_)
+            if (nodes_[v].depth == p && nodes_[v].has_state) return true;
+        return false;
+    }
+
+    PlanOut plan_of(i64 n) const {
+        PlanOut plan;
+        plan.matched = length_;
+        if (spec_.ssm == 0) {
+            plan.node = path_.empty() ? -1 : path_.back();
+            plan.hit = std::min(length_, n);
+        } else {
+            for (auto it = path_.rbegin(); it != path_.rend(); ++it) {
+                if (nodes_[*it].has_state && nodes_[*it].depth <= n) {
+                    plan.node = *it;
+                    break;
+                }
+            }
+            plan.hit = plan.node >= 0 ? nodes_[plan.node].depth : 0;
+        }
+        if (admit_ == Admit::JUDICIOUS) {
+            i64 p = branch_point(n);
+            if (p >= 0 && p > plan.hit) plan.checkpoint = p;
+        }
+        return plan;
+    }
+
+    // --- room ------------------------------------------------------------------------------
+
+    bool fits(i64 kv_need, i64 states_need) const {
+        i64 limit = capacity_ - kv_need - states_need * spec_.ssm_bytes;
+        return !(stats.kv_bytes + stats.ssm_bytes > limit);
+    }
+
+    bool protected_(int v) const {
+        return v < static_cast<int>(protect_mark_.size()) && protect_mark_[v] == protect_round_;
+    }
+
+    bool make_room(i64 n, int states_need) {
+        i64 kv_need = length_ >= n ? 0 : (n - length_) * spec_.kv_per_token;
+        if (fits(kv_need, states_need)) return true;
+        protect_round_ += 1;
+        if (protect_mark_.size() < nodes_.size()) protect_mark_.resize(nodes_.size(), 0);
+        i64 kv = kv_need, states = states_need;
+        for (int v : path_) {
+            protect_mark_[v] = protect_round_;
+            kv += edge_len(v) * spec_.kv_per_token;
+            states += nodes_[v].has_state;
+        }
+        if (partial_ >= 0) {
+            protect_mark_[partial_] = protect_round_;
+            kv += edge_len(partial_) * spec_.kv_per_token;
+            states += nodes_[partial_].has_state;
+        }
+        if (kv + states * spec_.ssm_bytes > capacity_) return false;
+        while (!fits(kv_need, states_need)) {
+            int v;
+            Act act;
+            if (!victim(&v, &act)) {
+                stats.evicted_then_refused += 1;
+                return false;
+            }
+            evict(v, act);
+        }
+        return true;
+    }
+
+    void evict(int v, Act act) {
+        Node& x = nodes_[v];
+        bool had = x.has_state;
+        i64 state_bytes = had ? spec_.ssm_bytes : 0;
+        x.has_state = false;
+        i64 kv_bytes = 0;
+        i64 depth = x.depth;
+        if (act == Act::REMOVE) {
+            kv_bytes = edge_len(v) * spec_.kv_per_token;
+            int parent = x.parent;
+            remove_leaf(v);
+            removed(v);
+            if (parent != 0) changed(parent);
+        } else {
+            int c = merge_into_child(v);
+            removed(v);
+            changed(c);
+        }
+        release(v);
+        stats.evictions += 1;
+        stats.states_evicted += state_bytes > 0;
+        stats.states -= had;
+        stats.kv_bytes -= kv_bytes;
+        stats.ssm_bytes -= state_bytes;
+        if (log_evictions) freed.push_back({static_cast<int>(act), depth, kv_bytes + state_bytes});
+    }
+
+    void add_bytes(i64 kv, i64 ssm, i64 states) {
+        stats.kv_bytes += kv;
+        stats.ssm_bytes += ssm;
+        stats.states += states;
+        stats.peak_bytes = std::max(stats.peak_bytes, stats.kv_bytes + stats.ssm_bytes);
+    }
+
+    // --- insert (`Inserting._insert`) ---------------------------------------------------
+
+    int insert(const i32* key, i64 n, const i64* wanted, int nw) {
+        i64 cuts[4];
+        int nc = 0;
+        for (int i = 0; i < nw; ++i) cuts[nc++] = wanted[i];
+        cuts[nc++] = n;
+        if (partial_ >= 0 && length_ < n) cuts[nc++] = length_;
+        std::sort(cuts, cuts + nc);
+        nc = static_cast<int>(std::unique(cuts, cuts + nc) - cuts);
+        // cut the matched part where nodes must end
+        std::vector<int> segs(path_);
+        if (partial_ >= 0) segs.push_back(partial_);
+        std::vector<int> created;
+        size_t i = 0;
+        auto at = [&](i64 d) -> int {  // the node ending at depth d on the path, or -1
+            if (d == 0) return 0;
+            for (int v : path_) if (nodes_[v].depth == d) return v;
+            for (int v : created) if (nodes_[v].depth == d) return v;
+            return -1;
+        };
+        for (int k = 0; k < nc && cuts[k] <= length_; ++k) {
+            i64 cut = cuts[k];
+            if (at(cut) >= 0) continue;
+            while (nodes_[segs[i]].depth < cut) ++i;
+            int v = segs[i];
+            i64 offset = cut - (nodes_[v].depth - edge_len(v));
+            int head = split(v, offset);
+            created.push_back(head);
+        }
+        // `changed`: the created nodes and their children
+        std::vector<int> touched;
+        for (int h : created) {
+            touched.push_back(h);
+            for (int c = nodes_[h].first; c >= 0; c = nodes_[c].next) touched.push_back(c);
+        }
+        int base = at(length_);
+        std::vector<int> fresh;
+        if (length_ < n) {
+            int parent = base;
+            i64 start = length_;
+            for (int k = 0; k < nc; ++k) {
+                if (cuts[k] <= length_) continue;
+                i64 stop = cuts[k];
+                int leaf = new_leaf(parent, key + start, stop - start);
+                fresh.push_back(leaf);
+                parent = leaf;
+                start = stop;
+            }
+        }
+        if (!fresh.empty() && base != 0) touched.push_back(base);
+        int end = -1;
+        for (int k = 0; k < nw; ++k) {
+            int v = node_at(wanted[k], created, fresh);
+            nodes_[v].has_state = true;
+            touched.push_back(v);
+        }
+        end = node_at(n, created, fresh);
+        add_bytes(length_ >= n ? 0 : (n - length_) * spec_.kv_per_token, nw * spec_.ssm_bytes, nw);
+        stats.states_admitted += nw;
+        // eviction.on_commit(path to the end, created + new)
+        if (evict_ == Evict::KEEP) {
+        } else if (evict_ == Evict::LRU) {
+            std::vector<int> up;
+            for (int v = end; v != 0; v = nodes_[v].parent) up.push_back(v);
+            for (auto it = up.rbegin(); it != up.rend(); ++it) {
+                set_stamp(*it, static_cast<double>(clock));
+                if (nodes_[*it].nchild == 0) changed(*it);
+            }
+        } else {
+            for (int v : created) { set_stamp(v, static_cast<double>(clock)); changed(v); }
+            for (int v : fresh) { set_stamp(v, static_cast<double>(clock)); changed(v); }
+        }
+        for (int v : touched) changed(v);
+        return end;
+    }
+
+    int node_at(i64 d, const std::vector<int>& created, const std::vector<int>& fresh) const {
+        if (d == 0) return 0;
+        for (int v : fresh) if (nodes_[v].depth == d) return v;
+        for (int v : created) if (nodes_[v].depth == d) return v;
+        for (int v : path_) if (nodes_[v].depth == d) return v;
+        throw std::logic_error("no node ends at a wanted position");
+    }
+
+    // --- the eviction policies -------------------------------------------------------------
+
+    void set_stamp(int v, double t) { nodes_[v].stamp = t; }
+
+    void touch_path(const std::vector<int>& path) {
+        if (evict_ == Evict::KEEP) return;
+        double now = static_cast<double>(clock);
+        for (int v : path) {
+            set_stamp(v, now);
+            if (nodes_[v].nchild == 0) changed(v);
+        }
+    }
+
+    void on_lookup(int hit) {
+        if (evict_ == Evict::KEEP) return;
+        if (evict_ == Evict::LRU) {
+            touch_path(path_);
+        } else if (hit >= 0) {
+            set_stamp(hit, static_cast<double>(clock));
+            changed(hit);
+        }
+    }
+
+    void changed(int v) {
+        if (evict_ == Evict::LRU) lru_update(v);
+        else if (evict_ == Evict::FLOP) candidate_update(v);
+    }
+
+    void removed(int v) {
+        Node& x = nodes_[v];
+        x.stamp = 0;
+        if (x.in_order) {
+            order_.erase(std::tuple_cat(x.order_key, std::make_tuple(v)));
+            x.in_order = false;
+        }
+        if (x.slot >= 0) drop_slot(v);
+    }
+
+    // LRU: the order holds each live unpinned leaf once, at its current stamp (the Python
+    // policy's lazy heap, whose valid entries are exactly these).
+    void lru_update(int v) {
+        Node& x = nodes_[v];
+        bool leaf = x.alive && x.nchild == 0 && v != 0;
+        if (x.in_order) {
+            order_.erase(std::tuple_cat(x.order_key, std::make_tuple(v)));
+            x.in_order = false;
+        }
+        if (leaf) {
+            x.order_key = std::make_tuple(x.stamp, deepest_first_ ? -x.depth : 0, x.uid);
+            order_.insert(std::tuple_cat(x.order_key, std::make_tuple(v)));
+            x.in_order = true;
+        }
+    }
+
+    // FLOP-aware: `Candidates.update` (unpinned, at most one child), slots as `Slots`.
+    void candidate_update(int v) {
+        Node& x = nodes_[v];
+        if (x.alive && v != 0 && x.nchild <= 1) {
+            if (x.slot < 0) {
+                x.slot = static_cast<int>(cand_.size());
+                cand_.push_back(v);
+                rec_.push_back(0);
+                eff_.push_back(0);
+            }
+            rec_[x.slot] = x.stamp;
+            eff_[x.slot] = efficiency(v);
+        } else if (x.slot >= 0) {
+            drop_slot(v);
+        }
+    }
+
+    void drop_slot(int v) {
+        int slot = nodes_[v].slot;
+        int last = cand_.back();
+        nodes_[v].slot = -1;
+        if (last != v) {
+            cand_[slot] = last;
+            rec_[slot] = rec_.back();
+            eff_[slot] = eff_.back();
+            nodes_[last].slot = slot;
+        }
+        cand_.pop_back();
+        rec_.pop_back();
+        eff_.pop_back();
+    }
+
+    double efficiency(int v) const {
+        const Node& x = nodes_[v];
+        i64 parent_depth = x.parent >= 0 ? nodes_[x.parent].depth : 0;
+        i64 held = spec_.kv_per_token * edge_len(v) + (x.has_state ? spec_.ssm_bytes : 0);
+        if (held == 0) return 0.0;
+        i128 saved = spec_.flops(x.depth) - spec_.flops(parent_depth);
+        const i128 exact = static_cast<i128>(1) << 53;
+        if (saved < exact && saved > -exact && held < exact)
+            return static_cast<double>(saved) / static_cast<double>(held);
+        if (exact_div == nullptr) throw std::overflow_error("a FLOP efficiency beyond 2^53 with no exact division");
+        return exact_div(static_cast<i64>(saved >> 64), static_cast<unsigned long long>(saved), held);
+    }
+
+    bool victim(int* v, Act* act) {
+        if (evict_ == Evict::KEEP) throw std::logic_error("a cache that keeps everything was asked for a victim");
+        if (evict_ == Evict::LRU) {
+            for (const auto& entry : order_) {
+                int u = std::get<3>(entry);
+                if (!protected_(u)) {
+                    *v = u;
+                    *act = Act::REMOVE;
+                    return true;
+                }
+            }
+            return false;
+        }
+        size_t n = cand_.size();
+        if (n == 0) return false;
+        double rlo = rec_[0], rhi = rec_[0], elo = eff_[0], ehi = eff_[0];
+        for (size_t i = 1; i < n; ++i) {
+            rlo = std::min(rlo, rec_[i]); rhi = std::max(rhi, rec_[i]);
+            elo = std::min(elo, eff_[i]); ehi = std::max(ehi, eff_[i]);
+        }
+        const double alpha = alpha_;  // built with -ffp-contract=off: no fused multiply-add
+        double rspan = rhi - rlo, espan = ehi - elo;
+        double best = std::numeric_limits<double>::infinity();
+        size_t found = n;
+        for (size_t i = 0; i < n; ++i) {
+            if (protected_(cand_[i])) continue;
+            double r = rhi > rlo ? (rec_[i] - rlo) / rspan : 1.0;
+            double e = ehi > elo ? (eff_[i] - elo) / espan : 1.0;
+            double product = alpha * e;
+            double s = r + product;
+            if (s < best) { best = s; found = i; }
+        }
+        if (found == n) return false;
+        *v = cand_[found];
+        *act = nodes_[*v].nchild == 0 ? Act::REMOVE : Act::MERGE;
+        return true;
+    }
+};
+
+}  // namespace marconi

@@ -1,0 +1,200 @@
+"""The compiled core against its oracle, the Python core: the same operations on both,
+identical plans, hits, victims, counters and trees after every step."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from marconi.core import compiled
+from marconi.core.cache import PrefixCache
+from marconi.core.compiled import CompiledCache, replay_cache
+from marconi.core.integrity import check_integrity
+from marconi.core.layout import Layout
+from marconi.core.snapshot import rebuild, take
+from marconi.core.spec import PAPER_7B, ModelSpec
+from marconi.core.state_store import Freed
+from marconi.paper.admission import Block, Judicious, NoAdmission
+from marconi.paper.eviction import FlopAware, LRULeaf, Recency
+from tests.helpers import SMALL
+
+if not compiled.built():
+    if os.environ.get("CI"):
+        raise RuntimeError("the compiled core is not built: CI builds it (scripts/setup.sh)")
+    pytest.skip("the compiled core is not built", allow_module_level=True)
+
+# no SSM layers: a Transformer, whose hit is the matched length
+ATTENTION_ONLY = ModelSpec(name="attention", d_model=64, attention_layers=4, ssm_layers=0,
+                           mlp_layers=4, d_state=16)
+# FLOPs past 2**53 over a few tokens: every efficiency takes the exact (Python) division
+WIDE = ModelSpec(name="wide", d_model=2**24 - 3, attention_layers=1, ssm_layers=1, mlp_layers=1,
+                 d_state=16)
+SPECS = {"small": SMALL, "attention": ATTENTION_ONLY, "wide": WIDE, "paper-7b": PAPER_7B}
+POLICIES = {
+    "sglang+": lambda spec, alpha: (Judicious(), LRULeaf()),
+    "lru-deepest": lambda spec, alpha: (Judicious(), LRULeaf(deepest_first=True)),
+    "marconi": lambda spec, alpha: (Judicious(), FlopAware(spec, alpha)),
+    "vanilla": lambda spec, alpha: (NoAdmission(), LRULeaf()),
+}
+
+PREFIXES = [[], [1, 2, 3, 4, 5, 6], [1, 2, 3, 9, 9], [7] * 12, [5, 6, 5, 6, 5]]
+suffixes = st.lists(st.integers(0, 9), min_size=1, max_size=14)
+inputs = st.tuples(st.sampled_from(PREFIXES), suffixes).map(lambda t: t[0] + t[1])
+outputs = st.lists(st.integers(0, 9), max_size=5)
+
+
+def freed_of(record: list[Freed]) -> list[tuple[str, int, int]]:
+    out = [(f.action.value, f.depth, f.nbytes) for f in record]
+    record.clear()
+    return out
+
+
+class Twins(RuleBasedStateMachine):
+    """Both cores, driven alike."""
+
+    @initialize(policy=st.sampled_from(sorted(POLICIES)), spec=st.sampled_from(sorted(SPECS)),
+                entries=st.integers(0, 40), alpha=st.sampled_from([0.0, 0.3, 1.0, 2.0]))
+    def make(self, policy: str, spec: str, entries: int, alpha: float) -> None:
+        self.spec = SPECS[spec]
+        self.policy, self.alpha = POLICIES[policy], alpha
+        # room for about `entries` tokens and a few states: evictions from the start
+        self.capacity = entries * self.spec.kv_bytes_per_token + 3 * self.spec.ssm_bytes
+        self.build()
+
+    def build(self) -> None:
+        admission, eviction = self.policy(self.spec, self.alpha)
+        self.record: list[Freed] = []
+        self.python = PrefixCache(self.spec, self.capacity, admission, eviction,
+                                  on_evict=self.record.append)
+        admission, eviction = self.policy(self.spec, self.alpha)
+        self.twin = CompiledCache(self.spec, self.capacity, admission, eviction)
+        self.twin.log_evictions()
+
+    @rule(inp=inputs, out=outputs)
+    def request(self, inp: list[int], out: list[int]) -> None:
+        plan, twin = self.python.lookup(inp), self.twin.lookup(inp)
+        assert (twin.hit, twin.checkpoints, twin.matched, twin.n_input) == (
+            plan.hit, plan.checkpoints, plan.matched, plan.n_input)
+        full = inp + out
+        done, twin_done = self.python.commit(full, len(inp)), self.twin.commit(full, len(inp))
+        assert (twin_done.refused, twin_done.admitted) == (done.refused, done.admitted)
+
+    @rule(inp=inputs, out=outputs)
+    def serve(self, inp: list[int], out: list[int]) -> None:
+        key = np.asarray(inp + out, dtype=np.int32).tobytes()
+        assert self.twin.serve(key, len(inp)) == self.python.serve(key, len(inp))
+
+    @rule(inp=inputs)
+    def peek(self, inp: list[int]) -> None:
+        plan, twin = self.python.peek(inp), self.twin.peek(inp)
+        assert (twin.hit, twin.checkpoints, twin.matched) == (
+            plan.hit, plan.checkpoints, plan.matched)
+
+    @rule(alpha=st.sampled_from([0.0, 0.7, 1.5]))
+    def set_alpha(self, alpha: float) -> None:
+        if self.python.eviction.alpha is not None:
+            self.python.eviction.set_alpha(alpha)
+            self.twin.eviction.set_alpha(alpha)
+
+    @rule()
+    def snapshot(self) -> None:
+        """Both rebuilt from the Python core's snapshot (the tuner's replays)."""
+        snap = take(self.python)
+        self.build()
+        rebuild(snap, self.python)
+        rebuild(snap, self.twin)
+
+    @invariant()
+    def same(self) -> None:
+        if not hasattr(self, "twin"):
+            return
+        assert self.twin.stats.copy() == self.python.stats
+        assert self.twin.freed() == freed_of(self.record)
+        assert self.twin.take() == take(self.python)  # structure, states, stamps, clock
+        self.twin.check()
+        check_integrity(self.python)
+        eviction = self.python.eviction
+        if isinstance(eviction, FlopAware):  # slot order, touches, efficiencies: bit for bit
+            slots = eviction.slots
+            assert self.twin.candidates() == [
+                (node.depth, float(slots["rec"][i]), float(slots["eff"][i]))
+                for i, node in enumerate(slots.nodes)]
+
+
+TestTwins = Twins.TestCase
+TestTwins.settings = settings(max_examples=300, stateful_step_count=40, deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_replay_cache_chooses_the_compiled_core_only_for_what_it_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(compiled.CORE_ENV, raising=False)
+    assert isinstance(replay_cache(SMALL, "1MB", Judicious(), LRULeaf()), CompiledCache)
+    assert isinstance(replay_cache(SMALL, "1MB", Judicious(), FlopAware(SMALL)), CompiledCache)
+    for admission, eviction, layout in (
+            (Block(32), LRULeaf(), None),
+            (Judicious(), FlopAware(SMALL, recency=Recency.INVERSE_AGE), None),
+            (Judicious(), LRULeaf(), Layout(page_size=16))):
+        cache = replay_cache(SMALL, "1MB", admission, eviction, layout=layout)
+        assert isinstance(cache, PrefixCache)
+        assert compiled.compiled_reason(SMALL, admission, eviction, layout or Layout())
+    monkeypatch.setenv(compiled.CORE_ENV, "python")
+    assert isinstance(replay_cache(SMALL, "1MB", Judicious(), LRULeaf()), PrefixCache)
+    monkeypatch.setenv(compiled.CORE_ENV, "fast")
+    with pytest.raises(ValueError, match="MARCONI_CORE='fast': expected one of python, compiled"):
+        replay_cache(SMALL, "1MB", Judicious(), LRULeaf())
+
+
+def test_what_it_cannot_hold_is_refused_with_a_reason() -> None:
+    cache = CompiledCache(SMALL, "1MB", Judicious(), LRULeaf())
+    with pytest.raises(ValueError, match="default namespace only"):
+        cache.lookup([1, 2], salt="tenant")
+    with pytest.raises(ValueError, match="no handles"):
+        cache.commit([1, 2], 1, states={2: "s"})
+    with pytest.raises(ValueError, match="empty token list"):
+        cache.lookup([])
+    with pytest.raises(ValueError, match="n_input=3 outside"):
+        cache.commit([1, 2], 3)
+
+
+@pytest.mark.parametrize("system", ["vanilla", "sglang+", "marconi"])
+def test_a_replay_is_the_same_on_both_cores(system: str, monkeypatch: pytest.MonkeyPatch
+                                            ) -> None:
+    """The simulator's whole run, the bound and the bootstrap tuner's replays included."""
+    from marconi.sim import SimConfig, simulate
+    from marconi.workload import TraceOptions, load_trace
+
+    trace = load_trace("synthetic:agent", options=TraceOptions(sessions=12, use_cache=False))
+    config = SimConfig(spec=PAPER_7B, capacity="300MB", system=system)
+    runs = {}
+    for core in compiled.CORES:
+        monkeypatch.setenv(compiled.CORE_ENV, core)
+        result = simulate(trace, config)
+        summary = result.summary().to_json()
+        summary.pop("seconds")
+        runs[core] = (summary, result.records.hit.tolist(), result.records.bound.tolist())
+    assert runs["compiled"] == runs["python"]
+    summary = runs["python"][0]
+    assert summary["evictions"] > 0 or system == "vanilla"  # the capacity binds
+    if system == "marconi":
+        assert summary["alpha_status"] == "tuned"
+
+
+def test_where_it_is_not_built_the_python_core_runs_and_says_so(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(compiled, "_native", None)
+    monkeypatch.setattr(compiled, "_told", False)
+    monkeypatch.delenv(compiled.CORE_ENV, raising=False)
+    for _ in range(2):
+        assert isinstance(replay_cache(SMALL, "1MB", Judicious(), LRULeaf()), PrefixCache)
+    err = capsys.readouterr().err
+    assert err.count("marconi: the compiled core is not built") == 1, err
+    monkeypatch.setenv(compiled.CORE_ENV, "compiled")
+    with pytest.raises(ValueError, match="MARCONI_CORE=compiled, but the compiled core is "
+                                         "not built"):
+        replay_cache(SMALL, "1MB", Judicious(), LRULeaf())
