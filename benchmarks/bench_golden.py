@@ -1,6 +1,7 @@
 """Golden check: every figure of `marconi compare --json` at this tree against a baseline.
 
     .venv/bin/python benchmarks/bench_golden.py --baseline REV [--systems a,b] [--quick]
+    .venv/bin/python benchmarks/bench_golden.py --cores [--systems a,b] [--quick]
 
 A change meant to move no figure (a refactor, speed work) is checked here: each trace
 below is replayed through every system at two capacities, once with this tree's `src`
@@ -9,7 +10,10 @@ of every summary but `seconds` is compared. It prints one line per (trace, capac
 identical, or the systems and keys that differ with both values; the last line says how
 many differ (keys only this tree reports are listed, not compared). The trajectories
 come from the shared data folder and are skipped without it; `--quick` keeps the
-synthetic traces only.
+synthetic traces only. `--cores` compares this tree with itself instead, on the compiled
+core (`MARCONI_CORE=compiled`) against the Python core, its oracle (docs/architecture.md,
+"The compiled core"): the systems the compiled core does not run come out identical
+trivially.
 """
 
 from __future__ import annotations
@@ -43,8 +47,11 @@ def workloads(quick: bool) -> list[tuple[str, list[str], tuple[str, ...]]]:
     return out
 
 
-def compare(src: Path, args: list[str], capacity: str, systems: str) -> list[dict[str, Any]]:
+def compare(src: Path, args: list[str], capacity: str, systems: str,
+            core: str | None = None) -> list[dict[str, Any]]:
     env = {**os.environ, "PYTHONPATH": str(src)}
+    if core is not None:
+        env["MARCONI_CORE"] = core
     cmd = [sys.executable, "-m", "marconi", "compare", *args, "--capacity", capacity,
            "--systems", systems, "--json", "--quiet"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -74,21 +81,29 @@ def differences(now: dict[str, Any], then: dict[str, Any], prefix: str = "") -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", required=True, help="the git revision to compare with")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--baseline", help="the git revision to compare with")
+    which.add_argument("--cores", action="store_true",
+                       help="this tree on the compiled core against its Python core")
     parser.add_argument("--systems", default=SYSTEMS)
     parser.add_argument("--quick", action="store_true", help="synthetic traces only")
     args = parser.parse_args()
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True, check=True).stdout.strip()
+    against = "its Python core (compiled now)" if args.cores else args.baseline
     print(f"# golden check: this tree (HEAD {head} + working changes) against "
-          f"{args.baseline}; systems {args.systems}", flush=True)
+          f"{against}; systems {args.systems}", flush=True)
     differing = 0
-    with worktree(args.baseline) as base:
-        assert base is not None
+    with worktree(None if args.cores else args.baseline) as base:
         for label, trace, capacities in workloads(args.quick):
             for capacity in capacities:
-                now = compare(REPO / "src", trace, capacity, args.systems)
-                then = compare(base, trace, capacity, args.systems)
+                if args.cores:
+                    now = compare(REPO / "src", trace, capacity, args.systems, "compiled")
+                    then = compare(REPO / "src", trace, capacity, args.systems, "python")
+                else:
+                    assert base is not None
+                    now = compare(REPO / "src", trace, capacity, args.systems)
+                    then = compare(base, trace, capacity, args.systems)
                 lines = []
                 for a, b in zip(now, then, strict=True):
                     lines += [f"  {a['system']}: {d}" for d in differences(a, b)]
