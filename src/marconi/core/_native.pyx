@@ -103,24 +103,23 @@ cdef class NativeCore:
     def __dealloc__(self):
         del self.core
 
-    # --- requests: `key` is int32 token bytes --------------------------------------------
+    # --- requests: `key` is int32 token bytes (checked by the caller) ---------------------
 
-    def lookup(self, const unsigned char[::1] key):
-        cdef PlanOut p = self.core.lookup(<const int32_t*>&key[0] if key.shape[0] else NULL,
-                                          key.shape[0] // 4)
+    def lookup(self, bytes key not None):
+        cdef PlanOut p = self.core.lookup(<const int32_t*><const char*>key, len(key) // 4)
         return p.hit, p.matched, p.checkpoint, p.node
 
-    def peek(self, const unsigned char[::1] key):
-        cdef PlanOut p = self.core.peek(<const int32_t*>&key[0] if key.shape[0] else NULL,
-                                        key.shape[0] // 4)
+    def peek(self, bytes key not None):
+        cdef PlanOut p = self.core.peek(<const int32_t*><const char*>key, len(key) // 4)
         return p.hit, p.matched, p.checkpoint, p.node
 
-    def commit(self, const unsigned char[::1] key, i64 n_input):
-        cdef CommitOut c = self.core.commit(<const int32_t*>&key[0], key.shape[0] // 4, n_input)
+    def commit(self, bytes key not None, i64 n_input):
+        cdef CommitOut c = self.core.commit(<const int32_t*><const char*>key, len(key) // 4,
+                                            n_input)
         return c.refused, c.admitted_first, c.admitted_second, c.end
 
-    def serve(self, const unsigned char[::1] key, i64 n_input):
-        return self.core.serve(<const int32_t*>&key[0], key.shape[0] // 4, n_input)
+    def serve(self, bytes key not None, i64 n_input):
+        return self.core.serve(<const int32_t*><const char*>key, len(key) // 4, n_input)
 
     # --- knobs and counters --------------------------------------------------------------
 

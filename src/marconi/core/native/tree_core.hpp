@@ -117,7 +117,10 @@ class Core {
         return plan_of(n);
     }
 
-    CommitOut commit(const i32* key, i64 n, i64 n_input) {
+    // `resume`: the last walk was a lookup of a prefix of `key` and the tree has not
+    // changed since (`serve`): the walk goes on from its deepest full node, as the Python
+    // core's `match(after=...)` does
+    CommitOut commit(const i32* key, i64 n, i64 n_input, bool resume = false) {
         (void)n_input;  // judicious admission does not use it
         clock += 1;
         stats.commits += 1;
@@ -126,7 +129,7 @@ class Core {
             match(key, 0);
             return out;
         }
-        match(key, n);
+        match(key, n, resume);
         // Judicious.positions: the branch point, then the end of the sequence
         i64 bp = branch_point(n);
         i64 positions[2];
@@ -151,7 +154,7 @@ class Core {
 
     i64 serve(const i32* key, i64 n, i64 n_input) {
         i64 hit = lookup(key, n_input).hit;
-        commit(key, n, n_input);
+        commit(key, n, n_input, true);
         return hit;
     }
 
@@ -279,11 +282,16 @@ class Core {
 
     // --- the tree ------------------------------------------------------------------------
 
-    void match(const i32* key, i64 n) {
-        path_.clear();
-        partial_ = -1;
+    void match(const i32* key, i64 n, bool resume = false) {
         int node = 0;
         i64 pos = 0;
+        if (resume && !path_.empty()) {
+            node = path_.back();
+            pos = nodes_[node].depth;
+        } else {
+            path_.clear();
+        }
+        partial_ = -1;
         while (pos < n) {
             auto it = child_.find(child_key(node, key[pos]));
             if (it == child_.end()) break;
