@@ -389,7 +389,7 @@ class Core {
         h.parent = parent;
         h.depth = nodes_[parent].depth + at;
         replace_child(parent, v, head);
-        x.key.erase(x.key.begin(), x.key.begin() + at);
+        std::vector<i32>(x.key.begin() + at, x.key.end()).swap(x.key);  // no spare capacity
         x.parent = head;
         link_last(head, v);
         child_[child_key(head, x.key[0])] = v;
@@ -409,7 +409,11 @@ class Core {
         int parent = nodes_[v].parent;
         child_.erase(child_key(v, nodes_[c].key[0]));
         Node& x = nodes_[c];
-        x.key.insert(x.key.begin(), nodes_[v].key.begin(), nodes_[v].key.end());
+        std::vector<i32> joined;
+        joined.reserve(nodes_[v].key.size() + x.key.size());
+        joined.insert(joined.end(), nodes_[v].key.begin(), nodes_[v].key.end());
+        joined.insert(joined.end(), x.key.begin(), x.key.end());
+        x.key.swap(joined);
         x.parent = parent;
         nodes_[v].first = nodes_[v].last = -1;
         nodes_[v].nchild = 0;
