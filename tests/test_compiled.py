@@ -89,6 +89,23 @@ class Twins(RuleBasedStateMachine):
         key = np.asarray(inp + out, dtype=np.int32).tobytes()
         assert self.twin.serve(key, len(inp)) == self.python.serve(key, len(inp))
 
+    @rule(inp=inputs, out=outputs, bad=st.sampled_from([None, -1, -(2**31)]))
+    def serve_tokens(self, inp: list[int], out: list[int], bad: int | None) -> None:
+        """From an int32 array, read in place by the compiled core, which checks the ids:
+        a negative one is refused alike, before any side effect (`same` checks)."""
+        tokens = np.asarray(inp + out, dtype=np.int32)
+        if bad is not None:
+            tokens[len(tokens) // 2] = bad
+            errors = []
+            for cache in (self.python, self.twin):
+                with pytest.raises(ValueError, match="token ids must be in") as err:
+                    cache.serve_tokens(tokens, len(inp))
+                errors.append(str(err.value))
+            assert errors[0] == errors[1]
+            return
+        assert self.twin.serve_tokens(tokens, len(inp)) == self.python.serve_tokens(
+            tokens, len(inp))
+
     @rule(inp=inputs)
     def peek(self, inp: list[int]) -> None:
         plan, twin = self.python.peek(inp), self.twin.peek(inp)

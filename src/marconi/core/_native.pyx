@@ -3,6 +3,7 @@
 """The binding of the compiled core (`native/tree_core.hpp`); used through
 `marconi.core.compiled`, which is what the rest of marconi imports."""
 
+from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int32_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
@@ -58,6 +59,8 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         PlanOut peek(const int32_t*, i64) except +
         CommitOut commit(const int32_t*, i64, i64) except +
         i64 serve(const int32_t*, i64, i64) except +
+        @staticmethod
+        cbool any_negative(const int32_t*, i64)
         vector[int] walk()
         int parent(int)
         i64 depth(int)
@@ -120,6 +123,25 @@ cdef class NativeCore:
 
     def serve(self, bytes key not None, i64 n_input):
         return self.core.serve(<const int32_t*><const char*>key, len(key) // 4, n_input)
+
+    def serve_array(self, object tokens, i64 n_input):
+        """`serve` from a contiguous int32 array (the caller checked its type), its ids
+        checked here: None when one is negative (the caller words the refusal), else the
+        hit. Read through the buffer protocol: no copy, no view object."""
+        cdef Py_buffer view
+        PyObject_GetBuffer(tokens, &view, PyBUF_C_CONTIGUOUS)
+        cdef i64 n = view.len // 4
+        cdef const int32_t* data = <const int32_t*>view.buf
+        try:
+            if view.itemsize != 4:
+                raise ValueError("serve: tokens must be int32")
+            if not 0 < n_input <= n:
+                raise ValueError(f"serve: n_input={n_input!r} outside [1, {n}]")
+            if Core.any_negative(data, n):
+                return None
+            return self.core.serve(data, n, n_input)
+        finally:
+            PyBuffer_Release(&view)
 
     # --- knobs and counters --------------------------------------------------------------
 

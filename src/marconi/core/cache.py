@@ -182,6 +182,14 @@ class PrefixCache(Inserting):
         self._commit(key, n_input, None, None, boundaries, None)
         return hit
 
+    def serve_tokens(self, tokens: object, n_input: int,
+                     boundaries: Sequence[int] = ()) -> int:
+        """`serve` from the request's tokens (input + output) as any `as_tokens` takes
+        them, checked here: the simulator's step (a compiled cache reads an int32 array in
+        place)."""
+        return self.serve(as_tokens(tokens, what="serve: tokens").tobytes(), n_input,
+                          boundaries)
+
     def _commit(self, key: bytes, n_input: int, states: Mapping[int, Handle] | None,
                 kv: Handle, boundaries: Sequence[int], salt: Salt) -> CommitResult:
         self.clock += 1

@@ -29,6 +29,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, cast
 
+import numpy as np
+
 from marconi.core.cache import CommitResult, Plan, PrefixCache
 from marconi.core.layout import Layout
 from marconi.core.policy import Admission, Eviction
@@ -247,6 +249,17 @@ class CompiledCache:
             raise ValueError(f"serve: n_input={n_input!r} outside [1, {n}] (or the key is "
                              f"not int32 bytes: {len(key)} bytes)")
         return self._core.serve(key, n_input)
+
+    def serve_tokens(self, tokens: object, n_input: int,
+                     boundaries: Sequence[int] = ()) -> int:
+        """`PrefixCache.serve_tokens`: an int32 array is read in place, its ids checked by
+        the compiled core as it reads them (the simulator's step)."""
+        if type(tokens) is np.ndarray and tokens.dtype == np.int32 and tokens.ndim == 1 \
+                and tokens.flags.c_contiguous:
+            hit = self._core.serve_array(tokens, n_input)
+            if hit is not None:
+                return hit
+        return self.serve(as_tokens(tokens, what="serve: tokens").tobytes(), n_input)
 
     def pin(self, node: object) -> None:
         if node is not None:

@@ -15,7 +15,6 @@ import numpy as np
 from tqdm import tqdm
 
 from marconi.core.cache import PrefixCache
-from marconi.core.tokens import as_tokens
 from marconi.core.tuning import Tuner
 from marconi.sim.bounds import UNBOUNDED, SeenTree, keep_all
 from marconi.sim.concurrent import replay_concurrent
@@ -115,9 +114,8 @@ def _step(request: Request, i: int, cache: PrefixCache, tuner: Tuner | None,
         salt = request.session_id
         hit = cache.lookup(request.input_tokens, boundaries=request.boundaries, salt=salt).hit
         cache.commit(tokens, request.n_input, boundaries=request.boundaries, salt=salt)
-    else:  # lookup of the input, commit of the whole, from one conversion of the tokens
-        key = as_tokens(tokens, what="request tokens").tobytes()
-        hit = cache.serve(key, request.n_input, request.boundaries)
+    else:  # lookup of the input, commit of the whole, the tokens checked once
+        hit = cache.serve_tokens(tokens, request.n_input, request.boundaries)
     if tuner is not None:
         tuner.observe(cache, tokens, request.n_input, request.boundaries, request.session_id)
     records.n_input[i] = request.n_input

@@ -152,6 +152,14 @@ class Core {
         return out;
     }
 
+    // Whether any token id is negative (a caller that has not checked its tokens asks
+    // first: no side effect may come before the refusal).
+    static bool any_negative(const i32* key, i64 n) {
+        uint32_t bits = 0;  // the sign bits or-ed: a loop the compiler vectorizes
+        for (i64 i = 0; i < n; ++i) bits |= static_cast<uint32_t>(key[i]);
+        return (bits >> 31) != 0;
+    }
+
     i64 serve(const i32* key, i64 n, i64 n_input) {
         i64 hit = lookup(key, n_input).hit;
         commit(key, n, n_input, true);
