@@ -66,6 +66,7 @@ class TraceArrays:
                 input_tokens=tokens[i0:i1],
                 output_tokens=tokens[o0:o1],
                 boundaries=self._boundaries(i0, i1),
+                whole=tokens[i0:o1] if o0 == i1 else None,
             )
             for (i0, i1, o0, o1), s, t, a in rows
         )

@@ -28,6 +28,16 @@ class Request:
     # message ends strictly inside the input (token offsets, ascending), where the reader
     # knows them: the end of a system prompt, of each user turn or tool observation
     boundaries: tuple[int, ...] = ()
+    # input then output as one view, where a reader holds them side by side in one buffer
+    # (`TraceArrays.to_trace`); None: `tokens()` concatenates them
+    whole: Tokens | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        whole = self.whole
+        if whole is not None and whole.shape[0] != self.n_input + self.n_output:
+            raise ValueError(f"Request {self.session_id!r} turn {self.turn}: `whole` holds "
+                             f"{whole.shape[0]} tokens, input and output "
+                             f"{self.n_input + self.n_output} (replace all three together)")
 
     @property
     def n_input(self) -> int:
@@ -38,7 +48,10 @@ class Request:
         return int(self.output_tokens.shape[0])
 
     def tokens(self) -> Tokens:
-        """Input followed by output: what the cache commits after the request."""
+        """Input followed by output: what the cache commits after the request (a view,
+        read-only, where the reader holds them side by side)."""
+        if self.whole is not None:
+            return self.whole
         return np.concatenate([self.input_tokens, self.output_tokens])
 
 
