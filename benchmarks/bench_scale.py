@@ -89,8 +89,12 @@ def walk(requests: int, chunk: int, every: float) -> None:
     start, cpu = time.perf_counter(), time.process_time()
     previous: dict[str, bytes] = {}
     n = tokens = shared = 0
+    chunk_of = ""
     for request in stream(requests, chunk, every):
         key = request.tokens().tobytes()
+        k = request.session_id.partition("/")[0]
+        if k != chunk_of:  # a chunk's sessions end with it: hold one chunk's at a time
+            previous, chunk_of = {}, k
         last = previous.get(request.session_id, b"")
         m = min(len(last), len(key))
         shared += key[:m] == last[:m]
