@@ -33,12 +33,11 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         i64 kv_bytes, ssm_bytes, states, peak_bytes
 
     cdef struct PlanOut:
-        i64 hit, matched, checkpoint
+        i64 hit, matched
         int node
 
     cdef struct CommitOut:
         cbool refused
-        i64 admitted_first, admitted_second
         int end
 
     cdef struct Freed:
@@ -46,11 +45,13 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         i64 depth, bytes
 
     cdef cppclass Core:
-        Core(const Spec&, i64, int, int, double, cbool) except +
+        Core(const Spec&, i64, int, int, double, cbool, i64) except +
         Stats stats
         i64 clock
         cbool log_evictions
         vector[Freed] freed
+        vector[i64] checkpoints
+        vector[i64] admitted
         ExactDiv exact_div
         double alpha()
         void set_alpha(double)
@@ -79,7 +80,7 @@ cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gi
     return ((<object>hi << 64) | <object>lo) / <object>held
 
 
-ADMISSIONS = {"judicious": 0, "none": 1}
+ADMISSIONS = {"judicious": 0, "none": 1, "block": 2}
 EVICTIONS = {"lru": 0, "flop": 1, "keep": 2}
 ACTIONS = ("remove", "merge")
 
@@ -90,7 +91,7 @@ cdef class NativeCore:
     cdef Core* core
 
     def __cinit__(self, dict spec, i64 capacity, str admission, str eviction, double alpha,
-                  cbool deepest_first):
+                  cbool deepest_first, i64 block=0):
         cdef Spec s
         s.kv_per_token = spec["kv_per_token"]
         s.ssm_bytes = spec["ssm_bytes"]
@@ -99,8 +100,10 @@ cdef class NativeCore:
         s.ssm = spec["ssm"]
         s.d_model = spec["d_model"]
         s.d_state = spec["d_state"]
+        if admission == "block" and block <= 0:
+            raise ValueError(f"block admission needs a block size > 0, got {block}")
         self.core = new Core(s, capacity, ADMISSIONS[admission], EVICTIONS[eviction], alpha,
-                             deepest_first)
+                             deepest_first, block)
         self.core.exact_div = _exact_div
 
     def __dealloc__(self):
@@ -110,16 +113,16 @@ cdef class NativeCore:
 
     def lookup(self, bytes key not None):
         cdef PlanOut p = self.core.lookup(<const int32_t*><const char*>key, len(key) // 4)
-        return p.hit, p.matched, p.checkpoint, p.node
+        return p.hit, p.matched, tuple(self.core.checkpoints), p.node
 
     def peek(self, bytes key not None):
         cdef PlanOut p = self.core.peek(<const int32_t*><const char*>key, len(key) // 4)
-        return p.hit, p.matched, p.checkpoint, p.node
+        return p.hit, p.matched, tuple(self.core.checkpoints), p.node
 
     def commit(self, bytes key not None, i64 n_input):
         cdef CommitOut c = self.core.commit(<const int32_t*><const char*>key, len(key) // 4,
                                             n_input)
-        return c.refused, c.admitted_first, c.admitted_second, c.end
+        return c.refused, tuple(self.core.admitted), c.end
 
     def serve(self, bytes key not None, i64 n_input):
         return self.core.serve(<const int32_t*><const char*>key, len(key) // 4, n_input)

@@ -9,12 +9,13 @@ cache = replay_cache(spec, "2GB", Judicious(), LRULeaf(), name="sglang+")   # co
 cache.lookup(tokens); cache.commit(tokens, n_input); cache.stats; cache.serve(key, n)
 ```
 What runs compiled (`compiled_reason` says why anything else does not): the policies
-whose class declares `compiled_as`, the paper's judicious admission or none, with LRU
-over leaves (either tie-break), Marconi's FLOP-aware eviction (the paper's recency), or
-none at all (the same-system bound, which never evicts); one byte budget with KV per
-token; no engine handles, no eviction callback, no pins, the default namespace. That is
-vanilla, sglang+ and marconi (its bootstrap tuner's replays too), and their bounds.
-Every other system, and every engine-facing cache, runs the Python core.
+whose class declares `compiled_as`, the paper's judicious admission, vLLM+'s block
+admission or none, with LRU over leaves (either tie-break), Marconi's FLOP-aware eviction
+(the paper's recency), or none at all (the same-system bound, which never evicts); one
+byte budget with KV per token; no engine handles, no eviction callback, no pins, the
+default namespace. That is vanilla, vllm+, sglang+ and marconi (its bootstrap tuner's
+replays too), and their bounds. Every other system, and every engine-facing cache, runs
+the Python core.
 
 `MARCONI_CORE=python|compiled` chooses (default: compiled where it is built). Where the
 extension was not built (no C++ compiler when marconi was installed), the Python core
@@ -43,7 +44,7 @@ from marconi.core.units import parse_size
 
 CORE_ENV = "MARCONI_CORE"
 CORES = ("python", "compiled")
-ADMISSIONS = ("judicious", "none")  # what the compiled core runs, by `compiled_as`
+ADMISSIONS = ("judicious", "none", "block")  # what the compiled core runs, by `compiled_as`
 EVICTIONS = ("lru", "flop", "keep")
 
 try:
@@ -212,23 +213,21 @@ class CompiledCache:
              "ssm": spec.ssm_layers, "d_model": spec.d_model, "d_state": spec.d_state},
             self.capacity, compiled_as(admission), compiled_as(eviction),
             float(eviction.alpha or 0.0),
-            bool(getattr(eviction, "deepest_first", False)))
+            bool(getattr(eviction, "deepest_first", False)), int(getattr(admission, "block", 0)))
         self.eviction = _Eviction(eviction, self._core)
         self.stats = _Stats(self._core)
 
     def lookup(self, tokens: object, *, boundaries: Sequence[int] = (),
                salt: Salt = None) -> Plan:
         key = self._key(tokens, "lookup", salt)
-        hit, matched, checkpoint, _ = self._core.lookup(key)
-        return Plan(hit, None, (checkpoint,) if checkpoint >= 0 else (), matched,
-                    len(key) // TOKEN_BYTES)
+        hit, matched, checkpoints, _ = self._core.lookup(key)
+        return Plan(hit, None, checkpoints, matched, len(key) // TOKEN_BYTES)
 
     def peek(self, tokens: object, *, boundaries: Sequence[int] = (),
              salt: Salt = None) -> Plan:
         key = self._key(tokens, "peek", salt)
-        hit, matched, checkpoint, _ = self._core.peek(key)
-        return Plan(hit, None, (checkpoint,) if checkpoint >= 0 else (), matched,
-                    len(key) // TOKEN_BYTES)
+        hit, matched, checkpoints, _ = self._core.peek(key)
+        return Plan(hit, None, checkpoints, matched, len(key) // TOKEN_BYTES)
 
     def commit(self, tokens: object, n_input: int, states: None = None, kv: None = None, *,
                boundaries: Sequence[int] = (), salt: Salt = None) -> CommitResult:
@@ -238,8 +237,7 @@ class CompiledCache:
         n = len(key) // TOKEN_BYTES
         if not 0 <= n_input <= n:
             raise ValueError(f"commit: n_input={n_input!r} outside [0, {n}]")
-        refused, first, second, _ = self._core.commit(key, n_input)
-        admitted = tuple(p for p in (first, second) if p >= 0)
+        refused, admitted, _ = self._core.commit(key, n_input)
         return CommitResult(admitted, None, refused=refused)
 
     def serve(self, key: bytes, n_input: int, boundaries: Sequence[int] = ()) -> int:

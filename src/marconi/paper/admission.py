@@ -54,6 +54,8 @@ class Block(Admission):
     """vLLM+: a state at every `block`-token boundary, each block a node; the final
     partial block of a sequence is kept as a node with a state too (as in the paper)."""
 
+    compiled_as = "block"  # the compiled core runs it (marconi.core.compiled)
+
     def __init__(self, block: int = 32) -> None:
         if not isinstance(block, int) or block <= 0:
             raise ValueError(f"block size must be a positive integer, got {block!r}")

@@ -32,7 +32,7 @@ using i128 = __int128;
 using i32 = int32_t;
 
 enum class Evict { LRU = 0, FLOP = 1, KEEP = 2 };  // KEEP: an unbounded cache's, never asked
-enum class Admit { JUDICIOUS = 0, NONE = 1 };
+enum class Admit { JUDICIOUS = 0, NONE = 1, BLOCK = 2 };  // BLOCK: vLLM+'s, every `block` tokens
 enum class Act { REMOVE = 0, MERGE = 1 };
 
 struct Spec {
@@ -58,13 +58,12 @@ struct Stats {
 };
 
 struct PlanOut {
-    i64 hit = 0, matched = 0, checkpoint = -1;  // -1: no checkpoint
-    int node = -1;                               // slot of the node resumed from
+    i64 hit = 0, matched = 0;
+    int node = -1;  // slot of the node resumed from
 };
 
 struct CommitOut {
     bool refused = false;
-    i64 admitted_first = -1, admitted_second = -1;  // positions that gained a state
     int end = -1;
 };
 
@@ -79,9 +78,10 @@ typedef double (*ExactDiv)(i64 hi, unsigned long long lo, i64 held);
 
 class Core {
   public:
-    Core(const Spec& spec, i64 capacity, int admit, int evict, double alpha, bool deepest_first)
+    Core(const Spec& spec, i64 capacity, int admit, int evict, double alpha, bool deepest_first,
+         i64 block)
         : spec_(spec), capacity_(capacity), admit_(static_cast<Admit>(admit)),
-          evict_(static_cast<Evict>(evict)), alpha_(alpha),
+          evict_(static_cast<Evict>(evict)), alpha_(alpha), block_(block),
           deepest_first_(deepest_first) {
         nodes_.emplace_back();  // the default namespace's root, id 0
         nodes_[0].alive = true;
@@ -91,6 +91,8 @@ class Core {
     i64 clock = 0;
     bool log_evictions = false;
     std::vector<Freed> freed;  // filled when `log_evictions`
+    std::vector<i64> checkpoints;  // the last lookup's or peek's, ascending
+    std::vector<i64> admitted;     // the last commit's positions that gained a state
     ExactDiv exact_div = nullptr;
 
     double alpha() const { return alpha_; }
@@ -100,10 +102,11 @@ class Core {
 
     // --- the request's life ------------------------------------------------------------
 
-    PlanOut lookup(const i32* key, i64 n) {
+    PlanOut lookup(const i32* key, i64 n, bool plan_checkpoints = true) {
         clock += 1;
         match(key, n);
         PlanOut plan = plan_of(n);
+        if (plan_checkpoints) checkpoints_of(plan, n);
         on_lookup(plan.node);
         stats.lookups += 1;
         stats.input_tokens += n;
@@ -114,7 +117,21 @@ class Core {
 
     PlanOut peek(const i32* key, i64 n) {
         match(key, n);
-        return plan_of(n);
+        PlanOut plan = plan_of(n);
+        checkpoints_of(plan, n);
+        return plan;
+    }
+
+    // The positions in (hit, n] prefill must capture, into `checkpoints`.
+    void checkpoints_of(const PlanOut& plan, i64 n) {
+        checkpoints.clear();
+        if (admit_ == Admit::JUDICIOUS) {
+            i64 p = branch_point(n);
+            if (p >= 0 && p > plan.hit) checkpoints.push_back(p);
+        } else if (admit_ == Admit::BLOCK) {
+            for (i64 p = (plan.hit / block_ + 1) * block_; p <= n; p += block_)
+                checkpoints.push_back(p);
+        }
     }
 
     // `resume`: the last walk was a lookup of a prefix of `key` and the tree has not
@@ -130,25 +147,33 @@ class Core {
             return out;
         }
         match(key, n, resume);
-        // Judicious.positions: the branch point, then the end of the sequence
-        i64 bp = branch_point(n);
-        i64 positions[2];
-        int np = 0;
-        if (bp >= 0) positions[np++] = bp;
-        positions[np++] = n;
-        i64 wanted[2];
-        int nw = 0;
-        for (int i = 0; i < np; ++i)
-            if (!held_on_path(positions[i])) wanted[nw++] = positions[i];
+        positions_.clear();
+        if (admit_ == Admit::JUDICIOUS) {  // the branch point, then the end of the sequence
+            i64 bp = branch_point(n);
+            if (bp >= 0) positions_.push_back(bp);
+        } else {  // every block boundary, then the end of a final partial block
+            for (i64 p = block_; p <= n; p += block_) positions_.push_back(p);
+        }
+        if (positions_.empty() || positions_.back() != n) positions_.push_back(n);
+        // the wanted ones: not held by a matched node (both lists ascend)
+        admitted.clear();
+        size_t k = 0;
+        for (i64 p : positions_) {
+            while (k < path_.size() && nodes_[path_[k]].depth < p) ++k;
+            bool held = k < path_.size() && nodes_[path_[k]].depth == p &&
+                        nodes_[path_[k]].has_state;
+            if (!held) admitted.push_back(p);
+        }
+        i64 nw = static_cast<i64>(admitted.size());
         if (!make_room(n, nw)) {
             stats.refused_commits += 1;
             if (evict_ == Evict::LRU) touch_path(path_);
+            admitted.clear();
             out.refused = true;
             return out;
         }
-        out.end = insert(key, n, wanted, nw);
-        if (nw > 0) out.admitted_first = wanted[0];
-        if (nw > 1) out.admitted_second = wanted[1];
+        out.end = insert(key, n, admitted);
+        if (admit_ == Admit::BLOCK) grow_in_place(out.end, n);
         return out;
     }
 
@@ -161,7 +186,7 @@ class Core {
     }
 
     i64 serve(const i32* key, i64 n, i64 n_input) {
-        i64 hit = lookup(key, n_input).hit;
+        i64 hit = lookup(key, n_input, false).hit;
         commit(key, n, n_input, true);
         return hit;
     }
@@ -259,6 +284,7 @@ class Core {
     Admit admit_;
     Evict evict_;
     double alpha_;
+    i64 block_;
     bool deepest_first_;
 
     std::vector<Node> nodes_;
@@ -441,12 +467,6 @@ class Core {
         return -1;
     }
 
-    bool held_on_path(i64 p) const {
-        for (int v : path_)
-            if (nodes_[v].depth == p && nodes_[v].has_state) return true;
-        return false;
-    }
-
     PlanOut plan_of(i64 n) const {
         PlanOut plan;
         plan.matched = length_;
@@ -461,10 +481,6 @@ class Core {
                 }
             }
             plan.hit = plan.node >= 0 ? nodes_[plan.node].depth : 0;
-        }
-        if (admit_ == Admit::JUDICIOUS) {
-            i64 p = branch_point(n);
-            if (p >= 0 && p > plan.hit) plan.checkpoint = p;
         }
         return plan;
     }
@@ -509,7 +525,7 @@ class Core {
         return true;
     }
 
-    void evict(int v, Act act) {
+    void evict(int v, Act act, bool replaced = false) {
         Node& x = nodes_[v];
         bool had = x.has_state;
         i64 state_bytes = had ? spec_.ssm_bytes : 0;
@@ -528,9 +544,14 @@ class Core {
             changed(c);
         }
         release(v);
-        stats.evictions += 1;
-        stats.states_evicted += state_bytes > 0;
-        stats.states -= had;
+        if (replaced) {  // `CacheStats.record_replacement`
+            stats.states_replaced += 1;
+            stats.states -= 1;
+        } else {
+            stats.evictions += 1;
+            stats.states_evicted += state_bytes > 0;
+            stats.states -= had;
+        }
         stats.kv_bytes -= kv_bytes;
         stats.ssm_bytes -= state_bytes;
         if (log_evictions) freed.push_back({static_cast<int>(act), depth, kv_bytes + state_bytes});
@@ -545,32 +566,31 @@ class Core {
 
     // --- insert (`Inserting._insert`) ---------------------------------------------------
 
-    int insert(const i32* key, i64 n, const i64* wanted, int nw) {
-        i64 cuts[4];
-        int nc = 0;
-        for (int i = 0; i < nw; ++i) cuts[nc++] = wanted[i];
-        cuts[nc++] = n;
-        if (partial_ >= 0 && length_ < n) cuts[nc++] = length_;
-        std::sort(cuts, cuts + nc);
-        nc = static_cast<int>(std::unique(cuts, cuts + nc) - cuts);
+    int insert(const i32* key, i64 n, const std::vector<i64>& wanted) {
+        std::vector<i64>& cuts = cuts_;
+        cuts.assign(wanted.begin(), wanted.end());
+        cuts.push_back(n);
+        if (partial_ >= 0 && length_ < n) cuts.push_back(length_);
+        std::sort(cuts.begin(), cuts.end());
+        cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+        // `at`: the node ending at each depth on the sequence's path (depth -> node)
+        std::unordered_map<i64, int>& at = at_;
+        at.clear();
+        at[0] = 0;
+        for (int v : path_) at[nodes_[v].depth] = v;
         // cut the matched part where nodes must end
         std::vector<int> segs(path_);
         if (partial_ >= 0) segs.push_back(partial_);
         std::vector<int> created;
         size_t i = 0;
-        auto at = [&](i64 d) -> int {  // the node ending at depth d on the path, or -1
-            if (d == 0) return 0;
-            for (int v : path_) if (nodes_[v].depth == d) return v;
-            for (int v : created) if (nodes_[v].depth == d) return v;
-            return -1;
-        };
-        for (int k = 0; k < nc && cuts[k] <= length_; ++k) {
-            i64 cut = cuts[k];
-            if (at(cut) >= 0) continue;
+        for (i64 cut : cuts) {
+            if (cut > length_) break;
+            if (at.count(cut)) continue;
             while (nodes_[segs[i]].depth < cut) ++i;
             int v = segs[i];
             i64 offset = cut - (nodes_[v].depth - edge_len(v));
             int head = split(v, offset);
+            at[cut] = head;
             created.push_back(head);
         }
         // `changed`: the created nodes and their children
@@ -579,28 +599,28 @@ class Core {
             touched.push_back(h);
             for (int c = nodes_[h].first; c >= 0; c = nodes_[c].next) touched.push_back(c);
         }
-        int base = at(length_);
+        int base = at.at(length_);
         std::vector<int> fresh;
         if (length_ < n) {
             int parent = base;
             i64 start = length_;
-            for (int k = 0; k < nc; ++k) {
-                if (cuts[k] <= length_) continue;
-                i64 stop = cuts[k];
+            for (i64 stop : cuts) {
+                if (stop <= length_) continue;
                 int leaf = new_leaf(parent, key + start, stop - start);
                 fresh.push_back(leaf);
+                at[stop] = leaf;
                 parent = leaf;
                 start = stop;
             }
         }
         if (!fresh.empty() && base != 0) touched.push_back(base);
-        int end = -1;
-        for (int k = 0; k < nw; ++k) {
-            int v = node_at(wanted[k], created, fresh);
+        for (i64 p : wanted) {
+            int v = at.at(p);
             nodes_[v].has_state = true;
             touched.push_back(v);
         }
-        end = node_at(n, created, fresh);
+        int end = at.at(n);
+        i64 nw = static_cast<i64>(wanted.size());
         add_bytes(length_ >= n ? 0 : (n - length_) * spec_.kv_per_token, nw * spec_.ssm_bytes, nw);
         stats.states_admitted += nw;
         // eviction.on_commit(path to the end, created + new)
@@ -620,13 +640,25 @@ class Core {
         return end;
     }
 
-    int node_at(i64 d, const std::vector<int>& created, const std::vector<int>& fresh) const {
-        if (d == 0) return 0;
-        for (int v : fresh) if (nodes_[v].depth == d) return v;
-        for (int v : created) if (nodes_[v].depth == d) return v;
-        for (int v : path_) if (nodes_[v].depth == d) return v;
-        throw std::logic_error("no node ends at a wanted position");
+    // `Block.superseded`, carried out as `Inserting._grow_in_place`: an earlier final
+    // partial block on the committed path, now extended, is merged into its one child
+    // (its state replaced, not evicted).
+    void grow_in_place(int end, i64 n) {
+        std::vector<int> up;
+        for (int v = end; v != 0; v = nodes_[v].parent) up.push_back(v);
+        std::vector<int> superseded;
+        for (auto it = up.rbegin(); it != up.rend(); ++it) {
+            const Node& x = nodes_[*it];
+            if (x.has_state && x.depth % block_ && x.depth < n) superseded.push_back(*it);
+        }
+        for (int v : superseded) {
+            const Node& x = nodes_[v];
+            if (x.alive && x.has_state && x.nchild == 1) evict(v, Act::MERGE, true);
+        }
     }
+
+    std::vector<i64> positions_, cuts_;
+    std::unordered_map<i64, int> at_;
 
     // --- the eviction policies -------------------------------------------------------------
 
