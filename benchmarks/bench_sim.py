@@ -8,8 +8,9 @@ ShareGPT: first 100 sessions with >= 10 rounds at 5 GB. SWE-agent: the mini-swe-
 trajectories in ../shared/data at 40 GB, or `--swe-capacity` (skipped when absent). Model paper-7b.
 `--cores` replays each system on each core in turn (`MARCONI_CORE`; docs/architecture.md,
 "The compiled core"). `--command` times the whole command instead, start-up included:
-`marconi simulate sharegpt --system S --capacity 5GB --json --quiet` (every session, the
-trace cache warm) on each core, beside a plain JSON parse of the packaged ShareGPT file.
+`marconi simulate sharegpt --sessions all --min-turns 1 --system S --capacity 5GB --json
+--quiet` (every conversation of the file, the trace cache warm) on each core, beside a plain
+JSON parse of the packaged ShareGPT file.
 """
 
 from __future__ import annotations
@@ -98,8 +99,8 @@ def command(systems: list[str], cores: list[str | None]) -> None:
     wall, cpu, out = timed([sys.executable, "-c", PARSE, str(path)])
     print(f"{'a JSON parse of the file':34} {wall:8.2f} s wall {cpu:8.2f} s CPU  "
           f"({out.strip()} conversations)")
-    base = [sys.executable, "-m", "marconi", "simulate", "sharegpt", "--capacity", "5GB",
-            "--json", "--quiet"]
+    base = [sys.executable, "-m", "marconi", "simulate", "sharegpt", "--sessions", "all",
+            "--min-turns", "1", "--capacity", "5GB", "--json", "--quiet"]
     timed([*base, "--system", "vanilla"])  # warms the trace cache
     for system in systems:
         for core in cores:
