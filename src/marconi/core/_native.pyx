@@ -166,9 +166,6 @@ cdef class NativeCore:
     def depth(self, int node):
         return self.core.depth(node)
 
-    def counter(self, str name):
-        return (<object>self.core.stats)[name]
-
     def stats(self):
         """The counters as a `CacheStats` (a copy)."""
         return CacheStats(**(<object>self.core.stats))
@@ -181,17 +178,6 @@ cdef class NativeCore:
     def ssm_bytes(self):
         return self.core.stats.ssm_bytes
 
-    @property
-    def evictions(self):
-        return self.core.stats.evictions
-
-    @property
-    def commits(self):
-        return self.core.stats.commits
-
-    @property
-    def hit_tokens(self):
-        return self.core.stats.hit_tokens
 
     # --- evictions log, snapshots, checks -------------------------------------------------
 

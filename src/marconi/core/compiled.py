@@ -150,8 +150,8 @@ class _Eviction:
 
 
 class _Stats:
-    """`CacheStats` read live from the compiled core (the counters a driver reads per
-    request are attributes; `copy` and the rest go through a `CacheStats`)."""
+    """`CacheStats` read live from the compiled core: the byte counts the simulator reads
+    per request directly, every other counter through a `CacheStats` copy."""
 
     def __init__(self, core: Any) -> None:
         self._core = core
@@ -168,18 +168,6 @@ class _Stats:
     @property
     def ssm_bytes(self) -> int:
         return self._core.ssm_bytes
-
-    @property
-    def evictions(self) -> int:
-        return self._core.evictions
-
-    @property
-    def commits(self) -> int:
-        return self._core.commits
-
-    @property
-    def hit_tokens(self) -> int:
-        return self._core.hit_tokens
 
     @property
     def bytes(self) -> int:
