@@ -137,6 +137,41 @@ class TestBodyTimeout:
             head = _read_all(sock).partition(b"\r\n\r\n")[0]
         assert head.startswith(b"HTTP/1.1 413") and b"connection: close" in head.lower()
 
+    @pytest.mark.parametrize("first", [b"", b"{"], ids=["header-only", "one-byte"])
+    def test_a_chunk_declared_past_the_limit_is_refused_up_front(
+            self, model: HybridModel, first: bytes) -> None:
+        """A chunked body whose chunk header alone promises more than --max-body-size gets
+        its 413 (connection closed) at once: nothing waits for the bytes, nor for a timeout
+        (set here past the test's own wait, so only the refusal can answer)."""
+        with serve(model, cache_size="16MB", body_timeout=60, body_deadline=120,
+                   max_body_size="1MB") as server, _raw(server) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n"
+                         + f"{2_000_000:x}\r\n".encode() + first)
+            answer = _read_all(sock)
+            metrics = scrape(server.url)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 413") and b"connection: close" in head.lower(), \
+            answer[:300]
+        assert json.loads(body)["error"]["code"] == "body_too_large"
+        assert metrics["marconi:request_rejected_total{reason=body_too_large}"] == 1
+
+    def test_chunks_within_the_limit_are_served(self, model: HybridModel) -> None:
+        """The up-front check counts what is promised, not what was sent twice: a body in
+        several chunks, each announced before its bytes, under the limit, is answered."""
+        with serve(model, cache_size="16MB", max_body_size="1MB") as server, \
+                _raw(server) as sock:
+            payload = _chat(server, [{"role": "user", "content": "hi " * 2000}])
+            parts = [payload[i:i + 4000] for i in range(0, len(payload), 4000)]
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                         b"Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for part in parts:
+                sock.sendall(f"{len(part):x}\r\n".encode())
+                sock.sendall(part + b"\r\n")
+            sock.sendall(b"0\r\n\r\n")
+            answer = _read_all(sock)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+
     def test_a_stream_outlasting_the_body_timeout_is_not_cut(self, model: HybridModel) -> None:
         """Once the body is in, `receive` only waits for a disconnect: it is not timed
         (a streaming response listens on it for as long as it streams)."""

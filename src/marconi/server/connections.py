@@ -20,7 +20,11 @@ From any other client the end of input is its leaving, as before (a request stil
 waiting is then cancelled: the two cannot be told apart at the socket).
 
 A stalled body is the ASGI middleware's to time out (`guard.py`): the protocol sees bytes,
-the middleware sees what the application is waiting for.
+the middleware sees what the application is waiting for. So is a body too large, with one
+thing only the protocol sees: the bytes a chunked body's current chunk still promises (its
+declared size, less what has arrived). The protocol hands that count to the middleware in
+the request's scope (`guard.CHUNK_PROMISED`), and wakes the application when a chunk's header
+arrives without its bytes, so a chunk declared past the limit is refused before it is read.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from marconi.server.errors import ApiError, Rejected
-from marconi.server.guard import drain
+from marconi.server.guard import CHUNK_PROMISED, drain
 
 log = logging.getLogger("marconi.server")
 RETRY_AFTER_S = 1
@@ -76,8 +80,20 @@ class _Guarded(H11Protocol):
         if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
             if self._header_timer is None:  # the first bytes of a request's headers
                 self._arm()
-        else:  # the headers are in (or the connection is done)
-            self._disarm()
+            return
+        self._disarm()  # the headers are in (or the connection is done)
+        scope, cycle = getattr(self, "scope", None), self.cycle
+        if scope is None or cycle is None or self.conn.their_state is not h11.SEND_BODY:
+            return
+        scope.setdefault(CHUNK_PROMISED, self._chunk_promised)
+        if self._chunk_promised() and not cycle.message_event.is_set():
+            cycle.message_event.set()  # a chunk header alone: let the middleware see it
+
+    def _chunk_promised(self) -> int:
+        """Bytes of the current chunk declared and not yet arrived (0 unless chunked).
+        h11 keeps the count in its chunked reader (`_bytes_in_chunk`, h11 0.14-0.16); a
+        test fails if a new h11 moves it."""
+        return int(getattr(getattr(self.conn, "_reader", None), "_bytes_in_chunk", 0))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

@@ -1,7 +1,8 @@
 """ASGI middleware in front of the routes: body-size and body-read limits, a last-resort 500.
 
-- A body declared (`Content-Length`) or found while reading to exceed `max_body` bytes
-  is refused with a 413 before any of it is parsed, so no client can make the event
+- A body declared (`Content-Length`, or a chunk's header whose size would take the body
+  past the limit: `CHUNK_PROMISED`) or found while reading to exceed
+  `max_body` bytes is refused with a 413 before any of it is parsed, so no client can make the event
   loop parse or tokenize megabytes that could never fit the model's context. The rest
   of it is read and dropped first (up to `DRAIN_BYTES`): a client still sending would
   otherwise see its connection reset instead of the answer.
@@ -27,6 +28,9 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from marconi.server.errors import ApiError, BodyTimeout, BodyTooLarge, Rejected
+
+CHUNK_PROMISED = "marconi.chunk_promised"  # scope key: () -> bytes the current chunk owes,
+# set by connections.py's protocol
 
 log = logging.getLogger("marconi.server")
 DRAIN_BYTES = 64 * 2**20  # past this a refused body is not read: the connection is closed
@@ -59,7 +63,7 @@ class Guard:
             await send(message)
 
         try:
-            await self.app(scope, self._limited(receive), watched)
+            await self.app(scope, self._limited(receive, scope), watched)
         except ClientDisconnect:  # it left while sending its body: nobody to answer
             log.info("%s %s: the client disconnected while sending its body",
                      scope.get("method", ""), scope.get("path", ""))
@@ -79,17 +83,21 @@ class Guard:
         self.rejected(error.reason)
         await error.response()(scope, receive, send)
 
-    def _limited(self, receive: Receive) -> Receive:
-        """`receive` that raises BodyTooLarge once the body read passes the limit."""
+    def _limited(self, receive: Receive, scope: Scope) -> Receive:
+        """`receive` that raises BodyTooLarge once the body read, with what the current
+        chunk still promises, passes the limit. A body refused for a promise is not read
+        on (its connection is closed): it is refused for bytes it has not sent."""
         seen = 0
 
         async def limited() -> Message:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > self.max_body:
-                drained = not message.get("more_body", False) or await drain(
-                    receive, DRAIN_BYTES - seen)
+            promised = scope.get(CHUNK_PROMISED)
+            owed = promised() if promised is not None and message.get("more_body") else 0
+            if seen + owed > self.max_body:
+                drained = not owed and (not message.get("more_body", False) or await drain(
+                    receive, DRAIN_BYTES - seen))
                 raise BodyTooLarge(self.max_body, drained)
             return message
 
