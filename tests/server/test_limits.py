@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from marconi.engine import HybridModel
+from marconi.server.guard import DRAIN_BYTES
 from marconi.server.parsing import INLINE_BODY
 from tests.server.harness import Served, logged, post, scrape, serve, wait_for
 
@@ -140,14 +141,15 @@ class TestBodyTimeout:
     @pytest.mark.parametrize("first", [b"", b"{"], ids=["header-only", "one-byte"])
     def test_a_chunk_declared_past_the_limit_is_refused_up_front(
             self, model: HybridModel, first: bytes) -> None:
-        """A chunked body whose chunk header alone promises more than --max-body-size gets
-        its 413 (connection closed) at once: nothing waits for the bytes, nor for a timeout
-        (set here past the test's own wait, so only the refusal can answer)."""
+        """A chunked body whose chunk header alone promises more than --max-body-size, and
+        more than is worth draining, gets its 413 (connection closed) at once: nothing waits
+        for the bytes, nor for a timeout (set here past the test's own wait, so only the
+        refusal can answer)."""
         with serve(model, cache_size="16MB", body_timeout=60, body_deadline=120,
                    max_body_size="1MB") as server, _raw(server) as sock:
             sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                          b"Transfer-Encoding: chunked\r\n\r\n"
-                         + f"{2_000_000:x}\r\n".encode() + first)
+                         + f"{DRAIN_BYTES + 1:x}\r\n".encode() + first)
             answer = _read_all(sock)
             metrics = scrape(server.url)
         head, _, body = answer.partition(b"\r\n\r\n")

@@ -85,8 +85,9 @@ class Guard:
 
     def _limited(self, receive: Receive, scope: Scope) -> Receive:
         """`receive` that raises BodyTooLarge once the body read, with what the current
-        chunk still promises, passes the limit. A body refused for a promise is not read
-        on (its connection is closed): it is refused for bytes it has not sent."""
+        chunk still promises, passes the limit: as for a declared `Content-Length`, the
+        rest is read and dropped when it is within `DRAIN_BYTES`, else the connection is
+        closed at once (a chunk promising gigabytes is not waited for)."""
         seen = 0
 
         async def limited() -> Message:
@@ -96,8 +97,8 @@ class Guard:
             promised = scope.get(CHUNK_PROMISED)
             owed = promised() if promised is not None and message.get("more_body") else 0
             if seen + owed > self.max_body:
-                drained = not owed and (not message.get("more_body", False) or await drain(
-                    receive, DRAIN_BYTES - seen))
+                drained = not message.get("more_body", False) or (
+                    seen + owed <= DRAIN_BYTES and await drain(receive, DRAIN_BYTES - seen))
                 raise BodyTooLarge(self.max_body, drained)
             return message
 
