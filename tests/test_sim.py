@@ -297,6 +297,12 @@ class TestAlphaReport:
         assert out["alpha"] == 0.0 and out["alpha_status"] == "fixed"
         assert "never finished" not in err
 
+    def test_a_system_without_an_alpha_reports_none(self, capsys: pytest.CaptureFixture) -> None:
+        """sglang+ has no alpha: null in the JSON (and the sweep's rows), not 0.0."""
+        out, _ = self._json(capsys, "1GB", "--system", "sglang+")
+        assert out["system"] == "sglang+" and out["alpha"] is None
+        assert out["alpha_status"] is None
+
     def test_tables_say_untuned(self, capsys: pytest.CaptureFixture) -> None:
         assert main(["compare", self.TRACE, "--capacity", "4GB", "--no-bounds",
                      "--systems", "sglang+,marconi"]) == 0

@@ -72,6 +72,8 @@ class TestCell:
             assert row["status"] == "ok", row["error"]
             assert 0 <= row["token_hit_rate"] <= 1
             assert row["system"] == name and row["alpha_fixed"] is None
+            if row["alpha_status"] is None:  # no alpha: none reported, never 0.0
+                assert row["alpha"] is None, (name, row["alpha"])
 
     def test_the_references_run_and_offline_leads(self) -> None:
         rows = {name: run_cell(Cell.of(trace=TRACE, sessions=6, system=name, capacity="300MB"))

@@ -95,12 +95,8 @@ def compare(trace: str | Path | Trace, systems: Sequence[str], **kwargs: Any) ->
 
 
 def _flat(summary: dict[str, Any]) -> dict[str, Any]:
-    """A summary's scalar fields; alpha missing (NaN) for a system without one, as the
-    CLI's tables show it ("-"), never 0.0 as if tuned to zero."""
-    row = {k: v for k, v in summary.items() if not isinstance(v, dict | list)}
-    if row.get("alpha_status") is None and "alpha" in row:
-        row["alpha"] = None
-    return row
+    """A summary's scalar fields (alpha None, NaN in the frame, for a system without one)."""
+    return {k: v for k, v in summary.items() if not isinstance(v, dict | list)}
 
 
 LOADING = ("params", "use_cache", "cache_dir")  # what `load` takes beside trace settings

@@ -85,9 +85,9 @@ def alpha_in_force(system: System, config: SimConfig, tuner: Tuner | None,
                    alpha: float) -> tuple[float | None, str | None]:
     """The alpha a run reports and how it was set (docs/architecture.md, the CLI
     contract): a tuned system whose tuner never finished reports None, never the 0.0 it
-    evicted with while it waited."""
+    evicted with while it waited; a system without an alpha reports None too."""
     if not system.uses_alpha:
-        return alpha, None
+        return None, None
     if config.alpha is not None or system.tuner is None:
         return alpha, "fixed"
     finished = tuner is not None and bool(getattr(tuner, "done", True))
