@@ -343,3 +343,34 @@ def _no_overlap(fig: object) -> None:
                 assert text.get_window_extent(renderer).y1 <= frame.y1
     finally:
         plt.close(fig)
+
+
+class TestEmptyInputs:
+    """A request whose input is empty (a conversation opening with an empty message) is
+    data, not an error: a trace built by hand with one replays, the request dropped and
+    said on stderr, as the readers drop it when they load."""
+
+    @staticmethod
+    def _with_empty() -> Trace:
+        trace = _trace()
+        first = trace.requests[0]
+        empty = dataclasses.replace(first, input_tokens=first.input_tokens[:0], whole=None)
+        return Trace(trace.name, (empty, *trace.requests[1:]), dict(trace.meta))
+
+    @pytest.mark.parametrize("system", [*CACHES, ORACLE, "offline", "reuse-oracle"])
+    def test_every_system_replays_the_rest(self, system: str,
+                                           capsys: pytest.CaptureFixture) -> None:
+        trace = self._with_empty()
+        result = run(trace, SimConfig(spec=PAPER_7B, capacity="1GB", system=system),
+                     warn=False)
+        assert result.summary().requests == len(trace) - 1
+        err = capsys.readouterr().err
+        assert "dropped 1 request with an empty input" in err
+        assert f"session {trace.requests[0].session_id!r} turn 0" in err
+
+    def test_a_stream_says_it_when_it_ends(self, capsys: pytest.CaptureFixture) -> None:
+        trace = self._with_empty()
+        result = simulate(iter(trace.requests), SimConfig(spec=PAPER_7B, capacity="1GB",
+                                                          system="sglang+"))
+        assert result.summary().requests == len(trace) - 1
+        assert "trace stream: dropped 1 request" in capsys.readouterr().err

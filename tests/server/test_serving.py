@@ -6,6 +6,9 @@ import json
 import urllib.request
 from typing import Any
 
+import openai
+import pytest
+
 from marconi.engine import HybridModel
 from marconi.server.chat import EmbeddedCodec, Message
 from tests.server.harness import Served, scrape, serve
@@ -138,6 +141,23 @@ class TestCompletions:
         assert reply.usage.prompt_tokens == len(tokens)
         assert reply.usage.prompt_tokens_details.cached_tokens == cached[2]
         assert reply.choices[0].finish_reason in ("length", "stop")
+
+    def test_an_empty_message_is_served(self, server: Served) -> None:
+        """An empty prompt or message is data (a conversation may open with one): it is
+        served, its prompt the template's tokens (the BOS at least), and cached as any
+        other; only an empty list of token ids has nothing to run and gets a 400."""
+        client = server.client()
+        for _ in range(2):
+            reply = client.completions.create(model=server.model, prompt="", max_tokens=3)
+            assert reply.usage.prompt_tokens >= 1 and reply.usage.completion_tokens == 3
+        first = _chat(server, [{"role": "user", "content": ""}])
+        assert first.usage.prompt_tokens >= 1 and first.choices[0].message.content
+        second = _chat(server, [{"role": "user", "content": ""},
+                                {"role": "assistant", "content": first.choices[0].message.content},
+                                {"role": "user", "content": ""}])
+        assert second.usage.prompt_tokens_details.cached_tokens > 0
+        with pytest.raises(openai.BadRequestError, match="no tokens"):
+            client.completions.create(model=server.model, prompt=[], max_tokens=3)
 
 
 class TestInfoRoutes:

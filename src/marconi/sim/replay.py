@@ -8,8 +8,9 @@ result.summary()      # every figure, typed; .to_json(): `marconi simulate --jso
 
 from __future__ import annotations
 
+import sys
 import time
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Callable, Iterable, Iterator, Sized
 
 import numpy as np
 from tqdm import tqdm
@@ -37,6 +38,7 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
     """
     if config.concurrent and not isinstance(trace, Sized):
         raise ValueError("a concurrent replay needs the whole trace, not a stream")
+    trace = with_inputs(trace)
     system = system or get_system(config.system)
     # waits for its replays: a deterministic run
     tuner = system.make_tuner(config.alpha, TunerOptions(wait=True, settings=config.settings()))
@@ -79,6 +81,38 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
         sessions=sessions, arrivals=arrivals, stats=cache.stats.copy(), alpha=alpha,
         seconds=seconds, tuning=tuner.report() if tuner is not None else None,
         bounds_dropped=dropped, alpha_status=status)
+
+
+def with_inputs(trace: Trace | Iterable[Request]) -> Trace | Iterable[Request]:
+    """`trace` without its requests whose input is empty (a conversation opening with an
+    empty message, in a trace built by hand: the readers drop them as they load); each
+    has nothing to look up or prefill. Dropping them is said on stderr, counted, the
+    first named; a stream's are said when it ends."""
+    if isinstance(trace, Trace):
+        if all(r.input_tokens.shape[0] for r in trace.requests):
+            return trace
+        kept = tuple(r for r in trace.requests if r.input_tokens.shape[0])
+        empty = [r for r in trace.requests if not r.input_tokens.shape[0]]
+        _say_dropped(trace.name, len(empty), empty[0])
+        return Trace(trace.name, kept, dict(trace.meta))
+    return _stream_with_inputs(trace)
+
+
+def _stream_with_inputs(trace: Iterable[Request]) -> Iterator[Request]:
+    empty, first = 0, None
+    for request in trace:
+        if request.input_tokens.shape[0]:
+            yield request
+        else:
+            empty, first = empty + 1, first or request
+    if first is not None:
+        _say_dropped("stream", empty, first)
+
+
+def _say_dropped(name: str, count: int, first: Request) -> None:
+    print(f"trace {name}: dropped {count:,} request{'s' * (count != 1)} with an empty "
+          f"input (the first: session {first.session_id!r} turn {first.turn}): nothing to "
+          "look up or prefill", file=sys.stderr)
 
 
 def alpha_in_force(system: System, config: SimConfig, tuner: Tuner | None,

@@ -6,7 +6,7 @@ import sys
 
 from marconi.sim.offline import offline, reuse_oracle
 from marconi.sim.oracle import oracle
-from marconi.sim.replay import simulate
+from marconi.sim.replay import simulate, with_inputs
 from marconi.sim.result import OFFLINE, ORACLE, REUSE_ORACLE, SimConfig, SimResult
 from marconi.sim.warnings import run_warnings
 from marconi.systems import get_system
@@ -20,7 +20,9 @@ def run(trace: Trace, config: SimConfig, *, progress: bool = False,
     `warn`: say on stderr when the run refused more than 1% of its commits, evicted for a
     commit it then refused (a policy bug), or dropped its bounds (they outgrew
     `config.bounds_tokens`). A system run by a real engine (`sglang-0.5.23`, `vllm-0.32`)
-    is replayed through the engine's own code (marconi.realpeers)."""
+    is replayed through the engine's own code (marconi.realpeers). Requests with an
+    empty input are dropped, and said (`replay.with_inputs`)."""
+    trace = with_inputs(trace)  # type: ignore[assignment]  # a Trace stays a Trace
     if config.system == ORACLE:
         result = oracle(trace, config)
     elif config.system == OFFLINE:
