@@ -133,13 +133,28 @@ class TestEmptyInputs:
                  "output_tokens": [8]}]
         return files.jsonl("art.jsonl", rows)
 
-    @pytest.mark.parametrize("reader", ["_sharegpt", "_lmsys", "_artifact"])
+    @staticmethod
+    def _mooncake(files: Files) -> Path:
+        rows = [{"timestamp": 0, "input_length": 0, "output_length": 5, "hash_ids": []},
+                {"timestamp": 1, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}]
+        return files.jsonl("mc.jsonl", rows)
+
+    @staticmethod
+    def _swe_agent(files: Files) -> Path:
+        messages = [{"role": "system", "content": ""}, {"role": "user", "content": None},
+                    {"role": "assistant", "content": "ls"}, {"role": "user", "content": "a.py"},
+                    {"role": "assistant", "content": "done"}]
+        return files.json("t1.traj.json", {"instance_id": "t1", "messages": messages})
+
+    @pytest.mark.parametrize("reader", ["_sharegpt", "_lmsys", "_artifact", "_mooncake",
+                                        "_swe_agent"])
     def test_dropped_counted_and_named_and_the_session_replays(
             self, files: Files, reader: str, capsys: pytest.CaptureFixture) -> None:
         path = getattr(self, reader)(files)
         trace = load_trace(path, options=OPTS.with_(min_turns=1))
         assert len(trace) == 1 and all(r.n_input > 0 for r in trace)
         assert "dropped 1 requests with an empty input" in describe(trace)
-        turns = [] if reader == "_artifact" else ["--min-turns", "1"]  # chats' setting only
+        chats = reader in ("_sharegpt", "_lmsys")
+        turns = ["--min-turns", "1"] if chats else []  # chats' setting only
         assert main(["simulate", str(path), *turns, "--quiet", "--json"]) == 0
         assert "1 requests with an empty input" in capsys.readouterr().err
