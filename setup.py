@@ -40,7 +40,7 @@ else:
         [Extension("marconi.core._native", ["src/marconi/core/_native.pyx"],
                    include_dirs=["src/marconi/core"], language="c++", optional=True,
                    depends=["src/marconi/core/native/tree_core.hpp"],
-                   extra_compile_args=["-std=c++17", "-O2", "-ffp-contract=off"])],
+                   extra_compile_args=["-std=c++17", "-O3", "-ffp-contract=off"])],
         compiler_directives={"language_level": "3"}, quiet=True)
 
 setup(ext_modules=extensions, cmdclass={"build_ext": OptionalBuildExt})
