@@ -91,7 +91,7 @@ from marconi.server.app import settle, uvicorn_config
 from marconi.server.backend import EMBEDDED_VOCAB
 
 port, limit, timeout = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
-config = ServerConfig(cache_size="64MB", port=port, max_body_size=limit or None,
+config = ServerConfig(capacity="64MB", port=port, max_body_size=limit or None,
                       header_timeout=timeout, body_timeout=timeout)
 hybrid = tiny_model("bamba", vocab_size=EMBEDDED_VOCAB, max_position_embeddings=CONTEXT)
 app = create_app(build_backend(config, hybrid), config)

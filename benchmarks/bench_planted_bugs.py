@@ -32,7 +32,8 @@ from pathlib import Path
 
 from common import REPO
 
-FAMILIES = ("bamba", "nemotron_h", "granitemoehybrid", "falcon_h1", "zamba2", "qwen3_next")
+from marconi.core.families import ENGINE_FAMILIES as FAMILIES
+
 NO_POSITIONS = ("nemotron_h", "granitemoehybrid", "zamba2")  # attention without RoPE
 
 

@@ -5,7 +5,7 @@
 Needs the engines' environments (`bash scripts/setup-peers.sh`); a pair whose engine is
 missing is skipped with a line saying so. Replays ShareGPT, the agent trajectories and the
 Mooncake conversation trace (both from ../shared/data, skipped when absent) at two or
-three capacities each, model paper-7b, through every pair of `marconi.realpeers.fidelity`
+three capacities each, model paper-7b, through every pair of `marconi.sim.fidelity`
 (SGLang no_buffer and extra_buffer, vLLM align) and prints per configuration the two
 token hit rates and the share of identical hits, then per pair one line
 
@@ -25,8 +25,8 @@ from common import load
 
 from marconi.core.spec import PAPER_7B
 from marconi.realpeers.envs import ENGINES, available
-from marconi.realpeers.fidelity import PAIRS, Agreement, agreement, summary_line
 from marconi.sim import SimConfig
+from marconi.sim.fidelity import PAIRS, Agreement, agreement, summary_line
 from marconi.sim.run import run
 from marconi.systems import get_system
 from marconi.workload import Trace

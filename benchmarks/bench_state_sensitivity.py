@@ -1,5 +1,5 @@
 """How far a wrong restored state moves the tiny test models' logits, and how close a
-right one stays to an uncached forward (`engine.models.remember`).
+right one stays to an uncached forward (`engine.models.make_state_matter`).
 
 Per family and seed: restore a 30-token prefix, zero its recurrent (or conv) state, and
 take the next token's logits against the intact restore's (`recurrent`, `conv`: max abs
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             for seed in range(args.seeds):
                 model = tiny_model(arch, seed=seed, stateful=stateful)
                 rec, conv, exact = measure(model, seed)
-                print(f"{arch:<18}{'remember' if stateful else 'plain':<10}{seed:>5}"
+                print(f"{arch:<18}{'stateful' if stateful else 'plain':<10}{seed:>5}"
                       f"{rec:>12.2e}{conv:>12.2e}{exact:>12.2e}", flush=True)
     return 0
 

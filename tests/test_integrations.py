@@ -108,7 +108,7 @@ class TestInsideSGLang:
         """alpha fixed at 2 (what the tuner picks here): deterministic, and its order, not
         the tuner's timing, is what is measured (evicting highest scores first loses)."""
         need("sglang")
-        from marconi.realpeers.replay import replay
+        from marconi.sim.real_engine import replay
 
         config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=WITH,
                            alpha=2.0)
@@ -138,7 +138,7 @@ class TestInsideSGLang:
         """SGLang's `sanity_check()` and pool accounting after every request, with
         Marconi's walk choosing the victims (alpha 2) on traces of other shapes."""
         need("sglang")
-        from marconi.realpeers.replay import replay
+        from marconi.sim.real_engine import replay
         from marconi.workload import TraceOptions, load_trace
 
         config = SimConfig(spec=PAPER_7B, capacity=capacity, bounds=False, system=WITH,
@@ -156,7 +156,7 @@ class TestInsideSGLang:
         """SGLang's checks after every request while marconi+'s shadows change the walk's
         alpha during the replay (at request 128 on these traces)."""
         need("sglang")
-        from marconi.realpeers.replay import replay
+        from marconi.sim.real_engine import replay
         from marconi.workload import TraceOptions, load_trace
 
         system = f"{STOCK}:integration=marconi+,tuner=inline"
@@ -172,7 +172,7 @@ class TestInsideSGLang:
         every request, the engine switches to the leading order and saves more than
         stock."""
         need("sglang")
-        from marconi.realpeers.replay import replay
+        from marconi.sim.real_engine import replay
 
         system = f"{STOCK}:integration=marconi+,tuner=inline"
         config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=system)
@@ -202,7 +202,7 @@ def chat():
 def stock(chat):
     """The stock engine on `chat` at 1 GB, its integrity checks after every request."""
     need("sglang")
-    from marconi.realpeers.replay import replay
+    from marconi.sim.real_engine import replay
 
     config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=STOCK)
     return replay(chat, config, get_system(STOCK), check=True)
@@ -441,7 +441,7 @@ class TestInsideVLLM:
         victim is also chosen the plain way (`StateOrder.first` over the free states as
         the blocks say) and must be the same, its books too."""
         need("vllm")
-        from marconi.realpeers.replay import replay
+        from marconi.sim.real_engine import replay
         from marconi.workload import TraceOptions, load_trace
 
         config = SimConfig(spec=PAPER_7B, capacity=capacity, bounds=False, system=VLLM_WITH,
@@ -465,7 +465,7 @@ class TestInsideVLLM:
         (past each finished request's last state) before anything else: more FLOPs saved
         than stock (a last state found too shallow evicts live KV and saves far less)."""
         need("vllm")
-        from marconi.realpeers.replay import replay
+        from marconi.sim.real_engine import replay
 
         config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=VLLM_WITH,
                            alpha=0.0)
@@ -480,7 +480,7 @@ class TestInsideVLLM:
         choosing victims group by group broke states apart and saved under a third of
         stock's FLOPs. With whole states the order moves hits, not the scale of them."""
         need("vllm")
-        from marconi.realpeers.replay import replay
+        from marconi.sim.real_engine import replay
 
         system = f"{VLLM_WITH},orphans=keep"  # the state order alone
         config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=system,
@@ -496,7 +496,7 @@ class TestInsideVLLM:
         """marconi+'s shadow experts inline: vLLM's checks pass after every request, the
         engine runs the alpha its shadows chose, and saves more than stock."""
         need("vllm")
-        from marconi.realpeers.replay import replay
+        from marconi.sim.real_engine import replay
 
         system = f"{VLLM_STOCK}:integration=marconi+,tuner=inline"
         config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=system)
@@ -521,7 +521,7 @@ class TestInsideVLLM:
 def vllm_stock(chat):
     """Stock vLLM on `chat` at 1 GB, its integrity checks after every request."""
     need("vllm")
-    from marconi.realpeers.replay import replay
+    from marconi.sim.real_engine import replay
 
     config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=VLLM_STOCK)
     return replay(chat, config, get_system(VLLM_STOCK), check=True)

@@ -116,11 +116,125 @@ def test_core_imports_only_core() -> None:
             assert not outside, f"{name} imports {sorted(outside)}"
 
 
+def within(name: str, *packages: str) -> bool:
+    """`name` is one of `packages` or a module inside one (`marconi.systems` covers the
+    package `marconi.systems.*`; `marconi.plus` does not cover `marconi.plusx`)."""
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
 def test_policy_families_never_import_the_registry() -> None:
     graph = import_graph()
     for name, deps in graph.items():
         if name.split(".")[1:2] in (["core"], ["paper"], ["peers"], ["plus"]):
-            assert "marconi.systems" not in deps, f"{name} imports the registry"
+            registry = {d for d in deps if within(d, "marconi.systems")}
+            assert not registry, f"{name} imports the registry: {sorted(registry)}"
+
+
+# What each policy family may import besides itself (checked with import_graph(): paper and
+# peers use only the core; plus builds on paper's admission and eviction and on
+# peers/sparse_prefix.py's placement).
+FAMILY_IMPORTS = {"marconi.paper": ("marconi.core",),
+                  "marconi.peers": ("marconi.core",),
+                  "marconi.plus": ("marconi.core", "marconi.paper", "marconi.peers")}
+
+
+def family_breaches(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Each policy module's imports outside its family and what FAMILY_IMPORTS allows it."""
+    out: dict[str, set[str]] = {}
+    for name, deps in graph.items():
+        for family, allowed in FAMILY_IMPORTS.items():
+            if within(name, family):
+                bad = {d for d in deps if not within(d, family, *allowed)}
+                if bad:
+                    out[name] = bad
+    return out
+
+
+def test_family_rule_finds_planted_imports() -> None:
+    graph = {"marconi.paper.eviction": {"marconi.core.tree", "marconi.peers.tlru"},
+             "marconi.peers.seglen": {"marconi.core.scores", "marconi.paper.eviction"},
+             "marconi.plus.density": {"marconi.paper.admission", "marconi.peers.tlru",
+                                      "marconi.systems.registry"},
+             "marconi.plus.shadows": {"marconi.core.cache", "marconi.paper.tuner",
+                                      "marconi.plus.density"},
+             "marconi.sim.oracle": {"marconi.paper.tuner"}}
+    assert family_breaches(graph) == {"marconi.paper.eviction": {"marconi.peers.tlru"},
+                                      "marconi.peers.seglen": {"marconi.paper.eviction"},
+                                      "marconi.plus.density": {"marconi.systems.registry"}}
+    stats = SRC / "marconi" / "paper" / "tuner.py"
+    planted = imports_of(stats, set(_modules()), "def f():\n    from ..plus import shadows\n")
+    assert family_breaches({"marconi.paper.tuner": planted}) == {
+        "marconi.paper.tuner": {"marconi.plus.shadows"}}
+
+
+def test_policy_families_import_only_what_their_layer_allows() -> None:
+    """paper/ and peers/ import only core/; plus/ only core/, paper/ and peers/."""
+    assert family_breaches(import_graph()) == {}
+
+
+# The layers above realpeers/ and integrations/ (docs/architecture.md, "Layers"): the
+# drivers and faces, the CLI and its commands, the library's API. realpeers/ (the engines'
+# environments and workers) sits below the registry too; integrations/ does not: its
+# choosers and tuner process build systems from it (`get_system`, `TunerOptions`).
+ABOVE_ENGINES = ("marconi.sim", "marconi.commands", "marconi.cli", "marconi.server",
+                 "marconi.report", "marconi.experiments", "marconi.engine", "marconi.api")
+ABOVE = {"marconi.realpeers": (*ABOVE_ENGINES, "marconi.systems"),
+         "marconi.integrations": ABOVE_ENGINES}
+def reach(graph: dict[str, set[str]], name: str) -> set[str]:
+    """Every module that importing `name` imports, directly or through others, each with
+    the packages above it (whose `__init__` runs first)."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for dep in graph.get(todo.pop(), ()):
+            parts = dep.split(".")
+            for new in (".".join(parts[:i]) for i in range(2, len(parts) + 1)):
+                if new not in seen and new in graph:
+                    seen.add(new)
+                    todo.append(new)
+    return seen
+
+
+def layer_breaches(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Each realpeers/ or integrations/ module and the modules of a layer above it that it
+    reaches."""
+    out: dict[str, set[str]] = {}
+    for name in graph:
+        for package, above in ABOVE.items():
+            if within(name, package):
+                bad = {d for d in reach(graph, name) if within(d, *above)}
+                if bad:
+                    out[name] = bad
+    return out
+
+
+def test_layer_rule_finds_planted_imports() -> None:
+    known = set(_modules())
+    worker = SRC / "marconi" / "realpeers" / "worker.py"
+    planted = imports_of(worker, known, "def f():\n    from ..sim.result import SimResult\n"
+                         "    from marconi.commands import sweep\n")
+    assert planted == {"marconi.sim.result", "marconi.commands.sweep"}
+    graph = {"marconi.realpeers.worker": planted, "marconi.sim.result": set(),
+             "marconi.commands.sweep": set(), "marconi.sim": set(), "marconi.commands": set()}
+    assert layer_breaches(graph) == {"marconi.realpeers.worker": {
+        "marconi.sim", "marconi.sim.result", "marconi.commands", "marconi.commands.sweep"}}
+    # through a lower module, through a package's __init__, the registry
+    graph = {"marconi.realpeers.envs": {"marconi.workload.types"},
+             "marconi.workload.types": {"marconi.core.tokens"}, "marconi.core.tokens": set(),
+             "marconi.workload": {"marconi.sim.summary"}, "marconi.sim.summary": set(),
+             "marconi.realpeers.worker": {"marconi.systems"}, "marconi.systems": set(),
+             "marconi.integrations.common": {"marconi.systems", "marconi.server.app"},
+             "marconi.server.app": set()}
+    assert layer_breaches(graph) == {
+        "marconi.realpeers.envs": {"marconi.sim.summary"},  # through workload's __init__
+        "marconi.realpeers.worker": {"marconi.systems"},
+        "marconi.integrations.common": {"marconi.server.app"}}
+
+
+def test_realpeers_and_integrations_import_no_layer_above() -> None:
+    """No module of realpeers/ or integrations/ reaches the drivers, the CLI, its commands
+    or the API (realpeers/ not the registry either)."""
+    assert layer_breaches(import_graph()) == {}
 
 
 def _loaded_after(code: str) -> set[str]:
@@ -156,11 +270,34 @@ def test_drivers_reach_policies_only_through_the_registry() -> None:
     """The simulator, engine, server and commands name systems; only the registry, the
     oracle (which searches the paper's alpha grid) and the integrations' choosers
     (which run marconi+'s switching rule beside an engine) import a policy family."""
-    families = ("marconi.paper", "marconi.peers", "marconi.plus")
-    allowed = {"marconi.systems": families, "marconi.sim.oracle": ("marconi.paper.tuner",),
-               "marconi.integrations.choosers": ("marconi.plus.shadows",)}
-    for name, deps in import_graph().items():
-        if name.startswith(families):
+    assert policy_reach_breaches(import_graph()) == {}
+
+
+FAMILIES = ("marconi.paper", "marconi.peers", "marconi.plus")
+# who may import which policy modules; a key covers its package's modules (marconi.systems.*)
+REACH_POLICIES = {"marconi.systems": FAMILIES, "marconi.sim.oracle": ("marconi.paper.tuner",),
+                  "marconi.integrations.choosers": ("marconi.plus.shadows",)}
+
+
+def policy_reach_breaches(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Each module outside the families and the policy modules it imports without leave."""
+    out: dict[str, set[str]] = {}
+    for name, deps in graph.items():
+        if within(name, *FAMILIES):
             continue
-        reached = {d for d in deps if d.startswith(families)}
-        assert all(d.startswith(allowed.get(name, ())) for d in reached), (name, reached)
+        allowed = [p for key, ps in REACH_POLICIES.items() if within(name, key) for p in ps]
+        bad = {d for d in deps if within(d, *FAMILIES) and not within(d, *allowed)}
+        if bad:
+            out[name] = bad
+    return out
+
+
+def test_policy_reach_finds_planted_imports() -> None:
+    graph = {"marconi.systems.baselines": {"marconi.peers.tlru", "marconi.paper.eviction"},
+             "marconi.systems": {"marconi.systems.registry"},
+             "marconi.sim.oracle": {"marconi.paper.tuner", "marconi.paper.eviction"},
+             "marconi.sim.replay": {"marconi.plus.shadows"},
+             "marconi.integrations.choosers": {"marconi.plus.shadows"},
+             "marconi.plus.switchable": {"marconi.paper.eviction"}}
+    assert policy_reach_breaches(graph) == {"marconi.sim.oracle": {"marconi.paper.eviction"},
+                                            "marconi.sim.replay": {"marconi.plus.shadows"}}

@@ -19,9 +19,9 @@ from marconi.cli import main
 from marconi.core.spec import PAPER_7B
 from marconi.realpeers.arrivals import NoRoom, Schedule, run_concurrent
 from marconi.realpeers.envs import ENGINES, ENV_VAR, PeerError, available
-from marconi.realpeers.fidelity import BOUNDS, PAIRS, agreement
 from marconi.realpeers.worker import run_worker
 from marconi.sim import SimConfig
+from marconi.sim.fidelity import BOUNDS, PAIRS, agreement
 from marconi.sim.run import run
 from marconi.systems import get_system
 from marconi.workload import TraceOptions, load_trace
@@ -140,7 +140,7 @@ def test_emulation_agrees_with_the_real_code(chat, emulation: str, real: str) ->
 class TestRealEngine:
     def test_integrity_checks_pass_on_every_request(self, chat, engine: str) -> None:
         need(engine)
-        from marconi.realpeers.replay import replay
+        from marconi.sim.real_engine import replay
 
         system = get_system(ENGINES[engine].system)
         config = SimConfig(spec=PAPER_7B, capacity="1GB", system=system.name, bounds=False)
@@ -154,7 +154,7 @@ class TestRealEngine:
         """B continues A's whole sequence (input and output). Arriving while A decodes, B
         can reuse at most A's input; after A finishes, A's output too."""
         need(engine)
-        from marconi.realpeers.replay import replay
+        from marconi.sim.real_engine import replay
 
         prompt, output = np.arange(1, 641), np.arange(1000, 1320)
         a = Request(session_id="s", turn=0, arrival=0.0, input_tokens=prompt,

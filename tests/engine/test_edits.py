@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from tests.engine.reference import assert_matches_reference, stop_after
 
+from marconi.core.families import ENGINE_FAMILIES
 from marconi.core.integrity import check_integrity
 from marconi.engine import Engine, Generation
 
-FAMILIES = ["bamba", "nemotron_h", "granitemoehybrid", "falcon_h1", "zamba2", "qwen3_next"]
+FAMILIES = ENGINE_FAMILIES  # the registry's (core/families.py)
 
 
 def _tokens(rng: np.random.Generator, n: int) -> np.ndarray:

@@ -7,10 +7,11 @@ import pytest
 import torch
 from tests.engine.reference import TOL
 
+from marconi.core.families import ENGINE_FAMILIES
 from marconi.engine import Capture, Engine, Sampling, restore, snapshot_kv, snapshot_state
 from marconi.engine.prefill import forward, prefill
 
-FAMILIES = ["bamba", "nemotron_h", "granitemoehybrid", "falcon_h1", "zamba2", "qwen3_next"]
+FAMILIES = ENGINE_FAMILIES  # the registry's (core/families.py)
 SYSTEMS = ["marconi", "sglang+", "vllm+", "marconi+"]
 # hits of _workload (a: system 45 + 12, b: + 9, c: + 20, d: b + 7; 6 output tokens each),
 # then three turns of a fresh conversation (57 tokens, + output + 5 each turn):

@@ -1,6 +1,6 @@
-"""The tiny test models remember: in every family a wrong restored state moves the
+"""The tiny test models keep their state: in every family a wrong restored state moves the
 next-token logits far beyond the exactness tolerance, while a right one matches an
-uncached forward to float32 rounding (`models.remember`, docs/architecture.md,
+uncached forward to float32 rounding (`models.make_state_matter`, docs/architecture.md,
 "Modules"). Without this, a cache that restored no recurrent state at all passed the
 logit checks: transformers' random initialization forgets a state within a few tokens."""
 
@@ -11,11 +11,11 @@ import pytest
 import torch
 from tests.engine.reference import TOL
 
+from marconi.core.families import ENGINE_FAMILIES
 from marconi.engine import HybridModel, SSMState, restore, snapshot_kv
-from marconi.engine.models import ARCHITECTURES
 from marconi.engine.prefill import forward, prefill
 
-FAMILIES = sorted(ARCHITECTURES)
+FAMILIES = sorted(ENGINE_FAMILIES)
 SENSITIVE = 1e-2  # the least a zeroed state must move the next-token logits
 PREFIX, NEXT = 30, 10
 

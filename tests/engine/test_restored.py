@@ -14,12 +14,13 @@ import pytest
 import torch
 from tests.engine.reference import STATE_TOL
 
+from marconi.core.families import FAMILIES
 from marconi.engine import Capture, Engine, HybridModel
-from marconi.engine.models import ARCHITECTURES
 from marconi.engine.prefill import prefill
 
-CASES = [(arch, capture, paged) for arch, family in sorted(ARCHITECTURES.items())
-         for capture in ((Capture.EXACT, Capture.CHUNK) if family.chunk_key else
+CASES = [(arch, capture, paged) for arch, family in sorted(FAMILIES.items())
+         if family.engine is not None
+         for capture in ((Capture.EXACT, Capture.CHUNK) if family.engine.chunk_key else
                          (Capture.EXACT,))
          for paged in (False, True)]
 

@@ -6,8 +6,16 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache, JambaConfig
 
+from marconi.core.families import ENGINE_FAMILIES, FAMILIES, Family, _registry
 from marconi.core.spec import HF_FAMILIES, from_hf_config
-from marconi.engine import ARCHITECTURES, forward, snapshot_kv, snapshot_state, tiny_model
+from marconi.engine import (
+    ARCHITECTURES,
+    architecture,
+    forward,
+    snapshot_kv,
+    snapshot_state,
+    tiny_model,
+)
 
 
 def _measure(model, tokens: int = 20) -> tuple[int, int]:
@@ -20,7 +28,7 @@ def _measure(model, tokens: int = 20) -> tuple[int, int]:
 
 
 class TestAgainstTensors:
-    @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+    @pytest.mark.parametrize("arch", sorted(ENGINE_FAMILIES))
     @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
     def test_engine_families(self, arch, dtype):
         model = tiny_model(arch, dtype=dtype)
@@ -78,10 +86,36 @@ class TestByHand:
         assert spec.conv_channels == 8192 + 2 * 8 * 128 and spec.state_dtype_bytes == 2
 
     def test_every_family_reads_its_defaults(self):
-        for model_type in HF_FAMILIES:
+        for model_type in FAMILIES:
             spec = from_hf_config({"model_type": model_type, "hidden_size": 1024,
                                    "num_attention_heads": 8})
             assert spec.ssm_bytes > 0 and spec.name == model_type
+
+
+class TestOneRegistry:
+    """The engine and the cost model read one registry (core/families.py), not copies."""
+
+    def test_the_engine_and_the_cost_model_agree_on_the_families(self):
+        assert list(HF_FAMILIES) == list(FAMILIES), "the cost model's families"
+        assert list(ARCHITECTURES) == list(ENGINE_FAMILIES), "the engine's families"
+        assert set(ARCHITECTURES) <= set(HF_FAMILIES), "the engine runs what it cannot size"
+        for name, read in HF_FAMILIES.items():
+            assert read is FAMILIES[name].read, name
+        for name, arch in ARCHITECTURES.items():
+            facts = FAMILIES[name].engine
+            assert facts is not None and arch.name == name, name
+            assert (arch.tiny, arch.chunk_key) == (facts.tiny, facts.chunk_key), name
+
+    def test_a_family_outside_the_engine_is_refused_by_it(self):
+        outside = set(FAMILIES) - set(ENGINE_FAMILIES)
+        for name in outside:
+            with pytest.raises(ValueError, match=f"unsupported architecture {name!r}"):
+                architecture(name)
+
+    def test_a_family_declared_twice_fails(self):
+        twice = Family(name="bamba", read=FAMILIES["bamba"].read, engine=None)
+        with pytest.raises(ValueError, match="'bamba' declared twice"):
+            _registry([FAMILIES["bamba"], twice])
 
 
 class TestInputs:

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from tests.engine.test_paged import check_pools
 
+from marconi.core.families import ENGINE_FAMILIES
 from marconi.engine import Engine, KVBlock, PagedStore, SSMState
 
-FAMILIES = ["bamba", "nemotron_h", "granitemoehybrid", "falcon_h1", "zamba2", "qwen3_next"]
+FAMILIES = ENGINE_FAMILIES  # the registry's (core/families.py)
 
 
 def _run(engine: Engine, seed: int, requests: int = 6) -> None:

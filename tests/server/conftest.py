@@ -24,5 +24,5 @@ def model() -> HybridModel:
 @pytest.fixture
 def server(model: HybridModel) -> Iterator[Served]:
     """A server with a roomy cache, so nothing is evicted."""
-    with serve(model, cache_size="256MB", max_tokens=8) as served:
+    with serve(model, capacity="256MB", max_tokens=8) as served:
         yield served

@@ -55,7 +55,7 @@ def _chat(server: Served, messages: list[Any], **extra: Any) -> bytes:
 
 class TestHeaderTimeout:
     def test_a_client_stalling_mid_header_is_disconnected(self, model: HybridModel) -> None:
-        with serve(model, cache_size="16MB", header_timeout=0.5) as server, logged() as log:
+        with serve(model, capacity="16MB", header_timeout=0.5) as server, logged() as log:
             with _raw(server) as half, _raw(server) as silent:
                 half.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-")
                 assert _read_all(half) == b""  # closed, nothing answered
@@ -71,7 +71,7 @@ class TestHeaderTimeout:
 
     def test_a_kept_alive_connection_gets_the_timeout_for_its_next_request(
             self, model: HybridModel) -> None:
-        with serve(model, cache_size="16MB", header_timeout=0.5) as server, \
+        with serve(model, capacity="16MB", header_timeout=0.5) as server, \
                 _raw(server) as sock:
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
             first = b""
@@ -84,7 +84,7 @@ class TestHeaderTimeout:
 
 class TestBodyTimeout:
     def test_a_client_stalling_mid_body_gets_408(self, model: HybridModel) -> None:
-        with serve(model, cache_size="16MB", body_timeout=0.5) as server, logged() as log:
+        with serve(model, capacity="16MB", body_timeout=0.5) as server, logged() as log:
             with _raw(server) as sock:
                 sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                              b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
@@ -102,7 +102,7 @@ class TestBodyTimeout:
     def test_a_body_dripped_slower_than_its_deadline_gets_408(self, model: HybridModel) -> None:
         """A byte every 0.2 s never stalls the 0.5 s body timeout; the whole body's
         deadline (1.5 s) ends it."""
-        with serve(model, cache_size="16MB", body_timeout=0.5, body_deadline=1.5) as server:
+        with serve(model, capacity="16MB", body_timeout=0.5, body_deadline=1.5) as server:
             with _raw(server) as sock:
                 sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
                              b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
@@ -131,7 +131,7 @@ class TestBodyTimeout:
 
     def test_a_body_declared_too_large_that_stalls_is_closed(self, model: HybridModel) -> None:
         """The 413's drain of the rest of the body is timed too."""
-        with serve(model, cache_size="16MB", body_timeout=0.5, max_body_size="1MB") as server, \
+        with serve(model, capacity="16MB", body_timeout=0.5, max_body_size="1MB") as server, \
                 _raw(server) as sock:
             sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                          b"Content-Length: 2000000\r\n\r\n{")
@@ -145,7 +145,7 @@ class TestBodyTimeout:
         more than is worth draining, gets its 413 (connection closed) at once: nothing waits
         for the bytes, nor for a timeout (set here past the test's own wait, so only the
         refusal can answer)."""
-        with serve(model, cache_size="16MB", body_timeout=60, body_deadline=120,
+        with serve(model, capacity="16MB", body_timeout=60, body_deadline=120,
                    max_body_size="1MB") as server, _raw(server) as sock:
             sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                          b"Transfer-Encoding: chunked\r\n\r\n"
@@ -161,7 +161,7 @@ class TestBodyTimeout:
     def test_chunks_within_the_limit_are_served(self, model: HybridModel) -> None:
         """The up-front check counts what is promised, not what was sent twice: a body in
         several chunks, each announced before its bytes, under the limit, is answered."""
-        with serve(model, cache_size="16MB", max_body_size="1MB") as server, \
+        with serve(model, capacity="16MB", max_body_size="1MB") as server, \
                 _raw(server) as sock:
             payload = _chat(server, [{"role": "user", "content": "hi " * 2000}])
             parts = [payload[i:i + 4000] for i in range(0, len(payload), 4000)]
@@ -177,7 +177,7 @@ class TestBodyTimeout:
     def test_a_stream_outlasting_the_body_timeout_is_not_cut(self, model: HybridModel) -> None:
         """Once the body is in, `receive` only waits for a disconnect: it is not timed
         (a streaming response listens on it for as long as it streams)."""
-        with serve(model, cache_size="16MB", body_timeout=0.05) as server:
+        with serve(model, capacity="16MB", body_timeout=0.05) as server:
             stream = server.client().chat.completions.create(
                 model=server.model, messages=[{"role": "user", "content": "hi"}],
                 max_tokens=200, stream=True)
@@ -192,7 +192,7 @@ class TestHalfClose:
             self, model: HybridModel) -> None:
         """An HTTP/1.0 client (or `nc -N`) shuts its sending side once the request is out;
         that is not a disconnect."""
-        with serve(model, cache_size="16MB") as server:
+        with serve(model, capacity="16MB") as server:
             body = json.dumps({"model": server.model, "prompt": "hello there",
                                "max_tokens": 2}).encode()
             with _raw(server) as sock:
@@ -209,7 +209,7 @@ class TestHalfClose:
 
 class TestConnectionBound:
     def test_a_connection_past_the_bound_gets_503(self, model: HybridModel) -> None:
-        with serve(model, cache_size="16MB", max_connections=2, header_timeout=60) as server:
+        with serve(model, capacity="16MB", max_connections=2, header_timeout=60) as server:
             with _raw(server), _raw(server):  # two idle connections hold the bound
                 wait_for(lambda: _get(server, "/v1/models")[0] == 503, WAIT_S, "a 503")
                 status, headers, body = _get(server, "/v1/models")
@@ -223,7 +223,7 @@ class TestConnectionBound:
     def test_the_liveness_probe_is_answered_past_the_bound(self, model: HybridModel) -> None:
         """A flood of connections must not make `/health` say 503: an orchestrator would
         restart a server that is alive."""
-        with serve(model, cache_size="16MB", max_connections=2, header_timeout=60) as server, \
+        with serve(model, capacity="16MB", max_connections=2, header_timeout=60) as server, \
                 _raw(server), _raw(server), _raw(server):
             wait_for(lambda: _get(server, "/v1/models")[0] == 503, WAIT_S, "a 503")
             health = [_get(server, "/health") for _ in range(3)]
@@ -246,7 +246,7 @@ class TestChatBounds:
     @pytest.mark.parametrize("padding", [0, INLINE_BODY], ids=["inline", "parser-process"])
     def test_too_many_messages_or_parts_get_400(self, model: HybridModel,
                                                 padding: int) -> None:
-        with serve(model, cache_size="16MB", max_messages=3, max_content_parts=2) as server:
+        with serve(model, capacity="16MB", max_messages=3, max_content_parts=2) as server:
             pad = {"padding": "x" * padding}  # an unknown field: ignored, but read
             four = [{"role": "user", "content": "hi"}] * 4
             too_many = post(server.url, CHAT, _chat(server, four, **pad))
@@ -267,7 +267,7 @@ class TestParserProcess:
     """Bodies over INLINE_BODY are parsed in the parser process: same answers."""
 
     def test_big_bodies_are_answered_as_small_ones(self, model: HybridModel) -> None:
-        with serve(model, cache_size="16MB", max_tokens=2) as server, logged() as log:
+        with serve(model, capacity="16MB", max_tokens=2) as server, logged() as log:
             pad = "x" * INLINE_BODY
             messages = [{"role": "system", "content": "be brief"},
                         {"role": "user", "content": [{"type": "text", "text": "hi "},
@@ -302,7 +302,7 @@ class TestParserProcess:
         assert not log.errors
 
     def test_a_parser_process_that_died_is_replaced(self, model: HybridModel) -> None:
-        with serve(model, cache_size="16MB", max_tokens=2) as server:
+        with serve(model, capacity="16MB", max_tokens=2) as server:
             body = _chat(server, [{"role": "user", "content": "hi"}], padding="x" * INLINE_BODY)
             assert post(server.url, CHAT, body)[0] == 200
             process = server.app.state.parser._proc

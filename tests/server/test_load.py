@@ -47,7 +47,7 @@ def _watch(server: Served, done: threading.Event, held: list[float]) -> None:
 
 class TestLoad:
     def test_no_errors_bounded_memory_and_exact_counters(self, model: HybridModel) -> None:
-        with serve(model, cache_size=CAPACITY) as server:
+        with serve(model, capacity=CAPACITY) as server:
             usages: list[list[Any]] = [[] for _ in range(CLIENTS)]
             threads = [threading.Thread(target=_client_loop, args=(server, i, usages[i]))
                        for i in range(CLIENTS)]
@@ -153,7 +153,7 @@ def _huge_prompt(model: str) -> bytes:
 
 class TestHostileLoad:
     def test_huge_bodies_are_refused_before_parsing(self, model: HybridModel) -> None:
-        with serve(model, cache_size="16MB") as server, _others_running(server):
+        with serve(model, capacity="16MB") as server, _others_running(server):
             huge = _huge_prompt(server.model)
             answers = [_send_raw(server.url, huge),
                        _send_raw(server.url, _huge_prompt("no-such-model")),
@@ -168,7 +168,7 @@ class TestHostileLoad:
         """A model whose context takes 10 MB of text: the prompt is read and tokenized
         (then refused: it is 2M tokens), and no one waits meanwhile."""
         long = tiny_model("bamba", vocab_size=EMBEDDED_VOCAB, max_position_embeddings=2**20)
-        with serve(long, cache_size="16MB") as server, _others_running(server):
+        with serve(long, capacity="16MB") as server, _others_running(server):
             status, answer = _send_raw(server.url, _huge_prompt(server.model))
         assert status == 400 and answer["error"]["code"] == "context_length_exceeded"
         assert "2000002 in the prompt" in answer["error"]["message"]  # it was tokenized
@@ -178,7 +178,7 @@ class TestHostileLoad:
         and validating them takes seconds, in C calls that hold the GIL, so a thread is not
         enough: they are counted from a skim of the body and refused unread."""
         long = tiny_model("bamba", vocab_size=EMBEDDED_VOCAB, max_position_embeddings=2**20)
-        with serve(long, cache_size="16MB") as server, _others_running(server):
+        with serve(long, capacity="16MB") as server, _others_running(server):
             ids = b"415, " * 10_000_000
             body = b'{"model": "%s", "prompt": [%s1]}' % (server.model.encode(), ids)
             status, answer = _send_raw(server.url, body)

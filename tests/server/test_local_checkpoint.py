@@ -34,7 +34,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class TestLocalCheckpoint:
     def test_serves_with_its_own_tokenizer(self, checkpoint: Path) -> None:
         with serve(tiny_model("bamba", vocab_size=VOCAB), model=checkpoint,
-                   served_name="local", cache_size="16MB") as server:
+                   served_name="local", capacity="16MB") as server:
             client = server.client()
             assert [m.id for m in client.models.list().data] == ["local"]
             shared = " ".join(f"w{i}" for i in range(3, 30))

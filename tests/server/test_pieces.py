@@ -75,7 +75,7 @@ class TestDetokenizer:
 
 class TestConfig:
     @pytest.mark.parametrize(("field", "value", "match"), [
-        ("system", "nope", "unknown system"), ("cache_size", "lots", "bad size"),
+        ("system", "nope", "unknown system"), ("capacity", "lots", "bad size"),
         ("alpha", -1.0, "alpha"), ("port", 70000, "port"), ("max_queue", 0, "queue"),
         ("max_tokens", 0, "max tokens"), ("model", "/no/such/folder", "not a folder"),
         ("max_messages", 0, "--max-messages must be an integer >= 1, got 0"),
@@ -93,9 +93,14 @@ class TestConfig:
     def test_defaults(self) -> None:
         config = ServerConfig()
         assert config.name == EMBEDDED_MODEL and config.host == "127.0.0.1"
-        assert config.capacity == 10**9
+        assert config.capacity_bytes == 10**9
         assert config.body_limit(4096) == 2**20 and config.body_limit(2**17) == 2**25
         assert ServerConfig(max_body_size="4MB").body_limit(4096) == 4 * 10**6
+
+    def test_the_old_name_of_capacity_still_works_and_warns(self) -> None:
+        with pytest.warns(FutureWarning, match=r"capacity=\.\.\."):
+            config = ServerConfig(cache_size="64MB")
+        assert config.capacity_bytes == 64 * 10**6
 
     def test_rejects_a_tiny_body_limit(self) -> None:
         with pytest.raises(ValueError, match="max body size"):
@@ -103,15 +108,18 @@ class TestConfig:
 
 
 class TestCli:
-    def test_serve_flags(self) -> None:
+    def test_serve_flags(self, capsys: pytest.CaptureFixture) -> None:
         parser = argparse.ArgumentParser()
         register(parser.add_subparsers(dest="command"))
-        args = parser.parse_args(["serve", "--cache-size", "64MB", "--system", "sglang+",
+        args = parser.parse_args(["serve", "--capacity", "64MB", "--system", "sglang+",
                                   "--port", "0", "--max-queue", "3", "--max-tokens", "5"])
         config = config_from_args(args)
-        assert (config.capacity, config.system, config.max_queue, config.max_tokens) == (
+        assert (config.capacity_bytes, config.system, config.max_queue, config.max_tokens) == (
             64 * 10**6, "sglang+", 3, 5)
         assert config.max_body_size is None
+        old = parser.parse_args(["serve", "--cache-size", "32MB"])  # the old name: warns
+        assert config_from_args(old).capacity_bytes == 32 * 10**6
+        assert "--cache-size is now --capacity" in capsys.readouterr().err
         args = parser.parse_args(["serve", "--max-body-size", "2MB"])
         assert config_from_args(args).body_limit(4096) == 2 * 10**6
         assert (config.header_timeout, config.body_timeout, config.max_connections,
@@ -150,7 +158,7 @@ class TestCli:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         command = [sys.executable, "-m", "marconi", "serve", "--port", str(port),
-                   "--cache-size", "16MB", "--system", "sglang+", "--threads", "1"]
+                   "--capacity", "16MB", "--system", "sglang+", "--threads", "1"]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                    text=True)
         try:

@@ -26,7 +26,7 @@ def _running(server: Served) -> float:
 class TestQueueAndDisconnect:
     def test_full_queue_gives_429_and_a_gone_client_frees_its_request(
             self, model: HybridModel) -> None:
-        with serve(model, cache_size="64MB", max_queue=1) as server, logged() as log:
+        with serve(model, capacity="64MB", max_queue=1) as server, logged() as log:
             client = server.client()
             long = client.chat.completions.create(  # runs until its client leaves
                 model=server.model, messages=[{"role": "user", "content": "go"}],
@@ -61,7 +61,7 @@ class TestQueueAndDisconnect:
         logs one line, not a traceback. It looks at every token: with a poll longer than
         the whole generation, only that check can notice."""
         monkeypatch.setattr(service, "POLL_S", 600.0)
-        with serve(model, cache_size="64MB") as server, logged() as log:
+        with serve(model, capacity="64MB") as server, logged() as log:
             body = json.dumps({"model": server.model, "prompt": "go", "max_tokens": 3000})
             where = urlsplit(server.url)
             sock = socket.create_connection((where.hostname, where.port), timeout=10)
@@ -81,7 +81,7 @@ class TestQueueAndDisconnect:
 
     def test_a_streaming_client_that_leaves_is_logged_in_one_line(
             self, model: HybridModel) -> None:
-        with serve(model, cache_size="64MB") as server, logged() as log:
+        with serve(model, capacity="64MB") as server, logged() as log:
             stream = server.client().completions.create(
                 model=server.model, prompt="go", stream=True, max_tokens=3000)
             next(iter(stream))
@@ -95,7 +95,7 @@ class TestQueueAndDisconnect:
             self, model: HybridModel) -> None:
         """Counted as `disconnected`, logged in one line: not an internal failure with a
         traceback."""
-        with serve(model, cache_size="64MB") as server, logged() as log:
+        with serve(model, capacity="64MB") as server, logged() as log:
             where = urlsplit(server.url)
             for _ in range(3):
                 sock = socket.create_connection((where.hostname, where.port), timeout=10)
@@ -114,7 +114,7 @@ class TestQueueAndDisconnect:
 
 class TestMetricsAddUp:
     def test_every_request_is_counted_once(self, model: HybridModel) -> None:
-        with serve(model, cache_size="64MB", max_tokens=2) as server:
+        with serve(model, capacity="64MB", max_tokens=2) as server:
             client, name = server.client(), server.model
             client.completions.create(model=name, prompt="one")
             client.chat.completions.create(model=name, messages=[{"role": "user",
@@ -147,7 +147,7 @@ class TestMetricsAddUp:
 def test_a_crashed_generation_is_answered_logged_and_counted(model: HybridModel) -> None:
     """A bug inside the engine: the client gets a 500 in OpenAI's shape, the operator a
     logged traceback, and the metrics an internal failure."""
-    with serve(model, cache_size="16MB", max_tokens=2) as server, logged() as log:
+    with serve(model, capacity="16MB", max_tokens=2) as server, logged() as log:
         def broken(*args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("a bug in the engine")
 

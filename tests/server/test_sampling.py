@@ -19,7 +19,7 @@ MESSAGES = [{"role": "user", "content": "Tell me a story."}]
 
 @pytest.fixture(scope="module")
 def shared(model: HybridModel) -> Iterator[Served]:
-    with serve(model, cache_size="64MB", max_tokens=6) as served:
+    with serve(model, capacity="64MB", max_tokens=6) as served:
         yield served
 
 

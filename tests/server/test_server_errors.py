@@ -23,7 +23,7 @@ BRANCH_NAMES = (".str", "list[", "Value error", "function-", "int]")  # pydantic
 @pytest.fixture(scope="module")
 def shared(model: HybridModel) -> Iterator[Served]:
     """One server for the cases that only need a 4xx and one good request after it."""
-    with serve(model, cache_size="64MB", max_tokens=2) as served:
+    with serve(model, capacity="64MB", max_tokens=2) as served:
         yield served
 
 
@@ -191,7 +191,7 @@ class TestSameConnection:
     """A keep-alive connection survives a refused request and an unexpected crash."""
 
     def test_a_refusal_and_a_crash_leave_the_connection_open(self, model: HybridModel) -> None:
-        config = ServerConfig(cache_size="16MB")
+        config = ServerConfig(capacity="16MB")
         app = create_app(build_backend(config, model), config)
 
         @app.get("/crash")

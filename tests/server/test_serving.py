@@ -80,7 +80,7 @@ class TestSharedSystemPrompt:
     def test_marconi_plus_hits_it_on_its_second_use(self, model: HybridModel) -> None:
         """From a fresh server's first requests: the end of the system prompt (the first
         message boundary) is checkpointed on its first use."""
-        with serve(model, cache_size="256MB", max_tokens=4, system="marconi+") as server:
+        with serve(model, capacity="256MB", max_tokens=4, system="marconi+") as server:
             cached = [_chat(server, [{"role": "system", "content": SYSTEM},
                                      {"role": "user", "content": user}])
                       .usage.prompt_tokens_details.cached_tokens for user in self.USERS[:3]]

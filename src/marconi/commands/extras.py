@@ -6,7 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-PARQUET_MAGIC = b"PAR1"
+from marconi.workload.io import PARQUET_MAGIC
 
 
 def _missing(module: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "tokenizer files); default: the embedded tiny model")
     p.add_argument("--served-model-name", default=None,
                    help="name clients pass as `model` (default: the folder's name)")
-    p.add_argument("--cache-size", default="1GB", help="bound on cached KV + SSM state bytes")
+    p.add_argument("--capacity", default="1GB",
+                   help="bound on cached KV + SSM state bytes, as in simulate (default: 1GB)")
+    p.add_argument("--cache-size", dest="capacity", action=_OldName, help=argparse.SUPPRESS)
     p.add_argument("--system", default="marconi",
                    choices=[n for n, s in SYSTEMS.items() if s.engine is None],
                    help="the in-process caching system (real-engine systems replay traces "
@@ -64,6 +67,17 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+class _OldName(argparse.Action):
+    """A flag's old name: still taken, with one line on stderr naming the new one."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        new = "--" + self.dest.replace("_", "-")
+        print(f"marconi serve: {option_string} is now {new} (as simulate names it); "
+              f"{option_string} will go", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -78,7 +92,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     from marconi.server.config import ServerConfig
 
     return ServerConfig(model=args.model, served_name=args.served_model_name,
-                        cache_size=args.cache_size, system=args.system, alpha=args.alpha,
+                        capacity=args.capacity, system=args.system, alpha=args.alpha,
                         host=args.host, port=args.port, max_queue=args.max_queue,
                         max_tokens=args.max_tokens, seed=args.seed,
                         max_body_size=args.max_body_size, max_messages=args.max_messages,

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+
+from marconi.core.families import FAMILIES, _dtype_bytes, _get, _int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,153 +159,14 @@ def resolve_model(text: str) -> ModelSpec:
 
 # --- exact specs from Hugging Face configs -------------------------------------------------
 #
-# Each family reads a raw `config.json` dict (the defaults mirror transformers 5.24) and
-# returns the counts and sizes that differ from the paper's defaults. The recurrent state
-# is float32 unless the config says otherwise: transformers' scans (and mamba_ssm's) keep
-# it in float32 whatever the weights' dtype, while the conv state follows the weights.
+# Each family's reader of a raw `config.json` dict is declared once, in its entry of
+# `core/families.py` (the registry the engine and the tests read too); `HF_FAMILIES` is
+# that registry's model_type -> reader map. The recurrent state is float32 unless the
+# reader says otherwise: transformers' scans (and mamba_ssm's) keep it in float32 whatever
+# the weights' dtype, while the conv state follows the weights.
 
-_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "float64": 8,
-                "float8_e4m3fn": 1}
-
-
-def _get(cfg: dict, key: str, default: object) -> object:
-    value = cfg.get(key)
-    return default if value is None else value
-
-
-def _int(cfg: dict, key: str, default: int | None = None) -> int:
-    value = _get(cfg, key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
-        raise ValueError(f"config field {key!r} must be an integer, got {value!r}")
-    return int(value)
-
-
-def _list(cfg: dict, key: str, default: list) -> list:
-    value = _get(cfg, key, default)
-    if not isinstance(value, list | tuple):
-        raise ValueError(f"config field {key!r} must be a list, got {value!r}")
-    return list(value)
-
-
-def _dtype_bytes(cfg: dict, key: str, default: str) -> int:
-    name = str(_get(cfg, key, default)).removeprefix("torch.")
-    if name not in _DTYPE_BYTES:
-        raise ValueError(f"config field {key!r}: unknown dtype {name!r}")
-    return _DTYPE_BYTES[name]
-
-
-def _kv_dim(cfg: dict, head_dim: int | None = None) -> int:
-    heads = _int(cfg, "num_attention_heads")
-    kv_heads = _int(cfg, "num_key_value_heads", heads)
-    return kv_heads * (head_dim or _int(cfg, "head_dim", _int(cfg, "hidden_size") // heads))
-
-
-def _mamba2(d_inner: int, heads: int, head_dim: int, groups: int, d_state: int,
-            kernel: int) -> dict[str, int]:
-    """Sizes of a Mamba2 (SSD) layer: state heads x head_dim x N, conv over x, B and C."""
-    if heads * head_dim != d_inner:
-        raise ValueError(f"mamba heads x head_dim ({heads} x {head_dim}) != d_inner {d_inner}")
-    return {"d_state": d_state, "ssm_state_elems": heads * head_dim * d_state,
-            "conv_channels": d_inner + 2 * groups * d_state, "conv_kernel": kernel}
-
-
-def _counts(kinds: list[str], attention: set[str], ssm: set[str], mlp: set[str] | None) -> dict:
-    """Layer counts from a per-layer type list; `mlp=None`: every layer has an MLP."""
-    return {"attention_layers": sum(k in attention for k in kinds),
-            "ssm_layers": sum(k in ssm for k in kinds),
-            "mlp_layers": len(kinds) if mlp is None else sum(k in mlp for k in kinds)}
-
-
-def _auto_head(cfg: dict, key: str, d_inner: int, heads: int) -> int:
-    value = _get(cfg, key, "auto")
-    return d_inner // heads if value == "auto" else _int(cfg, key)
-
-
-def _bamba_like(cfg: dict, d_inner: int) -> dict:
-    heads = _int(cfg, "mamba_n_heads", 128)
-    return _mamba2(d_inner, heads, _auto_head(cfg, "mamba_d_head", d_inner, heads),
-                   _int(cfg, "mamba_n_groups", 1), _int(cfg, "mamba_d_state", 256),
-                   _int(cfg, "mamba_d_conv", 4))
-
-
-def _bamba(cfg: dict) -> dict:
-    n = _int(cfg, "num_hidden_layers", 32)
-    attn = set(_list(cfg, "attn_layer_indices", []))
-    kinds = ["attention" if i in attn else "mamba" for i in range(n)]
-    d_inner = _int(cfg, "mamba_expand", 2) * _int(cfg, "hidden_size")
-    return {**_counts(kinds, {"attention"}, {"mamba"}, None), **_bamba_like(cfg, d_inner),
-            "kv_dim": _kv_dim(cfg)}
-
-
-def _granite(cfg: dict) -> dict:
-    n = _int(cfg, "num_hidden_layers", 32)
-    kinds = _list(cfg, "layer_types", _list(cfg, "layers_block_type", ["mamba"] * n))
-    d_inner = _int(cfg, "mamba_expand", 2) * _int(cfg, "hidden_size")
-    return {**_counts(kinds, {"attention", "full_attention"}, {"mamba", "linear_attention"},
-                      None), **_bamba_like(cfg, d_inner), "kv_dim": _kv_dim(cfg)}
-
-
-def _falcon_h1(cfg: dict) -> dict:
-    n = _int(cfg, "num_hidden_layers", 32)
-    d_inner = _int(cfg, "mamba_d_ssm", _int(cfg, "mamba_expand", 2) * _int(cfg, "hidden_size"))
-    return {"attention_layers": n, "ssm_layers": n, "mlp_layers": n,
-            **_bamba_like(cfg, d_inner), "kv_dim": _kv_dim(cfg)}
-
-
-_NEMOTRON_PATTERN = {"M": "mamba", "E": "moe", "*": "attention", "-": "mlp"}
-
-
-def _nemotron_h(cfg: dict) -> dict:
-    kinds = cfg.get("layers_block_type") or cfg.get("layer_types")
-    if kinds is None:
-        pattern = str(_get(cfg, "hybrid_override_pattern", "ME*-"))
-        kinds = [_NEMOTRON_PATTERN[char] for char in pattern]
-    heads, head_dim = _int(cfg, "mamba_num_heads", 128), _int(cfg, "mamba_head_dim", 64)
-    return {**_counts(list(kinds), {"attention", "full_attention"},
-                      {"mamba", "linear_attention"}, {"mlp", "moe"}),
-            **_mamba2(heads * head_dim, heads, head_dim, _int(cfg, "n_groups", 8),
-                      _int(cfg, "ssm_state_size", 128), _int(cfg, "conv_kernel", 4)),
-            "kv_dim": _kv_dim(cfg, _int(cfg, "head_dim", 128)),
-            "state_dtype_bytes": _dtype_bytes(cfg, "mamba_ssm_cache_dtype", "float32")}
-
-
-def _zamba2(cfg: dict) -> dict:
-    hidden, n = _int(cfg, "hidden_size"), _int(cfg, "num_hidden_layers", 54)
-    kinds = _list(cfg, "layers_block_type", ["mamba"] * n)
-    heads, d_inner = _int(cfg, "n_mamba_heads", 8), _int(cfg, "mamba_expand", 2) * hidden
-    return {**_counts(kinds, {"hybrid"}, {"mamba", "linear_attention", "hybrid"}, {"hybrid"}),
-            **_mamba2(d_inner, heads, d_inner // heads, _int(cfg, "mamba_ngroups", 1),
-                      _int(cfg, "mamba_d_state", 64), _int(cfg, "mamba_d_conv", 4)),
-            "kv_dim": _kv_dim(cfg, 2 * hidden // _int(cfg, "num_attention_heads"))}
-
-
-def _qwen3_next(cfg: dict) -> dict:
-    n = _int(cfg, "num_hidden_layers", 48)
-    interval = _int(cfg, "full_attention_interval", 4)
-    default = ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(n)]
-    kinds = _list(cfg, "layer_types", default)
-    nk, nv = _int(cfg, "linear_num_key_heads", 16), _int(cfg, "linear_num_value_heads", 32)
-    dk, dv = _int(cfg, "linear_key_head_dim", 128), _int(cfg, "linear_value_head_dim", 128)
-    return {**_counts(kinds, {"full_attention"}, {"linear_attention"}, None),
-            "d_state": dk, "ssm_state_elems": nv * dk * dv, "conv_channels": 2 * nk * dk + nv * dv,
-            "conv_kernel": _int(cfg, "linear_conv_kernel_dim", 4),
-            "kv_dim": _kv_dim(cfg, _int(cfg, "head_dim", 256))}
-
-
-def _jamba(cfg: dict) -> dict:
-    n, period = _int(cfg, "num_hidden_layers", 32), _int(cfg, "attn_layer_period", 8)
-    offset = _int(cfg, "attn_layer_offset", 4)
-    kinds = ["attention" if i % period == offset else "mamba" for i in range(n)]
-    d_inner, d_state = _int(cfg, "mamba_expand", 2) * _int(cfg, "hidden_size"), _int(
-        cfg, "mamba_d_state", 16)
-    return {**_counts(kinds, {"attention"}, {"mamba"}, None), "d_state": d_state,
-            "ssm_state_elems": d_inner * d_state, "conv_channels": d_inner,
-            "conv_kernel": _int(cfg, "mamba_d_conv", 4), "kv_dim": _kv_dim(cfg)}
-
-
-HF_FAMILIES = {"bamba": _bamba, "granitemoehybrid": _granite, "falcon_h1": _falcon_h1,
-               "nemotron_h": _nemotron_h, "zamba2": _zamba2, "qwen3_next": _qwen3_next,
-               "jamba": _jamba}
+HF_FAMILIES: dict[str, Callable[[dict], dict]] = {
+    name: family.read for name, family in FAMILIES.items()}
 
 
 def _config_dict(config: object) -> dict:

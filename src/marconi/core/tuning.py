@@ -50,12 +50,12 @@ class Tuner(Protocol):
         `observe` does it."""
 
 
-def serve(cache: PrefixCache, tokens: np.ndarray | bytes, n_input: int,
-          boundaries: Sequence[int], objective: Objective) -> float:
-    """One request through a token-only cache: lookup, then commit input + output
-    (`PrefixCache.serve`; `tokens`: an array, or checked int32 bytes,
-    `as_tokens(...).tobytes()`, when one request feeds many caches). Returns what the hit
-    is worth under `objective` (the unit every replay sums)."""
+def hit_worth(cache: PrefixCache, tokens: np.ndarray | bytes, n_input: int,
+              boundaries: Sequence[int], objective: Objective) -> float:
+    """One request served through a token-only cache (`PrefixCache.serve`: lookup, then
+    commit input + output), and what its hit is worth under `objective` (the unit every
+    replay sums). `tokens`: an array, or checked int32 bytes (`as_tokens(...).tobytes()`)
+    when one request feeds many caches."""
     key = tokens if isinstance(tokens, bytes) else as_tokens(tokens).tobytes()
     hit = cache.serve(key, n_input, boundaries)
     return cache.spec.flops(hit) if objective is Objective.FLOPS else float(hit)

@@ -1,7 +1,8 @@
-"""Hybrid models the reference engine runs: a typed registry over transformers' own classes.
+"""Hybrid models the reference engine runs: the families of `core/families.py` that carry
+engine facts, over transformers' own classes.
 
 `tiny_model(arch, seed)` builds a small random-weight model in code (tests, benchmarks),
-its SSM layers adjusted so that their state matters (`remember`); `load_model(path)` loads
+its SSM layers adjusted so that their state matters (`make_state_matter`); `load_model(path)` loads
 a local checkpoint folder (config.json + safetensors). Nothing is ever downloaded. Every
 model comes with its exact `ModelSpec` (`spec.from_hf_config`) and the layer layout the
 state snapshots need.
@@ -18,69 +19,24 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, PretrainedConfig
 from transformers.cache_utils import CacheLayerMixin, LinearAttentionCacheLayerMixin
 
+from marconi.core.families import FAMILIES
 from marconi.core.spec import ModelSpec, from_hf_config
-
-_TINY = {"vocab_size": 256, "hidden_size": 64, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "intermediate_size": 128, "max_position_embeddings": 4096}
-
-
-def _tiny_bamba() -> dict[str, Any]:
-    return {**_TINY, "num_hidden_layers": 4, "attn_layer_indices": [1, 3], "mamba_n_heads": 8,
-            "mamba_n_groups": 2, "mamba_d_state": 16, "mamba_chunk_size": 16}
-
-
-def _tiny_nemotron_h() -> dict[str, Any]:
-    return {**_TINY, "layers_block_type": ["mamba", "attention", "mamba", "mlp"], "head_dim": 16,
-            "ssm_state_size": 16, "mamba_num_heads": 8, "mamba_head_dim": 16, "n_groups": 2,
-            "chunk_size": 16}
-
-
-def _tiny_granite() -> dict[str, Any]:
-    return {**_TINY, "num_hidden_layers": 4, "mamba_n_heads": 8, "mamba_n_groups": 2,
-            "layer_types": ["mamba", "attention", "mamba", "attention"], "mamba_d_state": 16,
-            "mamba_chunk_size": 16, "num_local_experts": 4, "shared_intermediate_size": 64}
-
-
-def _tiny_falcon_h1() -> dict[str, Any]:
-    # the gated RMSNorm after the scan (off by default) lifts its small output, as it
-    # does in the other families, so the state reaches the logits
-    return {**_TINY, "num_hidden_layers": 3, "mamba_d_ssm": 128, "mamba_n_heads": 8,
-            "mamba_n_groups": 2, "mamba_d_state": 16, "mamba_chunk_size": 16,
-            "mamba_rms_norm": True}
-
-
-def _tiny_zamba2() -> dict[str, Any]:
-    return {**_TINY, "num_hidden_layers": 4, "mamba_d_state": 16, "n_mamba_heads": 8,
-            "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid"], "mamba_ngroups": 2,
-            "chunk_size": 16}
-
-
-def _tiny_qwen3_next() -> dict[str, Any]:
-    return {**_TINY, "num_hidden_layers": 4, "head_dim": 16, "linear_key_head_dim": 16,
-            "linear_value_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
-            "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
-            "shared_expert_intermediate_size": 32}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Architecture:
-    """One supported model family (its transformers `model_type`)."""
+    """One family the engine runs: its `core.families` entry, as the engine reads it."""
 
     name: str  # transformers model_type, the registry key
     tiny: Callable[[], dict[str, Any]]  # config fields of a small random-weight model
     chunk_key: str | None  # config field with the SSD scan's chunk size; None: no chunked scan
 
 
-ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
-    Architecture(name="bamba", tiny=_tiny_bamba, chunk_key="mamba_chunk_size"),
-    Architecture(name="nemotron_h", tiny=_tiny_nemotron_h, chunk_key="chunk_size"),
-    Architecture(name="granitemoehybrid", tiny=_tiny_granite, chunk_key="mamba_chunk_size"),
-    Architecture(name="falcon_h1", tiny=_tiny_falcon_h1, chunk_key="mamba_chunk_size"),
-    Architecture(name="zamba2", tiny=_tiny_zamba2, chunk_key="chunk_size"),
-    Architecture(name="qwen3_next", tiny=_tiny_qwen3_next, chunk_key=None),
-)}
-# Jamba (Mamba1) is left out on purpose: its multi-token scan ignores a cached state, so a
-# restored checkpoint would not be exact. `spec.from_hf_config` still sizes it.
+# Derived from the one registry (core/families.py): every family with engine facts, none
+# other (Jamba is sized by the cost model only, see its entry there).
+ARCHITECTURES: dict[str, Architecture] = {
+    name: Architecture(name=name, tiny=family.engine.tiny, chunk_key=family.engine.chunk_key)
+    for name, family in FAMILIES.items() if family.engine is not None}
 
 
 def architecture(name: str) -> Architecture:
@@ -130,7 +86,7 @@ def _wrap(module: torch.nn.Module, config: PretrainedConfig, arch: Architecture)
                        vocab_size=int(config.vocab_size))
 
 
-# `remember`: what the SSM layers of a tiny model are set to (docs/architecture.md,
+# `make_state_matter`: what the SSM layers of a tiny model are set to (docs/architecture.md,
 # "Modules", engine/models.py). At transformers' initialization the state barely reaches the
 # logits (zeroing a restored recurrent state moves them by ~1e-6): the projections are
 # small next to the skip connection, and the state decays within a few tokens. Then a
@@ -141,7 +97,7 @@ PROJECTION_GAIN = 5.0  # in and out projections of the SSM mixer, scaled
 SSM_PARAMETERS = ("A_log", "dt_bias")
 
 
-def remember(model: torch.nn.Module) -> int:
+def make_state_matter(model: torch.nn.Module) -> int:
     """Make every SSM mixer of `model` depend on its state: a slowly decaying state
     (`SLOW_A_LOG`, `DT_BIAS`), no skip connection (`D` = 0, so the output is the state's
     read-out alone) and in/out projections scaled by `PROJECTION_GAIN`. Deterministic, in
@@ -172,14 +128,14 @@ def tiny_model(arch: str = "bamba", seed: int = 0, dtype: torch.dtype = torch.fl
     """A small random-weight model of family `arch` (default a tiny float32 Bamba).
 
     `overrides` replace tiny config fields (e.g. `max_position_embeddings=64`).
-    `stateful`: adjust its SSM layers with `remember` so that a wrong restored state shows
+    `stateful`: adjust its SSM layers with `make_state_matter` so that a wrong restored state shows
     in the logits (False: transformers' initialization, whose state barely does).
     """
     family = architecture(arch)
     config = AutoConfig.for_model(arch, **{**family.tiny(), **overrides})
     torch.manual_seed(seed)
     module = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    if stateful and not remember(module):
+    if stateful and not make_state_matter(module):
         raise ValueError(f"{arch}: no SSM mixer found to adjust")
     return _wrap(module, config, family)
 

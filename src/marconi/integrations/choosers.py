@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from marconi.core.tokens import as_tokens
-from marconi.core.tuning import serve
+from marconi.core.tuning import hit_worth
 
 
 class Bootstrap:
@@ -74,7 +74,7 @@ class Shadows:
     def observe(self, tokens: np.ndarray, n_input: int) -> float | None:
         key = as_tokens(tokens, what="observe: tokens").tobytes()
         for k, mirror in enumerate(self.mirrors):
-            self.totals[k] += serve(mirror, key, n_input, (), self.config.objective)
+            self.totals[k] += hit_worth(mirror, key, n_input, (), self.config.objective)
         self.seen += 1
         if self.seen % self.config.every:
             return None

@@ -14,6 +14,7 @@ import numpy as np
 from marconi.core.candidates import Efficiency, Scored
 from marconi.core.lazy_heap import HeapEntry, compact, lazy_min
 from marconi.core.policy import Action, Eviction, Victim, check_alpha
+from marconi.core.scores import normalized
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 
@@ -139,11 +140,4 @@ def marconi_scores(rec: np.ndarray, eff: np.ndarray, alpha: float, recency: Rece
     efficiencies `eff`, both min-max normalized, at `alpha`."""
     if recency is Recency.INVERSE_AGE:
         rec = 1.0 / (now - rec + 1.0)
-    return _minmax(rec) + alpha * _minmax(eff)
-
-
-def _minmax(x: np.ndarray) -> np.ndarray:
-    lo, hi = x.min(), x.max()
-    if hi > lo:
-        return (x - lo) / (hi - lo)
-    return np.ones_like(x)
+    return normalized(rec) + alpha * normalized(eff)

@@ -31,7 +31,7 @@ from marconi.core.compiled import replay_cache
 from marconi.core.orphans import die_with_parent
 from marconi.core.policy import Admission, Eviction
 from marconi.core.snapshot import Snapshot, rebuild, take
-from marconi.core.tuning import Objective, serve
+from marconi.core.tuning import Objective, hit_worth
 
 GRID = tuple(round(0.1 * i, 1) for i in range(21))  # 0, 0.1, ..., 2.0
 
@@ -60,7 +60,7 @@ def replay(snapshot: Snapshot, policies: Policies, requests: Sequence[Replay],
     out = {}
     for alpha in alphas:
         cache = policies.cache(snapshot, alpha)
-        out[alpha] = sum(serve(cache, tokens, n_input, (), objective)
+        out[alpha] = sum(hit_worth(cache, tokens, n_input, (), objective)
                          for tokens, n_input in requests)
     return out
 

@@ -71,7 +71,7 @@ import numpy as np
 from marconi.core.cache import PrefixCache
 from marconi.core.snapshot import clone
 from marconi.core.tokens import as_tokens
-from marconi.core.tuning import Objective, serve
+from marconi.core.tuning import Objective, hit_worth
 from marconi.plus.admission import Structured
 from marconi.plus.overlap import OverlapPlanner
 from marconi.plus.switchable import Mode, Setting, Switchable
@@ -331,7 +331,7 @@ class ShadowTuner:
         for k, shadow in enumerate(self.shadows):
             if k in twins:
                 continue
-            gain = serve(shadow, key, n_input, boundaries, config.objective) * weight
+            gain = hit_worth(shadow, key, n_input, boundaries, config.objective) * weight
             self.totals[k] += gain
             if config.half_life is not None:
                 self.recent[k] += gain

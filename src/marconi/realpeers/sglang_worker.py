@@ -59,17 +59,15 @@ from typing import Any
 import numpy as np
 import torch
 from arrivals import NoRoom, Parent, run_concurrent  # beside this script
+from engine_flags import SGLANG_CORES as CORES  # beside this script: the systems' flags
+from engine_flags import SGLANG_DEFAULTS
+from engine_flags import SGLANG_EVICTIONS as EVICTIONS
+from engine_flags import SGLANG_STRATEGIES as STRATEGIES
 
 SUPPORTED_VERSION = "0.5.23"
-STRATEGIES = ("no_buffer", "extra_buffer", "extra_buffer_lazy")  # --mamba-radix-cache-strategy
-EVICTIONS = ("lru", "lfu", "slru", "priority", "tlru")  # --radix-eviction-policy (0.5.23)
-CORES = ("python", "rust")  # SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND
 DEFAULTS: dict[str, Any] = {
-    "strategy": "no_buffer", "eviction": "lru", "page_size": 1,
-    # server_args: 8192 on an H100/H200 (60-160 GB), 16384 from 160 GB up; -1: no chunking
-    "chunked_prefill_size": 8192,
+    **SGLANG_DEFAULTS,  # strategy, eviction, page_size, chunked_prefill_size (-1: none), core
     "track_interval": 256,  # --mamba-track-interval
-    "core": "python",
     "mamba_chunk_size": None,  # the model's; None: SGLang's fallback, FLA's CHUNK_SIZE (64)
     "check": False, "progress_every": 0,
     # requests overlap as they arrive (arrivals.py): each runs TTFT (from the parent, on

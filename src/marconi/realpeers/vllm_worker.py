@@ -65,6 +65,7 @@ from typing import Any
 
 import numpy as np
 from arrivals import NoRoom, Parent, run_concurrent  # beside this script
+from engine_flags import VLLM_CACHE_MODES, VLLM_DEFAULTS  # beside this script: the systems' flags
 
 SUPPORTED_VERSION = "0.32"
 LAYER_ATTN = "model.layers.{}.self_attn.attn"
@@ -105,18 +106,19 @@ OPTION_RULES: dict[str, Rule] = {
     "dtype_bytes": Rule(2, lambda v: _int_rule(1)(v) and v in (1, 2, 4), "1, 2 or 4"),
     "memory_bytes": Rule(_REQUIRED, _int_rule(1), "an integer >= 1"),
     "block_size": Rule(
-        None, lambda v: v is None or (isinstance(v, int) and _int_rule(16)(v)
+        VLLM_DEFAULTS["block_size"], lambda v: v is None or (isinstance(v, int) and _int_rule(16)(v)
                                       and v % KERNEL_BLOCK == 0),
         "null or a positive multiple of 16"),
     # vLLM 0.32 knows "align" and "none"; "none" disables Mamba prefix caching, and with
     # prefix caching on MambaModelConfig turns it into "align". There is no "all" mode.
-    "mamba_cache_mode": Rule("align", lambda v: v == "align", '"align" (vLLM 0.32 has no "all")'),
-    # --prefix-cache-retention-interval; vLLM 0.32's default is 0 (semantic checkpoints
-    # only), null is vLLM's None (every state kept).
+    "mamba_cache_mode": Rule(VLLM_DEFAULTS["mamba_cache_mode"],
+                             lambda v: v in VLLM_CACHE_MODES, '"align" (vLLM 0.32 has no "all")'),
+    # --prefix-cache-retention-interval; null is vLLM's None (every state kept).
     "retention_interval": Rule(
-        0, lambda v: v is None or _int_rule(0)(v),
+        VLLM_DEFAULTS["retention_interval"], lambda v: v is None or _int_rule(0)(v),
         "null or an integer >= 0 (0 or a multiple of the block size)"),
-    "max_num_batched_tokens": Rule(8192, _int_rule(1), "an integer >= 1"),
+    "max_num_batched_tokens": Rule(VLLM_DEFAULTS["max_num_batched_tokens"], _int_rule(1),
+                                   "an integer >= 1"),
     "check": Rule(False, lambda v: isinstance(v, bool), "true or false"),
     # requests overlap as they arrive (arrivals.py): each runs TTFT (from the parent, on
     # stdin) + decode_s_per_token x n_output; false: one at a time, in arrival order

@@ -2,7 +2,7 @@
 
 ```python
 from marconi.server import ServerConfig, build_backend, create_app
-config = ServerConfig(cache_size="64MB")
+config = ServerConfig(capacity="64MB")
 app = create_app(build_backend(config), config)  # run with uvicorn
 ```
 Needs the `engine` and `server` extras (torch, transformers, fastapi, uvicorn,

@@ -83,7 +83,7 @@ def describe(backend: Backend, config: ServerConfig) -> str:
     return "\n".join((
         f"marconi serve: model `{backend.name}` ({what}; context {backend.max_context} "
         f"tokens; {spec.attention_layers} attention + {spec.ssm_layers} SSM layers)",
-        f"  system {config.system}, prefix cache {format_size(config.capacity)} "
+        f"  system {config.system}, prefix cache {format_size(config.capacity_bytes)} "
         f"(KV + SSM states), queue {config.max_queue}, default max_tokens "
         f"{config.max_tokens}, body limit {format_size(config.body_limit(backend.max_context))}",
         f"  OpenAI base URL http://{host}:{config.port}/v1  (also /health, /metrics)"))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import InitVar, dataclass
 from pathlib import Path
 
 from marconi.core.units import parse_size
@@ -22,7 +23,7 @@ class ServerConfig:
 
     model: Path | None = None  # local HF checkpoint folder; None: the embedded tiny model
     served_name: str | None = None  # name clients pass as `model`; None: derived
-    cache_size: int | str = "1GB"  # bound on the prefix cache's KV + SSM state bytes
+    capacity: int | str = "1GB"  # bound on the prefix cache's KV + SSM state bytes
     system: str = "marconi"  # caching system, as in the simulator
     alpha: float | None = None  # fixed alpha; None: bootstrap-tuned (FLOP-aware systems)
     host: str = "127.0.0.1"  # loopback by default: exposing a server is a choice
@@ -37,6 +38,9 @@ class ServerConfig:
     body_timeout: float = 30.0  # seconds a request body may go without a byte arriving
     body_deadline: float = 120.0  # seconds a whole request body may take, however it drips
     max_connections: int = 512  # open connections; past it a connection's request gets 503
+    # the old name of `capacity` (before the server named it as the simulator does): still
+    # taken, with a warning
+    cache_size: InitVar[int | str | None] = None
 
     def body_limit(self, max_context: int) -> int:
         """The request body limit: as set, or `BODY_BYTES_PER_TOKEN` per token of the
@@ -45,7 +49,12 @@ class ServerConfig:
             return parse_size(self.max_body_size)
         return max(MIN_BODY_BYTES, BODY_BYTES_PER_TOKEN * max_context)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, cache_size: int | str | None) -> None:
+        if cache_size is not None:
+            warnings.warn("ServerConfig(cache_size=...) is now ServerConfig(capacity=...), as "
+                          "the simulator names it; cache_size will go", FutureWarning,
+                          stacklevel=3)
+            object.__setattr__(self, "capacity", cache_size)
         if self.served_name is not None and not self.served_name.strip():
             raise ValueError("--served-model-name must not be empty (it is the name "
                              "clients pass as `model`)")
@@ -53,7 +62,7 @@ class ServerConfig:
         if unbounded:
             raise ValueError(f"--system {self.system} cannot serve: {unbounded} (it is for "
                              "replays: marconi simulate, compare)")
-        parse_size(self.cache_size)  # ValueError naming a bad size
+        parse_size(self.capacity)  # ValueError naming a bad size
         if self.alpha is not None and not self.alpha >= 0:
             raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
         if not 0 <= self.port <= 65535:
@@ -80,9 +89,9 @@ class ServerConfig:
             raise ValueError(f"--model {self.model}: not a folder (a local HF checkpoint)")
 
     @property
-    def capacity(self) -> int:
-        """The cache size in bytes."""
-        return parse_size(self.cache_size)
+    def capacity_bytes(self) -> int:
+        """The cache's capacity in bytes."""
+        return parse_size(self.capacity)
 
     @property
     def name(self) -> str:

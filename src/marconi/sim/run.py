@@ -30,7 +30,7 @@ def run(trace: Trace, config: SimConfig, *, progress: bool = False,
     elif config.system == REUSE_ORACLE:
         result = reuse_oracle(trace, config, progress=progress)
     elif (system := get_system(config.system)).engine is not None:
-        from marconi.realpeers.replay import replay
+        from marconi.sim.real_engine import replay
 
         result = replay(trace, config, system, progress=progress)
     else:

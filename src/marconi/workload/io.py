@@ -22,6 +22,7 @@ import msgspec
 from marconi.workload.errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
+PARQUET_MAGIC = b"PAR1"  # the first (and last) bytes of a parquet file
 # line breaks of `str.splitlines` other than "\n" (and "\r\n", handled on its own)
 _ODD_BREAKS = (b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
 _ODD_UTF8_BREAKS = tuple(c.encode() for c in ("\x85", "\u2028", "\u2029"))

@@ -11,7 +11,7 @@ from pathlib import Path
 from marconi.workload import diskcache
 from marconi.workload.buffers import Built
 from marconi.workload.errors import TraceError
-from marconi.workload.io import first_line, head_bytes
+from marconi.workload.io import PARQUET_MAGIC, first_line, head_bytes
 from marconi.workload.options import TRACE_SETTINGS, TraceOptions
 from marconi.workload.readers import artifact, lmsys, mooncake, openai, sharegpt, sweagent
 from marconi.workload.report import empty_reason
@@ -143,7 +143,7 @@ def infer_format(source: str | Path) -> str:
     if sweagent.is_trajectory(path):
         return "swe-agent"
     head = head_bytes(path)
-    if head.startswith(lmsys.PARQUET_MAGIC):
+    if head.startswith(PARQUET_MAGIC):
         return "lmsys"
     keys = {m.group(1).decode() for m in _KEY.finditer(head)}
     if "messages" in keys and _one_request_per_line(path, head):

@@ -13,12 +13,11 @@ from typing import Any
 from marconi.workload.buffers import Built
 from marconi.workload.conversation import ROLES, Conversation
 from marconi.workload.errors import TraceError
-from marconi.workload.io import head_bytes, iter_jsonl
+from marconi.workload.io import PARQUET_MAGIC, head_bytes, iter_jsonl
 from marconi.workload.options import TraceOptions
 from marconi.workload.readers.chat import build_chat_trace
 from marconi.workload.readers.sharegpt import iter_objects
 
-PARQUET_MAGIC = b"PAR1"
 _ROLE = {**{r: r for r in ROLES}, "human": "user", "gpt": "assistant"}
 
 

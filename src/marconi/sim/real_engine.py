@@ -1,4 +1,6 @@
-"""`replay`: a trace through an engine's real cache code, as a `SimResult` like any other.
+"""`replay`: a trace through an engine's real cache code, as a `SimResult` like any other
+(what `sim.run` runs for a system with an `engine`; the environments and workers it drives
+are `marconi.realpeers`).
 
 The engine's pools are sized from marconi's capacity the way the engine sizes them
 (docs/peers.md): SGLang gets the KV tokens and state slots of its layout (the same numbers

@@ -1,4 +1,5 @@
-"""How closely an emulation follows the engine's real cache code on the same trace.
+"""How closely an emulation follows the engine's real cache code on the same trace (both
+replayed by `sim.run`).
 
 Both replay the same requests at the same capacity (the emulation in its engine's
 layout, the engine with its pools sized from that capacity as the engine sizes them);
@@ -18,7 +19,7 @@ from marconi.sim.result import SimConfig, SimResult
 from marconi.sim.run import run
 from marconi.workload.types import Request
 
-# each emulation beside the real engine setting it models (option names: systems.py)
+# each emulation beside the real engine setting it models (option names: systems/engines.py)
 PAIRS = (("sglang-2026", "sglang-0.5.23"),
          ("sglang-2026-extra", "sglang-0.5.23:strategy=extra_buffer"),
          ("vllm-2026", "vllm-0.32"))
