@@ -157,3 +157,50 @@ def test_simconfig_checks_its_settings() -> None:
 
     with pytest.raises(ValueError, match="decode_s_per_token"):
         SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi", decode_s_per_token=-1.0)
+
+
+class TestRunChoice:
+    """The model, capacity, system and alpha a run names are declared once
+    (`settings.RunChoice`): every face's default is that declaration's, and a bad alpha is
+    refused at the edge, in words naming what alpha takes."""
+
+    def test_every_face_defaults_to_the_declaration(self) -> None:
+        import inspect
+
+        from marconi.commands.serve import register as register_serve
+        from marconi.server.config import ServerConfig
+        from marconi.settings import DEFAULT
+        from marconi.sim.cell import Cell as SweepCell
+
+        simulate = cli.parser().parse_args(["simulate", TRACE])
+        assert (simulate.model, simulate.capacity, simulate.system, simulate.alpha) == (
+            DEFAULT.model, DEFAULT.capacity, DEFAULT.system, DEFAULT.alpha)
+        compare = cli.parser().parse_args(["compare", TRACE])
+        assert (compare.model, compare.capacity) == (DEFAULT.model, DEFAULT.capacity)
+        assert cli.parser().parse_args(["analyze", TRACE]).model == DEFAULT.model
+        sweep = cli.parser().parse_args(["sweep", TRACE, "--out", "x.csv"])
+        assert (sweep.models, sweep.capacities) == (DEFAULT.model, DEFAULT.capacity)
+        keywords = inspect.signature(mc.simulate).parameters
+        assert {k: keywords[k].default for k in ("model", "capacity", "system", "alpha")} == {
+            "model": DEFAULT.model, "capacity": DEFAULT.capacity, "system": DEFAULT.system,
+            "alpha": DEFAULT.alpha}
+        assert SweepCell.of(trace=TRACE, system="sglang+", capacity="1GB").model == DEFAULT.model
+        parser = argparse.ArgumentParser()
+        register_serve(parser.add_subparsers(dest="command"))
+        serve = parser.parse_args(["serve"])
+        assert (serve.system, serve.alpha) == (DEFAULT.system, DEFAULT.alpha)
+        assert (ServerConfig().system, ServerConfig().alpha) == (DEFAULT.system, DEFAULT.alpha)
+
+    @pytest.mark.parametrize("alpha", [-1.0, float("nan"), float("inf")])
+    def test_a_bad_alpha_is_refused_by_every_face(self, alpha: float) -> None:
+        from marconi.server.config import ServerConfig
+
+        said = "alpha: .* is not a number >= 0 or none"
+        with pytest.raises(ValueError, match=said):
+            configure(model="paper-7b", capacity="1GB", system="marconi", alpha=alpha)
+        with pytest.raises(ValueError, match=said):
+            Cell.of(trace=TRACE, system="marconi", capacity="1GB", alpha=alpha)
+        with pytest.raises(ValueError, match=said):
+            ServerConfig(alpha=alpha)
+        with pytest.raises(ValueError, match=said):
+            mc.simulate(TRACE, alpha=alpha, sessions=2)

@@ -247,7 +247,7 @@ class TestCli:
     @pytest.mark.parametrize("args,word", [
         (["--capacity", "lots"], "bad size 'lots'"),
         (["--system", "sglang+", "--alpha", "1"], "has no alpha"),
-        (["--alpha", "-1"], "alpha must be"),
+        (["--alpha", "-1"], "--alpha: '-1' is not a number >= 0"),
         (["--model", "gpt-9"], "unknown model")])
     def test_bad_input_exits_2(self, tmp_path: Path, capsys: pytest.CaptureFixture,
                                args: list[str], word: str) -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from marconi.core.spec import ModelSpec
+from marconi.settings import DEFAULT
 from marconi.sim.config import SETTINGS, configure, split, unknown
 from marconi.sim.result import SimResult, ttft_seconds
 from marconi.sim.run import run
@@ -69,8 +70,9 @@ def load(trace: str | Path | Trace, *, format: str | None = None, **options: Any
     return load_trace(trace, format=format, options=TraceOptions(**options))
 
 
-def simulate(trace: str | Path | Trace, *, system: str = "marconi", capacity: str | int = "2GB",
-             model: str | ModelSpec = "paper-7b", alpha: float | None = None,
+def simulate(trace: str | Path | Trace, *, system: str = DEFAULT.system,
+             capacity: str | int = DEFAULT.capacity, model: str | ModelSpec = DEFAULT.model,
+             alpha: float | None = DEFAULT.alpha,
              format: str | None = None, **settings: Any) -> Result:
     """Replay `trace` through one system (`--system`), as `marconi simulate` does. Every
     run setting is a keyword of its name (docs/architecture.md, "Settings"): trace

@@ -22,7 +22,7 @@ from marconi.core.layout import Layout
 from marconi.core.spec import ModelSpec, model_from
 from marconi.core.units import parse_size
 from marconi.report.table import experts, table
-from marconi.settings import add_arguments, values_of
+from marconi.settings import RUN, add_arguments, argument_type, values_of
 from marconi.sim.config import configure
 from marconi.sim.result import REFERENCES, REPLAY_SETTINGS, SimConfig
 from marconi.sim.run import run
@@ -65,11 +65,9 @@ def _size_arg(text: str) -> str:
 
 def _add_cache_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="trace file or folder, 'sharegpt', or 'synthetic:NAME[:k=v]'")
-    p.add_argument("--model", default="paper-7b",
-                   help="preset with optional overrides (paper-7b,ssm=28,attn=7,N=64) or a "
-                        "local Hugging Face config.json")
-    p.add_argument("--capacity", default="2GB", type=_size_arg,
-                   help="bytes for KV + SSM states: 2GB, 2GiB, 1e9")
+    p.add_argument("--model", default=RUN["model"].default, help=RUN["model"].help)
+    p.add_argument("--capacity", default=RUN["capacity"].default, type=_size_arg,
+                   help=RUN["capacity"].help)
     add_arguments(p.add_argument_group("replay"), REPLAY_SETTINGS)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -81,12 +79,13 @@ def _register_simulate(sub: Any) -> None:
     p = sub.add_parser("simulate", help="replay a trace through one system",
                        description="Replay a trace through one caching system.")
     _add_cache_arguments(p)
-    p.add_argument("--system", default="marconi", type=_system_arg, metavar="SYSTEM[:K=V,...]",
+    p.add_argument("--system", default=RUN["system"].default, type=_system_arg,
+                   metavar="SYSTEM[:K=V,...]",
                    help="the caching system to replay (README: what each one does), with "
                         "its options where it has them (docs/peers.md); one of: "
                         f"{', '.join(_system_names())}")
     alpha = p.add_mutually_exclusive_group()
-    alpha.add_argument("--alpha", type=float, help="fix alpha (FLOP-aware systems)")
+    alpha.add_argument("--alpha", type=argument_type(RUN["alpha"]), help=RUN["alpha"].help)
     alpha.add_argument("--tune", action="store_true", help="bootstrap-tune alpha (default)")
     p.add_argument("--records", type=Path, help="write per-request records (.csv or .parquet)")
     p.set_defaults(func=cmd_simulate)
@@ -114,7 +113,8 @@ def _register_analyze(sub: Any) -> None:
     p = sub.add_parser("analyze", help="a trace's reuse taxonomy and infinite-cache bound",
                        description="How much of a trace's input could any cache reuse?")
     p.add_argument("trace", help="trace file or folder, 'sharegpt', or 'synthetic:NAME[:k=v]'")
-    p.add_argument("--model", default="paper-7b", help="model for FLOPs (as in simulate)")
+    p.add_argument("--model", default=RUN["model"].default,
+                   help=f"the model, for FLOPs: {RUN['model'].help}")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true")
     add_trace_arguments(p)

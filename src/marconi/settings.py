@@ -7,9 +7,10 @@ class TraceOptions:
 ```
 `declared(TraceOptions)` reads the declarations back as `Setting`s; every front end takes
 its names from them: the CLI flags (`--sps`, `add_arguments`), a sweep's `--param` axes
-and TOML keys (`marconi.sim.cell`), and the keywords of `marconi.api`. The two classes that
-declare settings are `workload.TraceOptions` (what shapes a trace) and `sim.SimConfig` (how
-it is replayed); docs/architecture.md ("Settings") lists them.
+and TOML keys (`marconi.sim.cell`), and the keywords of `marconi.api`. The classes that
+declare settings are `RunChoice` here (the model, capacity, system and alpha a run names),
+`workload.TraceOptions` (what shapes a trace) and `sim.SimConfig` (how it is replayed);
+docs/architecture.md ("Settings") lists them.
 """
 
 from __future__ import annotations
@@ -169,12 +170,14 @@ def add_arguments(group: Any, settings: Iterable[Setting], *,
             group.add_argument(s.flag, dest=s.name, default=default, help=s.help,
                                action="store_false" if s.default is True else "store_true")
             continue
-        group.add_argument(s.flag, dest=s.name, default=default, type=_argument_type(s),
+        group.add_argument(s.flag, dest=s.name, default=default, type=argument_type(s),
                            help=s.help, metavar=s.metavar,
                            **({"choices": s.choices} if s.choices else {}))
 
 
-def _argument_type(s: Setting) -> Any:
+def argument_type(s: Setting) -> Any:
+    """An argparse `type` parsing `s`'s text (its error naming what `s` accepts)."""
+
     def parse(text: str) -> object:
         try:
             return s.parse(text)
@@ -188,3 +191,23 @@ def _argument_type(s: Setting) -> Any:
 def values_of(args: argparse.Namespace, settings: Iterable[Setting]) -> dict[str, Any]:
     """The values `add_arguments`' flags hold in `args`, by setting name."""
     return {s.name: getattr(args, s.name) for s in settings}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunChoice:
+    """What every run names, declared once: the CLI's flags (`--model`, `--capacity`,
+    `--system`, `--alpha`), the library's keywords (`marconi.api`), a sweep's parameters
+    and the server's defaults read these (their values are checked where they are used:
+    a model by `core.spec.model_from`, a size by `parse_size`, a system by the registry)."""
+
+    model: str = setting("paper-7b", "preset with optional overrides (paper-7b,ssm=28,attn=7,"
+                         "N=64) or a local Hugging Face config.json")
+    capacity: str = setting("2GB", "bytes for KV + SSM states: 2GB, 2GiB, 1e9")
+    system: str = setting("marconi", "the caching system, with its options where it has "
+                          "them (SYSTEM:K=V,...)")
+    alpha: float | None = setting(None, "fix alpha (FLOP-aware systems); none: the "
+                                  "system's own (bootstrap-tuned)", minimum=0.0)
+
+
+RUN: dict[str, Setting] = by_name(declared(RunChoice))  # model, capacity, system, alpha
+DEFAULT = RunChoice()  # their defaults, typed (`DEFAULT.system`)

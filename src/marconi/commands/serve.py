@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from marconi.commands.extras import require
+from marconi.settings import DEFAULT, RUN, argument_type
 from marconi.systems import SYSTEMS
 
 if TYPE_CHECKING:
@@ -29,12 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--capacity", default="1GB",
                    help="bound on cached KV + SSM state bytes, as in simulate (default: 1GB)")
     p.add_argument("--cache-size", dest="capacity", action=_OldName, help=argparse.SUPPRESS)
-    p.add_argument("--system", default="marconi",
+    p.add_argument("--system", default=DEFAULT.system,
                    choices=[n for n, s in SYSTEMS.items() if s.engine is None],
                    help="the in-process caching system (real-engine systems replay traces "
                         "only) the engine runs")
-    p.add_argument("--alpha", type=float, default=None,
-                   help="fix alpha (FLOP-aware systems); default: bootstrap-tuned")
+    p.add_argument("--alpha", type=argument_type(RUN["alpha"]), default=DEFAULT.alpha,
+                   help=RUN["alpha"].help)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=8000, help="port to listen on")
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429")

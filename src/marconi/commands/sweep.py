@@ -26,7 +26,7 @@ from typing import Any
 from marconi.commands.extras import require, require_for_trace
 from marconi.commands.parsing import add_plugin_argument
 from marconi.report.table import COLUMNS, table
-from marconi.settings import add_arguments
+from marconi.settings import DEFAULT, add_arguments
 from marconi.sim.cell import NAMES
 from marconi.sim.config import SETTINGS
 from marconi.sim.pool import exit_status
@@ -54,8 +54,8 @@ def register(sub: Any) -> None:
     p.add_argument("trace", nargs="*", help="traces (files, folders, 'sharegpt', 'synthetic:..')")
     p.add_argument("--config", type=Path, help="TOML file with [[grid]] tables")
     p.add_argument("--systems", default="vllm+,sglang+,marconi", help="comma-separated")
-    p.add_argument("--capacities", default="2GB", help="comma-separated sizes")
-    p.add_argument("--models", default="paper-7b", help="semicolon-separated model strings")
+    p.add_argument("--capacities", default=DEFAULT.capacity, help="comma-separated sizes")
+    p.add_argument("--models", default=DEFAULT.model, help="semicolon-separated model strings")
     p.add_argument("--param", action="append", default=[], metavar="KEY=V1,V2",
                    help=f"any parameter as an axis: {', '.join(sorted(NAMES))}")
     p.add_argument("--out", type=Path, required=True, help="results file (.csv or .parquet)")

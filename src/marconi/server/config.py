@@ -7,6 +7,7 @@ from dataclasses import InitVar, dataclass
 from pathlib import Path
 
 from marconi.core.units import parse_size
+from marconi.settings import DEFAULT, RUN
 from marconi.systems import get_system
 
 EMBEDDED_MODEL = "marconi-tiny-bamba"  # name served when no --model is given
@@ -23,8 +24,10 @@ class ServerConfig:
 
     model: Path | None = None  # local HF checkpoint folder; None: the embedded tiny model
     served_name: str | None = None  # name clients pass as `model`; None: derived
-    capacity: int | str = "1GB"  # bound on the prefix cache's KV + SSM state bytes
-    system: str = "marconi"  # caching system, as in the simulator
+    # bound on the prefix cache's KV + SSM state bytes: less than a replay's default
+    # (settings.DEFAULT.capacity), since a served model shares the machine's memory
+    capacity: int | str = "1GB"
+    system: str = DEFAULT.system  # caching system, as in the simulator
     alpha: float | None = None  # fixed alpha; None: bootstrap-tuned (FLOP-aware systems)
     host: str = "127.0.0.1"  # loopback by default: exposing a server is a choice
     port: int = 8000
@@ -63,8 +66,7 @@ class ServerConfig:
             raise ValueError(f"--system {self.system} cannot serve: {unbounded} (it is for "
                              "replays: marconi simulate, compare)")
         parse_size(self.capacity)  # ValueError naming a bad size
-        if self.alpha is not None and not self.alpha >= 0:
-            raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
+        RUN["alpha"].check(self.alpha)
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port!r}")
         if self.max_queue < 1:

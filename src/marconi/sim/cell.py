@@ -19,6 +19,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from marconi.core.spec import model_from
+from marconi.settings import DEFAULT, RUN
 from marconi.sim.capacity import check_capacity
 from marconi.sim.config import SETTINGS, configure, split
 from marconi.sim.result import REFERENCES, SimConfig
@@ -35,7 +36,7 @@ class Cell:
     trace: str  # file, folder, `sharegpt` or `synthetic:NAME`, as `load_trace` takes it
     system: str  # a registered system, marconi-oracle or offline
     capacity: str  # cache bytes for KV + states: 2GB, 2GiB or an integer
-    model: str = "paper-7b"  # preset with overrides, e.g. paper-7b,ssm=28,attn=7
+    model: str = DEFAULT.model  # preset with overrides, e.g. paper-7b,ssm=28,attn=7
     format: str | None = None  # trace format; None: inferred
     max_requests: int | None = None  # then keep the first N requests (Mooncake: no sessions)
     alpha: float | None = None  # fixed alpha; None: the system's default (bootstrap)
@@ -66,8 +67,7 @@ class Cell:
         check_capacity(model_from(self.model), self.capacity, self.system)
         if self.max_requests is not None and self.max_requests < 1:
             raise ValueError(f"max_requests must be >= 1 or None, got {self.max_requests!r}")
-        if self.alpha is not None and self.alpha < 0:
-            raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
+        RUN["alpha"].check(self.alpha)
         self.trace_options()
 
     @property

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from marconi.core.spec import ModelSpec, model_from
-from marconi.settings import Setting, by_name
+from marconi.settings import RUN, Setting, by_name
 from marconi.sim.capacity import check_capacity
 from marconi.sim.latency import LatencyModel
 from marconi.sim.result import REPLAY_SETTINGS, SimConfig
@@ -29,6 +29,7 @@ def configure(*, model: str | ModelSpec, capacity: int | str, system: str,
     `ModelSpec`) at `capacity`, with replay settings (`REPLAY_SETTINGS`) by name; ValueError
     naming a setting that is unknown or not a replay setting, or a value it does not take."""
     unknown(settings, [s.name for s in REPLAY_SETTINGS], "replay setting")
+    RUN["alpha"].check(alpha)
     spec = model if isinstance(model, ModelSpec) else model_from(model)
     return SimConfig(spec=spec, capacity=check_capacity(spec, capacity, system), system=system,
                      alpha=alpha, latency=latency, **settings)
