@@ -4,6 +4,7 @@ import dataclasses
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -374,3 +375,61 @@ class TestEmptyInputs:
                                                           system="sglang+"))
         assert result.summary().requests == len(trace) - 1
         assert "trace stream: dropped 1 request" in capsys.readouterr().err
+
+
+class TestBatchedReplay:
+    """Once nothing but the cache sees each request (no tuner left to feed, no bounds, no
+    callback), the replay serves requests in batches (`serve_many`; the compiled core runs
+    the loop): every record is what the one-by-one replay writes (a callback keeps that
+    one on), on either core, across batch edges and a stream's record growth, with
+    requests the compiled loop cannot take as they are (other dtypes) served on the way."""
+
+    @staticmethod
+    def _records(result: Any) -> dict[str, list[int]]:
+        r = result.records
+        return {k: getattr(r, k).tolist() for k in ("n_input", "n_output", "hit", "kv_bytes",
+                                                    "ssm_bytes", "bound", "seen")}
+
+    @pytest.mark.parametrize("bounds", [False, True])
+    @pytest.mark.parametrize("core", ["python", "compiled"])
+    @pytest.mark.parametrize("system", ["vanilla", "vllm+", "sglang+", "marconi"])
+    def test_batches_record_what_one_by_one_records(
+            self, system: str, core: str, bounds: bool,
+            monkeypatch: pytest.MonkeyPatch) -> None:
+        from marconi.core.compiled import built
+        from marconi.sim import replay
+
+        if core == "compiled" and not built():
+            pytest.skip("the compiled core is not built here")
+        monkeypatch.setenv("MARCONI_CORE", core)
+        monkeypatch.setattr(replay, "BATCH", 7)  # many batches, a partial one at the end
+        monkeypatch.setattr(replay, "STREAM_ROWS", 16)  # records grow mid-batch
+        trace = load_trace("synthetic:multi-turn", options=TraceOptions(sessions=20, seed=3))
+        odd = [dataclasses.replace(r, input_tokens=r.input_tokens.astype(np.int64),
+                                   output_tokens=r.output_tokens.astype(np.int64), whole=None)
+               if i % 11 == 5 else r for i, r in enumerate(trace.requests)]
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", system=system, bounds=bounds)
+        served: list[int] = []
+        batched = simulate(iter(odd), config)
+        one_by_one = simulate(iter(odd), config, before=served.append)
+        assert len(served) == len(odd) and batched.alpha == one_by_one.alpha
+        assert self._records(batched) == self._records(one_by_one)
+        if system == "marconi":
+            assert batched.alpha_status == "tuned"  # batches began once the tuner finished
+
+    def test_a_bad_request_in_a_batch_is_refused_as_alone(
+            self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from marconi.sim import replay
+
+        monkeypatch.setattr(replay, "BATCH", 4)
+        trace = _trace()
+        bad = trace.requests[6]
+        broken = dataclasses.replace(bad, input_tokens=-bad.input_tokens - 1, whole=None)
+        requests = [*trace.requests[:6], broken, *trace.requests[7:]]
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", system="sglang+", bounds=False)
+        with pytest.raises(ValueError) as batched:
+            simulate(iter(requests), config)
+        with pytest.raises(ValueError) as alone:
+            simulate(iter(requests), config, before=lambda i: None)
+        assert str(batched.value) == str(alone.value)
+        assert "token ids must be in [0, 2**31)" in str(alone.value)

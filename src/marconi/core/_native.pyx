@@ -3,7 +3,8 @@
 """The binding of the compiled core (`native/tree_core.hpp`); used through
 `marconi.core.compiled`, which is what the rest of marconi imports."""
 
-from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport (PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBuffer_Release,
+                             PyObject_GetBuffer)
 from libc.stdint cimport int32_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
@@ -145,6 +146,39 @@ cdef class NativeCore:
             return self.core.serve(data, n, n_input)
         finally:
             PyBuffer_Release(&view)
+
+    def serve_arrays(self, list arrays not None, const i64[::1] n_input,
+                     i64[::1] hits, i64[::1] kv, i64[::1] ssm, Py_ssize_t start):
+        """`serve_array` over `arrays[start:]` in turn, request j's hit and the cache's KV
+        and state bytes after it written to `hits[j]`, `kv[j]`, `ssm[j]`. Stops at the
+        first request it cannot take as it is (not a C-contiguous native int32 array, an
+        `n_input` out of range, a negative id) and returns its index, before touching the
+        cache for it (the caller serves that one its own way, with its error); else
+        `len(arrays)`."""
+        cdef Py_buffer view
+        cdef Py_ssize_t j, m = len(arrays)
+        cdef i64 n, k
+        cdef const int32_t* data
+        cdef bytes fmt
+        for j in range(start, m):
+            try:
+                PyObject_GetBuffer(arrays[j], &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+            except (BufferError, TypeError):
+                return j
+            try:
+                fmt = view.format if view.format != NULL else b"B"
+                if view.itemsize != 4 or view.ndim != 1 or fmt not in (b"i", b"=i", b"<i"):
+                    return j
+                n, k = view.len // 4, n_input[j]
+                data = <const int32_t*>view.buf
+                if not 0 < k <= n or Core.any_negative(data, n):
+                    return j
+                hits[j] = self.core.serve(data, n, k)
+                kv[j] = self.core.stats.kv_bytes
+                ssm[j] = self.core.stats.ssm_bytes
+            finally:
+                PyBuffer_Release(&view)
+        return m
 
     # --- knobs and counters --------------------------------------------------------------
 

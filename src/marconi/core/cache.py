@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from marconi.core.inserting import CommitResult, Inserting
 from marconi.core.layout import Layout, PageBooks
 from marconi.core.policy import Admission, Eviction
@@ -189,6 +191,20 @@ class PrefixCache(Inserting):
         place)."""
         return self.serve(as_tokens(tokens, what="serve: tokens").tobytes(), n_input,
                           boundaries)
+
+    def serve_many(self, tokens: Sequence[object], n_input: np.ndarray,
+                   boundaries: Sequence[Sequence[int]]
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`serve_tokens` for each request in turn: each one's hit, and the cache's KV and
+        state bytes after it (what a replay records per request), as int64 arrays. The
+        simulator's step once nothing else needs to see each request (no tuner left to
+        feed, no bounds, no callback); the compiled core runs the loop itself."""
+        m = len(tokens)
+        hits, kv, ssm = (np.empty(m, dtype=np.int64) for _ in range(3))
+        for j in range(m):
+            hits[j] = self.serve_tokens(tokens[j], int(n_input[j]), boundaries[j])
+            kv[j], ssm[j] = self.stats.kv_bytes, self.stats.ssm_bytes
+        return hits, kv, ssm
 
     def _commit(self, key: bytes, n_input: int, states: Mapping[int, Handle] | None,
                 kv: Handle, boundaries: Sequence[int], salt: Salt) -> CommitResult:

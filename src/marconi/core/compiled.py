@@ -247,6 +247,22 @@ class CompiledCache:
                 return hit
         return self.serve(as_tokens(tokens, what="serve: tokens").tobytes(), n_input)
 
+    def serve_many(self, tokens: Sequence[object], n_input: np.ndarray,
+                   boundaries: Sequence[Sequence[int]]
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`PrefixCache.serve_many`: the requests' loop runs in the compiled core; one it
+        cannot take as it is goes through `serve_tokens` (its conversion, its error)."""
+        m = len(tokens)
+        hits, kv, ssm = (np.empty(m, dtype=np.int64) for _ in range(3))
+        arrays = tokens if isinstance(tokens, list) else list(tokens)
+        needs = np.ascontiguousarray(n_input, dtype=np.int64)
+        j = self._core.serve_arrays(arrays, needs, hits, kv, ssm, 0)
+        while j < m:
+            hits[j] = self.serve_tokens(arrays[j], int(needs[j]), boundaries[j])
+            kv[j], ssm[j] = self._core.kv_bytes, self._core.ssm_bytes
+            j = self._core.serve_arrays(arrays, needs, hits, kv, ssm, j + 1)
+        return hits, kv, ssm
+
     def pin(self, node: object) -> None:
         if node is not None:
             raise ValueError("the compiled core has no pins: run MARCONI_CORE=python")

@@ -24,6 +24,7 @@ from marconi.systems import System, TunerOptions, get_system
 from marconi.workload.types import Request, Trace
 
 STREAM_ROWS = 4096  # rows a replay of a stream (no length known) starts its records with
+BATCH = 1024  # requests served in one call once nothing else needs to see each one
 
 
 def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: bool = False,
@@ -59,19 +60,36 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
                disable=None if progress else True)  # None: only on a terminal
     if config.concurrent:
         _concurrent(trace, config, cache, tuner, records, before)
+    # once nothing but the cache sees each request (no tuner left to feed, no bounds, no
+    # callback), requests are served in batches: the compiled core runs their loop
+    batchable = not config.concurrent and before is None and not cache.admission.per_session
+    batching, pending = False, list[Request]()
     for i, request in enumerate(bar):
         if i == len(records):  # a stream outgrew its records
+            if pending:
+                _serve_batch(pending, i - len(pending), cache, records)
+                pending = []
             records, arrivals = records.resized(2 * i), resized(arrivals, 2 * i)
         sessions.append(request.session_id)
         arrivals[i] = request.arrival
+        if batching:
+            pending.append(request)
+            if len(pending) == BATCH:
+                _serve_batch(pending, i + 1 - BATCH, cache, records)
+                pending = []
+            continue
         if not config.concurrent:
             if before is not None:
                 before(i)
             _step(request, i, cache, tuner, records)
+            batching = batchable and bound is None and (
+                tuner is None or bool(getattr(tuner, "done", False)))
         if bound is not None:
             _bounds(request, i, bound, seen, records)
             if seen.tokens > config.bounds_tokens:  # they would grow with the trace
                 bound, seen, dropped = None, SeenTree(), i + 1
+    if pending:
+        _serve_batch(pending, len(sessions) - len(pending), cache, records)
     if len(sessions) < len(records):  # the stream's rows only
         records, arrivals = records.resized(len(sessions)), resized(arrivals, len(sessions))
     seconds = time.perf_counter() - start
@@ -157,6 +175,20 @@ def _step(request: Request, i: int, cache: PrefixCache, tuner: Tuner | None,
     records.hit[i] = hit
     records.kv_bytes[i] = cache.stats.kv_bytes
     records.ssm_bytes[i] = cache.stats.ssm_bytes
+
+
+def _serve_batch(batch: list[Request], first: int, cache: PrefixCache,
+                 records: Records) -> None:
+    """`_step` for `batch`, requests `first`, `first + 1`, ... (no tuner to feed)."""
+    end = first + len(batch)
+    n_input = np.fromiter((r.n_input for r in batch), dtype=np.int64, count=len(batch))
+    hits, kv, ssm = cache.serve_many([r.tokens() for r in batch], n_input,
+                                     [r.boundaries for r in batch])
+    records.n_input[first:end] = n_input
+    records.n_output[first:end] = [r.n_output for r in batch]
+    records.hit[first:end] = hits
+    records.kv_bytes[first:end] = kv
+    records.ssm_bytes[first:end] = ssm
 
 
 def _bounds(request: Request, i: int, bound: PrefixCache, seen: SeenTree,
