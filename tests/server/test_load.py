@@ -70,7 +70,7 @@ class TestLoad:
         assert metrics["marconi:prefix_cache_queries_total"] == sum(u.prompt_tokens for u in flat)
         assert metrics["marconi:prefix_cache_requests_total"] == len(flat)
         assert metrics["marconi:request_success_total{finished_reason=length}"] == len(flat)
-        capacity = server.config.capacity
+        capacity = server.config.capacity_bytes
         assert metrics["marconi:cache_evictions_total"] > 0
         assert max(held) <= capacity and metrics["marconi:cache_peak_bytes"] <= capacity
         cache, store = server.backend.engine.cache, server.backend.engine.store

@@ -167,6 +167,6 @@ class TestInfoRoutes:
         with urllib.request.urlopen(f"{server.url}/health", timeout=10) as response:
             assert json.loads(response.read()) == {"status": "ok"}
         metrics = scrape(server.url)
-        assert metrics["marconi:cache_capacity_bytes"] == server.config.capacity
+        assert metrics["marconi:cache_capacity_bytes"] == server.config.capacity_bytes
         assert metrics["marconi:prefix_cache_queries_total"] == 0
         assert metrics["marconi:num_requests_waiting"] == 0
