@@ -1,6 +1,8 @@
 """Today's engines as their own code: replay a trace through SGLang's and vLLM's real cache
 classes, each in its own environment (scripts/setup-peers.sh), and read back per request
-what the engine served (docs/peers.md).
+what the engine served (docs/peers.md). The simulator's side of it, `replay` below, is
+`marconi.sim.real_engine`; this package holds the environments, the workers and the engine
+flags both sides read.
 
 ```
 marconi (this process)                 engine environment (.venv-peers/ENGINE)
