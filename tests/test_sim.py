@@ -11,12 +11,13 @@ import pytest
 
 from marconi.cli import main
 from marconi.core.cache import PrefixCache
+from marconi.core.layout import Layout
 from marconi.core.spec import PAPER_7B
 from marconi.sim import FlopsLatency, ProfileLatency, SimConfig, simulate
 from marconi.sim.bounds import UNBOUNDED, KeepAll, keep_all
 from marconi.sim.result import ORACLE
 from marconi.sim.run import run
-from marconi.systems import get_system
+from marconi.systems import System, get_system
 from marconi.workload import Trace, TraceOptions, load_trace
 from tests.helpers import CACHES, make_summary
 
@@ -121,6 +122,31 @@ class TestSimulate:
         assert not isinstance(bound("sglang-2026").eviction, KeepAll)  # collects garbage
         with pytest.raises(AssertionError, match="never evicts"):
             KeepAll().victim((), 0)
+
+    @pytest.mark.parametrize("system", ["sglang-2026", "vllm-2026", "marconi"])
+    def test_a_run_resolves_its_layout_once(self, system: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+        """The layout is resolved when the config is made; the caches and the summary
+        read it (it was resolved again for the live cache, the bound and the summary)."""
+        resolved = []
+        layout = System.layout
+
+        def counted(self: System, *args: Any, **kwargs: Any) -> Layout:
+            resolved.append(self.name)
+            return layout(self, *args, **kwargs)
+
+        monkeypatch.setattr(System, "layout", counted)
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", system=system)
+        result = simulate(_trace(), config)
+        assert result.summary().page_size == config.layout.page_size
+        assert resolved == [system]
+
+    def test_a_cache_takes_a_layout_or_its_knobs_not_both(self) -> None:
+        system = get_system("sglang+")
+        cache = system.cache(PAPER_7B, "1GB", layout=Layout(page_size=4, state_slots=2))
+        assert cache.layout == Layout(page_size=4, state_slots=2)
+        with pytest.raises(ValueError, match="not both"):
+            system.cache(PAPER_7B, "1GB", layout=Layout(), page_size=4)
 
     def test_a_concurrent_replay_refuses_a_stream(self) -> None:
         config = SimConfig(spec=PAPER_7B, capacity="1GB", system="sglang+", concurrent=True)

@@ -144,7 +144,7 @@ def _config(args: argparse.Namespace, system: str, alpha: float | None) -> SimCo
 def _say_layout(config: SimConfig) -> None:
     """On stderr, the memory layout of a run that is not the single byte budget (a peer's
     engine layout by default): its figures are not comparable to the paper's otherwise."""
-    layout = config.layout()
+    layout = config.layout
     if layout != Layout():
         print(f"layout: {config.system} runs {layout.in_words()} "
               "(--page-size 1 --state-slots 0: the single byte budget)", file=sys.stderr)

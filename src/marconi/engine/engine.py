@@ -106,8 +106,7 @@ class Engine:
         named = get_system(system)
         layout = named.layout(spec, capacity, page_size=page_size, state_slots=state_slots)
         self.store: EngineStore = _store(model, spec, parse_size(capacity), layout)
-        self.cache = named.cache(spec, capacity, alpha=alpha, store=self.store,
-                                 page_size=layout.page_size, state_slots=layout.state_slots)
+        self.cache = named.cache(spec, capacity, alpha=alpha, store=self.store, layout=layout)
         if tuner is None and tune:
             tuner = named.make_tuner(alpha)
         self.tuner = tuner

@@ -47,7 +47,7 @@ def model_options(spec: ModelSpec) -> dict[str, int]:
 
 def sglang_options(config: SimConfig, system: System) -> dict[str, Any]:
     """SGLang's pools: the KV tokens and state slots of its layout at this capacity."""
-    layout = config.layout()
+    layout = config.layout
     if not layout.pooled:
         raise PeerError(f"{system.name}: SGLang always keeps states in a pool of their own "
                         "(--state-slots 0 has no meaning for it)")

@@ -16,6 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from marconi.core.cache import PrefixCache
+from marconi.core.layout import Layout
 from marconi.core.tuning import Tuner
 from marconi.sim.bounds import UNBOUNDED, SeenTree, keep_all
 from marconi.sim.concurrent import replay_concurrent
@@ -46,12 +47,12 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
     # token-only: on the compiled core where it runs the system (a concurrent replay pins)
     replay = not config.concurrent
     cache = system.cache(config.spec, config.capacity, alpha=config.alpha,
-                         page_size=config.page_size, state_slots=config.state_slots,
-                         as_engine=True, replay=replay)
+                         layout=config.layout, as_engine=True, replay=replay)
+    # the same pages, no state pool: nothing is ever evicted
     bound: PrefixCache | None = system.cache(
-        config.spec, UNBOUNDED, alpha=config.alpha, page_size=config.page_size,
-        state_slots=0, evict_with=keep_all, as_engine=True,
-        replay=replay) if config.bounds else None
+        config.spec, UNBOUNDED, alpha=config.alpha,
+        layout=Layout(page_size=config.layout.page_size), evict_with=keep_all,
+        as_engine=True, replay=replay) if config.bounds else None
     seen, dropped = SeenTree(), None
     records = Records.zeros(len(trace) if isinstance(trace, Sized) else STREAM_ROWS)
     arrivals, sessions = np.zeros(len(records)), []

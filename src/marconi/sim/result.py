@@ -4,7 +4,7 @@ summary's figures (`summarize`: a `Summary`, whose JSON is the CLI contract)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -87,9 +87,13 @@ class SimConfig:
         None, "a measured TTFT profile CSV (engine-bench writes one), instead of FLOPs at "
         "flops_rate", metavar="CSV")
 
+    # the memory layout the replayed cache runs, resolved once from the settings above
+    layout: Layout = field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         check_all(self, REPLAY_SETTINGS)
-        self.layout().kv_capacity(self.spec, parse_size(self.capacity))  # fits the capacity
+        object.__setattr__(self, "layout", _layout(self))  # frozen: set once, here
+        self.layout.kv_capacity(self.spec, parse_size(self.capacity))  # fits the capacity
         if self.latency_profile is not None:
             self.latency_model()  # the profile is read, and checked, before a replay starts
 
@@ -105,15 +109,17 @@ class SimConfig:
             return ProfileLatency(self.latency_profile, self.spec)
         return FlopsLatency(self.spec, self.flops_rate)
 
-    def layout(self) -> Layout:
-        """The memory layout the replayed cache runs (the references: as given, else the
-        single byte budget)."""
-        if self.system not in REFERENCES:
-            return get_system(self.system).layout(self.spec, self.capacity,
-                                                  page_size=self.page_size,
-                                                  state_slots=self.state_slots)
-        return Layout(page_size=1 if self.page_size is None else self.page_size,
-                      state_slots=0 if self.state_slots is None else self.state_slots)
+
+
+def _layout(config: SimConfig) -> Layout:
+    """The memory layout `config`'s cache runs: its system's (`System.layout`), the
+    references' as given, else the single byte budget."""
+    if config.system not in REFERENCES:
+        return get_system(config.system).layout(config.spec, config.capacity,
+                                                page_size=config.page_size,
+                                                state_slots=config.state_slots)
+    return Layout(page_size=1 if config.page_size is None else config.page_size,
+                  state_slots=0 if config.state_slots is None else config.state_slots)
 
 
 REPLAY_SETTINGS = declared(SimConfig)  # how a trace is replayed, as run settings
@@ -184,7 +190,7 @@ class SimResult:
 def summarize(result: SimResult) -> Summary:
     """Every figure of the run (`Summary.to_json()`: the JSON of `marconi simulate`)."""
     r, spec, stats = result.records, result.config.spec, result.stats
-    layout = result.config.layout()
+    layout = result.config.layout
     flops_saved = float(spec.flops_array(r.hit).sum())
     flops_total = float(spec.flops_array(r.n_input).sum())
     capacity = result.config.capacity

@@ -153,17 +153,22 @@ class System:
               store: StateStore | None = None, on_evict: Callable[[Freed], None] | None = None,
               page_size: int | None = None, state_slots: int | None = None,
               evict_with: Callable[[Eviction], Eviction] | None = None,
-              as_engine: bool = False, replay: bool = False) -> PrefixCache:
+              as_engine: bool = False, replay: bool = False,
+              layout: Layout | None = None) -> PrefixCache:
         """A fresh, empty cache running this system (`alpha`: fixed, else 0 until tuned;
         `page_size`, `state_slots`: as in `layout`, 0 slots meaning one byte budget;
         `evict_with(eviction)`: the eviction to run instead of the system's, given it;
         `as_engine`: count memory as its engine's pool does, `engine_memory`; `replay`: a
         token-only replay's cache, on the compiled core where it runs the system,
-        `marconi.core.compiled`)."""
+        `marconi.core.compiled`); `layout`: the layout already resolved (a `SimConfig`'s),
+        instead of `page_size` and `state_slots`)."""
         admission, eviction = self.policies(spec, check_alpha(alpha or 0.0))
         if evict_with is not None:
             eviction = evict_with(eviction)
-        layout = self.layout(spec, capacity, page_size=page_size, state_slots=state_slots)
+        if layout is None:
+            layout = self.layout(spec, capacity, page_size=page_size, state_slots=state_slots)
+        elif page_size is not None or state_slots is not None:
+            raise ValueError("give a cache's layout, or its page_size and state_slots, not both")
         if as_engine and self.engine_memory is not None:
             spec, capacity = self.engine_memory(spec, parse_size(capacity))
         if replay and store is None and on_evict is None:
