@@ -60,9 +60,9 @@ class OneClass(HitDensity):
 
     def changed(self, node: Node) -> None:
         super().changed(node)
-        slot = self.slots.index.get(node)
-        if slot is not None:
-            self.slots["cls"][slot] = LEAF
+        row = self.columns.index.get(node)
+        if row is not None:
+            self.columns["cls"][row] = LEAF
 
 
 class FlatPrior(HitDensity):
@@ -111,8 +111,8 @@ class CostPower(GreedyDualFlop):
     power = 1.0
 
     def scores(self, now: int) -> np.ndarray:
-        n = len(self.slots)
-        return self.slots["rec"][:n] + self.slots["eff"][:n] ** self.power
+        n = len(self.columns)
+        return self.columns["rec"][:n] + self.columns["eff"][:n] ** self.power
 
 
 class FrozenLevel(Switchable):

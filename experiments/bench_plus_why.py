@@ -62,7 +62,7 @@ def traced(base: type[HitDensity]) -> type[HitDensity]:
             found = super().victim(protected, now)
             if found is not None:
                 age = now - self.stamp.get(found.node, now) if found.node.is_leaf else -1
-                RECORDS["victims"].append((age, len(self.slots)))
+                RECORDS["victims"].append((age, len(self.columns)))
             return found
 
         def learn(self) -> None:
@@ -107,13 +107,13 @@ class KnowsWhether(FutureEviction):
         super().removed(node)
 
     def priority(self, now: int) -> np.ndarray:
-        slots, n = self.slots, len(self.slots)
+        columns, n = self.columns, len(self.columns)
         if self.by_efficiency:
-            order = slots["weight"][:n].copy()  # bytes freed per FLOP saved: largest first
+            order = columns["weight"][:n].copy()  # bytes freed per FLOP saved: largest first
         else:
-            order = np.array([now - self.touched.get(node, 0) for node in slots.nodes[:n]],
+            order = np.array([now - self.touched.get(node, 0) for node in columns.nodes[:n]],
                              dtype=np.float64)
-        return order + (slots["next"][:n] >= NEVER) * 1e30
+        return order + (columns["next"][:n] >= NEVER) * 1e30
 
 
 def knows_whether(loaded: Trace, config: SimConfig, by_efficiency: bool) -> float:

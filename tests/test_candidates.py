@@ -38,9 +38,9 @@ class TestMembership:
         nodes[1].pins += 1
         assert books.update(nodes[1]) is None and nodes[1] not in books
         nodes[1].pins -= 1
-        slot = books.update(nodes[1])
-        assert slot is not None and books.slots.nodes[slot] is nodes[1]
-        assert books.slots["eff"][slot] == Efficiency(SMALL)(nodes[1])
+        row = books.update(nodes[1])
+        assert row is not None and books.columns.nodes[row] is nodes[1]
+        assert books.columns["eff"][row] == Efficiency(SMALL)(nodes[1])
 
     def test_discard_is_harmless_twice(self) -> None:
         books, _, nodes = _books()
@@ -52,16 +52,16 @@ class TestMembership:
 class TestVictim:
     def test_lowest_skips_protected_and_none_when_all_are(self) -> None:
         books, _, nodes = _books()
-        score = books.slots["rec"][:len(books)].copy()  # oldest first
-        slot = books.lowest(score.copy(), {nodes[0]})
-        assert slot is not None and books.victim(slot) == Victim(nodes[1], Action.REMOVE)
+        score = books.columns["rec"][:len(books)].copy()  # oldest first
+        row = books.lowest(score.copy(), {nodes[0]})
+        assert row is not None and books.victim(row) == Victim(nodes[1], Action.REMOVE)
         assert books.lowest(score.copy(), set(nodes)) is None
 
     def test_a_one_child_node_is_merged(self) -> None:
         books, tree, nodes = _books()
         tree.insert(nodes[0], _key([70]))
-        slot = books.update(nodes[0])
-        assert slot is not None and books.victim(slot).action is Action.MERGE
+        row = books.update(nodes[0])
+        assert row is not None and books.victim(row).action is Action.MERGE
 
 
 class TestCheck:

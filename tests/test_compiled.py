@@ -145,11 +145,11 @@ class Twins(RuleBasedStateMachine):
         self.twin.check()
         check_integrity(self.python)
         eviction = self.python.eviction
-        if isinstance(eviction, FlopAware):  # slot order, touches, efficiencies: bit for bit
-            slots = eviction.slots
+        if isinstance(eviction, FlopAware):  # row order, touches, efficiencies: bit for bit
+            columns = eviction.columns
             assert self.twin.candidates() == [
-                (node.depth, float(slots["rec"][i]), float(slots["eff"][i]))
-                for i, node in enumerate(slots.nodes)]
+                (node.depth, float(columns["rec"][i]), float(columns["eff"][i]))
+                for i, node in enumerate(columns.nodes)]
 
 
 TestTwins = Twins.TestCase

@@ -303,8 +303,8 @@ class TestPolicies:
         fresh = policy.fresh(1.25)
         assert type(fresh) is FlopAware and fresh is not policy
         assert fresh.spec is SMALL and fresh.recency is Recency.INVERSE_AGE
-        assert fresh.alpha == 1.25 and len(fresh.slots) == 0 and fresh.stamp == {}
-        assert len(policy.slots) == 1 and policy.alpha == 0.5
+        assert fresh.alpha == 1.25 and len(fresh.columns) == 0 and fresh.stamp == {}
+        assert len(policy.columns) == 1 and policy.alpha == 0.5
 
     def test_restore_loads_stamps_into_the_victim_order(self) -> None:
         tree = RadixTree()

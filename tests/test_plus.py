@@ -171,7 +171,7 @@ class TestMarconiMode:
         victim = policy.victim((), 10**6)
         assert victim is not None
         scores = policy.marconi.scores(10**6)
-        assert victim.node is policy.marconi.slots.nodes[int(np.argmin(scores))]
+        assert victim.node is policy.marconi.columns.nodes[int(np.argmin(scores))]
         for inp in work[50:]:
             cache.lookup(inp)
             cache.commit([*inp, 1], len(inp))

@@ -92,7 +92,7 @@ class TestFlopAware:
     def test_scores_are_minmax_normalized(self) -> None:
         """recency (t - 1) / 2 plus efficiency, 0 for the short leaves, 1 for the long one."""
         policy, nodes = self._three_leaves(Recency.TIME)
-        scores = dict(zip(policy.slots.nodes, policy.scores(now=10).tolist(), strict=True))
+        scores = dict(zip(policy.columns.nodes, policy.scores(now=10).tolist(), strict=True))
         assert [scores[n] for n in nodes] == [0.0, 1.5, 1.0]
         victim = policy.victim((), now=10)
         assert victim is not None and victim.node is nodes[0]
@@ -101,7 +101,7 @@ class TestFlopAware:
     def test_inverse_age_normalizes_one_over_age(self) -> None:
         """At now=4 the ages 4, 3, 2 give 1/4, 1/3, 1/2: normalized 0, 1/3, 1."""
         policy, nodes = self._three_leaves(Recency.INVERSE_AGE)
-        scores = dict(zip(policy.slots.nodes, policy.scores(now=4).tolist(), strict=True))
+        scores = dict(zip(policy.columns.nodes, policy.scores(now=4).tolist(), strict=True))
         assert [scores[n] for n in nodes] == pytest.approx([0.0, 1 / 3 + 1.0, 1.0])
 
     def test_all_equal_normalize_to_one(self) -> None:

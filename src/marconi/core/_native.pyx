@@ -255,7 +255,7 @@ cdef class NativeCore:
         self.core.load_done(times.data(), clock)
 
     def candidates(self):
-        """FLOP-aware candidates in slot order: (depth, last touch, efficiency)."""
+        """FLOP-aware candidates in row order: (depth, last touch, efficiency)."""
         cdef vector[cpp_tuple3] out = self.core.candidates()
         return [(get0(out[i]), get1(out[i]), get2(out[i])) for i in range(<int>out.size())]
 

@@ -1,17 +1,17 @@
 """`Candidates`: Marconi's eviction candidates, the set every scored eviction shares.
 
 A candidate is a node in the tree, unpinned, with at most one child (a leaf is removed, a
-one-child node merged into its child). Each has a slot in dense numpy columns (`Slots`):
+one-child node merged into its child). Each has a row in dense numpy columns (`Columns`):
 `rec`, the owning policy's stamp at the node's last change, and with a model `eff`, the
 prefill FLOPs the node saves over its parent per byte it holds; a policy adds columns of
-its own (`extra`) and fills them. The policy owns the score: it scores the columns in slot
+its own (`extra`) and fills them. The policy owns the score: it scores the columns in row
 order and `lowest` picks the victim, so FlopAware, GreedyDual-FLOP, hit density and SegLen
 differ only in what a touch stamps and how the columns score: each is a `Scored` eviction,
 which keeps the set current on every event and evicts the lowest-scoring candidate.
 
 ```
 event -> policy stamps the node -> update(node): add / refresh rec, eff / drop
-victim -> policy.scores(now) over slots[:n] -> lowest(score, protected) -> slot -> Victim
+victim -> policy.scores(now) over columns[:n] -> lowest(score, protected) -> row -> Victim
 ```
 """
 
@@ -23,8 +23,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from marconi.core.columns import Columns
 from marconi.core.policy import Action, Eviction, Victim, alive
-from marconi.core.slots import Slots
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 
@@ -56,7 +56,7 @@ class Efficiency:
 
 
 class Candidates:
-    """The candidate nodes of one policy, in `Slots` columns kept current by `update`.
+    """The candidate nodes of one policy, in `Columns` columns kept current by `update`.
 
     `stamp` is the owning policy's dict of stamps (shared, not copied: a snapshot restores
     the policy's stamps and this set reads them); `efficiency` given, an `eff` column holds
@@ -70,69 +70,69 @@ class Candidates:
         columns: dict[str, npt.DTypeLike] = {"rec": np.float64}
         if efficiency is not None:
             columns["eff"] = np.float64
-        self.slots = Slots({**columns, **(extra or {})})
+        self.columns = Columns({**columns, **(extra or {})})
 
     def __len__(self) -> int:
-        return len(self.slots)
+        return len(self.columns)
 
     def __contains__(self, node: object) -> bool:
-        return node in self.slots
+        return node in self.columns
 
     def update(self, node: Node) -> int | None:
-        """After a change to `node`: give it a slot (or refresh its `rec` and `eff`) if it
-        is a candidate, else drop it. Returns its slot, None when it is no candidate."""
-        slots = self.slots
+        """After a change to `node`: give it a row (or refresh its `rec` and `eff`) if it
+        is a candidate, else drop it. Returns its row, None when it is no candidate."""
+        columns = self.columns
         if alive(node) and not node.pins and len(node.children) <= 1:
-            slot = slots.index.get(node)
-            if slot is None:
-                slot = slots.add(node)
-            slots["rec"][slot] = self.stamp.get(node, 0)
+            row = columns.index.get(node)
+            if row is None:
+                row = columns.add(node)
+            columns["rec"][row] = self.stamp.get(node, 0)
             if self.efficiency is not None:
-                slots["eff"][slot] = self.efficiency(node)
-            return slot
-        if node in slots:
-            slots.drop(node)
+                columns["eff"][row] = self.efficiency(node)
+            return row
+        if node in columns:
+            columns.drop(node)
         return None
 
     def discard(self, node: Node) -> None:
-        """`node` left the tree: drop its slot if it has one."""
-        if node in self.slots:
-            self.slots.drop(node)
+        """`node` left the tree: drop its row if it has one."""
+        if node in self.columns:
+            self.columns.drop(node)
 
     def lowest(self, score: np.ndarray, protected: Collection[Node]) -> int | None:
-        """The slot of the lowest `score` (one per candidate, slot order) outside
+        """The row of the lowest `score` (one per candidate, row order) outside
         `protected`, whose entries it sets to +inf in place; None when all are protected."""
-        index = self.slots.index
+        index = self.columns.index
         for node in protected:
-            slot = index.get(node)
-            if slot is not None:
-                score[slot] = np.inf
-        slot = int(np.argmin(score))
-        return slot if np.isfinite(score[slot]) else None
+            row = index.get(node)
+            if row is not None:
+                score[row] = np.inf
+        row = int(np.argmin(score))
+        return row if np.isfinite(score[row]) else None
 
-    def victim(self, slot: int) -> Victim:
-        """Evicting the candidate in `slot`: a leaf is removed, a one-child node merged."""
-        node = self.slots.nodes[slot]
+    def victim(self, row: int) -> Victim:
+        """Evicting the candidate in `row`: a leaf is removed, a one-child node merged."""
+        node = self.columns.nodes[row]
         return Victim(node, Action.REMOVE if node.is_leaf else Action.MERGE)
 
     def nodes(self) -> list[Node]:
-        return list(self.slots.nodes)
+        return list(self.columns.nodes)
 
     def check(self, nodes: Sequence[Node]) -> None:
-        """Assert the set is the tree's candidates among `nodes`, each in its own slot
+        """Assert the set is the tree's candidates among `nodes`, each in its own row
         with its current stamp and efficiency."""
         expected = {n for n in nodes if not n.pins and len(n.children) <= 1}
-        got = set(self.slots.nodes)
+        got = set(self.columns.nodes)
         assert got == expected, (f"candidates differ: extra {got - expected}, "
                                  f"missing {expected - got}")
-        slots = self.slots
+        columns = self.columns
         for node in got:
-            slot = slots.index[node]
-            assert slots.nodes[slot] is node, f"{node!r} is not in its slot"
+            row = columns.index[node]
+            assert columns.nodes[row] is node, f"{node!r} is not in its row"
             if self.efficiency is not None:
-                assert slots["eff"][slot] == self.efficiency(node), (
+                assert columns["eff"][row] == self.efficiency(node), (
                     f"stale efficiency for {node!r}")
-            assert slots["rec"][slot] == self.stamp.get(node, 0), (
+            assert columns["rec"][row] == self.stamp.get(node, 0), (
                 f"stale recency for {node!r}")
 
 
@@ -141,14 +141,14 @@ class Scored(Eviction):
 
     A lookup touches the node it resumes from and a commit the nodes it creates (Marconi's
     touches): each is stamped `touched(now)` (the clock, unless a policy stamps something
-    else) and its slot refreshed by `changed`; a node leaving the tree leaves the set.
+    else) and its row refreshed by `changed`; a node leaving the tree leaves the set.
     """
 
     def __init__(self, efficiency: Efficiency | None = None,
                  extra: Mapping[str, npt.DTypeLike] | None = None) -> None:
         super().__init__()
         self.candidate_set = Candidates(self.stamp, efficiency, extra)
-        self.slots = self.candidate_set.slots
+        self.columns = self.candidate_set.columns
 
     def touched(self, now: int) -> float:
         """What a touch at clock `now` stamps: the clock."""
@@ -173,18 +173,18 @@ class Scored(Eviction):
 
     @abstractmethod
     def scores(self, now: int) -> np.ndarray:
-        """Each candidate's score at clock `now`, in slot order (a fresh array: `victim`
+        """Each candidate's score at clock `now`, in row order (a fresh array: `victim`
         overwrites the protected ones)."""
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
-        if not self.slots:
+        if not self.columns:
             return None
         score = self.scores(now)
-        slot = self.candidate_set.lowest(score, protected)
-        if slot is None:
+        row = self.candidate_set.lowest(score, protected)
+        if row is None:
             return None
-        self.chose(float(score[slot]))
-        return self.candidate_set.victim(slot)
+        self.chose(float(score[row]))
+        return self.candidate_set.victim(row)
 
     def chose(self, score: float) -> None:
         """Told the score of the victim just chosen (default: nothing)."""

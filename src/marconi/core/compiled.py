@@ -308,7 +308,7 @@ class CompiledCache:
         return self._core.drain_freed()
 
     def candidates(self) -> list[tuple[int, float, float]]:
-        """FLOP-aware eviction's candidates in slot order: (depth, last touch, FLOP
+        """FLOP-aware eviction's candidates in row order: (depth, last touch, FLOP
         efficiency); empty under LRU (tests compare them with the Python policy's)."""
         return self._core.candidates()
 

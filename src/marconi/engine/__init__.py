@@ -21,7 +21,7 @@ from marconi.engine.models import (
     load_model,
     tiny_model,
 )
-from marconi.engine.paged_store import PagedStore, Slot
+from marconi.engine.paged_store import PagedStore, PooledState
 from marconi.engine.prefill import Capture, PrefillResult, capture_points, forward, prefill
 from marconi.engine.sampling import Sampling, sample
 from marconi.engine.state import KVBlock, SSMState, restore, snapshot_kv, snapshot_state
@@ -31,7 +31,7 @@ _kernels.install()  # transformers' four reference-kernel notices: one line of o
 
 __all__ = [
     "ARCHITECTURES", "Architecture", "Capture", "Engine", "Generation", "HybridModel",
-    "KVBlock", "KVSource", "PagedStore", "PrefillResult", "SSMState", "Sampling", "Slot",
+    "KVBlock", "KVSource", "PagedStore", "PooledState", "PrefillResult", "SSMState", "Sampling",
     "TensorStore", "Timings",
     "architecture", "capture_points", "forward", "load_model", "prefill", "restore", "sample",
     "snapshot_kv", "snapshot_state", "tiny_model",

@@ -4,7 +4,7 @@ The memory layout of today's engines (docs/embedding.md): K/V of cached edges in
 `page_size` tokens, one row per page in a pool tensor per attention layer; SSM states in
 slots, one row per slot in a pool tensor per SSM layer (conv and recurrent) plus their
 next-token logits. Handles: a `PageRun` per edge (pages by `marconi.core.pages.PagePool`,
-shared and copied as the cache's page books count them), a `Slot` per state.
+shared and copied as the cache's page books count them), a `PooledState` per state.
 
 ```
 K pool, one attention layer:  (pages, kv_heads, page_size, head_dim)
@@ -30,7 +30,7 @@ from marconi.engine.tensor_store import KVSource
 
 
 @dataclass(frozen=True, slots=True)
-class Slot:
+class PooledState:
     """A state held in slot `index` of the pool, after `position` tokens."""
 
     index: int
@@ -94,7 +94,7 @@ class PagedStore:
 
     # --- the engine's side: captured states in, handles out -------------------------
 
-    def track(self, state: SSMState) -> Slot:
+    def track(self, state: SSMState) -> PooledState:
         """Copy a captured state into a free slot (the cache owns the slot from here)."""
         index = self.free_slots.pop() if self.free_slots else self.slots_made
         self.slots_made = max(self.slots_made, index + 1)
@@ -106,9 +106,9 @@ class PagedStore:
         self.state_bytes += state.nbytes
         self.logits_bytes += state.logits_bytes
         state.free()
-        return Slot(index, state.position)
+        return PooledState(index, state.position)
 
-    def state(self, handle: Slot) -> SSMState:
+    def state(self, handle: PooledState) -> SSMState:
         """The state in a slot: views of the pool (restoring copies them), logits cloned."""
         rows = [t[handle.index] for t in self.states.tensors]
         n = len(self.model.ssm_layers)
@@ -153,7 +153,7 @@ class PagedStore:
     def release(self, kv: Handle, state: Handle) -> None:
         if isinstance(kv, PageRun):
             self.pool.release(kv)
-        if isinstance(state, Slot):
+        if isinstance(state, PooledState):
             self.state_bytes -= self.states.row_bytes(slice(None, -1))
             self.logits_bytes -= self.states.row_bytes(slice(-1, None))
             self.free_slots.append(state.index)

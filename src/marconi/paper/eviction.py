@@ -128,9 +128,9 @@ class FlopAware(Scored):
         return FlopAware(self.spec, alpha, self.recency)
 
     def scores(self, now: int) -> np.ndarray:
-        """S(v) for every candidate, in slot order."""
-        n = len(self.slots)
-        return marconi_scores(self.slots["rec"][:n], self.slots["eff"][:n], self.alpha,
+        """S(v) for every candidate, in row order."""
+        n = len(self.columns)
+        return marconi_scores(self.columns["rec"][:n], self.columns["eff"][:n], self.alpha,
                               self.recency, now)
 
 

@@ -45,9 +45,9 @@ class SegLen(Scored):
         self.weight = float(weight)
 
     def scores(self, now: int) -> np.ndarray:
-        """Each candidate's score, in slot order."""
-        slots = self.slots
-        n = len(slots)
-        replay = np.array([replay_length(node) for node in slots.nodes], dtype=np.float64)
-        return normalized(slots["rec"][:n]) + self.weight * normalized(replay)
+        """Each candidate's score, in row order."""
+        columns = self.columns
+        n = len(columns)
+        replay = np.array([replay_length(node) for node in columns.nodes], dtype=np.float64)
+        return normalized(columns["rec"][:n]) + self.weight * normalized(replay)
 

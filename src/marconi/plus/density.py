@@ -106,7 +106,7 @@ class HitDensity(Scored):
     def _count(self, node: Node, hit: bool) -> None:
         """Record that candidate `node` was hit (or left the cache) at its idle age."""
         b = self._bucket_of(self.now - self.stamp.get(node, self.now))
-        c = int(self.slots["cls"][self.slots.index[node]])
+        c = int(self.columns["cls"][self.columns.index[node]])
         self.events[c, b] += 1
         if hit:
             self.hits[c, b] += 1
@@ -134,7 +134,7 @@ class HitDensity(Scored):
 
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         self.now = now
-        if hit is not None and hit in self.slots:
+        if hit is not None and hit in self.columns:
             self._count(hit, hit=True)
         super().on_lookup(path, hit, now)
 
@@ -152,24 +152,24 @@ class HitDensity(Scored):
         return 2 + min(max(steps, 0), self.depth_classes - 1)
 
     def changed(self, node: Node) -> None:
-        slot = self.candidate_set.update(node)
-        if slot is not None:
-            self.slots["cls"][slot] = self.classify(node)
+        row = self.candidate_set.update(node)
+        if row is not None:
+            self.columns["cls"][row] = self.classify(node)
 
     def removed(self, node: Node) -> None:
-        if node in self.slots:
+        if node in self.columns:
             self._count(node, hit=False)
         super().removed(node)
 
     def scores(self, now: int) -> np.ndarray:
-        n = len(self.slots)
+        n = len(self.columns)
         self.now = now
-        slots = self.slots
-        ages = self.bucket(now - slots["rec"][:n])
-        return slots["eff"][:n] * self.density[slots["cls"][:n], ages]
+        columns = self.columns
+        ages = self.bucket(now - columns["rec"][:n])
+        return columns["eff"][:n] * self.density[columns["cls"][:n], ages]
 
     def check(self, nodes: Sequence[Node]) -> None:
         super().check(nodes)
         for node in self.candidates():
-            slot = self.slots.index[node]
-            assert self.slots["cls"][slot] == self.classify(node), f"stale class for {node!r}"
+            row = self.columns.index[node]
+            assert self.columns["cls"][row] == self.classify(node), f"stale class for {node!r}"

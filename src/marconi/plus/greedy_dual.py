@@ -37,9 +37,9 @@ class GreedyDualFlop(Scored):
         return self.level
 
     def scores(self, now: int) -> np.ndarray:
-        """S(v) = L(v) + eff(v) for every candidate, in slot order."""
-        n = len(self.slots)
-        return self.slots["rec"][:n] + self.slots["eff"][:n]
+        """S(v) = L(v) + eff(v) for every candidate, in row order."""
+        n = len(self.columns)
+        return self.columns["rec"][:n] + self.columns["eff"][:n]
 
     def chose(self, score: float) -> None:
         """Every victim raises the level to its own score."""
@@ -49,5 +49,5 @@ class GreedyDualFlop(Scored):
         """Raise the level to where this policy's own victim would put it, when another
         policy chose the victim (so that a switch to this one finds a live recency order;
         frozen at 0, it would rank by efficiency alone until the level caught up)."""
-        if self.slots:
+        if self.columns:
             self.level = max(self.level, float(self.scores(now).min()))

@@ -26,8 +26,8 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 
 import numpy as np
 
+from marconi.core.columns import Columns
 from marconi.core.policy import Action, Admission, Eviction, Victim
-from marconi.core.slots import Slots
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import TOKEN_BYTES, Match, Node
 from marconi.sim.future import FutureIndex
@@ -80,7 +80,7 @@ class FutureEviction(Eviction):
         self.spec, self.future = spec, future
         self._uses: dict[Node, list[int]] = {}  # a node's prefix never changes: cached
         # per candidate: next use (request index), bytes freed / FLOPs saved
-        self.slots = Slots({"next": np.float64, "weight": np.float64})
+        self.columns = Columns({"next": np.float64, "weight": np.float64})
 
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         return None
@@ -91,37 +91,37 @@ class FutureEviction(Eviction):
 
     def changed(self, node: Node) -> None:
         if node.parent is not None and not node.pins and len(node.children) <= 1:
-            slot = self.slots.index.get(node)
-            if slot is None:
-                slot = self.slots.add(node)
-            self.slots["next"][slot], self.slots["weight"][slot] = self._score(node)
-        elif node in self.slots:
-            self.slots.drop(node)
+            row = self.columns.index.get(node)
+            if row is None:
+                row = self.columns.add(node)
+            self.columns["next"][row], self.columns["weight"][row] = self._score(node)
+        elif node in self.columns:
+            self.columns.drop(node)
 
     def removed(self, node: Node) -> None:
         super().removed(node)
         self._uses.pop(node, None)
-        if node in self.slots:
-            self.slots.drop(node)
+        if node in self.columns:
+            self.columns.drop(node)
 
     def victim(self, protected: Collection[Node], now: int) -> Victim | None:
-        slots, n = self.slots, len(self.slots)
-        nxt, weight = slots["next"], slots["weight"]
-        for slot in np.flatnonzero(nxt[:n] <= self.future.now).tolist():
-            nxt[slot], weight[slot] = self._score(slots.nodes[slot])
+        columns, n = self.columns, len(self.columns)
+        nxt, weight = columns["next"], columns["weight"]
+        for row in np.flatnonzero(nxt[:n] <= self.future.now).tolist():
+            nxt[row], weight[row] = self._score(columns.nodes[row])
         priority = self.priority(now)
         for node in protected:
-            if node in slots:
-                priority[slots.index[node]] = -np.inf
+            if node in columns:
+                priority[columns.index[node]] = -np.inf
         if not n or not np.isfinite(priority.max()):
             return None
-        node = slots.nodes[int(np.argmax(priority))]
+        node = columns.nodes[int(np.argmax(priority))]
         return Victim(node, Action.REMOVE if node.is_leaf else Action.MERGE)
 
     def priority(self, now: int) -> np.ndarray:
         """Each candidate's claim to leave (the largest goes), its columns fresh."""
-        n = len(self.slots)
-        return (self.slots["next"][:n] - self.future.now) * self.slots["weight"][:n]
+        n = len(self.columns)
+        return (self.columns["next"][:n] - self.future.now) * self.columns["weight"][:n]
 
     def _score(self, node: Node) -> tuple[float, float]:
         """(next use, bytes freed per FLOP saved) of evicting `node` now."""
@@ -187,7 +187,7 @@ class ReuseOnlyEviction(FutureEviction):
 
     def __init__(self, spec: ModelSpec, future: FutureIndex) -> None:
         super().__init__(spec, future)
-        self.slots = Slots({"next": np.float64, "weight": np.float64, "touched": np.float64})
+        self.columns = Columns({"next": np.float64, "weight": np.float64, "touched": np.float64})
 
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         self._touch(path, now)
@@ -199,26 +199,26 @@ class ReuseOnlyEviction(FutureEviction):
         self._touch(path, now)
 
     def _touch(self, nodes: Iterable[Node], now: int) -> None:
-        slots = self.slots
+        columns = self.columns
         for node in nodes:
             self.stamp[node] = now
-            slot = slots.index.get(node)
-            if slot is not None:
-                slots["touched"][slot] = now
+            row = columns.index.get(node)
+            if row is not None:
+                columns["touched"][row] = now
 
     def changed(self, node: Node) -> None:
         super().changed(node)
-        slot = self.slots.index.get(node)
-        if slot is not None:
-            self.slots["touched"][slot] = self.stamp.get(node, 0)
+        row = self.columns.index.get(node)
+        if row is not None:
+            self.columns["touched"][row] = self.stamp.get(node, 0)
 
     def _branch_use(self, shared: bytes) -> float:
         return self.future.now + 1.0  # whether, not when: looked at again next request
 
     def priority(self, now: int) -> np.ndarray:
-        n = len(self.slots)
-        nxt, weight = self.slots["next"][:n], self.slots["weight"][:n]
-        age = (now - self.slots["touched"][:n] + 1.0) * weight
+        n = len(self.columns)
+        nxt, weight = self.columns["next"][:n], self.columns["weight"][:n]
+        age = (now - self.columns["touched"][:n] + 1.0) * weight
         # weight 0: a stateless interior node, which frees nothing (last, as in the parent)
         return np.where(nxt >= NEVER, NEVER * (1.0 + weight), np.where(weight > 0, age, -1.0))
 

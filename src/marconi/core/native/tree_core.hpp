@@ -300,7 +300,7 @@ class Core {
 
     // LRU over leaves: (stamp, tie-break, id) -> slot, the live unpinned leaves only
     std::set<std::tuple<double, i64, i64, int>> order_;
-    // FLOP-aware candidates: dense columns in slot order (as `Slots`)
+    // FLOP-aware candidates: dense columns in slot order (as `Columns`)
     std::vector<int> cand_;
     std::vector<double> rec_, eff_, score_;
 
@@ -714,7 +714,7 @@ class Core {
         }
     }
 
-    // FLOP-aware: `Candidates.update` (unpinned, at most one child), slots as `Slots`.
+    // FLOP-aware: `Candidates.update` (unpinned, at most one child), rows as `Columns`.
     void candidate_update(int v) {
         Node& x = nodes_[v];
         if (x.alive && v != 0 && x.nchild <= 1) {

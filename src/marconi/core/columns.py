@@ -1,9 +1,9 @@
-"""`Slots`: eviction candidates packed in dense numpy columns, for vectorized scoring.
+"""`Columns`: eviction candidates packed in dense numpy columns, for vectorized scoring.
 
 A policy that scores every candidate for every victim (through `Candidates`: FlopAware,
-HitDensity, GreedyDual-FLOP, SegLen; the offline reference) keeps one slot per candidate
+HitDensity, GreedyDual-FLOP, SegLen; the offline reference) keeps one row per candidate
 and one numpy column per attribute; removing a candidate moves the last one into its
-slot, so `[:len(slots)]` of every column is always the live candidates, in the order of
+row, so `[:len(columns)]` of every column is always the live candidates, in the order of
 `nodes`.
 
 ```
@@ -23,13 +23,13 @@ import numpy.typing as npt
 from marconi.core.tree import Node
 
 
-class Slots:
+class Columns:
     """A dense set of nodes with one numpy column per attribute."""
 
     def __init__(self, columns: Mapping[str, npt.DTypeLike]) -> None:
         self.nodes: list[Node] = []
         self.index: dict[Node, int] = {}
-        self._columns = {name: np.zeros(64, dtype=dtype) for name, dtype in columns.items()}
+        self._arrays = {name: np.zeros(64, dtype=dtype) for name, dtype in columns.items()}
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -39,25 +39,25 @@ class Slots:
 
     def __getitem__(self, name: str) -> np.ndarray:
         """The column `name`, full length: slice `[:len(self)]` for the live candidates."""
-        return self._columns[name]
+        return self._arrays[name]
 
     def add(self, node: Node) -> int:
-        """Give `node` the next slot (growing every column when full); returns the slot."""
-        slot = len(self.nodes)
-        if slot == len(next(iter(self._columns.values()))):
-            for name, column in self._columns.items():
-                self._columns[name] = np.resize(column, 2 * slot)
+        """Give `node` the next row (growing every column when full); returns the row."""
+        row = len(self.nodes)
+        if row == len(next(iter(self._arrays.values()))):
+            for name, column in self._arrays.items():
+                self._arrays[name] = np.resize(column, 2 * row)
         self.nodes.append(node)
-        self.index[node] = slot
-        return slot
+        self.index[node] = row
+        return row
 
     def drop(self, node: Node) -> None:
-        """Remove `node`; the last candidate moves into its slot."""
-        slot = self.index.pop(node)
+        """Remove `node`; the last candidate moves into its row."""
+        row = self.index.pop(node)
         last = self.nodes.pop()
         if last is not node:
             n = len(self.nodes)
-            self.nodes[slot] = last
-            self.index[last] = slot
-            for column in self._columns.values():
-                column[slot] = column[n]
+            self.nodes[row] = last
+            self.index[last] = row
+            for column in self._arrays.values():
+                column[row] = column[n]
