@@ -22,6 +22,11 @@ the scheduling loop from its log), then one line per policy over all traces:
 "outputs identical" counts the requests whose greedy output equals, token for token, the
 no-caching server's (and stock's own count is printed beside it). `--out DIR` keeps each
 server's log and a JSON of every request.
+
+`--predict 32,64,...` starts no server: per plan and pool it prints what the replay through
+vLLM's cache classes predicts for each policy against stock, cached tokens and FLOPs saved,
+with each session's outputs stood in for (open loop): where a served run could show
+marconi's order, found in minutes rather than hours.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from common import load
 
@@ -194,26 +200,90 @@ BLOCK_TOKENS = 256  # the served model's block (vLLM aligns it to the Mamba chun
 
 def predicted(plan: Plan, trace: Scaled, runs: list[Run], model: Path) -> dict[str, int]:
     """Cached tokens the replay through vLLM's own cache classes predicts for stock and
-    each marconi policy (marconi.realpeers, one request at a time in arrival order, the
-    tuner inline): the requests stock was sent and answered, the server's pool (its
-    blocks at one layer's page each, as the plugin's mirror counts it)."""
-    from marconi.core.spec import model_from
+    each marconi policy (`through_cache_classes`): the requests stock was sent and
+    answered, the server's pool."""
     from marconi.realpeers.serve_replay import as_trace
+
+    sent = as_trace(plan.trace, trace, runs[0].replayed.served)
+    policies = [p for p in dict.fromkeys(r.policy for r in runs)
+                if p != "nocache" and not FIXED.fullmatch(p)]  # the replay tunes alpha
+    return {p: int(s.hit_tokens)
+            for p, s in through_cache_classes(sent, plan.blocks, policies, model).items()}
+
+
+def through_cache_classes(sent: Any, blocks: int, policies: list[str], model: Path
+                          ) -> dict[str, Any]:
+    """Each policy's summary replaying `sent` (a marconi Trace) through vLLM's own cache
+    classes (marconi.realpeers, one request at a time in arrival order, the tuner inline)
+    at the server's pool: its blocks at one layer's page each, as the plugin's mirror
+    counts it."""
+    from marconi.core.spec import model_from
     from marconi.sim import SimConfig
     from marconi.sim.run import run
 
     spec = model_from(str(model / "config.json"))
-    memory = plan.blocks * BLOCK_TOKENS * spec.kv_layer_bytes_per_token
-    sent = as_trace(plan.trace, trace, runs[0].replayed.served)
+    memory = blocks * BLOCK_TOKENS * spec.kv_layer_bytes_per_token
     out = {}
-    for policy in dict.fromkeys(r.policy for r in runs):
-        if policy == "nocache" or FIXED.fullmatch(policy):  # the replay tunes alpha
-            continue
+    for policy in policies:
         system = f"{STOCK}:block_size={BLOCK_TOKENS}" + (
             "" if policy == "stock" else f",integration={policy},tuner=inline")
         config = SimConfig(spec=spec, capacity=str(memory), system=system, bounds=False)
-        out[policy] = int(run(sent, config, warn=False).summary().to_json()["hit_tokens"])
+        out[policy] = run(sent, config, warn=False).summary()
     return out
+
+
+def open_loop(name: str, trace: Scaled, seed: int = 0) -> Any:
+    """`trace` as a marconi Trace without a server: each turn's prompt is the session's
+    previous prompt, a stand-in for its output (`n_output` seeded random ids, as a random-
+    weight model's output is), then its fresh tokens (what `replay` sends, the server's
+    output replaced)."""
+    import numpy as np
+
+    from marconi.workload.types import Request, Trace
+
+    rng = np.random.default_rng(seed)
+    last: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    turn_of: dict[str, int] = {}
+    requests = []
+    for t in trace.turns:
+        prev = last.get(t.session)
+        prompt = np.concatenate([*prev, t.fresh]) if t.extends and prev else t.fresh
+        output = rng.integers(3, VOCAB, t.n_output)
+        last[t.session] = (prompt, output)
+        turn_of[t.session] = turn_of.get(t.session, -1) + 1
+        requests.append(Request(session_id=t.session, turn=turn_of[t.session],
+                                arrival=t.arrival, input_tokens=prompt.astype(np.int32),
+                                output_tokens=output.astype(np.int32)))
+    return Trace(name, tuple(sorted(requests, key=lambda r: r.arrival)))
+
+
+def predict(plans: tuple[Plan, ...], pools: list[int], policies: list[str], out: Path) -> None:
+    """No server: per plan and pool, what the replay through vLLM's cache classes predicts
+    for each policy against stock (cached tokens, and FLOPs saved, what marconi's order
+    maximizes), on the open-loop trace (`open_loop`): where the order could show."""
+    model = write_model(out / "model")
+    for plan in plans:
+        source = load(plan.trace)
+        if source is None:
+            print(f"{plan.trace}: data absent, skipped")
+            continue
+        fitted = scaled(source, stride=plan.stride, vocab=VOCAB, requests=plan.requests,
+                        max_tokens=plan.max_model_len, max_output=plan.max_output,
+                        span=plan.span)
+        sent = open_loop(plan.trace, fitted)
+        print(f"\n{plan.trace}: {len(sent)} requests (every {plan.stride} token(s)), "
+              f"{sum(r.n_input for r in sent)} input tokens, open loop", flush=True)
+        for blocks in pools:
+            got = through_cache_classes(sent, blocks, ["stock", *policies], model)
+            stock = got["stock"]
+            print(f"  {blocks:4d} blocks: {STOCK} {stock.hit_tokens} tokens; "
+                  + "; ".join(_against(p, got[p], stock) for p in policies), flush=True)
+
+
+def _against(policy: str, mine: Any, stock: Any) -> str:
+    alpha = f", alpha {mine.alpha:g}" if mine.alpha is not None else ""
+    return (f"+{policy} {mine.hit_tokens} tokens, ratio {share(mine.hit_tokens, stock.hit_tokens)}"
+            f", FLOPs saved ratio {share(mine.flops_saved, stock.flops_saved)}{alpha}")
 
 
 def families(out: Path) -> None:
@@ -243,6 +313,17 @@ def families(out: Path) -> None:
                                                        cause not in str(err) else ""))
 
 
+def _pools(parser: argparse.ArgumentParser, given: str) -> list[int]:
+    try:
+        pools = [int(b) for b in given.split(",")]
+    except ValueError:
+        pools = []
+    if not pools or min(pools) < 1:
+        parser.error(f"--predict: pools are positive block counts, comma-separated; got "
+                     f"{given!r}")
+    return pools
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one short ShareGPT replay")
@@ -257,6 +338,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", action="store_true", help="stock once more at the end")
     parser.add_argument("--out", default=None, help="keep the logs and requests here")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--predict", default=None, metavar="BLOCKS,...",
+                        help="only: no server; the replay through vLLM's cache classes at "
+                             "each of these pools (in blocks), the plan's traces open loop: "
+                             "where marconi's order could show")
     parser.add_argument("--families", action="store_true",
                         help="only: which tiny model families vLLM's CPU build serves (each "
                              "started stock, asked one prompt twice: its hit, or its error)")
@@ -280,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.blocks is not None:
         plans = tuple(replace(p, blocks=args.blocks) for p in plans)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    if args.predict is not None:
+        pools = _pools(parser, args.predict)
+        predict(plans, pools, [p for p in policies if p in ("marconi", "marconi+")], out)
+        return 0
     model = write_model(out / "model")
     all_runs: list[list[Run]] = []
     for plan in plans:
