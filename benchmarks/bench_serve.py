@@ -205,8 +205,7 @@ def predicted(plan: Plan, trace: Scaled, runs: list[Run], model: Path) -> dict[s
     from marconi.realpeers.serve_replay import as_trace
 
     sent = as_trace(plan.trace, trace, runs[0].replayed.served)
-    policies = [p for p in dict.fromkeys(r.policy for r in runs)
-                if p != "nocache" and not FIXED.fullmatch(p)]  # the replay tunes alpha
+    policies = [p for p in dict.fromkeys(r.policy for r in runs) if p != "nocache"]
     return {p: int(s.hit_tokens)
             for p, s in through_cache_classes(sent, plan.blocks, policies, model).items()}
 
@@ -225,9 +224,12 @@ def through_cache_classes(sent: Any, blocks: int, policies: list[str], model: Pa
     memory = blocks * BLOCK_TOKENS * spec.kv_layer_bytes_per_token
     out = {}
     for policy in policies:
+        fixed = FIXED.fullmatch(policy)  # marconi@A: alpha A, no tuner
         system = f"{STOCK}:block_size={BLOCK_TOKENS}" + (
-            "" if policy == "stock" else f",integration={policy},tuner=inline")
-        config = SimConfig(spec=spec, capacity=str(memory), system=system, bounds=False)
+            "" if policy == "stock" else
+            f",integration={'marconi' if fixed else policy},tuner=inline")
+        config = SimConfig(spec=spec, capacity=str(memory), system=system, bounds=False,
+                           alpha=float(fixed.group(1)) if fixed else None)
         out[policy] = run(sent, config, warn=False).summary()
     return out
 
@@ -277,12 +279,14 @@ def predict(plans: tuple[Plan, ...], pools: list[int], policies: list[str], out:
             got = through_cache_classes(sent, blocks, ["stock", *policies], model)
             stock = got["stock"]
             print(f"  {blocks:4d} blocks: {STOCK} {stock.hit_tokens} tokens; "
-                  + "; ".join(_against(p, got[p], stock) for p in policies), flush=True)
+                  + "; ".join(_against(label(p), got[p], stock) for p in policies),
+                  flush=True)
 
 
 def _against(policy: str, mine: Any, stock: Any) -> str:
-    alpha = f", alpha {mine.alpha:g}" if mine.alpha is not None else ""
-    return (f"+{policy} {mine.hit_tokens} tokens, ratio {share(mine.hit_tokens, stock.hit_tokens)}"
+    alpha = f", alpha {mine.alpha:g}" if mine.alpha is not None else \
+        ", its tuner unfinished (alpha 0)" if mine.alpha_status == "untuned" else ""
+    return (f"{policy} {mine.hit_tokens} tokens, ratio {share(mine.hit_tokens, stock.hit_tokens)}"
             f", FLOPs saved ratio {share(mine.flops_saved, stock.flops_saved)}{alpha}")
 
 
@@ -367,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-serve-"))
     if args.predict is not None:
         pools = _pools(parser, args.predict)
-        predict(plans, pools, [p for p in policies if p in ("marconi", "marconi+")], out)
+        predict(plans, pools, [p for p in policies if p not in ("stock", "nocache")], out)
         return 0
     model = write_model(out / "model")
     all_runs: list[list[Run]] = []
