@@ -452,6 +452,22 @@ class TestInsideVLLM:
         assert done["victims"] > 0 and ours["evictions"] > 0
         assert done["checked"] > 0
 
+    def test_the_free_states_built_when_alpha_leaves_zero_are_vllms_queue(self, chat
+                                                                          ) -> None:
+        """The free states' books are kept only while alpha is not 0, and built from vLLM's
+        free queue when the tuner (inline: reproducible) moves alpha off 0 mid-run; each
+        choice after checks them against the queue, and the victim against the plain
+        order."""
+        need("vllm")
+        from marconi.sim.real_engine import replay
+
+        system = f"{VLLM_WITH},tuner=inline"
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=system)
+        ours = replay(chat, config, get_system(system), check=True).summary().to_json()
+        hook = ours["engine"]["integration"]
+        assert ours["alpha_status"] == "tuned" and ours["alpha"] > 0
+        assert hook["checked"] > 0 and hook["victims"] > 0
+
     def test_alpha_zero_keeping_orphans_is_the_stock_engine(self, chat, vllm_stock) -> None:
         need("vllm")
         ours = run(chat, SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False,

@@ -50,6 +50,8 @@ import logging
 import os
 import time
 from collections.abc import Iterable
+from itertools import compress
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -125,16 +127,24 @@ class StateOrder:
     def size(self, num_blocks: int) -> None:
         self.eff_of = np.zeros(num_blocks)
 
-    def note(self, block_id: int, state: bytes, depth: int, top: int) -> None:
-        """Block `block_id` of `state`, cached after `depth` tokens, its nearest cached
-        state above after `top`."""
+    def above_of(self, depth: int, top: int) -> tuple[int, int, float]:
+        """What `note` keeps of a state cached after `depth` tokens whose nearest cached
+        state above was after `top`: both, and its efficiency."""
+        return depth, top, self._efficiency(depth, top)
+
+    def note(self, block_id: int, state: bytes, above: tuple[int, int, float]) -> None:
+        """Block `block_id` of `state` (`above`: `above_of` its depth and top; a state's
+        blocks in the other groups share the tuple)."""
         if self.state_of.get(block_id) not in (None, state):
             self.forget(block_id)
-        eff = self._efficiency(depth, top)
-        self.above[block_id] = (depth, top, eff)
-        self.eff_of[block_id] = eff
+        self.above[block_id] = above
+        self.eff_of[block_id] = above[2]
         self.state_of[block_id] = state
-        self.blocks_of.setdefault(state, set()).add(block_id)
+        blocks = self.blocks_of.get(state)
+        if blocks is None:
+            self.blocks_of[state] = {block_id}
+        else:
+            blocks.add(block_id)
 
     def depend(self, state: bytes, keys: tuple[Any, ...], cached: Any) -> None:
         """`state` needs `keys` cached for a hit (`cached(key)`: is it now)."""
@@ -170,16 +180,19 @@ class StateOrder:
             self.dead.update(users)
 
     def inserted(self, key: Any, cached: Any) -> None:
-        """`key` is cached again: a state needing it lives if all its keys are."""
+        """`key` is cached again: a state needing it lives if all its keys are (looked up
+        last first: a state being cached comes up group by group, so that its last Mamba
+        group's key is the one still missing but at its last group)."""
         for state in self.needed_by.get(key, ()):
-            if state in self.dead and all(cached(k) for k in self.keys_of[state]):
+            if state in self.dead and all(cached(k) for k in reversed(self.keys_of[state])):
                 self.dead.discard(state)
 
-    def pick(self, found: dict[int, Any], seq_of: dict[int, int], skip: set[int]) -> Any:
+    def pick(self, found: dict[int, Any], kept: dict[int, tuple[int, Any, int]],
+             skip: set[int]) -> Any:
         """The state block to evict among the free ones `found` (free queue order;
-        `seq_of`: their ranks in it) less `skip`: the first whose KV or other blocks are
-        gone, else the first in Marconi's order (min-max normalized over exactly these
-        candidates)."""
+        `kept`: `FreeStates.kept`, whose last field ranks them in it) less `skip`: the
+        first whose KV or other blocks are gone, else the first in Marconi's order
+        (min-max normalized over exactly these candidates)."""
         if skip:
             ids = np.fromiter((i for i in found if i not in skip), dtype=np.int64)
         else:
@@ -189,7 +202,7 @@ class StateOrder:
         best = -1
         for state in self.dead:
             for i in self.blocks_of.get(state, ()):
-                if i in found and i not in skip and (best < 0 or seq_of[i] < seq_of[best]):
+                if i in found and i not in skip and (best < 0 or kept[i][2] < kept[best][2]):
                     best = i
         if best >= 0:
             return found[best]
@@ -225,42 +238,39 @@ class FreeStates:
     """The pool's free cached Mamba states, per group, in free-queue order (a dict keeps
     insertion order, and vLLM appends cached blocks at the queue's tail), kept beside
     vLLM's own queue by the pool's hooks (a block taken, touched or losing its hash
-    leaves); `live` is the plain check of the same (`StateOrder.check`)."""
+    leaves), only while alpha is not 0 (`MarconiBlockPool._keep_free_states` builds them
+    from the queue when it leaves 0); `live` is the plain check of the same
+    (`StateOrder.check`). What it knows of a block is one tuple, so that keeping it costs
+    the hooks two dict writes."""
 
     def __init__(self, groups: Iterable[int]) -> None:
         self.by_group: dict[int, dict[int, Any]] = {g: {} for g in groups}
-        self.group_of: dict[int, int] = {}  # block id -> group
-        self.hash_of: dict[int, Any] = {}  # block id -> its hash when it was added
-        self.seq_of: dict[int, int] = {}  # block id -> when it was added
+        # block id -> (group, its hash when it was added, when it was added)
+        self.kept: dict[int, tuple[int, Any, int]] = {}
         self._added = 0
 
     def add(self, block: Any, group: int) -> None:
-        self.discard(block)
-        self.by_group[group][block.block_id] = block
-        self.group_of[block.block_id] = group
-        self.hash_of[block.block_id] = block.block_hash
-        self.seq_of[block.block_id] = self._added
+        block_id = block.block_id
+        self.discard(block_id)
+        self.by_group[group][block_id] = block
+        self.kept[block_id] = (group, block.block_hash, self._added)
         self._added += 1
 
-    def discard(self, block: Any) -> None:
-        group = self.group_of.pop(block.block_id, None)
-        if group is not None:
-            del self.by_group[group][block.block_id]
-            del self.hash_of[block.block_id]
-            del self.seq_of[block.block_id]
+    def discard(self, block_id: int) -> None:
+        known = self.kept.pop(block_id, None)
+        if known is not None:
+            del self.by_group[known[0]][block_id]
 
     def clear(self) -> None:
         for found in self.by_group.values():
             found.clear()
-        self.group_of.clear()
-        self.hash_of.clear()
-        self.seq_of.clear()
+        self.kept.clear()
 
     def live(self, group: int) -> list[Any]:
         """The group's free cached states as the blocks themselves say (not taken, and
         holding the hash they had when added)."""
         return [b for b in self.by_group[group].values()
-                if b.ref_cnt == 0 and b.block_hash is self.hash_of[b.block_id]]
+                if b.ref_cnt == 0 and b.block_hash is self.kept[b.block_id][1]]
 
 
 # --- installing it ----------------------------------------------------------------------
@@ -369,13 +379,42 @@ def split_prefills_on_cpu() -> None:
              "return it): prefills split at block boundaries", CPU_SPLIT)
 
 
-def _spent(counters: Counters, part: str, start: int) -> None:
-    """Time since `start` (ns) counted as the loop's ordering cost and as one of its parts:
-    books (the pool's hooks keeping the free states), record (a state cached), choose
-    (an allocation's blocks), past (a finished request's KV past its last state)."""
-    spent = time.perf_counter_ns() - start
-    counters.order_ns += spent
-    setattr(counters, f"{part}_ns", getattr(counters, f"{part}_ns") + spent)
+_now = time.perf_counter_ns
+
+
+class _Clocks:
+    """What a hook calls with the time it took (ns, read with `_now` before the call): the
+    loop's ordering cost, and one of its parts: books (the pool's hooks keeping the free
+    states), record (a state cached), choose (an allocation's blocks), past (a finished
+    request's KV past its last state). The clock is read first, so that the figure holds
+    the hook's work and not the counting (a call into code that is cold in the
+    scheduling loop: a microsecond or two, as much as some hooks' work); one function per
+    part, as finding the counter by name cost more again."""
+
+    def __init__(self, counters: Counters) -> None:
+        def books(spent: int) -> None:
+            counters.order_ns += spent
+            counters.books_ns += spent
+
+        def record(spent: int) -> None:
+            counters.order_ns += spent
+            counters.record_ns += spent
+
+        def choose(spent: int) -> None:
+            counters.order_ns += spent
+            counters.choose_ns += spent
+
+        def past(spent: int) -> None:
+            counters.order_ns += spent
+            counters.past_ns += spent
+
+        self.books, self.record, self.choose, self.past = books, record, choose, past
+
+
+def _suffix(group: int) -> bytes:
+    """What vLLM's `make_block_hash_with_group_id` appends to a block hash for `group`: a
+    hook joins the two bytes itself, a function call saved per key."""
+    return group.to_bytes(4, "big")
 
 
 def _coordinator_init(stock: Any, order: StateOrder) -> Any:
@@ -392,84 +431,105 @@ def _coordinator_init(stock: Any, order: StateOrder) -> Any:
                 raise IntegrationError(f"{WHO}: this model has no Mamba layers; Marconi's "
                                        "eviction orders Mamba states only")
             pool.marconi_states = FreeStates(groups)
-            pool.marconi_state_ends = frozenset(g.to_bytes(4, "big") for g in groups)
+            pool.marconi_state_ends = {_suffix(g): g for g in groups}
+            pool.marconi_state_suffixes = [_suffix(g) for g in groups]
             order.size(len(pool.blocks))
             pool.marconi_replacing = {}
             pool.marconi_orphans = {}
             pool.marconi_orphans_first = order.orphans_first
             pool.marconi_config = kv_cache_config
             pool.marconi_kv_groups = [
-                (i, g.kv_cache_spec.block_size)
+                (i, g.kv_cache_spec.block_size, _suffix(i))
                 for i, g in enumerate(kv_cache_config.kv_cache_groups)
                 if isinstance(g.kv_cache_spec, AttentionSpec)]
 
     return __init__
 
 
+_hash_of = attrgetter("block_hash")  # (with `compress`: a block list's cached ones, in C)
+
+
 def _pool_class(stock: type, integration: Integration) -> type:
-    """vLLM's `BlockPool` with Marconi's choice of the Mamba states that leave."""
-    from vllm.v1.core.kv_cache_utils import (
-        get_block_hash,
-        get_group_id,
-        make_block_hash_with_group_id,
-        resolve_block_hashes,
-    )
+    """vLLM's `BlockPool` with Marconi's choice of the Mamba states that leave. Every hook
+    times what it adds (`_Clocks`), vLLM's own work left out."""
+    from vllm.v1.core.kv_cache_utils import resolve_block_hashes
 
     assert isinstance(integration.order, StateOrder)
     order: StateOrder = integration.order
     counters = integration.counters
+    clocks = _Clocks(counters)
 
     class MarconiBlockPool(stock):
         """vLLM's `BlockPool`; when a block it takes is a cached Mamba state, Marconi's
         order says which state goes (marconi.integrations.vllm)."""
 
         marconi_states: FreeStates | None = None  # set by the coordinator's hook
-        marconi_state_ends: frozenset[bytes] = frozenset()  # a state group's hash suffix
+        # a state group's hash suffix -> the group; the suffixes, in group order
+        marconi_state_ends: dict[bytes, int] = {}  # noqa: RUF012
+        marconi_state_suffixes: list[bytes] = []  # noqa: RUF012
         marconi_config: Any = None
-        marconi_kv_groups: list[tuple[int, int]] = []  # noqa: RUF012  (group, block size)
+        # (group, block size, hash suffix) of each attention group
+        marconi_kv_groups: list[tuple[int, int, bytes]] = []  # noqa: RUF012
         marconi_replacing: dict[bytes, bytes] = {}  # noqa: RUF012  state -> its victim
         # free cached KV blocks past the last state of the request that freed them: no
         # hit ends past a state, so they save no FLOPs (a tree would not keep them)
         marconi_orphans: dict[int, Any] = {}  # noqa: RUF012
         marconi_orphans_first = True  # False: left in vLLM's order (an ablation)
-        marconi_last_top: tuple[bytes | None, int] = (None, 0)  # the last state recorded
+        # the free states' books are kept (`_keep_free_states`) only while alpha is not 0:
+        # at alpha 0 no choice reads them, and the hooks that keep them run some thirty
+        # times a request
+        marconi_keeping = False
+        # the last state recorded and what `note` kept of it (`StateOrder.above_of`): its
+        # blocks in the other groups come next and share it
+        marconi_last: tuple[bytes | None, tuple[int, int, float]] = (None, (0, 0, 0.0))
 
         def cache_full_blocks(self, request: Any, blocks: list[Any], num_cached_blocks: int,
                               num_full_blocks: int, block_size: int, kv_cache_group_id: int,
                               block_mask: list[bool] | None = None) -> None:
             super().cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks,
                                       block_size, kv_cache_group_id, block_mask)
-            if self._is_state_group(kv_cache_group_id):
+            states = self.marconi_states
+            if states is not None and kv_cache_group_id in states.by_group \
+                    and num_full_blocks > num_cached_blocks:
+                start = _now()
                 for block in blocks[num_cached_blocks:num_full_blocks]:
                     if not block.is_null:  # align mode: a state per scheduled step only
                         self._record(request, block, kv_cache_group_id)
+                clocks.record(_now() - start)
 
         def cache_partial_block(self, request: Any, block: Any, num_tokens: int,
                                 kv_cache_group_id: int, block_size: int,
                                 replace_existing_hashes: bool = False) -> Any:
             out = super().cache_partial_block(request, block, num_tokens, kv_cache_group_id,
                                               block_size, replace_existing_hashes)
-            if out is not None and self._is_state_group(kv_cache_group_id):
+            states = self.marconi_states
+            if out is not None and states is not None and kv_cache_group_id in states.by_group:
+                start = _now()
                 self._record(request, block, kv_cache_group_id)
+                clocks.record(_now() - start)
             return out
 
         def move_block_hashes(self, src_block: Any, dst_block: Any) -> None:
+            start = _now()
             above = order.above.get(src_block.block_id)
             state = order.state_of.get(src_block.block_id)
             keys = order.keys_of.get(state) if state is not None else None
+            clocks.books(_now() - start)
             super().move_block_hashes(src_block, dst_block)  # forgets src (below)
             if above is not None and state is not None:
-                order.note(dst_block.block_id, state, above[0], above[1])
+                start = _now()
+                order.note(dst_block.block_id, state, above)
                 if keys is not None and state not in order.keys_of:
                     order.depend(state, keys, self._cached)
+                clocks.books(_now() - start)
 
         def _remove_cached_block_hashes(self, block: Any) -> list[Any]:
             removed: list[Any] = super()._remove_cached_block_hashes(block)
             states = self.marconi_states
             if states is not None and removed:  # taken, or its hash replaced or dropped
-                start, block_id = time.perf_counter_ns(), block.block_id
-                if block_id in states.group_of:
-                    states.discard(block)
+                start, block_id = _now(), block.block_id
+                if block_id in states.kept:
+                    states.discard(block_id)
                 if self.marconi_orphans:
                     self.marconi_orphans.pop(block_id, None)
                 if block_id in order.state_of:
@@ -478,14 +538,17 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 for key in removed:
                     if key in needed and cached.get_one_block(key) is None:
                         order.removed(key)
-                _spent(counters, "books", start)
+                clocks.books(_now() - start)
             return removed
 
         def _insert_block_hash(self, block_hash_with_group_id: Any, block: Any,
                                num_tokens: int | None) -> None:
             super()._insert_block_hash(block_hash_with_group_id, block, num_tokens)
-            if block_hash_with_group_id in order.needed_by:
+            users = order.needed_by.get(block_hash_with_group_id)
+            if users and not order.dead.isdisjoint(users):  # else it changes nothing
+                start = _now()
                 order.inserted(block_hash_with_group_id, self._cached)
+                clocks.books(_now() - start)
 
         def reset_prefix_cache(self) -> bool:
             done: bool = super().reset_prefix_cache()
@@ -500,76 +563,91 @@ def _pool_class(stock: type, integration: Integration) -> type:
             return done
 
         def free_blocks(self, ordered_blocks: Iterable[Any]) -> None:
-            blocks = list(ordered_blocks)
+            blocks = ordered_blocks if type(ordered_blocks) is list else list(ordered_blocks)
             super().free_blocks(blocks)
             states = self.marconi_states
-            if states is None:
+            if states is None or not self.marconi_keeping:
                 return
-            start, ends = time.perf_counter_ns(), self.marconi_state_ends
-            for block in blocks:  # cached blocks were appended in this order
-                key = block.block_hash
-                if key is not None and key[-4:] in ends and block.ref_cnt == 0 \
-                        and not block.is_null and block.pool is self:
-                    states.add(block, get_group_id(key))
-            _spent(counters, "books", start)
+            start, ends = _now(), self.marconi_state_ends
+            # cached blocks were appended in this order; most blocks freed are not
+            for block in compress(blocks, map(_hash_of, blocks)):
+                group = ends.get(block.block_hash[-4:])
+                if group is not None and block.ref_cnt == 0 and not block.is_null \
+                        and block.pool is self:
+                    states.add(block, group)
+            clocks.books(_now() - start)
 
         def touch(self, blocks: Any) -> None:
-            if self.marconi_states is not None:
-                start = time.perf_counter_ns()
+            states, orphans = self.marconi_states, self.marconi_orphans
+            if states is not None and (self.marconi_keeping or orphans):
+                start = _now()
                 for block in blocks:
                     if block.ref_cnt == 0:
-                        self.marconi_states.discard(block)
-                        self.marconi_orphans.pop(block.block_id, None)
-                _spent(counters, "books", start)
+                        states.discard(block.block_id)
+                        if orphans:
+                            orphans.pop(block.block_id, None)
+                clocks.books(_now() - start)
             super().touch(blocks)
 
         def get_new_blocks(self, num_blocks: int) -> list[Any]:
             chosen = self._marconi_choice(num_blocks)
-            if chosen is not None:  # to the head of the queue, where vLLM takes from
-                queue = self.free_block_queue
-                for block in chosen:
-                    queue.remove(block)
-                queue.prepend_n(chosen)
+            if chosen is None:
+                return super().get_new_blocks(num_blocks)
+            start, queue = _now(), self.free_block_queue
+            for block in chosen:  # to the head of the queue, where vLLM takes from
+                queue.remove(block)
+            queue.prepend_n(chosen)
+            clocks.choose(_now() - start)
             taken: list[Any] = super().get_new_blocks(num_blocks)
-            if chosen is not None and [b.block_id for b in taken] != \
-                    [b.block_id for b in chosen]:
+            start = _now()
+            if [b.block_id for b in taken] != [b.block_id for b in chosen]:
                 raise IntegrationError(f"{WHO}: vLLM took other blocks than the ones put at "
                                        "the head of its free queue")
-            return taken  # each cached one left the books as its hash went (below)
-
-        def _is_state_group(self, group: int) -> bool:
-            return self.marconi_states is not None and group in self.marconi_states.by_group
+            clocks.choose(_now() - start)
+            return taken  # each cached one left the books as its hash went (above)
 
         def _record(self, request: Any, block: Any, group: int) -> None:
-            """The depth of the nearest cached state above `block`'s (same group) on the
-            request's prefix, found through vLLM's own hash map."""
-            if block.is_null or block.block_hash is None or self.marconi_states is None:
+            """Block `block`'s state in the books: its depth, and that of the nearest
+            cached state above it (same group) on the request's prefix, found through
+            vLLM's own hash map (by the state's first block to come up: the others share
+            it); on its first block, what a hit on it needs."""
+            key = block.block_hash
+            if key is None or block.is_null:
                 return
-            start = time.perf_counter_ns()
-            depth, size = int(block.block_hash_num_tokens), self.hash_block_size
-            hashes, state = request.block_hashes, get_block_hash(block.block_hash)
-            if self.marconi_last_top[0] == state:  # the same state's block in another group
-                top = self.marconi_last_top[1]
-            else:
-                top = 0
-                for j in range(min(depth // size, len(hashes)) - 2, -1, -1):
-                    key = make_block_hash_with_group_id(hashes[j], group)
-                    if self.cached_block_hash_to_block.get_one_block(key) is not None:
-                        top = (j + 1) * size
-                        break
-                self.marconi_last_top = (state, top)
-            order.note(block.block_id, state, depth, top)
+            depth, state = int(block.block_hash_num_tokens), key[:-4]  # get_block_hash
+            last_state, above = self.marconi_last
+            if last_state != state:
+                above = order.above_of(depth, self._top(request.block_hashes, depth, group))
+                self.marconi_last = (state, above)
+            elif above[0] != depth:  # (one hash, one depth: never, but exact if it were)
+                above = order.above_of(depth, above[1])
+            # most calls cache a block again as it was (a step's partial entry, then the
+            # full block): nothing to note then
+            if order.state_of.get(block.block_id) != state \
+                    or order.above.get(block.block_id) != above:
+                order.note(block.block_id, state, above)
             if state not in order.keys_of:  # its first block: what a hit on it needs
-                keys = []
-                for kv_group, kv_block in self.marconi_kv_groups:
-                    full = resolve_block_hashes(hashes, size, kv_block)
-                    if depth // kv_block:
-                        keys.append(make_block_hash_with_group_id(
-                            full[depth // kv_block - 1], kv_group))
-                keys += [make_block_hash_with_group_id(state, g)
-                         for g in self.marconi_states.by_group]
-                order.depend(state, tuple(keys), self._cached)
-            _spent(counters, "record", start)
+                order.depend(state, self._keys(request.block_hashes, state, depth),
+                             self._cached)
+
+        def _top(self, hashes: Any, depth: int, group: int) -> int:
+            """The depth of the nearest state cached above `depth` on `hashes` (0: none)."""
+            size, suffix = self.hash_block_size, _suffix(group)
+            one = self.cached_block_hash_to_block.get_one_block
+            for j in range(min(depth // size, len(hashes)) - 2, -1, -1):
+                if one(hashes[j] + suffix) is not None:
+                    return (j + 1) * size
+            return 0
+
+        def _keys(self, hashes: Any, state: bytes, depth: int) -> tuple[Any, ...]:
+            """The hash keys a hit on `state` (after `depth` tokens) needs: the deepest
+            block at or before it in each attention group, its block in each Mamba one."""
+            keys = []
+            for _, kv_block, suffix in self.marconi_kv_groups:
+                if depth // kv_block:
+                    full = resolve_block_hashes(hashes, self.hash_block_size, kv_block)
+                    keys.append(full[depth // kv_block - 1] + suffix)
+            return (*keys, *(state + suffix for suffix in self.marconi_state_suffixes))
 
         def _cached(self, key: Any) -> bool:
             return self.cached_block_hash_to_block.get_one_block(key) is not None
@@ -581,10 +659,14 @@ def _pool_class(stock: type, integration: Integration) -> type:
             assert states is not None
             kept = states.by_group[group]
             live = states.live(group)
-            if [b.block_id for b in live] != list(kept):
+            ends = self.marconi_state_ends
+            queued = [b.block_id for b in self.free_block_queue.get_all_free_blocks()
+                      if b.block_hash is not None and ends.get(b.block_hash[-4:]) == group]
+            if [b.block_id for b in live] != list(kept) or queued != list(kept):
                 raise IntegrationError(f"{WHO}: the free states of group {group} are not "
-                                       f"what the blocks say: {sorted(kept)} kept, "
-                                       f"{sorted(b.block_id for b in live)} free")
+                                       f"what the blocks say: {list(kept)} kept, "
+                                       f"{[b.block_id for b in live]} free, {queued} in "
+                                       "vLLM's queue")
             for block in live:
                 state = order.state_of.get(block.block_id)
                 dead = not all(self._cached(k) for k in order.keys_of.get(state, ()))  # type: ignore
@@ -605,20 +687,25 @@ def _pool_class(stock: type, integration: Integration) -> type:
             vLLM takes them; then cached KV no hit can reach (`marconi_orphans`); then
             vLLM's queue, each state in it standing for the state Marconi's order
             evicts."""
-            states = self.marconi_states
-            if states is None or not self.enable_caching \
-                    or num_blocks > self.get_num_free_blocks() \
-                    or (order.alpha == 0.0 and not (self.marconi_orphans_first
-                                                    and self.marconi_orphans)):
+            states, alpha = self.marconi_states, order.alpha  # (the tuner may change it)
+            if states is None or not self.enable_caching:
                 return None
-            start = time.perf_counter_ns()
+            if self.marconi_keeping != (alpha != 0.0):
+                start = _now()
+                self._keep_free_states(alpha != 0.0)
+                clocks.books(_now() - start)
+            if num_blocks > self.get_num_free_blocks() \
+                    or (alpha == 0.0 and not (self.marconi_orphans_first
+                                              and self.marconi_orphans)):
+                return None
+            start = _now()
             head: list[Any] = []
             block = self.free_block_queue.fake_free_list_head.next_free_block
             while len(head) < num_blocks and block.block_hash is None:
                 head.append(block)
                 block = block.next_free_block
             if len(head) == num_blocks:  # uncached blocks only: vLLM's own choice
-                _spent(counters, "choose", start)
+                clocks.choose(_now() - start)
                 return None
             orphans, took_orphans = self.marconi_orphans, False
             while orphans and len(head) < num_blocks:
@@ -632,12 +719,10 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 if block.block_id not in chosen_ids:
                     head.append(block)
                 block = block.next_free_block
-            hash_of, group_of = states.hash_of, states.group_of
-            slots = [] if order.alpha == 0.0 else [  # at alpha 0 states go in vLLM's order
-                (i, group_of[b.block_id]) for i, b in enumerate(head)
-                if b.block_hash is not None and hash_of.get(b.block_id) is b.block_hash]
+            # at alpha 0 states go in vLLM's order
+            slots = [] if alpha == 0.0 else self._state_slots(head, states.kept)
             if not slots and not took_orphans:  # the queue's head, in its order: vLLM's own
-                _spent(counters, "choose", start)
+                clocks.choose(_now() - start)
                 return None
             chosen, taken = list(head), {b.block_id for b in head}
             for i, group in slots:
@@ -646,8 +731,35 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 chosen[i] = pick
                 counters.victims += 1
             counters.walks += 1
-            _spent(counters, "choose", start)
+            clocks.choose(_now() - start)
             return chosen
+
+        def _keep_free_states(self, keep: bool) -> None:
+            """Start keeping the free states' books, from vLLM's free queue as it stands
+            (the order the hooks would have kept them in: cached blocks join it at its
+            tail, and leave it or their hash as the hooks see), or stop."""
+            states = self.marconi_states
+            assert states is not None
+            states.clear()
+            self.marconi_keeping = keep
+            if keep:
+                ends = self.marconi_state_ends
+                for block in self.free_block_queue.get_all_free_blocks():
+                    key = block.block_hash
+                    group = None if key is None else ends.get(key[-4:])
+                    if group is not None and not block.is_null and block.pool is self:
+                        states.add(block, group)
+
+        @staticmethod
+        def _state_slots(head: list[Any], kept: dict[int, tuple[int, Any, int]]
+                         ) -> list[tuple[int, int]]:
+            """(index, group) of each free cached state among `head` (`kept`: the books)."""
+            slots = []
+            for i, block in enumerate(head):
+                known = kept.get(block.block_id)
+                if known is not None and known[1] is block.block_hash:  # (never None)
+                    slots.append((i, known[0]))
+            return slots
 
         def _victim(self, head: Any, group: int, taken: set[int]) -> Any:
             """The block of `group` to take where vLLM would take the state block `head`.
@@ -655,22 +767,21 @@ def _pool_class(stock: type, integration: Integration) -> type:
             victim is chosen per state: the first of `head`'s groups to come up chooses
             it (`replacing`), the others follow, each taking `head` itself where the
             victim's block of its group is no longer free."""
-            state = get_block_hash(head.block_hash)
+            state = head.block_hash[:-4]  # get_block_hash
             victim = self.marconi_replacing.get(state)
             if victim is None:
                 states = self.marconi_states
                 assert states is not None
                 skip = taken - {head.block_id}
-                chosen = order.pick(states.by_group[group], states.seq_of, skip)
+                chosen = order.pick(states.by_group[group], states.kept, skip)
                 if order.check:
                     self._check(chosen, group, skip)
-                victim = get_block_hash(chosen.block_hash)
+                victim = chosen.block_hash[:-4]
                 if victim != state:
                     if len(self.marconi_replacing) > 4096:  # states long gone
                         self.marconi_replacing.clear()
                     self.marconi_replacing[state] = victim
-            pick = self.cached_block_hash_to_block.get_one_block(
-                make_block_hash_with_group_id(victim, group))
+            pick = self.cached_block_hash_to_block.get_one_block(victim + _suffix(group))
             if pick is None or pick.ref_cnt != 0 or pick.block_id in taken:
                 return head
             return pick
@@ -681,17 +792,21 @@ def _pool_class(stock: type, integration: Integration) -> type:
 def _free(free: Any, integration: Integration) -> Any:
     """`KVCacheManager.free`, then a finished request to the tuner (a preempted one is
     freed too, and is not handed over)."""
+    clocks = _Clocks(integration.counters)
 
     def marconi_free(self: Any, request: Any) -> None:
-        pool, looked = self.block_pool, time.perf_counter_ns()
+        pool, start = self.block_pool, _now()
         past = _past_last_state(pool, request, self.coordinator.get_blocks(request.request_id)) \
             if getattr(pool, "marconi_states", None) is not None and pool.marconi_orphans_first \
             else []
-        _spent(integration.counters, "past", looked)
+        clocks.past(_now() - start)
         free(self, request)
-        for block in past:
-            if block.ref_cnt == 0 and block.block_hash is not None:
-                pool.marconi_orphans[block.block_id] = block
+        if past:
+            start, orphans = _now(), pool.marconi_orphans
+            for block in past:
+                if block.ref_cnt == 0 and block.block_hash is not None:
+                    orphans[block.block_id] = block
+            clocks.past(_now() - start)
         if not request.is_finished():
             return
         counters = integration.counters
@@ -725,7 +840,7 @@ def _hand_over(tuning: Tuning, counters: Counters, request: Any, kv_cache_config
         log.info("marconi: tuner started in %.0f ms (%s)", 1e3 * (time.perf_counter() - began),
                  f"process {tuning.remote.pid}" if tuning.remote is not None else
                  "a thread" if tuning.background else "inline")
-    start = time.perf_counter_ns()
+    start = _now()
     if tuning.remote is not None:  # the request's own list: the writer thread packs it
         tuning.feed(getattr(request, "_all_token_ids", request.all_token_ids),
                     int(request.num_prompt_tokens))
@@ -733,25 +848,26 @@ def _hand_over(tuning: Tuning, counters: Counters, request: Any, kv_cache_config
         tuning.feed(np.asarray(request.all_token_ids, dtype=np.int32),
                     int(request.num_prompt_tokens))
     if tuning.background:
-        counters.feed_ns += time.perf_counter_ns() - start
+        counters.feed_ns += _now() - start
 
 
 def _past_last_state(pool: Any, request: Any, blocks: tuple[list[Any], ...]) -> list[Any]:
     """A request's cached attention blocks that end past the deepest state cached on its
     sequence (whole: in every Mamba group), found through vLLM's own hash map: KV no hit
     can use once the request is gone."""
-    from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
-
-    hashes, size, groups = request.block_hashes, pool.hash_block_size, pool.marconi_states.by_group
-    cached = pool.cached_block_hash_to_block
+    hashes, size = request.block_hashes, pool.hash_block_size
+    one, suffixes = pool.cached_block_hash_to_block.get_one_block, pool.marconi_state_suffixes
     last = 0
     for j in range(len(hashes) - 1, -1, -1):
-        if all(cached.get_one_block(make_block_hash_with_group_id(hashes[j], g)) is not None
-               for g in groups):
+        for suffix in suffixes:
+            if one(hashes[j] + suffix) is None:
+                break
+        else:  # cached in every Mamba group
             last = (j + 1) * size
             break
-    return [b for g, kv_size in pool.marconi_kv_groups for i, b in enumerate(blocks[g])
-            if (i + 1) * kv_size > last and not b.is_null and b.block_hash is not None]
+    # block i ends past `last` from i = last // kv_size on
+    return [b for g, kv_size, _ in pool.marconi_kv_groups for b in blocks[g][last // kv_size:]
+            if not b.is_null and b.block_hash is not None]
 
 
 def _start(tuning: Tuning, kv_cache_config: Any) -> None:
