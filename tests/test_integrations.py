@@ -415,6 +415,39 @@ class TestVLLMWithoutTheEngine:
         assert hits("vllm-2026+marconi", 0.0) == stock
         assert hits("vllm-2026+marconi", 2.0) != stock
 
+    def test_its_score_in_python_picks_what_numpy_picks(self) -> None:
+        """`pick` scores a few candidates in Python (`flop_scores`, up to `FEW`): the same
+        scores as numpy's `flop_score`, bit for bit, and the same choice as its `argmin`
+        (the first lowest), on random efficiencies (the plugin's own, from random
+        depths), with ties, equal ones and alphas small to huge."""
+        from marconi.core.scores import flop_score
+
+        order = vllm_integration.StateOrder(PAPER_7B)
+        rng = np.random.default_rng(45)
+        tried = differ = 0
+        for _ in range(4000):
+            n = int(rng.integers(2, vllm_integration.FEW + 1))
+            kind = rng.integers(4)
+            if kind == 0:  # the plugin's efficiencies: a state after d tokens, one above
+                depth = rng.integers(1, 40, n) * 16
+                top = (rng.random(n) * depth).astype(int) // 16 * 16
+                effs = [order.above_of(int(d), int(t))[2]
+                        for d, t in zip(depth, top, strict=True)]
+            elif kind == 1:  # a few values, many ties
+                effs = [float(v) for v in rng.integers(0, 3, n) * 0.1]
+            elif kind == 2:
+                effs = [0.37] * n
+            else:
+                effs = [float(v) for v in rng.random(n) * 10.0 ** rng.integers(-3, 12)]
+            for alpha in (1e-3, 0.1, 1 / 3, 2.0, 7.5, 1e9):
+                scores = flop_score(np.array(effs), alpha)
+                assert vllm_integration.flop_scores(effs, alpha) == scores.tolist()
+                plain = int(np.argmin(scores))
+                assert vllm_integration.first_lowest(effs, alpha) == plain, (effs, alpha)
+                tried += 1
+                differ += int(plain != 0)
+        assert differ > tried // 4  # many choices are not simply the first
+
 
 class TestInsideVLLM:
     def test_any_other_version_is_refused(self) -> None:

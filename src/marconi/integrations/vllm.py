@@ -151,7 +151,7 @@ class StateOrder:
         self.keys_of[state] = keys
         for key in keys:
             self.needed_by.setdefault(key, set()).add(state)
-        if not all(cached(key) for key in keys):
+        if not all(map(cached, keys)):
             self.dead.add(state)
 
     def forget(self, block_id: int) -> None:
@@ -184,7 +184,7 @@ class StateOrder:
         last first: a state being cached comes up group by group, so that its last Mamba
         group's key is the one still missing but at its last group)."""
         for state in self.needed_by.get(key, ()):
-            if state in self.dead and all(cached(k) for k in reversed(self.keys_of[state])):
+            if state in self.dead and all(map(cached, reversed(self.keys_of[state]))):
                 self.dead.discard(state)
 
     def pick(self, found: dict[int, Any], kept: dict[int, tuple[int, Any, int]],
@@ -193,12 +193,9 @@ class StateOrder:
         `kept`: `FreeStates.kept`, whose last field ranks them in it) less `skip`: the
         first whose KV or other blocks are gone, else the first in Marconi's order
         (min-max normalized over exactly these candidates)."""
-        if skip:
-            ids = np.fromiter((i for i in found if i not in skip), dtype=np.int64)
-        else:
-            ids = np.fromiter(found, dtype=np.int64, count=len(found))
+        ids = [i for i in found if i not in skip] if skip else list(found)
         if self.alpha == 0.0 or len(ids) < 2:
-            return found[int(ids[0])]
+            return found[ids[0]]
         best = -1
         for state in self.dead:
             for i in self.blocks_of.get(state, ()):
@@ -206,7 +203,11 @@ class StateOrder:
                     best = i
         if best >= 0:
             return found[best]
-        return found[int(ids[int(np.argmin(flop_score(self.eff_of[ids], self.alpha)))])]
+        if len(ids) <= FEW:  # numpy's calls cost more than the score in Python
+            item = self.eff_of.item
+            return found[ids[first_lowest([item(i) for i in ids], self.alpha)]]
+        at = np.array(ids, dtype=np.int64)
+        return found[ids[int(np.argmin(flop_score(self.eff_of[at], self.alpha)))]]
 
     def efficiency(self, block: Any) -> float:
         depth = int(block.block_hash_num_tokens)
@@ -232,6 +233,27 @@ class StateOrder:
                 return i
         eff = np.array([self.efficiency(b) for b in candidates])
         return int(flop_order(eff, self.alpha)[0])
+
+
+FEW = 48  # candidates up to which `StateOrder.pick` scores them in Python
+
+
+def flop_scores(effs: list[float], alpha: float) -> list[float]:
+    """`flop_score(np.array(effs), alpha).tolist()`, bit for bit, in Python (at least two
+    candidates): the same IEEE operations on the same doubles in the same order (rank
+    k / (n - 1); efficiency min-max normalized, all equal -> 1; rank plus alpha times
+    that), without numpy's cost per call, some ten of them, on a few candidates."""
+    low, high, last = min(effs), max(effs), len(effs) - 1
+    if high == low:
+        return [k / last + alpha * 1.0 for k in range(last + 1)]
+    span = high - low
+    return [k / last + alpha * ((e - low) / span) for k, e in enumerate(effs)]
+
+
+def first_lowest(effs: list[float], alpha: float) -> int:
+    """`int(np.argmin(flop_score(np.array(effs), alpha)))`: the first lowest score."""
+    scores = flop_scores(effs, alpha)
+    return scores.index(min(scores))
 
 
 class FreeStates:
@@ -520,7 +542,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 start = _now()
                 order.note(dst_block.block_id, state, above)
                 if keys is not None and state not in order.keys_of:
-                    order.depend(state, keys, self._cached)
+                    order.depend(state, keys, self._is_cached())
                 clocks.books(_now() - start)
 
         def _remove_cached_block_hashes(self, block: Any) -> list[Any]:
@@ -534,9 +556,9 @@ def _pool_class(stock: type, integration: Integration) -> type:
                     self.marconi_orphans.pop(block_id, None)
                 if block_id in order.state_of:
                     order.forget(block_id)
-                needed, cached = order.needed_by, self.cached_block_hash_to_block
+                needed, cached = order.needed_by, self.cached_block_hash_to_block._cache
                 for key in removed:
-                    if key in needed and cached.get_one_block(key) is None:
+                    if key in needed and key not in cached:
                         order.removed(key)
                 clocks.books(_now() - start)
             return removed
@@ -547,7 +569,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
             users = order.needed_by.get(block_hash_with_group_id)
             if users and not order.dead.isdisjoint(users):  # else it changes nothing
                 start = _now()
-                order.inserted(block_hash_with_group_id, self._cached)
+                order.inserted(block_hash_with_group_id, self._is_cached())
                 clocks.books(_now() - start)
 
         def reset_prefix_cache(self) -> bool:
@@ -611,10 +633,10 @@ def _pool_class(stock: type, integration: Integration) -> type:
             cached state above it (same group) on the request's prefix, found through
             vLLM's own hash map (by the state's first block to come up: the others share
             it); on its first block, what a hit on it needs."""
-            key = block.block_hash
+            key = block._block_hash  # (the slots behind `block_hash`: a call less each)
             if key is None or block.is_null:
                 return
-            depth, state = int(block.block_hash_num_tokens), key[:-4]  # get_block_hash
+            depth, state = int(block._block_hash_num_tokens), key[:-4]  # get_block_hash
             last_state, above = self.marconi_last
             if last_state != state:
                 above = order.above_of(depth, self._top(request.block_hashes, depth, group))
@@ -622,20 +644,22 @@ def _pool_class(stock: type, integration: Integration) -> type:
             elif above[0] != depth:  # (one hash, one depth: never, but exact if it were)
                 above = order.above_of(depth, above[1])
             # most calls cache a block again as it was (a step's partial entry, then the
-            # full block): nothing to note then
-            if order.state_of.get(block.block_id) != state \
-                    or order.above.get(block.block_id) != above:
-                order.note(block.block_id, state, above)
+            # full block): nothing to note then (its tuple is mostly the one shared)
+            block_id = block.block_id
+            known = order.above.get(block_id)
+            if (known is not above and known != above) \
+                    or order.state_of.get(block_id) != state:
+                order.note(block_id, state, above)
             if state not in order.keys_of:  # its first block: what a hit on it needs
                 order.depend(state, self._keys(request.block_hashes, state, depth),
-                             self._cached)
+                             self._is_cached())
 
         def _top(self, hashes: Any, depth: int, group: int) -> int:
             """The depth of the nearest state cached above `depth` on `hashes` (0: none)."""
             size, suffix = self.hash_block_size, _suffix(group)
-            one = self.cached_block_hash_to_block.get_one_block
+            cache = self.cached_block_hash_to_block._cache  # (see `_is_cached`)
             for j in range(min(depth // size, len(hashes)) - 2, -1, -1):
-                if one(hashes[j] + suffix) is not None:
+                if hashes[j] + suffix in cache:
                     return (j + 1) * size
             return 0
 
@@ -650,7 +674,14 @@ def _pool_class(stock: type, integration: Integration) -> type:
             return (*keys, *(state + suffix for suffix in self.marconi_state_suffixes))
 
         def _cached(self, key: Any) -> bool:
+            """Is `key` cached, as vLLM's map says (the plain check's)."""
             return self.cached_block_hash_to_block.get_one_block(key) is not None
+
+        def _is_cached(self) -> Any:
+            """`_cached` in C, for the hooks: the map's own dict's `__contains__` (vLLM's
+            map drops a key with its last block, `BlockHashToBlockMap.pop`: a key it holds
+            has a block), looked up at each call (`reset_prefix_cache` makes a new map)."""
+            return self.cached_block_hash_to_block._cache.__contains__
 
         def _check(self, chosen: Any, group: int, skip: set[int]) -> None:
             """The same choice made the plain way (`StateOrder.first` over the free states
@@ -856,11 +887,11 @@ def _past_last_state(pool: Any, request: Any, blocks: tuple[list[Any], ...]) -> 
     sequence (whole: in every Mamba group), found through vLLM's own hash map: KV no hit
     can use once the request is gone."""
     hashes, size = request.block_hashes, pool.hash_block_size
-    one, suffixes = pool.cached_block_hash_to_block.get_one_block, pool.marconi_state_suffixes
+    cache, suffixes = pool.cached_block_hash_to_block._cache, pool.marconi_state_suffixes
     last = 0
-    for j in range(len(hashes) - 1, -1, -1):
+    for j in range(len(hashes) - 1, -1, -1):  # (the map holds a key with a block only)
         for suffix in suffixes:
-            if one(hashes[j] + suffix) is None:
+            if hashes[j] + suffix not in cache:
                 break
         else:  # cached in every Mamba group
             last = (j + 1) * size
