@@ -37,6 +37,7 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -259,19 +260,25 @@ def open_loop(name: str, trace: Scaled, seed: int = 0) -> Any:
     return Trace(name, tuple(sorted(requests, key=lambda r: r.arrival)))
 
 
+def fitted_plans(plans: tuple[Plan, ...]) -> Iterator[tuple[Plan, Scaled]]:
+    """Each plan with its trace fitted to the served model (`scaled`); a plan whose data
+    is absent is said and skipped."""
+    for plan in plans:
+        trace = load(plan.trace)
+        if trace is None:
+            print(f"{plan.trace}: data absent, skipped")
+            continue
+        yield plan, scaled(trace, stride=plan.stride, vocab=VOCAB, requests=plan.requests,
+                           max_tokens=plan.max_model_len, max_output=plan.max_output,
+                           span=plan.span)
+
+
 def predict(plans: tuple[Plan, ...], pools: list[int], policies: list[str], out: Path) -> None:
     """No server: per plan and pool, what the replay through vLLM's cache classes predicts
     for each policy against stock (cached tokens, and FLOPs saved, what marconi's order
     maximizes), on the open-loop trace (`open_loop`): where the order could show."""
     model = write_model(out / "model")
-    for plan in plans:
-        source = load(plan.trace)
-        if source is None:
-            print(f"{plan.trace}: data absent, skipped")
-            continue
-        fitted = scaled(source, stride=plan.stride, vocab=VOCAB, requests=plan.requests,
-                        max_tokens=plan.max_model_len, max_output=plan.max_output,
-                        span=plan.span)
+    for plan, fitted in fitted_plans(plans):
         sent = open_loop(plan.trace, fitted)
         print(f"\n{plan.trace}: {len(sent)} requests (every {plan.stride} token(s)), "
               f"{sum(r.n_input for r in sent)} input tokens, open loop", flush=True)
@@ -375,14 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     model = write_model(out / "model")
     all_runs: list[list[Run]] = []
-    for plan in plans:
-        trace = load(plan.trace)
-        if trace is None:
-            print(f"{plan.trace}: data absent, skipped")
-            continue
-        fitted = scaled(trace, stride=plan.stride, vocab=VOCAB, requests=plan.requests,
-                        max_tokens=plan.max_model_len, max_output=plan.max_output,
-                        span=plan.span)
+    for plan, fitted in fitted_plans(plans):
         print(f"{plan.trace}: serving {len(fitted.turns)} requests", file=sys.stderr,
               flush=True)
         runs = [serve_one(p, plan, fitted, model, out, not args.no_progress)
