@@ -47,26 +47,26 @@ GENERATING = [0.0]  # CPU seconds the stream spent generating requests
 
 
 def stream(requests: int, chunk: int, every: float) -> Iterator[Request]:
-    """`requests` agent calls, generated `chunk` sessions at a time."""
+    """`requests` agent calls, generated `chunk` sessions at a time (each chunk's
+    requests made whole, then handed out: the clock is read per chunk, not per request)."""
     served, offset, start, last = 0, 0.0, time.perf_counter(), time.perf_counter()
     for k in range(sys.maxsize):
         cpu = time.process_time()
         trace = load_trace("synthetic:agent", options=TraceOptions(
             sessions=chunk, seed=k, use_cache=False))
+        made = [dataclasses.replace(request, session_id=f"{k}/{request.session_id}",
+                                    arrival=offset + request.arrival)
+                for request in trace.requests[:requests - served]]
         GENERATING[0] += time.process_time() - cpu
-        for request in trace:
-            if served == requests:
-                return
-            cpu = time.process_time()
-            out = dataclasses.replace(request, session_id=f"{k}/{request.session_id}",
-                                      arrival=offset + request.arrival)
-            GENERATING[0] += time.process_time() - cpu
+        for out in made:
             yield out
             served += 1
             if time.perf_counter() - last >= every:
                 last = time.perf_counter()
                 print(f"  {served:,} requests, {last - start:.0f} s, "
                       f"peak RSS {peak_rss_mb():.0f} MB", flush=True)
+        if served == requests:
+            return
         offset += trace[-1].arrival
 
 

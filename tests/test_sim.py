@@ -413,8 +413,9 @@ class TestBatchedReplay:
     @staticmethod
     def _records(result: Any) -> dict[str, list[int]]:
         r = result.records
-        return {k: getattr(r, k).tolist() for k in ("n_input", "n_output", "hit", "kv_bytes",
-                                                    "ssm_bytes", "bound", "seen")}
+        return {**{k: getattr(r, k).tolist() for k in ("n_input", "n_output", "hit", "kv_bytes",
+                                                       "ssm_bytes", "bound", "seen")},
+                "sessions": list(result.sessions), "arrivals": result.arrivals.tolist()}
 
     @pytest.mark.parametrize("bounds", [False, True])
     @pytest.mark.parametrize("core", ["python", "compiled"])

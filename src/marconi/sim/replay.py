@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sized
+from itertools import islice
 
 import numpy as np
 from tqdm import tqdm
@@ -64,33 +65,34 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
     # once nothing but the cache sees each request (no tuner left to feed, no bounds, no
     # callback), requests are served in batches: the compiled core runs their loop
     batchable = not config.concurrent and before is None and not cache.admission.per_session
-    batching, pending = False, list[Request]()
-    for i, request in enumerate(bar):
+    requests, served = iter(bar), 0
+    for i, request in enumerate(requests):
         if i == len(records):  # a stream outgrew its records
-            if pending:
-                _serve_batch(pending, i - len(pending), cache, records)
-                pending = []
             records, arrivals = records.resized(2 * i), resized(arrivals, 2 * i)
         sessions.append(request.session_id)
         arrivals[i] = request.arrival
-        if batching:
-            pending.append(request)
-            if len(pending) == BATCH:
-                _serve_batch(pending, i + 1 - BATCH, cache, records)
-                pending = []
-            continue
+        served = i + 1
         if not config.concurrent:
             if before is not None:
                 before(i)
             _step(request, i, cache, tuner, records)
-            batching = batchable and bound is None and (
-                tuner is None or bool(getattr(tuner, "done", False)))
         if bound is not None:
             _bounds(request, i, bound, seen, records)
             if seen.tokens > config.bounds_tokens:  # they would grow with the trace
                 bound, seen, dropped = None, SeenTree(), i + 1
-    if pending:
-        _serve_batch(pending, len(sessions) - len(pending), cache, records)
+        if batchable and bound is None and (
+                tuner is None or bool(getattr(tuner, "done", False))):
+            break
+    # the rest in batches of BATCH, their loop in the compiled core
+    while batch := list(islice(requests, BATCH)):
+        end = served + len(batch)
+        if end > len(records):  # a stream outgrew its records
+            grown = max(2 * len(records), end)
+            records, arrivals = records.resized(grown), resized(arrivals, grown)
+        sessions.extend([r.session_id for r in batch])
+        arrivals[served:end] = [r.arrival for r in batch]
+        _serve_batch(batch, served, cache, records)
+        served = end
     if len(sessions) < len(records):  # the stream's rows only
         records, arrivals = records.resized(len(sessions)), resized(arrivals, len(sessions))
     seconds = time.perf_counter() - start
