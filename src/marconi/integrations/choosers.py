@@ -1,7 +1,7 @@
 """What picks an engine's alpha from the requests it finished (docs/integrations.md):
-marconi's bootstrap tuner (`Bootstrap`) or marconi+'s shadow experts (`Shadows`), each over
-token-only mirrors of the engine's cache; run by `common.Tuning` in the engine's process
-or by `tuner_process` in a child of it."""
+marconi's bootstrap tuner (`Bootstrap`, guarded by a mirror at the engine's own order) or
+marconi+'s shadow experts (`Shadows`), each over token-only mirrors of the engine's cache;
+run by `common.Tuning` in the engine's process or by `tuner_process` in a child of it."""
 
 from __future__ import annotations
 
@@ -10,17 +10,42 @@ from typing import Any
 import numpy as np
 
 from marconi.core.tokens import as_tokens
-from marconi.core.tuning import hit_worth
+from marconi.core.tuning import Objective, hit_worth
+
+# the bootstrap tuner's guard (`Bootstrap`): marconi+'s decision period and lead against the
+# engine's own order (`plus.shadows.ShadowConfig.every`, `.lead`), not imported from there
+# (marconi+ is loaded only where it runs)
+GUARD_EVERY = 16
+GUARD_LEAD = 0.001
 
 
 class Bootstrap:
     """marconi's bootstrap tuner over one mirror of the engine's cache: the alpha it adopts
-    at the end of its window, once."""
+    at the end of its window, once. And a guard (`guard`), so that marconi does not stay
+    below the engine's own order: a second mirror at alpha 0 fed the same requests; once
+    the tuner has adopted an alpha other than 0, every `every` requests it compares what
+    each mirror saved since (prefill FLOPs, as marconi+'s shadows count them), and when
+    alpha 0's leads by more than `lead` of what a cache holding every input would have
+    saved since, and by at least one average request's worth of that (`leader`'s `lead`
+    and floor, `plus.shadows`), it chooses alpha 0, once, and stops guarding."""
 
-    def __init__(self) -> None:
+    def __init__(self, guard: bool = True, every: int = GUARD_EVERY,
+                 lead: float = GUARD_LEAD) -> None:
+        if every < 1 or not 0 <= lead <= 1:
+            raise ValueError(f"Bootstrap: every must be >= 1 and lead in [0, 1], got "
+                             f"{every!r}, {lead!r}")
         self.mirror: Any = None
         self.tuner: Any = None
-        self.adopted: float | None = None
+        self.adopted: float | None = None  # the tuner's alpha
+        self.guard, self.every, self.lead = guard, every, lead
+        self.stock: Any = None  # the alpha-0 mirror, while it may yet be needed
+        self.seen = 0  # requests observed
+        self.adopted_at: int | None = None  # requests observed when the tuner adopted
+        self.restored_at: int | None = None  # ... when the guard chose alpha 0
+        self.since = 0  # requests observed since the tuner adopted (while guarding)
+        self.saved = [0.0, 0.0]  # FLOPs saved since then: the adopted alpha's, alpha 0's
+        self.possible = 0.0  # FLOPs a cache holding every input would have saved since then
+        self.why: str | None = None  # why the last alpha chosen was (the guard's reason)
 
     def build(self, system: Any, spec: Any, capacity: int, layout: dict[str, Any],
               wait: bool) -> None:
@@ -28,21 +53,59 @@ class Bootstrap:
 
         self.mirror = system.cache(spec, capacity, **layout)
         self.tuner = system.make_tuner(None, TunerOptions(wait=wait))
+        if self.guard:
+            self.stock = system.cache(spec, capacity, alpha=0.0, **layout)
 
     def observe(self, tokens: np.ndarray, n_input: int) -> float | None:
-        self.mirror.lookup(tokens[:n_input])
+        self.seen += 1
+        hit = self.mirror.lookup(tokens[:n_input]).hit
         self.mirror.commit(tokens, n_input)
+        stock = None if self.stock is None else hit_worth(self.stock, tokens, n_input, (),
+                                                          Objective.FLOPS)
         self.tuner.observe(self.mirror, tokens, n_input)
-        if self.tuner.done and self.adopted is None:
-            self.adopted = float(self.mirror.alpha)
+        if self.adopted is None:
+            if not self.tuner.done:
+                return None
+            self.adopted, self.adopted_at = float(self.mirror.alpha), self.seen
+            if self.adopted == 0.0:
+                self.stock = None  # the engine's own order: nothing to guard
             return self.adopted
-        return None
+        if stock is None:
+            return None
+        return self._guard(float(self.mirror.spec.flops(hit)), stock, n_input)
+
+    def _guard(self, mine: float, stock: float, n_input: int) -> float | None:
+        """Add one request after the adoption to the books; alpha 0 when its mirror leads
+        decisively at a decision point."""
+        self.since += 1
+        self.saved[0] += mine
+        self.saved[1] += stock
+        self.possible += float(self.mirror.spec.flops(n_input))
+        if self.since % self.every:
+            return None
+        lead = self.saved[1] - self.saved[0]
+        if not lead > max(self.possible * self.lead, self.possible / self.since):
+            return None
+        self.restored_at, self.stock = self.seen, None  # once: guarding stops here
+        self.why = (f"its guard: alpha 0 (the engine's own order) saved "
+                    f"{100 * lead / self.possible:.2f}% of the possible prefill FLOPs more "
+                    f"than alpha {self.adopted:g} in the {self.since} requests since alpha "
+                    f"{self.adopted:g} was adopted (bound: more than "
+                    f"{100 * self.lead:g}% and one average request's worth)")
+        return 0.0
 
     def status(self) -> str:
         return "tuned" if self.adopted is not None else "untuned"
 
     def report(self) -> dict[str, Any]:
-        return {}
+        """The guard's books (`alpha_why`: why the last alpha was chosen, where the guard
+        chose it)."""
+        guard = {"on": self.guard, "every": self.every, "lead": self.lead,
+                 "adopted": self.adopted, "adopted_at": self.adopted_at,
+                 "since": self.since, "saved_adopted": self.saved[0],
+                 "saved_alpha0": self.saved[1], "possible": self.possible,
+                 "restored": self.restored_at is not None, "restored_at": self.restored_at}
+        return {"guard": guard, **({"alpha_why": self.why} if self.why else {})}
 
 
 # marconi+'s experts in an engine: the engine's own order (alpha 0) and Marconi's score

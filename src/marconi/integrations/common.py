@@ -249,9 +249,10 @@ class Tuning:
     def _adopt(self, alpha: float) -> None:
         before, self.alpha_adopted = self.order.alpha, alpha
         self.order.alpha = alpha  # the engine's from its next eviction
-        self.log.info("marconi: alpha %g adopted (was %g; %s, after %d finished requests)",
+        why = self.report().get("alpha_why")  # (where a guard chose it, why)
+        self.log.info("marconi: alpha %g adopted (was %g; %s, after %d finished requests)%s",
                       alpha, before, type(self.chooser).__name__.lower(),
-                      self.counters.requests)
+                      self.counters.requests, f": {why}" if why else "")
 
     def close(self, timeout: float | None = None) -> None:
         """Let the thread (or the child) finish what it was given (the benchmark's end);
