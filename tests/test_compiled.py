@@ -98,13 +98,15 @@ class Twins(RuleBasedStateMachine):
         key = np.asarray(inp + out, dtype=np.int32).tobytes()
         assert self.twin.serve(key, len(inp)) == self.python.serve(key, len(inp))
 
-    @rule(inp=inputs, out=outputs, bad=st.sampled_from([None, -1, -(2**31)]))
-    def serve_tokens(self, inp: list[int], out: list[int], bad: int | None) -> None:
-        """From an int32 array, read in place by the compiled core, which checks the ids:
-        a negative one is refused alike, before any side effect (`same` checks)."""
+    @rule(inp=inputs, out=outputs, bad=st.sampled_from([None, -1, -(2**31)]),
+          at=st.integers(0, 2**16))
+    def serve_tokens(self, inp: list[int], out: list[int], bad: int | None, at: int) -> None:
+        """From an int32 array, read in place by the compiled core, which checks the ids
+        its walk did not match to the tree's: a negative one anywhere (a cached prefix
+        before it, in the output) is refused alike, before any side effect (`same`)."""
         tokens = np.asarray(inp + out, dtype=np.int32)
         if bad is not None:
-            tokens[len(tokens) // 2] = bad
+            tokens[at % len(tokens)] = bad
             errors = []
             for cache in (self.python, self.twin):
                 with pytest.raises(ValueError, match="token ids must be in") as err:

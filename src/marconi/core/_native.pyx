@@ -61,6 +61,7 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         PlanOut peek(const int32_t*, i64) except +
         CommitOut commit(const int32_t*, i64, i64) except +
         i64 serve(const int32_t*, i64, i64) except +
+        i64 serve_checking(const int32_t*, i64, i64) except +
         @staticmethod
         cbool any_negative(const int32_t*, i64)
         vector[int] walk()
@@ -136,14 +137,14 @@ cdef class NativeCore:
         PyObject_GetBuffer(tokens, &view, PyBUF_C_CONTIGUOUS)
         cdef i64 n = view.len // 4
         cdef const int32_t* data = <const int32_t*>view.buf
+        cdef i64 hit
         try:
             if view.itemsize != 4:
                 raise ValueError("serve: tokens must be int32")
             if not 0 < n_input <= n:
                 raise ValueError(f"serve: n_input={n_input!r} outside [1, {n}]")
-            if Core.any_negative(data, n):
-                return None
-            return self.core.serve(data, n, n_input)
+            hit = self.core.serve_checking(data, n, n_input)
+            return None if hit < 0 else hit
         finally:
             PyBuffer_Release(&view)
 
@@ -157,7 +158,7 @@ cdef class NativeCore:
         `len(arrays)`."""
         cdef Py_buffer view
         cdef Py_ssize_t j, m = len(arrays)
-        cdef i64 n, k
+        cdef i64 n, k, hit
         cdef const int32_t* data
         cdef bytes fmt
         for j in range(start, m):
@@ -171,9 +172,12 @@ cdef class NativeCore:
                     return j
                 n, k = view.len // 4, n_input[j]
                 data = <const int32_t*>view.buf
-                if not 0 < k <= n or Core.any_negative(data, n):
+                if not 0 < k <= n:
                     return j
-                hits[j] = self.core.serve(data, n, k)
+                hit = self.core.serve_checking(data, n, k)
+                if hit < 0:
+                    return j
+                hits[j] = hit
                 kv[j] = self.core.stats.kv_bytes
                 ssm[j] = self.core.stats.ssm_bytes
             finally:

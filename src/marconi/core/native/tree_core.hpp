@@ -103,8 +103,13 @@ class Core {
     // --- the request's life ------------------------------------------------------------
 
     PlanOut lookup(const i32* key, i64 n, bool plan_checkpoints = true) {
-        clock += 1;
         match(key, n);
+        return looked_up(n, plan_checkpoints);
+    }
+
+    // `lookup` after its walk (`match(key, n)`, the tree unchanged since)
+    PlanOut looked_up(i64 n, bool plan_checkpoints) {
+        clock += 1;
         PlanOut plan = plan_of(n);
         if (plan_checkpoints) checkpoints_of(plan, n);
         on_lookup(plan.node);
@@ -187,6 +192,18 @@ class Core {
 
     i64 serve(const i32* key, i64 n, i64 n_input) {
         i64 hit = lookup(key, n_input, false).hit;
+        commit(key, n, n_input, true);
+        return hit;
+    }
+
+    // `serve` of ids not yet checked: -1, the cache untouched, when one is negative. The
+    // walk comes first (it changes nothing): the ids it matched equal ids the tree holds,
+    // all checked when they came in, so only the rest are read for their signs (the ids
+    // are read once, not twice, on the replay's hot path).
+    i64 serve_checking(const i32* key, i64 n, i64 n_input) {
+        match(key, n_input);
+        if (any_negative(key + length_, n - length_)) return -1;
+        i64 hit = looked_up(n_input, false).hit;
         commit(key, n, n_input, true);
         return hit;
     }
