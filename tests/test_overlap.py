@@ -282,6 +282,30 @@ def test_many_depths_are_thinned_to_a_near_optimal_plan() -> None:
     assert 0.95 * exact_reuse <= reuse <= exact_reuse
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_thinning_by_bisection_is_thinning_the_whole_distribution(seed: int) -> None:
+    """`points` thins by bisection over running counts (`thinned`): the same depths and
+    the same doubles as `thin(*distribution(n))`, at every cut `n`, as requests are
+    learnt one by one (repeated depths, nothing overlapped, depths past the cut)."""
+    from marconi.plus.overlap import CANDIDATES, thin
+
+    rng = np.random.default_rng(seed)
+    planner = OverlapPlanner()
+    low = int(rng.integers(1, 50))
+    pool = [int(d) for d in rng.integers(low, low + rng.integers(400, 20_000), 900)]
+    for k in range(1200):
+        depth = 0 if rng.random() < 0.1 else pool[int(rng.integers(len(pool)))]
+        planner.add(depth, np.arange(1, 3, dtype=np.int32).tobytes())
+        if (k % 97 and k < 1150) or not planner.depths:
+            continue
+        for n in (planner.depths[-1], planner.depths[len(planner.depths) // 2],
+                  planner.depths[-1] + 1, int(rng.integers(1, planner.depths[-1] + 2))):
+            end = int(np.searchsorted(planner.depths, n, side="right"))
+            whole = thin(*planner.distribution(n))
+            assert planner.thinned(end) == whole, (k, n)
+    assert len(planner.depths) > CANDIDATES
+
+
 def test_sampled_shadows_keep_the_planner_learning_every_request() -> None:
     """Once the shadows sample sessions, they still share the tuner's planner, and the
     planner still learns every request (the live stream's distribution, not the sample's)."""

@@ -21,9 +21,10 @@ a radix tree of everything seen), so the first requests take no checkpoint.
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Sequence
+from itertools import accumulate
 
 from marconi.core.policy import Admission
 from marconi.core.tree import TOKEN_BYTES, Match, RadixTree, first_mismatch
@@ -95,6 +96,8 @@ class Overlaps:
         self.seen = RadixTree()  # the sequences learnt (every one without `memory`)
         self.depths: list[int] = []  # the distinct overlap depths learnt, ascending
         self.counts: dict[int, int] = {}  # requests learnt at each of those depths
+        self.tally: list[int] = []  # the same counts in the order of `depths`
+        self._below: list[int] | None = None  # running sums of `tally` (None: stale)
         self.overlapped = 0  # requests learnt that overlapped something
         self.zeros = 0  # requests learnt that overlapped nothing
 
@@ -111,10 +114,14 @@ class Overlaps:
         """Learn a request that overlapped `depth` tokens and spelled `tokens` (its input
         and output)."""
         if depth:
+            i = bisect_left(self.depths, depth)
             if depth not in self.counts:
-                insort(self.depths, depth)
+                self.depths.insert(i, depth)
+                self.tally.insert(i, 0)
                 self.counts[depth] = 0
             self.counts[depth] += 1
+            self.tally[i] += 1
+            self._below = None
             self.overlapped += 1
         else:
             self.zeros += 1
@@ -161,6 +168,14 @@ class Overlaps:
             survival.append((overlapped - below) / total)
             below += counts.get(depth, 0) + (depth == pending)
         return depths, survival
+
+
+    def below(self) -> list[int]:
+        """`below()[i]`: the requests learnt that overlapped less deep than `depths[i]`
+        but something (the running sums of `tally`, kept until the next request learnt)."""
+        if self._below is None:
+            self._below = list(accumulate(self.tally, initial=0))
+        return self._below
 
 
 def spell(tree: RadixTree, tokens: bytes) -> None:

@@ -17,7 +17,9 @@ request -> live cache: lookup + commit (points from the requests before it)
 Cost: the sequences seen are kept as a token radix tree (about 4 bytes per distinct
 token), at most `memory` tokens of them (marconi+: `ShadowConfig.overlap_memory`, 2^24;
 older ones are forgotten, `Overlaps`; `marconi+-overlap` keeps every one, for replays),
-and each distinct overlap depth with its count; a plan walks the distinct depths.
+and each distinct overlap depth with its count; a plan walks the distinct depths up to
+`CANDIDATES` of them, and past that finds the ones `thin` keeps by bisection, their
+survival from running counts rebuilt once per request learnt (`thinned`).
 Where more than `CANDIDATES` distinct depths are up to the input's length (agent
 trajectories: every step overlaps its predecessor at a new depth), the dynamic program
 runs over the shallowest of each 1/`PER_DOUBLING` of a doubling (`thin`), not over all
@@ -28,6 +30,7 @@ fewer tokens each.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
 from marconi.core.tree import TOKEN_BYTES
@@ -70,12 +73,34 @@ class OverlapPlanner(Overlaps):
         last = self._last
         if last is not None and last[0] == key:
             return last[1]
-        depths, survival = self.distribution(len(key) // TOKEN_BYTES)
-        if len(depths) > CANDIDATES:
-            depths, survival = thin(depths, survival)
+        n = len(key) // TOKEN_BYTES
+        end = bisect_right(self.depths, n)
+        if end > CANDIDATES:  # `thin(*self.distribution(n))`, walking only what it keeps
+            depths, survival = self.thinned(end)
+        else:
+            depths, survival = self.distribution(n)
         points = place(depths, survival, self.budget)[1]
         self._last = (key, points)
         return points
+
+    def thinned(self, end: int, per_doubling: int = PER_DOUBLING
+                ) -> tuple[list[int], list[float]]:
+        """`thin` of the distribution of the first `end` distinct depths, found by
+        bisection (each kept depth is the first at least 2^(1/per_doubling) times the
+        last) and its survival from the running counts, without walking the depths
+        between: the same depths and the same doubles (the same integers divided)."""
+        depths, below = self.depths, self.below()
+        overlapped, total = self.overlapped, self.requests
+        step = 2.0 ** (1.0 / per_doubling)
+        kept: list[int] = []
+        share: list[float] = []
+        i = 0
+        while i < end:
+            depth = depths[i]
+            kept.append(depth)
+            share.append((overlapped - below[i]) / total)
+            i = bisect_left(depths, depth * step, i + 1, end)
+        return kept, share
 
     def learn(self, key: bytes, n_input: int) -> None:
         """Add a request (`key`: its input and output, int32 token bytes; its first
