@@ -487,10 +487,10 @@ class TestInsideVLLM:
 
     def test_the_free_states_built_when_alpha_leaves_zero_are_vllms_queue(self, chat
                                                                           ) -> None:
-        """The free states' books are kept only while alpha is not 0, and built from vLLM's
-        free queue when the tuner (inline: reproducible) moves alpha off 0 mid-run; each
-        choice after checks them against the queue, and the victim against the plain
-        order."""
+        """The free states a choice scores are found by one walk of vLLM's free queue when
+        a choice needs them (no books of them are kept); once the tuner (inline:
+        reproducible) moves alpha off 0 mid-run, each choice checks them against the queue
+        as `get_all_free_blocks` gives it, and the victim against the plain order."""
         need("vllm")
         from marconi.sim.real_engine import replay
 

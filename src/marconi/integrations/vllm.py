@@ -49,9 +49,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
-from itertools import compress
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -100,10 +97,11 @@ def check_version() -> str:
 
 class StateOrder:
     """Marconi's score over the free cached states of a Mamba group, and what it needs to
-    know of each state, kept up to date by the pool's hooks so that a choice costs no
-    walk over the candidates in Python; `alpha` may change at any time (the tuner sets
-    it; a float assignment is atomic). A state is a block hash (group id left out) with
-    one block per Mamba group. `first` is the same choice made the plain way, over a
+    know of each state (its efficiency, whether a hit can still use it), kept up to date by
+    the pool's hooks so that a choice reads them for the candidates that one walk of vLLM's
+    free queue finds (`MarconiBlockPool._free_states`); `alpha` may change at any time
+    (the tuner sets it; a float assignment is atomic). A state is a block hash (group id
+    left out) with one block per Mamba group. `first` is the same choice made the plain way, over a
     list: the reference that `check` compares every choice with."""
 
     def __init__(self, spec: ModelSpec, alpha: float = 0.0, orphans_first: bool = True
@@ -187,22 +185,19 @@ class StateOrder:
             if state in self.dead and all(map(cached, reversed(self.keys_of[state]))):
                 self.dead.discard(state)
 
-    def pick(self, found: dict[int, Any], kept: dict[int, tuple[int, Any, int]],
-             skip: set[int]) -> Any:
-        """The state block to evict among the free ones `found` (free queue order;
-        `kept`: `FreeStates.kept`, whose last field ranks them in it) less `skip`: the
-        first whose KV or other blocks are gone, else the first in Marconi's order
-        (min-max normalized over exactly these candidates)."""
+    def pick(self, found: dict[int, Any], skip: set[int]) -> Any:
+        """The state block to evict among the free ones `found` (free queue order) less
+        `skip`: the first whose KV or other blocks are gone, else the first in Marconi's
+        order (min-max normalized over exactly these candidates)."""
         ids = [i for i in found if i not in skip] if skip else list(found)
         if self.alpha == 0.0 or len(ids) < 2:
             return found[ids[0]]
-        best = -1
-        for state in self.dead:
-            for i in self.blocks_of.get(state, ()):
-                if i in found and i not in skip and (best < 0 or kept[i][2] < kept[best][2]):
-                    best = i
-        if best >= 0:
-            return found[best]
+        dead = self.dead
+        if dead:  # (a block's state is `state_of`'s, the same books as `blocks_of`)
+            state_of = self.state_of
+            for i in ids:
+                if state_of.get(i) in dead:
+                    return found[i]
         if len(ids) <= FEW:  # numpy's calls cost more than the score in Python
             item = self.eff_of.item
             return found[ids[first_lowest([item(i) for i in ids], self.alpha)]]
@@ -254,45 +249,6 @@ def first_lowest(effs: list[float], alpha: float) -> int:
     """`int(np.argmin(flop_score(np.array(effs), alpha)))`: the first lowest score."""
     scores = flop_scores(effs, alpha)
     return scores.index(min(scores))
-
-
-class FreeStates:
-    """The pool's free cached Mamba states, per group, in free-queue order (a dict keeps
-    insertion order, and vLLM appends cached blocks at the queue's tail), kept beside
-    vLLM's own queue by the pool's hooks (a block taken, touched or losing its hash
-    leaves), only while alpha is not 0 (`MarconiBlockPool._keep_free_states` builds them
-    from the queue when it leaves 0); `live` is the plain check of the same
-    (`StateOrder.check`). What it knows of a block is one tuple, so that keeping it costs
-    the hooks two dict writes."""
-
-    def __init__(self, groups: Iterable[int]) -> None:
-        self.by_group: dict[int, dict[int, Any]] = {g: {} for g in groups}
-        # block id -> (group, its hash when it was added, when it was added)
-        self.kept: dict[int, tuple[int, Any, int]] = {}
-        self._added = 0
-
-    def add(self, block: Any, group: int) -> None:
-        block_id = block.block_id
-        self.discard(block_id)
-        self.by_group[group][block_id] = block
-        self.kept[block_id] = (group, block.block_hash, self._added)
-        self._added += 1
-
-    def discard(self, block_id: int) -> None:
-        known = self.kept.pop(block_id, None)
-        if known is not None:
-            del self.by_group[known[0]][block_id]
-
-    def clear(self) -> None:
-        for found in self.by_group.values():
-            found.clear()
-        self.kept.clear()
-
-    def live(self, group: int) -> list[Any]:
-        """The group's free cached states as the blocks themselves say (not taken, and
-        holding the hash they had when added)."""
-        return [b for b in self.by_group[group].values()
-                if b.ref_cnt == 0 and b.block_hash is self.kept[b.block_id][1]]
 
 
 # --- installing it ----------------------------------------------------------------------
@@ -406,8 +362,9 @@ _now = time.perf_counter_ns
 
 class _Clocks:
     """What a hook calls with the time it took (ns, read with `_now` before the call): the
-    loop's ordering cost, and one of its parts: books (the pool's hooks keeping the free
-    states), record (a state cached), choose (an allocation's blocks), past (a finished
+    loop's ordering cost, and one of its parts: books (the pool's hooks keeping the
+    states' books), record (a state cached), choose (an allocation's blocks, the walk for a
+    victim's candidates included), past (a finished
     request's KV past its last state). The clock is read first, so that the figure holds
     the hook's work and not the counting (a call into code that is cold in the
     scheduling loop: a microsecond or two, as much as some hooks' work); one function per
@@ -452,9 +409,12 @@ def _coordinator_init(stock: Any, order: StateOrder) -> Any:
             if not groups:
                 raise IntegrationError(f"{WHO}: this model has no Mamba layers; Marconi's "
                                        "eviction orders Mamba states only")
-            pool.marconi_states = FreeStates(groups)
+            pool.marconi_states = dict.fromkeys(groups)
             pool.marconi_state_ends = {_suffix(g): g for g in groups}
             pool.marconi_state_suffixes = [_suffix(g) for g in groups]
+            if len(kv_cache_config.kv_cache_groups) <= 256:  # a key's last byte: its group
+                pool.marconi_state_of_byte = tuple(
+                    i if i in groups else None for i in range(256))
             order.size(len(pool.blocks))
             pool.marconi_replacing = {}
             pool.marconi_orphans = {}
@@ -464,11 +424,12 @@ def _coordinator_init(stock: Any, order: StateOrder) -> Any:
                 (i, g.kv_cache_spec.block_size, _suffix(i))
                 for i, g in enumerate(kv_cache_config.kv_cache_groups)
                 if isinstance(g.kv_cache_spec, AttentionSpec)]
+            # each attention group's request -> blocks (its manager's own dict: a
+            # finished request's blocks read without `get_blocks`' tuple over every group)
+            pool.marconi_kv_blocks = [(self.single_type_managers[i].req_to_blocks, size)
+                                      for i, size, _ in pool.marconi_kv_groups]
 
     return __init__
-
-
-_hash_of = attrgetter("block_hash")  # (with `compress`: a block list's cached ones, in C)
 
 
 def _pool_class(stock: type, integration: Integration) -> type:
@@ -485,22 +446,24 @@ def _pool_class(stock: type, integration: Integration) -> type:
         """vLLM's `BlockPool`; when a block it takes is a cached Mamba state, Marconi's
         order says which state goes (marconi.integrations.vllm)."""
 
-        marconi_states: FreeStates | None = None  # set by the coordinator's hook
+        # the Mamba groups (a dict, for `in`); set by the coordinator's hook
+        marconi_states: dict[int, None] | None = None
         # a state group's hash suffix -> the group; the suffixes, in group order
         marconi_state_ends: dict[bytes, int] = {}  # noqa: RUF012
         marconi_state_suffixes: list[bytes] = []  # noqa: RUF012
+        # a key's last byte -> its Mamba group, or None (not a Mamba group's key): where
+        # every group id is below 256 its 4-byte suffix is three zeros and that byte
+        marconi_state_of_byte: tuple[int | None, ...] | None = None
         marconi_config: Any = None
         # (group, block size, hash suffix) of each attention group
         marconi_kv_groups: list[tuple[int, int, bytes]] = []  # noqa: RUF012
+        # (request id -> blocks, block size) of each attention group
+        marconi_kv_blocks: list[tuple[dict[str, list[Any]], int]] = []  # noqa: RUF012
         marconi_replacing: dict[bytes, bytes] = {}  # noqa: RUF012  state -> its victim
         # free cached KV blocks past the last state of the request that freed them: no
         # hit ends past a state, so they save no FLOPs (a tree would not keep them)
         marconi_orphans: dict[int, Any] = {}  # noqa: RUF012
         marconi_orphans_first = True  # False: left in vLLM's order (an ablation)
-        # the free states' books are kept (`_keep_free_states`) only while alpha is not 0:
-        # at alpha 0 no choice reads them, and the hooks that keep them run some thirty
-        # times a request
-        marconi_keeping = False
         # the last state recorded and what `note` kept of it (`StateOrder.above_of`): its
         # blocks in the other groups come next and share it
         marconi_last: tuple[bytes | None, tuple[int, int, float]] = (None, (0, 0, 0.0))
@@ -511,11 +474,20 @@ def _pool_class(stock: type, integration: Integration) -> type:
             super().cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks,
                                       block_size, kv_cache_group_id, block_mask)
             states = self.marconi_states
-            if states is not None and kv_cache_group_id in states.by_group \
+            if states is not None and kv_cache_group_id in states \
                     and num_full_blocks > num_cached_blocks:
-                start = _now()
-                for block in blocks[num_cached_blocks:num_full_blocks]:
-                    if not block.is_null:  # align mode: a state per scheduled step only
+                start, above, state_of = _now(), order.above, order.state_of
+                for i in range(num_cached_blocks, num_full_blocks):
+                    block = blocks[i]  # (align mode: a state per scheduled step only)
+                    key, last = block._block_hash, self.marconi_last
+                    if key is None:  # null or masked: no state (`_record` would return)
+                        continue
+                    # `_record`, unless the block is in the books as it would leave them
+                    if last[0] != key[:-4] \
+                            or last[1][0] != block._block_hash_num_tokens \
+                            or above.get(block.block_id) is not last[1] \
+                            or state_of.get(block.block_id) != last[0] \
+                            or last[0] not in order.keys_of:
                         self._record(request, block, kv_cache_group_id)
                 clocks.record(_now() - start)
 
@@ -525,9 +497,17 @@ def _pool_class(stock: type, integration: Integration) -> type:
             out = super().cache_partial_block(request, block, num_tokens, kv_cache_group_id,
                                               block_size, replace_existing_hashes)
             states = self.marconi_states
-            if out is not None and states is not None and kv_cache_group_id in states.by_group:
-                start = _now()
-                self._record(request, block, kv_cache_group_id)
+            if out is not None and states is not None and kv_cache_group_id in states:
+                start, key, last = _now(), block._block_hash, self.marconi_last
+                # most calls cache a block again as it is in the books (a step's partial
+                # entry after its full block): `_record` would change nothing, and is not
+                # called (the same test as its own, which `_record` then makes again)
+                if key is not None and (last[0] != key[:-4]
+                        or last[1][0] != block._block_hash_num_tokens
+                        or order.above.get(block.block_id) is not last[1]
+                        or order.state_of.get(block.block_id) != last[0]
+                        or last[0] not in order.keys_of):
+                    self._record(request, block, kv_cache_group_id)
                 clocks.record(_now() - start)
             return out
 
@@ -547,11 +527,8 @@ def _pool_class(stock: type, integration: Integration) -> type:
 
         def _remove_cached_block_hashes(self, block: Any) -> list[Any]:
             removed: list[Any] = super()._remove_cached_block_hashes(block)
-            states = self.marconi_states
-            if states is not None and removed:  # taken, or its hash replaced or dropped
+            if removed and self.marconi_states is not None:  # taken, its hash replaced or dropped
                 start, block_id = _now(), block.block_id
-                if block_id in states.kept:
-                    states.discard(block_id)
                 if self.marconi_orphans:
                     self.marconi_orphans.pop(block_id, None)
                 if block_id in order.state_of:
@@ -575,7 +552,6 @@ def _pool_class(stock: type, integration: Integration) -> type:
         def reset_prefix_cache(self) -> bool:
             done: bool = super().reset_prefix_cache()
             if done and self.marconi_states is not None:
-                self.marconi_states.clear()
                 self.marconi_orphans.clear()
                 self.marconi_replacing.clear()
                 for book in (order.above, order.state_of, order.blocks_of, order.keys_of,
@@ -584,30 +560,13 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 order.dead.clear()
             return done
 
-        def free_blocks(self, ordered_blocks: Iterable[Any]) -> None:
-            blocks = ordered_blocks if type(ordered_blocks) is list else list(ordered_blocks)
-            super().free_blocks(blocks)
-            states = self.marconi_states
-            if states is None or not self.marconi_keeping:
-                return
-            start, ends = _now(), self.marconi_state_ends
-            # cached blocks were appended in this order; most blocks freed are not
-            for block in compress(blocks, map(_hash_of, blocks)):
-                group = ends.get(block.block_hash[-4:])
-                if group is not None and block.ref_cnt == 0 and not block.is_null \
-                        and block.pool is self:
-                    states.add(block, group)
-            clocks.books(_now() - start)
-
         def touch(self, blocks: Any) -> None:
-            states, orphans = self.marconi_states, self.marconi_orphans
-            if states is not None and (self.marconi_keeping or orphans):
+            orphans = self.marconi_orphans
+            if orphans:
                 start = _now()
                 for block in blocks:
                     if block.ref_cnt == 0:
-                        states.discard(block.block_id)
-                        if orphans:
-                            orphans.pop(block.block_id, None)
+                        orphans.pop(block.block_id, None)
                 clocks.books(_now() - start)
             super().touch(blocks)
 
@@ -683,21 +642,20 @@ def _pool_class(stock: type, integration: Integration) -> type:
             has a block), looked up at each call (`reset_prefix_cache` makes a new map)."""
             return self.cached_block_hash_to_block._cache.__contains__
 
-        def _check(self, chosen: Any, group: int, skip: set[int]) -> None:
+        def _check(self, chosen: Any, group: int, skip: set[int], found: dict[int, Any]
+                   ) -> None:
             """The same choice made the plain way (`StateOrder.first` over the free states
-            as the blocks say), and the books that the quick one reads."""
-            states = self.marconi_states
-            assert states is not None
-            kept = states.by_group[group]
-            live = states.live(group)
+            as vLLM's queue and the blocks say), and what the quick one read: the
+            candidates (`found`, `_free_states`) and the books."""
             ends = self.marconi_state_ends
-            queued = [b.block_id for b in self.free_block_queue.get_all_free_blocks()
-                      if b.block_hash is not None and ends.get(b.block_hash[-4:]) == group]
-            if [b.block_id for b in live] != list(kept) or queued != list(kept):
+            live = [b for b in self.free_block_queue.get_all_free_blocks()
+                    if b.block_hash is not None and ends.get(b.block_hash[-4:]) == group
+                    and b.ref_cnt == 0 and not b.is_null and b.pool is self]
+            if [b.block_id for b in live] != list(found) or \
+                    any(found[b.block_id] is not b for b in live):
                 raise IntegrationError(f"{WHO}: the free states of group {group} are not "
-                                       f"what the blocks say: {list(kept)} kept, "
-                                       f"{[b.block_id for b in live]} free, {queued} in "
-                                       "vLLM's queue")
+                                       f"what the blocks say: {list(found)} found, "
+                                       f"{[b.block_id for b in live]} in vLLM's queue")
             for block in live:
                 state = order.state_of.get(block.block_id)
                 dead = not all(self._cached(k) for k in order.keys_of.get(state, ()))  # type: ignore
@@ -721,10 +679,6 @@ def _pool_class(stock: type, integration: Integration) -> type:
             states, alpha = self.marconi_states, order.alpha  # (the tuner may change it)
             if states is None or not self.enable_caching:
                 return None
-            if self.marconi_keeping != (alpha != 0.0):
-                start = _now()
-                self._keep_free_states(alpha != 0.0)
-                clocks.books(_now() - start)
             if num_blocks > self.get_num_free_blocks() \
                     or (alpha == 0.0 and not (self.marconi_orphans_first
                                               and self.marconi_orphans)):
@@ -751,13 +705,14 @@ def _pool_class(stock: type, integration: Integration) -> type:
                     head.append(block)
                 block = block.next_free_block
             # at alpha 0 states go in vLLM's order
-            slots = [] if alpha == 0.0 else self._state_slots(head, states.kept)
+            slots = [] if alpha == 0.0 else self._state_slots(head)
             if not slots and not took_orphans:  # the queue's head, in its order: vLLM's own
                 clocks.choose(_now() - start)
                 return None
             chosen, taken = list(head), {b.block_id for b in head}
+            found: list[dict[int, dict[int, Any]]] = []  # `_free_states`, walked once if asked
             for i, group in slots:
-                pick = self._victim(head[i], group, taken)
+                pick = self._victim(head[i], group, taken, found)
                 taken.add(pick.block_id)
                 chosen[i] = pick
                 counters.victims += 1
@@ -765,48 +720,54 @@ def _pool_class(stock: type, integration: Integration) -> type:
             clocks.choose(_now() - start)
             return chosen
 
-        def _keep_free_states(self, keep: bool) -> None:
-            """Start keeping the free states' books, from vLLM's free queue as it stands
-            (the order the hooks would have kept them in: cached blocks join it at its
-            tail, and leave it or their hash as the hooks see), or stop."""
-            states = self.marconi_states
+        def _free_states(self) -> dict[int, dict[int, Any]]:
+            """Each Mamba group's free cached states (block id -> block), in vLLM's free
+            queue order: one walk of the queue, when a choice needs them (some times in a
+            hundred requests, where books kept beside the queue cost its hooks some
+            thirty calls a request)."""
+            states, ends = self.marconi_states, self.marconi_state_ends
             assert states is not None
-            states.clear()
-            self.marconi_keeping = keep
-            if keep:
-                ends = self.marconi_state_ends
-                for block in self.free_block_queue.get_all_free_blocks():
-                    key = block.block_hash
-                    group = None if key is None else ends.get(key[-4:])
-                    if group is not None and not block.is_null and block.pool is self:
-                        states.add(block, group)
+            found: dict[int, dict[int, Any]] = {g: {} for g in states}
+            of_byte = self.marconi_state_of_byte
+            block = self.free_block_queue.fake_free_list_head.next_free_block
+            while block.next_free_block is not None:  # (the fake tail has none)
+                key = block._block_hash  # (the slot behind `block_hash`)
+                if key is not None:
+                    group = of_byte[key[-1]] if of_byte is not None else ends.get(key[-4:])
+                    if group is not None and block.ref_cnt == 0 and not block.is_null \
+                            and block.pool is self:
+                        found[group][block.block_id] = block
+                block = block.next_free_block
+            return found
 
-        @staticmethod
-        def _state_slots(head: list[Any], kept: dict[int, tuple[int, Any, int]]
-                         ) -> list[tuple[int, int]]:
-            """(index, group) of each free cached state among `head` (`kept`: the books)."""
-            slots = []
+        def _state_slots(self, head: list[Any]) -> list[tuple[int, int]]:
+            """(index, group) of each free cached state among `head` (free blocks)."""
+            slots, ends = [], self.marconi_state_ends
             for i, block in enumerate(head):
-                known = kept.get(block.block_id)
-                if known is not None and known[1] is block.block_hash:  # (never None)
-                    slots.append((i, known[0]))
+                key = block._block_hash
+                if key is not None:
+                    group = ends.get(key[-4:])
+                    if group is not None and not block.is_null and block.pool is self:
+                        slots.append((i, group))
             return slots
 
-        def _victim(self, head: Any, group: int, taken: set[int]) -> Any:
+        def _victim(self, head: Any, group: int, taken: set[int],
+                    found: list[dict[int, dict[int, Any]]]) -> Any:
             """The block of `group` to take where vLLM would take the state block `head`.
             A state spans one block per Mamba group and is usable only whole, so the
             victim is chosen per state: the first of `head`'s groups to come up chooses
             it (`replacing`), the others follow, each taking `head` itself where the
-            victim's block of its group is no longer free."""
+            victim's block of its group is no longer free. `found`: `_free_states` once
+            walked (empty until then)."""
             state = head.block_hash[:-4]  # get_block_hash
             victim = self.marconi_replacing.get(state)
             if victim is None:
-                states = self.marconi_states
-                assert states is not None
+                if not found:
+                    found.append(self._free_states())
                 skip = taken - {head.block_id}
-                chosen = order.pick(states.by_group[group], states.kept, skip)
+                chosen = order.pick(found[0][group], skip)
                 if order.check:
-                    self._check(chosen, group, skip)
+                    self._check(chosen, group, skip, found[0][group])
                 victim = chosen.block_hash[:-4]
                 if victim != state:
                     if len(self.marconi_replacing) > 4096:  # states long gone
@@ -824,13 +785,18 @@ def _free(free: Any, integration: Integration) -> Any:
     """`KVCacheManager.free`, then a finished request to the tuner (a preempted one is
     freed too, and is not handed over)."""
     clocks = _Clocks(integration.counters)
+    assert isinstance(integration.order, StateOrder)
+    order: StateOrder = integration.order
 
     def marconi_free(self: Any, request: Any) -> None:
         pool, start = self.block_pool, _now()
-        past = _past_last_state(pool, request, self.coordinator.get_blocks(request.request_id)) \
+        past = _past_last_state(pool, request) \
             if getattr(pool, "marconi_states", None) is not None and pool.marconi_orphans_first \
-            else []
+            else None
         clocks.past(_now() - start)
+        if order.check and getattr(pool, "marconi_states", None) is not None \
+                and pool.marconi_orphans_first:
+            _check_past(pool, request, self.coordinator.get_blocks(request.request_id), past)
         free(self, request)
         if past:
             start, orphans = _now(), pool.marconi_orphans
@@ -882,10 +848,11 @@ def _hand_over(tuning: Tuning, counters: Counters, request: Any, kv_cache_config
         counters.feed_ns += _now() - start
 
 
-def _past_last_state(pool: Any, request: Any, blocks: tuple[list[Any], ...]) -> list[Any]:
+def _past_last_state(pool: Any, request: Any) -> list[Any] | None:
     """A request's cached attention blocks that end past the deepest state cached on its
     sequence (whole: in every Mamba group), found through vLLM's own hash map: KV no hit
-    can use once the request is gone."""
+    can use once the request is gone. Its blocks are read from the attention groups'
+    managers (`marconi_kv_blocks`), as `get_blocks` reads them."""
     hashes, size = request.block_hashes, pool.hash_block_size
     cache, suffixes = pool.cached_block_hash_to_block._cache, pool.marconi_state_suffixes
     last = 0
@@ -896,9 +863,43 @@ def _past_last_state(pool: Any, request: Any, blocks: tuple[list[Any], ...]) -> 
         else:  # cached in every Mamba group
             last = (j + 1) * size
             break
-    # block i ends past `last` from i = last // kv_size on
-    return [b for g, kv_size, _ in pool.marconi_kv_groups for b in blocks[g][last // kv_size:]
-            if not b.is_null and b.block_hash is not None]
+    # block i ends past `last` from i = last // kv_size on (None: no such block; no list
+    # made, nor a slice, for the many requests without one)
+    rid, past = request.request_id, None
+    for blocks_of, kv_size in pool.marconi_kv_blocks:
+        blocks = blocks_of.get(rid)
+        if blocks:
+            for i in range(last // kv_size, len(blocks)):
+                block = blocks[i]
+                if block._block_hash is not None and not block.is_null:
+                    if past is None:
+                        past = [block]
+                    else:
+                        past.append(block)
+    return past
+
+
+def _check_past(pool: Any, request: Any, blocks: tuple[list[Any], ...],
+                past: list[Any] | None) -> None:
+    """`_past_last_state` made the plain way (check mode): the deepest block hash whose
+    state vLLM's map holds in every Mamba group (`get_one_block`), and the request's
+    blocks as `get_blocks` gives them."""
+    from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
+
+    hashes, map_ = request.block_hashes, pool.cached_block_hash_to_block
+    last = 0
+    for j in range(len(hashes) - 1, -1, -1):
+        if all(map_.get_one_block(make_block_hash_with_group_id(hashes[j], g)) is not None
+               for g in pool.marconi_states):
+            last = (j + 1) * pool.hash_block_size
+            break
+    plain = [b for g, kv_size, _ in pool.marconi_kv_groups
+             for i, b in enumerate(blocks[g]) if (i + 1) * kv_size > last
+             and not b.is_null and b.block_hash is not None]
+    if [b.block_id for b in plain] != [b.block_id for b in past or ()]:
+        raise IntegrationError(f"{WHO}: the KV past request {request.request_id}'s last "
+                               f"state is {[b.block_id for b in past or ()]}, the plain "
+                               f"way's {[b.block_id for b in plain]}")
 
 
 def _start(tuning: Tuning, kv_cache_config: Any) -> None:
