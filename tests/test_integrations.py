@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import textwrap
 import tomllib
 from pathlib import Path
 
@@ -127,6 +128,42 @@ class TestInsideSGLang:
         assert ours["alpha_status"] == "tuned" and ours["alpha"] == hook["alpha"] > 0
         assert hook["tuner_off_loop"] is True  # the mirror and replays: its own thread
         assert hook["requests"] == len(chat) and hook["tuner_ns"] > 0
+
+    def test_a_block_is_booked_only_as_the_books_hold_it(self) -> None:
+        """The hooks skip `_record` for a state block cached again only when the books
+        already hold it as `_record` would leave them (`booked`): the state last recorded
+        is the block's, at its depth, with the very above-tuple the block has, and the
+        state's keys known. A state recorded again with another nearest state above (a new
+        tuple, other values) is not booked: its blocks take the new tuple. On vLLM's own
+        block class (no trace of the fuzzed tests makes that case)."""
+        need("vllm")
+        code = textwrap.dedent("""
+            from vllm.v1.core.kv_cache_utils import KVCacheBlock
+            from marconi.core.spec import PAPER_7B
+            from marconi.integrations.vllm import StateOrder, booked
+
+            order = StateOrder(PAPER_7B)
+            order.size(16)
+            state, other = b"s" * 32, b"t" * 32
+            key = state + (1).to_bytes(4, "big")
+            block = KVCacheBlock(block_id=7)
+            block.set_block_hash(key, 512)
+            above = order.above_of(512, 256)
+            order.note(7, state, above)
+            assert not booked(order, block, key, (state, above))  # its keys not known yet
+            order.depend(state, (), lambda k: True)
+            assert booked(order, block, key, (state, above))
+            assert not booked(order, block, key, (state, order.above_of(512, 0)))
+            assert not booked(order, block, key, (other, above))
+            assert not booked(order, block, key, (state, order.above_of(256, 0)))
+            order.note(7, other, order.above_of(512, 256))
+            assert not booked(order, block, key, (state, above))
+            print("ok")
+        """)
+        python = envs_dir() / "vllm" / "bin" / "python"
+        done = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
     @pytest.mark.parametrize(("trace", "seed", "capacity"), [
         ("synthetic:agent:sessions=8", 11, "3GB"),

@@ -390,6 +390,18 @@ class _Clocks:
         self.books, self.record, self.choose, self.past = books, record, choose, past
 
 
+def booked(order: StateOrder, block: Any, key: Any, last: tuple[Any, Any]) -> bool:
+    """Whether the pool's `_record` of `block` (cached again; `key`, its hash, not None)
+    would change nothing, so the hooks skip it: the state last recorded (`last`, the
+    pool's `marconi_last`: that state and its above-tuple) is the block's, at the block's
+    depth, and the books hold the block with that state and that very above-tuple, and the
+    state's keys. The same test `_record` makes, made before the call."""
+    return (last[0] == key[:-4] and last[1][0] == block._block_hash_num_tokens
+            and order.above.get(block.block_id) is last[1]
+            and order.state_of.get(block.block_id) == last[0]
+            and last[0] in order.keys_of)
+
+
 def _suffix(group: int) -> bytes:
     """What vLLM's `make_block_hash_with_group_id` appends to a block hash for `group`: a
     hook joins the two bytes itself, a function call saved per key."""
@@ -476,18 +488,14 @@ def _pool_class(stock: type, integration: Integration) -> type:
             states = self.marconi_states
             if states is not None and kv_cache_group_id in states \
                     and num_full_blocks > num_cached_blocks:
-                start, above, state_of = _now(), order.above, order.state_of
+                start = _now()
                 for i in range(num_cached_blocks, num_full_blocks):
                     block = blocks[i]  # (align mode: a state per scheduled step only)
-                    key, last = block._block_hash, self.marconi_last
+                    key = block._block_hash
                     if key is None:  # null or masked: no state (`_record` would return)
                         continue
                     # `_record`, unless the block is in the books as it would leave them
-                    if last[0] != key[:-4] \
-                            or last[1][0] != block._block_hash_num_tokens \
-                            or above.get(block.block_id) is not last[1] \
-                            or state_of.get(block.block_id) != last[0] \
-                            or last[0] not in order.keys_of:
+                    if not booked(order, block, key, self.marconi_last):
                         self._record(request, block, kv_cache_group_id)
                 clocks.record(_now() - start)
 
@@ -502,11 +510,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 # most calls cache a block again as it is in the books (a step's partial
                 # entry after its full block): `_record` would change nothing, and is not
                 # called (the same test as its own, which `_record` then makes again)
-                if key is not None and (last[0] != key[:-4]
-                        or last[1][0] != block._block_hash_num_tokens
-                        or order.above.get(block.block_id) is not last[1]
-                        or order.state_of.get(block.block_id) != last[0]
-                        or last[0] not in order.keys_of):
+                if key is not None and not booked(order, block, key, last):
                     self._record(request, block, kv_cache_group_id)
                 clocks.record(_now() - start)
             return out
