@@ -13,14 +13,19 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from marconi.core import compiled
 from marconi.core.cache import PrefixCache
+from marconi.core.candidates import Scored
 from marconi.core.compiled import CompiledCache, replay_cache
 from marconi.core.integrity import check_integrity
 from marconi.core.layout import Layout
-from marconi.core.snapshot import rebuild, take
+from marconi.core.snapshot import clone, rebuild, take
 from marconi.core.spec import PAPER_7B, ModelSpec
 from marconi.core.state_store import Freed
 from marconi.paper.admission import Block, Judicious, NoAdmission
 from marconi.paper.eviction import FlopAware, LRULeaf, Recency
+from marconi.plus.admission import PLAIN, Structured
+from marconi.plus.density import HitDensity
+from marconi.plus.greedy_dual import GreedyDualFlop
+from marconi.plus.overlap import OverlapPlanner
 from tests.helpers import SMALL
 
 if not compiled.built():
@@ -36,17 +41,27 @@ WIDE = ModelSpec(name="wide", d_model=2**24 - 3, attention_layers=1, ssm_layers=
                  d_state=16)
 SPECS = {"small": SMALL, "attention": ATTENTION_ONLY, "wide": WIDE, "paper-7b": PAPER_7B}
 POLICIES = {
-    "sglang+": lambda spec, alpha: (Judicious(), LRULeaf()),
-    "lru-deepest": lambda spec, alpha: (Judicious(), LRULeaf(deepest_first=True)),
-    "marconi": lambda spec, alpha: (Judicious(), FlopAware(spec, alpha)),
-    "vanilla": lambda spec, alpha: (NoAdmission(), LRULeaf()),
-    "vllm+": lambda spec, alpha: (Block(4), LRULeaf(deepest_first=True)),
-    "block-flop": lambda spec, alpha: (Block(3), FlopAware(spec, alpha)),
+    "sglang+": lambda spec, alpha, planner: (Judicious(), LRULeaf()),
+    "lru-deepest": lambda spec, alpha, planner: (Judicious(), LRULeaf(deepest_first=True)),
+    "marconi": lambda spec, alpha, planner: (Judicious(), FlopAware(spec, alpha)),
+    "vanilla": lambda spec, alpha, planner: (NoAdmission(), LRULeaf()),
+    "vllm+": lambda spec, alpha, planner: (Block(4), LRULeaf(deepest_first=True)),
+    "block-flop": lambda spec, alpha, planner: (Block(3), FlopAware(spec, alpha)),
+    # marconi+'s shadows: structured admission (message boundaries, the overlap planner's
+    # points) with hit density (learning every few events, few buckets; leaves classed by
+    # depth from 4 tokens), GreedyDual-FLOP or LRU
+    "plus-density": lambda spec, alpha, planner: (
+        Structured(PLAIN, planner), HitDensity(spec, every=3, per_octave=2, buckets=9)),
+    "plus-depth": lambda spec, alpha, planner: (
+        Structured(PLAIN, planner), HitDensity(spec, every=5, depth_classes=3, depth_base=4)),
+    "plus-gd": lambda spec, alpha, planner: (Structured(PLAIN, planner), GreedyDualFlop(spec)),
+    "plus-lru": lambda spec, alpha, planner: (Structured(PLAIN, planner), LRULeaf()),
 }
 
 PREFIXES = [[], [1, 2, 3, 4, 5, 6], [1, 2, 3, 9, 9], [7] * 12, [5, 6, 5, 6, 5]]
 suffixes = st.lists(st.integers(0, 9), min_size=1, max_size=14)
 inputs = st.tuples(st.sampled_from(PREFIXES), suffixes).map(lambda t: t[0] + t[1])
+marks = st.lists(st.integers(1, 30), max_size=3).map(sorted)  # message boundaries
 outputs = st.lists(st.integers(0, 9), max_size=5)
 
 
@@ -62,41 +77,66 @@ class Twins(RuleBasedStateMachine):
     @initialize(policy=st.sampled_from(sorted(POLICIES)), spec=st.sampled_from(sorted(SPECS)),
                 entries=st.integers(0, 40), alpha=st.sampled_from([0.0, 0.3, 1.0, 2.0]))
     def make(self, policy: str, spec: str, entries: int, alpha: float) -> None:
-        self.spec = SPECS[spec]
+        self.structured = policy.startswith("plus-")
+        # structured admission of a model without SSM layers runs in Python only (below)
+        self.spec = SPECS["small" if self.structured and spec == "attention" else spec]
         self.policy, self.alpha = POLICIES[policy], alpha
+        self.planner = OverlapPlanner()  # shared by both caches' admissions, taught alike
         # room for about `entries` tokens and a few states: evictions from the start
         self.capacity = entries * self.spec.kv_bytes_per_token + 3 * self.spec.ssm_bytes
         self.build()
 
     def build(self) -> None:
-        admission, eviction = self.policy(self.spec, self.alpha)
+        admission, eviction = self.policy(self.spec, self.alpha, self.planner)
         self.record: list[Freed] = []
         self.python = PrefixCache(self.spec, self.capacity, admission, eviction,
                                   on_evict=self.record.append)
-        admission, eviction = self.policy(self.spec, self.alpha)
+        admission, eviction = self.policy(self.spec, self.alpha, self.planner)
         self.twin = CompiledCache(self.spec, self.capacity, admission, eviction)
         self.twin.log_evictions()
 
-    @rule(inp=inputs, out=outputs)
-    def request(self, inp: list[int], out: list[int]) -> None:
-        plan, twin = self.python.lookup(inp), self.twin.lookup(inp)
+    @rule(inp=inputs, out=outputs, boundaries=marks)
+    def request(self, inp: list[int], out: list[int], boundaries: list[int]) -> None:
+        plan = self.python.lookup(inp, boundaries=boundaries)
+        twin = self.twin.lookup(inp, boundaries=boundaries)
         assert (twin.hit, twin.checkpoints, twin.matched, twin.n_input) == (
             plan.hit, plan.checkpoints, plan.matched, plan.n_input)
         full = inp + out
-        done, twin_done = self.python.commit(full, len(inp)), self.twin.commit(full, len(inp))
+        done = self.python.commit(full, len(inp), boundaries=boundaries)
+        twin_done = self.twin.commit(full, len(inp), boundaries=boundaries)
         assert (twin_done.refused, twin_done.admitted) == (done.refused, done.admitted)
         self.last = full
+        self.planner.learn(np.asarray(full, dtype=np.int32).tobytes(), len(inp))
 
-    @rule(more=suffixes, out=outputs)
-    def extend(self, more: list[int], out: list[int]) -> None:
+    @rule(first=st.booleans(), last=st.booleans(), overlap=st.booleans())
+    def use_boundaries(self, first: bool, last: bool, overlap: bool) -> None:
+        """marconi+'s switch of admission: message boundaries, the planner's points."""
+        if self.structured:
+            for cache in (self.python, self.twin):
+                cache.admission.use_boundaries(first=first, last=last, overlap=overlap)
+
+    @rule()
+    def part(self) -> None:
+        """Both copied with their books (a shadow parting from its twin), the copies run
+        from here on: the compiled copy behaves as the Python one."""
+        self.python = clone(self.python, (self.planner,))
+        self.python.on_evict = self.record.append
+        self.twin = clone(self.twin, (self.planner,))
+        if self.structured:
+            assert self.twin.admission.planner is self.planner
+
+    @rule(more=suffixes, out=outputs, boundaries=marks)
+    def extend(self, more: list[int], out: list[int], boundaries: list[int]) -> None:
         """An agent's next call: the last request's input and output, then more (a final
         partial block grows in place under block admission)."""
-        self.request(getattr(self, "last", []) + more, out)
+        self.request(getattr(self, "last", []) + more, out, boundaries)
 
-    @rule(inp=inputs, out=outputs)
-    def serve(self, inp: list[int], out: list[int]) -> None:
+    @rule(inp=inputs, out=outputs, boundaries=marks)
+    def serve(self, inp: list[int], out: list[int], boundaries: list[int]) -> None:
         key = np.asarray(inp + out, dtype=np.int32).tobytes()
-        assert self.twin.serve(key, len(inp)) == self.python.serve(key, len(inp))
+        assert self.twin.serve(key, len(inp), boundaries) == self.python.serve(
+            key, len(inp), boundaries)
+        self.planner.learn(key, len(inp))
 
     @rule(inp=inputs, out=outputs, bad=st.sampled_from([None, -1, -(2**31)]),
           at=st.integers(0, 2**16))
@@ -117,9 +157,10 @@ class Twins(RuleBasedStateMachine):
         assert self.twin.serve_tokens(tokens, len(inp)) == self.python.serve_tokens(
             tokens, len(inp))
 
-    @rule(inp=inputs)
-    def peek(self, inp: list[int]) -> None:
-        plan, twin = self.python.peek(inp), self.twin.peek(inp)
+    @rule(inp=inputs, boundaries=marks)
+    def peek(self, inp: list[int], boundaries: list[int]) -> None:
+        plan = self.python.peek(inp, boundaries=boundaries)
+        twin = self.twin.peek(inp, boundaries=boundaries)
         assert (twin.hit, twin.checkpoints, twin.matched) == (
             plan.hit, plan.checkpoints, plan.matched)
 
@@ -147,11 +188,19 @@ class Twins(RuleBasedStateMachine):
         self.twin.check()
         check_integrity(self.python)
         eviction = self.python.eviction
-        if isinstance(eviction, FlopAware):  # row order, touches, efficiencies: bit for bit
+        if isinstance(eviction, Scored):  # row order, touches, efficiencies: bit for bit
             columns = eviction.columns
             assert self.twin.candidates() == [
                 (node.depth, float(columns["rec"][i]), float(columns["eff"][i]))
                 for i, node in enumerate(columns.nodes)]
+        if isinstance(eviction, GreedyDualFlop):
+            assert self.twin.level == eviction.level
+        if isinstance(eviction, HitDensity):  # classes, counts, tables: bit for bit
+            n = len(eviction.columns)
+            assert self.twin.classes() == eviction.columns["cls"][:n].tolist()
+            assert self.twin.density_state() == (
+                eviction.hits.ravel().tolist(), eviction.events.ravel().tolist(),
+                eviction.density.ravel().tolist(), eviction.counted)
 
 
 TestTwins = Twins.TestCase
@@ -220,6 +269,51 @@ def test_a_replay_is_the_same_on_both_cores(system: str, monkeypatch: pytest.Mon
     assert summary["evictions"] > 0 or system == "vanilla"  # the capacity binds
     if system == "marconi":
         assert summary["alpha_status"] == "tuned"
+
+
+@pytest.mark.parametrize("trace", ["synthetic:multi-turn", "synthetic:rag", "synthetic:agent"])
+def test_marconi_plus_is_the_same_with_compiled_shadows(trace: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """marconi+'s whole run with its shadows on either core (its live cache runs the
+    Python core on both): the same hits, every expert's total, the same switches. The
+    traces name message boundaries (the boundary experts' shadows part from their twins)
+    or reuse at depths the overlap planner places."""
+    from marconi.sim import SimConfig, simulate
+    from marconi.workload import TraceOptions, load_trace
+
+    requests = load_trace(trace, options=TraceOptions(sessions=30, use_cache=False))
+    config = SimConfig(spec=PAPER_7B, capacity="400MB", system="marconi+", bounds=False)
+    runs = {}
+    for core in compiled.CORES:
+        monkeypatch.setenv(compiled.CORE_ENV, core)
+        result = simulate(requests, config)
+        summary = result.summary().to_json()
+        summary.pop("seconds")
+        summary["tuning"].pop("seconds")
+        runs[core] = (summary, result.records.hit.tolist())
+    assert runs["compiled"] == runs["python"]
+    summary = runs["python"][0]
+    assert summary["evictions"] > 0  # the capacity binds
+    assert len(set(summary["tuning"]["totals"].values())) > 3  # the experts differ
+
+
+def test_marconi_plus_shadows_run_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every default expert's shadow runs on the compiled core (the live cache, which
+    runs every eviction at once, on the Python core)."""
+    from marconi.plus.shadows import ShadowTuner
+    from marconi.systems import make_cache
+
+    monkeypatch.delenv(compiled.CORE_ENV, raising=False)
+    cache = make_cache(PAPER_7B, "400MB", "marconi+")
+    tuner = ShadowTuner()
+    tuner.start(cache)
+    assert len(tuner.shadows) == 13
+    assert all(isinstance(shadow, CompiledCache) for shadow in tuner.shadows)
+    assert isinstance(cache, PrefixCache)
+    assert compiled.compiled_reason(PAPER_7B, cache.admission, cache.eviction, Layout())
+    attention = make_cache(ATTENTION_ONLY, "400MB", "marconi+")
+    assert "without SSM layers" in (compiled.compiled_reason(
+        ATTENTION_ONLY, attention.admission, HitDensity(ATTENTION_ONLY), Layout()) or "")
 
 
 def test_where_it_is_not_built_the_python_core_runs_and_says_so(

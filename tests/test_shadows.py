@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from marconi.core.cache import PrefixCache
+from marconi.core.compiled import CORE_ENV, CORES, built
 from marconi.core.integrity import check_integrity
+from marconi.core.snapshot import Snapshot, take
 from marconi.core.spec import PAPER_7B
 from marconi.plus.greedy_dual import GreedyDualFlop
 from marconi.plus.shadows import (
@@ -382,8 +384,9 @@ class TestTwins:
     CAPACITY = 2 * 1024**3
 
     @staticmethod
-    def _shape(cache: PrefixCache) -> list[tuple[object, ...]]:
-        return sorted((n.id, n.depth, n.key, n.has_state) for n in cache.tree.nodes())
+    def _shape(cache: PrefixCache) -> Snapshot:
+        """The tree, its states and stamps, and the clock, in walk order (either core)."""
+        return take(cache)
 
     def _run(self, requests, twins: bool):  # type: ignore[no-untyped-def]
         cache = make_cache(PAPER_7B, self.CAPACITY, "marconi+")
@@ -398,11 +401,17 @@ class TestTwins:
             tuner.observe(cache, tokens, r.n_input, r.boundaries, r.session_id)
         return tuner
 
+    @pytest.mark.parametrize("core", CORES)
     @pytest.mark.parametrize("plain_first", [0, 1, 150, 10_000])
-    def test_the_same_as_feeding_every_shadow(self, plain_first: int) -> None:
+    def test_the_same_as_feeding_every_shadow(self, plain_first: int, core: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
         """The first `plain_first` requests name no boundary (all of them: a Mooncake-like
         trace); the totals, switches and every shadow's tree and books are those of
-        shadows all fed every request."""
+        shadows all fed every request (the shadows on either core: a compiled shadow
+        parts as a copy of its compiled twin)."""
+        if core == "compiled" and not built():
+            pytest.skip("the compiled core is not built")
+        monkeypatch.setenv(CORE_ENV, core)
         trace = load_trace("synthetic:multi-turn", options=TraceOptions(sessions=40, seed=3))
         requests = [dataclasses.replace(r, boundaries=()) if i < plain_first else r
                     for i, r in enumerate(trace)]
@@ -416,12 +425,17 @@ class TestTwins:
             if k in twinned._twins:  # never fed: its twin stands for it
                 assert a.stats.commits == 0
                 a = twinned.shadows[twinned._twins[k]]
+            assert getattr(a, "compiled", False) is (core == "compiled")
             assert self._shape(a) == self._shape(b)
-            assert dataclasses.asdict(a.stats) == dataclasses.asdict(b.stats)
+            assert a.stats.as_dict() == b.stats.as_dict()
             check_integrity(a)
         if parted and plain_first:  # a parted shadow is a copy, not its twin
-            assert twinned.shadows[3] is not twinned.shadows[0]
-            assert twinned.shadows[3].tree.root is not twinned.shadows[0].tree.root
+            a, b = twinned.shadows[3], twinned.shadows[0]
+            assert a is not b
+            if core == "compiled":
+                assert a._core is not b._core  # type: ignore[attr-defined]
+            else:
+                assert a.tree.root is not b.tree.root
 
 
 class TestSglangExpert:

@@ -9,6 +9,7 @@ from libc.stdint cimport int32_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
 from libcpp.vector cimport vector
+from cython.operator cimport dereference as deref
 
 
 cdef extern from "<tuple>" namespace "std" nogil:
@@ -47,6 +48,7 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
 
     cdef cppclass Core:
         Core(const Spec&, i64, int, int, double, cbool, i64) except +
+        Core(const Core&) except +
         Stats stats
         i64 clock
         cbool log_evictions
@@ -75,6 +77,18 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         void load_done(const double*, i64) except +
         string check()
         vector[cpp_tuple3] candidates()
+        void set_positions(const i64*, i64, cbool)
+        void set_density(const vector[double]&, const vector[double]&, const vector[double]&,
+                         const vector[i64]&, const vector[double]&, const vector[double]&,
+                         const vector[double]&, i64, i64, double, double, double,
+                         int) except +
+        double level()
+        void set_level(double)
+        i64 counted()
+        const vector[double]& density_hits()
+        const vector[double]& density_events()
+        const vector[double]& density_table()
+        vector[int] classes()
 
 
 cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gil:
@@ -83,7 +97,7 @@ cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gi
 
 
 ADMISSIONS = {"judicious": 0, "none": 1, "block": 2}
-EVICTIONS = {"lru": 0, "flop": 1, "keep": 2}
+EVICTIONS = {"lru": 0, "flop": 1, "keep": 2, "gd": 3, "density": 4}
 ACTIONS = ("remove", "merge")
 
 
@@ -92,9 +106,13 @@ cdef class NativeCore:
 
     cdef Core* core
 
-    def __cinit__(self, dict spec, i64 capacity, str admission, str eviction, double alpha,
-                  cbool deepest_first, i64 block=0):
+    def __cinit__(self, dict spec=None, i64 capacity=0, str admission="none",
+                  str eviction="keep", double alpha=0.0, cbool deepest_first=False,
+                  i64 block=0):
         cdef Spec s
+        self.core = NULL
+        if spec is None:  # `copy` fills it
+            return
         s.kv_per_token = spec["kv_per_token"]
         s.ssm_bytes = spec["ssm_bytes"]
         s.attention = spec["attention"]
@@ -109,7 +127,46 @@ cdef class NativeCore:
         self.core.exact_div = _exact_div
 
     def __dealloc__(self):
-        del self.core
+        if self.core != NULL:
+            del self.core
+
+    def copy(self):
+        """An independent copy: the same tree, books, clock and counters."""
+        cdef NativeCore out = NativeCore()
+        out.core = new Core(deref(self.core))
+        return out
+
+    # --- structured admission, GreedyDual-FLOP, hit density --------------------------------
+
+    def set_positions(self, positions, cbool given):
+        """Structured admission's positions for the next calls (`Core::set_positions`)."""
+        cdef vector[i64] p
+        for x in positions:
+            p.push_back(x)
+        self.core.set_positions(p.data(), p.size(), given)
+
+    def set_density(self, start, age_vec, age_one, depth_from, hits, events, density,
+                    i64 counted, i64 every, double decay, double prior_hits,
+                    double prior_events, int depth_classes):
+        self.core.set_density(start, age_vec, age_one, depth_from, hits, events, density,
+                              counted, every, decay, prior_hits, prior_events, depth_classes)
+
+    @property
+    def level(self):
+        return self.core.level()
+
+    def set_level(self, double level):
+        self.core.set_level(level)
+
+    def density_state(self):
+        """Hit density's books: (hits, events, density) row-major by class, and the
+        events counted."""
+        return (list(self.core.density_hits()), list(self.core.density_events()),
+                list(self.core.density_table()), self.core.counted())
+
+    def classes(self):
+        """Hit density's class of each candidate, in slot order."""
+        return list(self.core.classes())
 
     # --- requests: `key` is int32 token bytes (checked by the caller) ---------------------
 

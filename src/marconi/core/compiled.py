@@ -10,12 +10,14 @@ cache.lookup(tokens); cache.commit(tokens, n_input); cache.stats; cache.serve(ke
 ```
 What runs compiled (`compiled_reason` says why anything else does not): the policies
 whose class declares `compiled_as`, the paper's judicious admission, vLLM+'s block
-admission or none, with LRU over leaves (either tie-break), Marconi's FLOP-aware eviction
-(the paper's recency), or none at all (the same-system bound, which never evicts); one
-byte budget with KV per token; no engine handles, no eviction callback, no pins, the
-default namespace. That is vanilla, vllm+, sglang+ and marconi (its bootstrap tuner's
-replays too), and their bounds. Every other system, and every engine-facing cache, runs
-the Python core.
+admission, marconi+'s structured admission (its boundaries or planner's points handed over
+per request) or none, with LRU over leaves (either tie-break), Marconi's FLOP-aware
+eviction (the paper's recency), GreedyDual-FLOP, hit density (by depth too), or none at
+all (the same-system bound, which never evicts); one byte budget with KV per token; no
+engine handles, no eviction callback, no pins, the default namespace. That is vanilla,
+vllm+, sglang+ and marconi (its bootstrap tuner's replays too), their bounds, and
+marconi+'s shadow experts. Every other system, marconi+'s live cache, and every
+engine-facing cache, runs the Python core.
 
 `MARCONI_CORE=python|compiled` chooses (default: compiled where it is built). Where the
 extension was not built (no C++ compiler when marconi was installed), the Python core
@@ -25,9 +27,12 @@ runs and one line on stderr says so; `MARCONI_CORE=compiled` then fails.
 from __future__ import annotations
 
 import builtins
+import copy
+import math
 import os
 import sys
-from collections.abc import Sequence
+import types
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -44,8 +49,9 @@ from marconi.core.units import parse_size
 
 CORE_ENV = "MARCONI_CORE"
 CORES = ("python", "compiled")
-ADMISSIONS = ("judicious", "none", "block")  # what the compiled core runs, by `compiled_as`
-EVICTIONS = ("lru", "flop", "keep")
+# what the compiled core runs, by `compiled_as`
+ADMISSIONS = ("judicious", "none", "block", "structured")
+EVICTIONS = ("lru", "flop", "keep", "gd", "density")
 
 try:
     from marconi.core import _native  # type: ignore[attr-defined]
@@ -102,6 +108,9 @@ def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
         return f"admission {type(admission).__name__} runs in Python only"
     if compiled_as(eviction) not in EVICTIONS:
         return f"eviction {type(eviction).__name__} runs in Python only (as configured)"
+    if compiled_as(admission) == "structured" and spec.ssm_layers == 0:
+        return ("Structured admission of a model without SSM layers (a node per block) runs "
+                "in Python only")
     if layout != Layout():
         return f"layout {layout.describe()} runs in Python only (one byte budget compiled)"
     if max(spec.kv_bytes_per_token, spec.ssm_bytes) >= 2**40:
@@ -195,25 +204,53 @@ class CompiledCache:
         self.capacity = parse_size(capacity)
         self.name = name
         self.admission = admission.for_model(spec)
+        kind = compiled_as(admission)
+        # structured admission: judicious in the core, with the positions its Python side
+        # works out per request (`Structured.extra_positions`) handed over first
+        self._structured = kind == "structured"
         self._core = _native.NativeCore(
             {"kv_per_token": spec.kv_bytes_per_token, "ssm_bytes": spec.ssm_bytes,
              "attention": spec.attention_layers, "mlp": spec.mlp_layers,
              "ssm": spec.ssm_layers, "d_model": spec.d_model, "d_state": spec.d_state},
-            self.capacity, compiled_as(admission), compiled_as(eviction),
+            self.capacity, "judicious" if self._structured else kind, compiled_as(eviction),
             float(eviction.alpha or 0.0),
             bool(getattr(eviction, "deepest_first", False)), int(getattr(admission, "block", 0)))
+        if compiled_as(eviction) == "density":
+            self._core.set_density(*density_books(eviction))
+        elif compiled_as(eviction) == "gd":
+            self._core.set_level(float(eviction.level))  # type: ignore[attr-defined]
         self.eviction = _Eviction(eviction, self._core)
         self.stats = _Stats(self._core)
+
+    def _place(self, key: builtins.bytes, n_input: int, boundaries: Sequence[int]) -> None:
+        """Hand structured admission's positions for this request to the core."""
+        if self._structured:
+            self._core.set_positions(*self.admission.extra_positions(  # type: ignore[attr-defined]
+                key, n_input, boundaries))
+
+    def clone(self, shared: Sequence[object] = ()) -> CompiledCache:
+        """`snapshot.clone`: an independent copy that behaves from here on as this one
+        would (the core's tree, books and counters copied; the Python policies deep-copied,
+        the objects in `shared` referred to, not copied)."""
+        memo: dict[int, object] = {id(self.spec): self.spec, **{id(o): o for o in shared}}
+        out = copy.copy(self)
+        out._core = self._core.copy()
+        out.admission = copy.deepcopy(self.admission, memo)
+        out.eviction = _Eviction(copy.deepcopy(self.eviction.policy, memo), out._core)
+        out.stats = _Stats(out._core)
+        return out
 
     def lookup(self, tokens: object, *, boundaries: Sequence[int] = (),
                salt: Salt = None) -> Plan:
         key = self._key(tokens, "lookup", salt)
+        self._place(key, len(key) // TOKEN_BYTES, boundaries)
         hit, matched, checkpoints, _ = self._core.lookup(key)
         return Plan(hit, None, checkpoints, matched, len(key) // TOKEN_BYTES)
 
     def peek(self, tokens: object, *, boundaries: Sequence[int] = (),
              salt: Salt = None) -> Plan:
         key = self._key(tokens, "peek", salt)
+        self._place(key, len(key) // TOKEN_BYTES, boundaries)
         hit, matched, checkpoints, _ = self._core.peek(key)
         return Plan(hit, None, checkpoints, matched, len(key) // TOKEN_BYTES)
 
@@ -225,6 +262,7 @@ class CompiledCache:
         n = len(key) // TOKEN_BYTES
         if not 0 <= n_input <= n:
             raise ValueError(f"commit: n_input={n_input!r} outside [0, {n}]")
+        self._place(key, n_input, boundaries)
         refused, admitted, _ = self._core.commit(key, n_input)
         return CommitResult(admitted, None, refused=refused)
 
@@ -234,6 +272,7 @@ class CompiledCache:
         if len(key) % TOKEN_BYTES or not 0 < n_input <= n:
             raise ValueError(f"serve: n_input={n_input!r} outside [1, {n}] (or the key is "
                              f"not int32 bytes: {len(key)} bytes)")
+        self._place(key, n_input, boundaries)
         return self._core.serve(key, n_input)
 
     def serve_tokens(self, tokens: object, n_input: int,
@@ -241,11 +280,12 @@ class CompiledCache:
         """`PrefixCache.serve_tokens`: an int32 array is read in place, its ids checked by
         the compiled core as it reads them (the simulator's step)."""
         if type(tokens) is np.ndarray and tokens.dtype == np.int32 and tokens.ndim == 1 \
-                and tokens.flags.c_contiguous:
+                and tokens.flags.c_contiguous and not self._structured:
             hit = self._core.serve_array(tokens, n_input)
             if hit is not None:
                 return hit
-        return self.serve(as_tokens(tokens, what="serve: tokens").tobytes(), n_input)
+        return self.serve(as_tokens(tokens, what="serve: tokens").tobytes(), n_input,
+                          boundaries)
 
     def serve_many(self, tokens: Sequence[object], n_input: np.ndarray,
                    boundaries: Sequence[Sequence[int]]
@@ -256,7 +296,12 @@ class CompiledCache:
         hits, kv, ssm = (np.empty(m, dtype=np.int64) for _ in range(3))
         arrays = tokens if isinstance(tokens, list) else list(tokens)
         needs = np.ascontiguousarray(n_input, dtype=np.int64)
-        j = self._core.serve_arrays(arrays, needs, hits, kv, ssm, 0)
+        # structured admission needs each request's positions: one request at a time
+        j = m if self._structured else self._core.serve_arrays(arrays, needs, hits, kv, ssm, 0)
+        if self._structured:
+            for k in range(m):
+                hits[k] = self.serve_tokens(arrays[k], int(needs[k]), boundaries[k])
+                kv[k], ssm[k] = self._core.kv_bytes, self._core.ssm_bytes
         while j < m:
             hits[j] = self.serve_tokens(arrays[j], int(needs[j]), boundaries[j])
             kv[j], ssm[j] = self._core.kv_bytes, self._core.ssm_bytes
@@ -315,6 +360,20 @@ class CompiledCache:
     def log_evictions(self) -> None:
         self._core.log_evictions(True)
 
+    def classes(self) -> list[int]:
+        """Hit density's class of each candidate, in row order (tests)."""
+        return self._core.classes()
+
+    @property
+    def level(self) -> float:
+        """GreedyDual-FLOP's inflation level (tests)."""
+        return self._core.level
+
+    def density_state(self) -> tuple[list[float], list[float], list[float], int]:
+        """Hit density's books: hits, events and density, row-major by class, and the
+        events counted (tests)."""
+        return self._core.density_state()
+
     @staticmethod
     def _key(tokens: object, where: str, salt: Salt) -> builtins.bytes:
         if salt is not None:
@@ -323,3 +382,55 @@ class CompiledCache:
         if tok.size == 0:
             raise ValueError(f"{where}: empty token list")
         return tok.tobytes()
+
+
+def first_ages(bucket: Callable[[int], int], buckets: int) -> list[float]:
+    """The first integer age of each of `buckets` buckets as `bucket` assigns them (a
+    monotone map from ages to buckets, 0 to the first): the compiled core buckets an age by
+    bisecting these, so that it lands where the Python function puts it, whatever rounding
+    its logarithm does (inf: a bucket no age up to 2^62 reaches)."""
+    out = [0.0]
+    for b in range(1, buckets):
+        lo, hi = int(out[-1]) if math.isfinite(out[-1]) else 1 << 62, 1 << 62
+        if bucket(hi) < b:
+            out.append(math.inf)
+            continue
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if bucket(mid) >= b:
+                hi = mid
+            else:
+                lo = mid + 1
+        out.append(float(lo))
+    return out
+
+
+_FIRSTS: dict[tuple[int, ...], tuple[list[float], list[float], list[int]]] = {}
+
+
+def density_books(policy: Eviction) -> tuple[Any, ...]:
+    """`NativeCore.set_density`'s arguments for a `HitDensity` policy: its buckets' first
+    ages (as its array path and its one-age path compute them), its depth classes' first
+    depths (as `classify` computes them), its tables and constants."""
+    from marconi.plus.density import PRIOR_EVENTS, PRIOR_HITS, HitDensity
+
+    assert isinstance(policy, HitDensity)
+    shape = (policy.per_octave, len(policy.start), policy.depth_classes, policy.depth_base,
+             policy.per_doubling)
+    firsts = _FIRSTS.get(shape)
+    if firsts is None:  # the same for every policy of this shape: found once
+        buckets = len(policy.start)
+        vec = first_ages(lambda a: int(policy.bucket(np.array([float(a)]))[0]), buckets)
+        one = first_ages(policy._bucket_of, buckets)
+        depth_from: list[int] = []
+        if policy.depth_classes:
+            def cls(depth: int) -> int:
+                leaf = types.SimpleNamespace(children={}, depth=max(depth, 1))
+                return policy.classify(leaf) - 2  # type: ignore[arg-type]
+            depth_from = [int(a) for a in first_ages(cls, policy.depth_classes)[1:]]
+        firsts = _FIRSTS[shape] = (vec, one, depth_from)
+    vec, one, depth_from = firsts
+    return ([float(x) for x in policy.start], vec, one, depth_from,
+            policy.hits.ravel().tolist(), policy.events.ravel().tolist(),
+            policy.density.ravel().tolist(), int(policy.counted), int(policy.every),
+            float(policy.decay), PRIOR_HITS, PRIOR_EVENTS, int(policy.depth_classes))

@@ -90,6 +90,8 @@ def clone(cache: PrefixCache, shared: Iterable[object] = ()) -> PrefixCache:
     from it); handles are deep-copied as they are. The tree's nodes are copied without
     recursion first, so that a deep tree does not exhaust the interpreter's stack;
     everything else follows them."""
+    if getattr(cache, "compiled", False):
+        return cache.clone(shared)  # type: ignore[attr-defined]
     memo: dict[int, object] = {id(cache.spec): cache.spec, **{id(o): o for o in shared}}
     olds: list[Node] = []
     stack = list(cache.tree.roots.values())

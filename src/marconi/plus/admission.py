@@ -69,6 +69,26 @@ class Structured(Judicious):
         self.planner = planner
         self._configure(config or StructureConfig())
 
+    @property
+    def compiled_as(self) -> str | None:  # type: ignore[override]
+        """The compiled core runs it (`marconi.core.compiled`, the positions worked out
+        here per request) unless it checkpoints partial hits (their sightings are kept
+        here only)."""
+        return None if self.config.partial else "structured"
+
+    def extra_positions(self, key: bytes, n_input: int, boundaries: Sequence[int]
+                        ) -> tuple[tuple[int, ...], bool]:
+        """What a compiled cache's core needs of this admission for one request (`key`:
+        at least its input's int32 bytes): the overlap planner's points for the input and
+        True (its only positions, the sequence kept up to the last), or the message
+        boundaries it checkpoints besides the judicious ones and False (each admitted
+        where it lies past the hit, inside the input, not held)."""
+        if self.config.overlap:
+            return self._overlap(key, n_input, 0), True
+        config = self.config
+        lead = [*boundaries[: config.boundaries], *(boundaries[-1:] if config.tail else ())]
+        return tuple(int(b) for b in lead), False
+
     def use_boundaries(self, *, first: bool, last: bool, overlap: bool = False) -> None:
         """Checkpoint the first message boundary, the last, both or neither from now on,
         and the overlap planner's positions or not (marconi+'s shadow experts switch

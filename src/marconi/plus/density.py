@@ -69,6 +69,8 @@ class HitDensity(Scored):
     produced at ages >= a, not by per-entry rates.
     """
 
+    compiled_as = "density"  # the compiled core runs it, depth classes too (core.compiled)
+
     def __init__(self, spec: ModelSpec, *, per_octave: int = 8, buckets: int = 192,
                  every: int = 512, decay: float = 0.9, depth_classes: int = 0,
                  depth_base: int = DEPTH_BASE, per_doubling: int = 1) -> None:

@@ -21,6 +21,8 @@ class GreedyDualFlop(Scored):
     Marconi; the `rec` column holds the level at that touch.
     """
 
+    compiled_as = "gd"  # the compiled core runs it (marconi.core.compiled)
+
     def __init__(self, spec: ModelSpec) -> None:
         self.efficiency = Efficiency(spec)
         super().__init__(self.efficiency)

@@ -69,6 +69,8 @@ from typing import cast
 import numpy as np
 
 from marconi.core.cache import PrefixCache
+from marconi.core.compiled import replay_cache
+from marconi.core.layout import Layout
 from marconi.core.snapshot import clone
 from marconi.core.tokens import as_tokens
 from marconi.core.tuning import Objective, hit_worth
@@ -510,10 +512,11 @@ def _shadow(cache: PrefixCache, expert: Expert, scale: float = 1.0) -> PrefixCac
     shadow_admission = Structured(admission.config, admission.planner)
     _use_boundaries(shadow_admission, expert)
     slots = cache.layout.state_slots
-    return PrefixCache(cache.spec, int(cache.capacity * scale), shadow_admission,
-                       eviction.solo(expert.mode, expert.alpha),
-                       name=f"{cache.name} shadow {expert}", page_size=cache.layout.page_size,
-                       state_slots=max(1, round(slots * scale)) if slots else 0)
+    layout = Layout(page_size=cache.layout.page_size,
+                    state_slots=max(1, round(slots * scale)) if slots else 0)
+    return replay_cache(cache.spec, int(cache.capacity * scale), shadow_admission,
+                        eviction.solo(expert.mode, expert.alpha),
+                        name=f"{cache.name} shadow {expert}", layout=layout)
 
 
 def apply(cache: PrefixCache, expert: Expert) -> None:

@@ -31,7 +31,9 @@ using i64 = long long;
 using i128 = __int128;
 using i32 = int32_t;
 
-enum class Evict { LRU = 0, FLOP = 1, KEEP = 2 };  // KEEP: an unbounded cache's, never asked
+// KEEP: an unbounded cache's, never asked; GD: GreedyDual-FLOP (a touch stamps the level,
+// each victim raises it); DENSITY: FLOP-weighted hit density (`plus.density.HitDensity`)
+enum class Evict { LRU = 0, FLOP = 1, KEEP = 2, GD = 3, DENSITY = 4 };
 enum class Admit { JUDICIOUS = 0, NONE = 1, BLOCK = 2 };  // BLOCK: vLLM+'s, every `block` tokens
 enum class Act { REMOVE = 0, MERGE = 1 };
 
@@ -130,9 +132,19 @@ class Core {
     // The positions in (hit, n] prefill must capture, into `checkpoints`.
     void checkpoints_of(const PlanOut& plan, i64 n) {
         checkpoints.clear();
-        if (admit_ == Admit::JUDICIOUS) {
+        if (admit_ == Admit::JUDICIOUS && given_) {  // the planner's points past the hit
+            for (i64 p : extra_)
+                if (p > plan.hit) checkpoints.push_back(p);
+        } else if (admit_ == Admit::JUDICIOUS) {
             i64 p = branch_point(n);
             if (p >= 0 && p > plan.hit) checkpoints.push_back(p);
+            if (!extra_.empty()) {  // boundaries past the hit, inside the input, not held
+                for (i64 b : extra_)
+                    if (plan.hit < b && b < n && !held(b)) checkpoints.push_back(b);
+                std::sort(checkpoints.begin(), checkpoints.end());
+                checkpoints.erase(std::unique(checkpoints.begin(), checkpoints.end()),
+                                  checkpoints.end());
+            }
         } else if (admit_ == Admit::BLOCK) {
             for (i64 p = (plan.hit / block_ + 1) * block_; p <= n; p += block_)
                 checkpoints.push_back(p);
@@ -143,23 +155,47 @@ class Core {
     // changed since (`serve`): the walk goes on from its deepest full node, as the Python
     // core's `match(after=...)` does
     CommitOut commit(const i32* key, i64 n, i64 n_input, bool resume = false) {
-        (void)n_input;  // judicious admission does not use it
         clock += 1;
         stats.commits += 1;
+        admitted.clear();
         CommitOut out;
         if (admit_ == Admit::NONE) {
             match(key, 0);
             return out;
         }
-        match(key, n, resume);
         positions_.clear();
-        if (admit_ == Admit::JUDICIOUS) {  // the branch point, then the end of the sequence
-            i64 bp = branch_point(n);
-            if (bp >= 0) positions_.push_back(bp);
-        } else {  // every block boundary, then the end of a final partial block
-            for (i64 p = block_; p <= n; p += block_) positions_.push_back(p);
+        if (admit_ == Admit::JUDICIOUS && given_) {
+            // the planner's points only; the sequence kept up to the last (`truncates`)
+            i64 kept = 0;
+            for (i64 p : extra_)
+                if (p > 0) { positions_.push_back(p); kept = std::max(kept, p); }
+            if (kept == 0) return out;  // no state to end on: nothing kept
+            n = std::min(n, kept);
+            match(key, n);
+            std::sort(positions_.begin(), positions_.end());
+            positions_.erase(std::unique(positions_.begin(), positions_.end()), positions_.end());
+        } else {
+            match(key, n, resume);
+            if (admit_ == Admit::JUDICIOUS) {  // the branch point, then the end of the sequence
+                i64 bp = branch_point(n);
+                if (bp >= 0) positions_.push_back(bp);
+                if (!extra_.empty()) {  // boundaries past the deepest state held in the input
+                    i64 hit = 0;
+                    for (int v : path_)
+                        if (nodes_[v].has_state && nodes_[v].depth <= n_input)
+                            hit = std::max(hit, nodes_[v].depth);
+                    for (i64 b : extra_)
+                        if (hit < b && b < n_input && !held(b)) positions_.push_back(b);
+                    positions_.push_back(n);
+                    std::sort(positions_.begin(), positions_.end());
+                    positions_.erase(std::unique(positions_.begin(), positions_.end()),
+                                     positions_.end());
+                }
+            } else {  // every block boundary, then the end of a final partial block
+                for (i64 p = block_; p <= n; p += block_) positions_.push_back(p);
+            }
+            if (positions_.empty() || positions_.back() != n) positions_.push_back(n);
         }
-        if (positions_.empty() || positions_.back() != n) positions_.push_back(n);
         // the wanted ones: not held by a matched node (both lists ascend)
         admitted.clear();
         size_t k = 0;
@@ -256,6 +292,51 @@ class Core {
         loaded_.clear();
     }
 
+    // Structured admission (`plus.admission.Structured`): the positions its Python side
+    // worked out for the next calls. Not `given`: message boundaries, each admitted beside
+    // the judicious ones where it lies past the hit, inside the input and not held. `given`
+    // (the overlap planner's points): the only positions, and a commit keeps the sequence
+    // up to the last of them (nothing when there is none).
+    void set_positions(const i64* p, i64 n, bool given) {
+        extra_.assign(p, p + n);
+        given_ = given;
+    }
+
+    // Hit density's tables and constants (`HitDensity`), row-major by class: `start` the
+    // first age of each bucket; `age_vec` / `age_one` the first integer age of each bucket
+    // as its array / scalar path computes it; `depth_from` the first depth of each depth
+    // class past the first (none: leaves in one class).
+    void set_density(const std::vector<double>& start, const std::vector<double>& age_vec,
+                     const std::vector<double>& age_one, const std::vector<i64>& depth_from,
+                     const std::vector<double>& hits, const std::vector<double>& events,
+                     const std::vector<double>& density, i64 counted, i64 every,
+                     double decay, double prior_hits, double prior_events, int depth_classes) {
+        size_t b = start.size();
+        if (b < 2 || age_vec.size() != b || age_one.size() != b || every < 1 ||
+            depth_classes < 0 ||
+            depth_from.size() != static_cast<size_t>(depth_classes > 0 ? depth_classes - 1 : 0) ||
+            hits.size() != events.size() || hits.size() != density.size() ||
+            hits.size() != (2 + static_cast<size_t>(depth_classes)) * b)
+            throw std::invalid_argument("set_density: tables of inconsistent sizes");
+        depth_classes_ = depth_classes;
+        start_ = start; age_vec_ = age_vec; age_one_ = age_one; depth_from_ = depth_from;
+        hits_ = hits; events_ = events; density_ = density;
+        counted_ = counted; every_ = every; decay_ = decay;
+        prior_hits_ = prior_hits; prior_events_ = prior_events;
+    }
+
+    double level() const { return level_; }
+    void set_level(double level) { level_ = level; }
+    i64 counted() const { return counted_; }
+    const std::vector<double>& density_hits() const { return hits_; }
+    const std::vector<double>& density_events() const { return events_; }
+    const std::vector<double>& density_table() const { return density_; }
+    std::vector<int> classes() const {
+        std::vector<int> out;
+        for (size_t i = 0; i < cand_.size(); ++i) out.push_back(cls_[i]);
+        return out;
+    }
+
     // FLOP-aware candidates in slot order: (depth, last touch, efficiency) (tests).
     std::vector<std::tuple<i64, double, double>> candidates() const {
         std::vector<std::tuple<i64, double, double>> out;
@@ -276,7 +357,9 @@ class Core {
             if (x.key.empty()) return "a node with an empty edge";
             if (x.depth != nodes_[x.parent].depth + edge_len(v)) return "a wrong depth";
             if (evict_ == Evict::LRU && x.nchild == 0 && !x.in_order) return "a leaf out of the LRU order";
-            if (evict_ == Evict::FLOP && (x.nchild <= 1) != (x.slot >= 0)) return "candidates differ";
+            if (scored() && (x.nchild <= 1) != (x.slot >= 0)) return "candidates differ";
+            if (evict_ == Evict::DENSITY && x.slot >= 0 && cls_[x.slot] != classify(v))
+                return "a stale class";
         }
         if (count != size_) return "node count differs";
         if (kv != stats.kv_bytes) return "KV bytes differ";
@@ -317,9 +400,23 @@ class Core {
 
     // LRU over leaves: (stamp, tie-break, id) -> slot, the live unpinned leaves only
     std::set<std::tuple<double, i64, i64, int>> order_;
-    // FLOP-aware candidates: dense columns in slot order (as `Columns`)
+    // FLOP-aware candidates: dense columns in slot order (as `Columns`); `cls_`: hit
+    // density's class of each
     std::vector<int> cand_;
     std::vector<double> rec_, eff_, score_;
+    std::vector<int> cls_;
+
+    // structured admission's positions for the next calls (`set_positions`)
+    std::vector<i64> extra_;
+    bool given_ = false;
+
+    double level_ = 0;  // GreedyDual-FLOP's inflation level
+    // hit density (`set_density`): classes x buckets, row-major
+    std::vector<double> start_, age_vec_, age_one_, hits_, events_, density_;
+    std::vector<i64> depth_from_;
+    int depth_classes_ = 0;
+    i64 counted_ = 0, every_ = 1;
+    double decay_ = 1, prior_hits_ = 0, prior_events_ = 0;
 
     std::vector<int> loaded_;
     std::vector<int> protect_mark_;
@@ -474,6 +571,13 @@ class Core {
     }
 
     // --- admission (`Judicious`) and the plan ------------------------------------------
+
+    // whether a fully matched node of the last walk ends at `depth` with a state
+    bool held(i64 depth) const {
+        for (int v : path_)
+            if (nodes_[v].depth == depth) return nodes_[v].has_state;
+        return false;
+    }
 
     i64 branch_point(i64 n) const {
         if (length_ >= n) return -1;
@@ -650,8 +754,9 @@ class Core {
                 if (nodes_[*it].nchild == 0) changed(*it);
             }
         } else {
-            for (int v : created) { set_stamp(v, static_cast<double>(clock)); changed(v); }
-            for (int v : fresh) { set_stamp(v, static_cast<double>(clock)); changed(v); }
+            double now = touch_value();
+            for (int v : created) { set_stamp(v, now); changed(v); }
+            for (int v : fresh) { set_stamp(v, now); changed(v); }
         }
         for (int v : touched) changed(v);
         return end;
@@ -681,6 +786,15 @@ class Core {
 
     void set_stamp(int v, double t) { nodes_[v].stamp = t; }
 
+    bool scored() const {
+        return evict_ == Evict::FLOP || evict_ == Evict::GD || evict_ == Evict::DENSITY;
+    }
+
+    // what a touch stamps (`Scored.touched`): GreedyDual's level, else the clock
+    double touch_value() const {
+        return evict_ == Evict::GD ? level_ : static_cast<double>(clock);
+    }
+
     void touch_path(const std::vector<int>& path) {
         if (evict_ == Evict::KEEP) return;
         double now = static_cast<double>(clock);
@@ -695,18 +809,20 @@ class Core {
         if (evict_ == Evict::LRU) {
             touch_path(path_);
         } else if (hit >= 0) {
-            set_stamp(hit, static_cast<double>(clock));
+            if (evict_ == Evict::DENSITY && nodes_[hit].slot >= 0) count(hit, true);
+            set_stamp(hit, touch_value());
             changed(hit);
         }
     }
 
     void changed(int v) {
         if (evict_ == Evict::LRU) lru_update(v);
-        else if (evict_ == Evict::FLOP) candidate_update(v);
+        else if (scored()) candidate_update(v);
     }
 
     void removed(int v) {
         Node& x = nodes_[v];
+        if (evict_ == Evict::DENSITY && x.slot >= 0) count(v, false);
         x.stamp = 0;
         if (x.in_order) {
             order_.erase(std::tuple_cat(x.order_key, std::make_tuple(v)));
@@ -740,9 +856,11 @@ class Core {
                 cand_.push_back(v);
                 rec_.push_back(0);
                 eff_.push_back(0);
+                cls_.push_back(0);
             }
             rec_[x.slot] = x.stamp;
             eff_[x.slot] = efficiency(v);
+            if (evict_ == Evict::DENSITY) cls_[x.slot] = classify(v);
         } else if (x.slot >= 0) {
             drop_slot(v);
         }
@@ -756,11 +874,66 @@ class Core {
             cand_[slot] = last;
             rec_[slot] = rec_.back();
             eff_[slot] = eff_.back();
+            cls_[slot] = cls_.back();
             nodes_[last].slot = slot;
         }
         cand_.pop_back();
         rec_.pop_back();
         eff_.pop_back();
+        cls_.pop_back();
+    }
+
+    // --- hit density (`HitDensity`) ---------------------------------------------------------
+
+    // the bucket of an idle age: the last bucket whose first age it reaches (`first`: the
+    // first integer age of each, as the Python path it stands in for computes them)
+    static int bucket_of(const std::vector<double>& first, double age) {
+        age = std::max(age, 0.0);
+        auto it = std::upper_bound(first.begin(), first.end(), age);
+        return static_cast<int>(it - first.begin()) - 1;
+    }
+
+    // `HitDensity.classify`: interior, or a leaf (in its depth class)
+    int classify(int v) const {
+        const Node& x = nodes_[v];
+        if (x.nchild > 0) return 1;
+        if (depth_classes_ == 0) return 0;
+        auto it = std::upper_bound(depth_from_.begin(), depth_from_.end(), x.depth);
+        return 2 + static_cast<int>(it - depth_from_.begin());
+    }
+
+    // `HitDensity._count`: a candidate hit (or leaving) at its idle age
+    void count(int v, bool hit) {
+        const Node& x = nodes_[v];
+        size_t nb = start_.size();
+        int b = bucket_of(age_one_, static_cast<double>(clock) - x.stamp);
+        size_t at = static_cast<size_t>(cls_[x.slot]) * nb + static_cast<size_t>(b);
+        events_[at] += 1;
+        if (hit) hits_[at] += 1;
+        counted_ += 1;
+        if (counted_ % every_ == 0) learn();
+    }
+
+    // `HitDensity.learn`: the tables from the counts (numpy's reversed cumulative sums,
+    // operation for operation), then the counts aged
+    void learn() {
+        size_t nb = start_.size(), classes = hits_.size() / nb;
+        for (size_t c = 0; c < classes; ++c) {
+            const size_t row = c * nb;
+            double above = 0, n_above = 0, nt_above = 0;
+            for (size_t k = nb; k-- > 0;) {
+                double h = hits_[row + k] + prior_hits_;
+                double e = events_[row + k] + prior_events_;
+                double et = e * start_[k];
+                if (k == nb - 1) { above = h; n_above = e; nt_above = et; }
+                else { above = above + h; n_above = n_above + e; nt_above = nt_above + et; }
+                double nt = n_above * start_[k];
+                double remaining = (nt_above - nt) + n_above;
+                density_[row + k] = above / remaining;
+            }
+        }
+        for (double& h : hits_) h *= decay_;
+        for (double& e : events_) e *= decay_;
     }
 
     double efficiency(int v) const {
@@ -791,6 +964,7 @@ class Core {
         }
         size_t n = cand_.size();
         if (n == 0) return false;
+        if (evict_ == Evict::GD || evict_ == Evict::DENSITY) return lowest(v, act);
         double rlo = rec_[0], rhi = rec_[0], elo = eff_[0], ehi = eff_[0];
         for (size_t i = 1; i < n; ++i) {
             rlo = std::min(rlo, rec_[i]); rhi = std::max(rhi, rec_[i]);
@@ -809,6 +983,32 @@ class Core {
             if (s < best) { best = s; found = i; }
         }
         if (found == n) return false;
+        *v = cand_[found];
+        *act = nodes_[*v].nchild == 0 ? Act::REMOVE : Act::MERGE;
+        return true;
+    }
+
+    // `Scored.victim` for GreedyDual-FLOP (rec + eff; the victim raises the level to its
+    // score) and hit density (eff x density[class, bucket of the idle age]): the first
+    // lowest score outside the protected
+    bool lowest(int* v, Act* act) {
+        size_t n = cand_.size(), nb = start_.size();
+        double now = static_cast<double>(clock);
+        double best = std::numeric_limits<double>::infinity();
+        size_t found = n;
+        for (size_t i = 0; i < n; ++i) {
+            if (protected_(cand_[i])) continue;
+            double s;
+            if (evict_ == Evict::GD) {
+                s = rec_[i] + eff_[i];
+            } else {
+                int b = bucket_of(age_vec_, now - rec_[i]);
+                s = eff_[i] * density_[static_cast<size_t>(cls_[i]) * nb + static_cast<size_t>(b)];
+            }
+            if (s < best) { best = s; found = i; }
+        }
+        if (found == n) return false;
+        if (evict_ == Evict::GD) level_ = std::max(level_, best);
         *v = cand_[found];
         *act = nodes_[*v].nchild == 0 ? Act::REMOVE : Act::MERGE;
         return true;
