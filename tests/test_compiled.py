@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -269,6 +269,31 @@ def test_a_replay_is_the_same_on_both_cores(system: str, monkeypatch: pytest.Mon
     assert summary["evictions"] > 0 or system == "vanilla"  # the capacity binds
     if system == "marconi":
         assert summary["alpha_status"] == "tuned"
+
+
+@st.composite
+def distributions(draw: st.DrawFn) -> tuple[list[int], list[float], int]:
+    """Overlap depths (ascending, distinct), their survival (not increasing, ties common:
+    shares of a few requests) and a budget; small depths and few requests make equal
+    plans (lines through one point, equal values at a query) common."""
+    top = draw(st.sampled_from([12, 40, 2**40]))
+    depths = sorted(draw(st.sets(st.integers(1, top), max_size=30)))
+    total = draw(st.integers(1, draw(st.sampled_from([4, 50]))))
+    counts = sorted(draw(st.lists(st.integers(0, total), min_size=len(depths),
+                                  max_size=len(depths))), reverse=True)
+    return depths, [c / total for c in counts], draw(st.integers(0, 6))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(distributions())
+def test_placement_is_the_python_one(case: tuple[list[int], list[float], int]) -> None:
+    """Sparse prefix caching's placement (marconi+'s overlap planner, the sparse-prefix
+    peer) on the compiled core: the same checkpoints and the same expected reuse, bit for
+    bit, as `place_python`, its oracle."""
+    from marconi.peers.sparse_prefix import place_python
+
+    depths, survival, budget = case
+    assert compiled.place(depths, survival, budget) == place_python(depths, survival, budget)
 
 
 @pytest.mark.parametrize("trace", ["synthetic:multi-turn", "synthetic:rag", "synthetic:agent"])

@@ -91,6 +91,23 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         vector[int] classes()
 
 
+cdef extern from "native/tree_core.hpp" namespace "marconi":
+    double place_cpp "marconi::place"(const vector[i64]&, const vector[double]&, int,
+                                      vector[i64]&) except +
+
+
+def place(depths, survival, int budget):
+    """`peers.sparse_prefix.place` (the Python one is its oracle): the best checkpoints
+    (ascending) and their expected reuse. Depths must be below 2^53 (the caller checks)."""
+    cdef vector[i64] d = depths
+    cdef vector[double] s = survival
+    cdef vector[i64] out
+    if d.size() != s.size():
+        raise ValueError("place: depths and survival differ in length")
+    cdef double best = place_cpp(d, s, budget, out)
+    return best, tuple(out)
+
+
 cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gil:
     """Python's correctly rounded int / int, for a quotient beyond doubles' exact range."""
     return ((<object>hi << 64) | <object>lo) / <object>held

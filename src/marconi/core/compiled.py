@@ -17,7 +17,8 @@ all (the same-system bound, which never evicts); one byte budget with KV per tok
 engine handles, no eviction callback, no pins, the default namespace. That is vanilla,
 vllm+, sglang+ and marconi (its bootstrap tuner's replays too), their bounds, and
 marconi+'s shadow experts. Every other system, marconi+'s live cache, and every
-engine-facing cache, runs the Python core.
+engine-facing cache, runs the Python core. Sparse prefix caching's placement (`place`)
+runs here too.
 
 `MARCONI_CORE=python|compiled` chooses (default: compiled where it is built). Where the
 extension was not built (no C++ compiler when marconi was installed), the Python core
@@ -31,7 +32,6 @@ import copy
 import math
 import os
 import sys
-import types
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -216,7 +216,8 @@ class CompiledCache:
             float(eviction.alpha or 0.0),
             bool(getattr(eviction, "deepest_first", False)), int(getattr(admission, "block", 0)))
         if compiled_as(eviction) == "density":
-            self._core.set_density(*density_books(eviction))
+            # (bucket and class bounds, tables, constants: `HitDensity.compiled_books`)
+            self._core.set_density(*eviction.compiled_books())  # type: ignore[attr-defined]
         elif compiled_as(eviction) == "gd":
             self._core.set_level(float(eviction.level))  # type: ignore[attr-defined]
         self.eviction = _Eviction(eviction, self._core)
@@ -384,6 +385,14 @@ class CompiledCache:
         return tok.tobytes()
 
 
+def place(depths: Sequence[int], survival: Sequence[float], budget: int
+          ) -> tuple[float, tuple[int, ...]]:
+    """`peers.sparse_prefix.place` on the compiled core (depths below 2^53; built)."""
+    assert _native is not None
+    return cast("tuple[float, tuple[int, ...]]",
+                _native.place(list(depths), list(survival), budget))
+
+
 def first_ages(bucket: Callable[[int], int], buckets: int) -> list[float]:
     """The first integer age of each of `buckets` buckets as `bucket` assigns them (a
     monotone map from ages to buckets, 0 to the first): the compiled core buckets an age by
@@ -403,34 +412,3 @@ def first_ages(bucket: Callable[[int], int], buckets: int) -> list[float]:
                 lo = mid + 1
         out.append(float(lo))
     return out
-
-
-_FIRSTS: dict[tuple[int, ...], tuple[list[float], list[float], list[int]]] = {}
-
-
-def density_books(policy: Eviction) -> tuple[Any, ...]:
-    """`NativeCore.set_density`'s arguments for a `HitDensity` policy: its buckets' first
-    ages (as its array path and its one-age path compute them), its depth classes' first
-    depths (as `classify` computes them), its tables and constants."""
-    from marconi.plus.density import PRIOR_EVENTS, PRIOR_HITS, HitDensity
-
-    assert isinstance(policy, HitDensity)
-    shape = (policy.per_octave, len(policy.start), policy.depth_classes, policy.depth_base,
-             policy.per_doubling)
-    firsts = _FIRSTS.get(shape)
-    if firsts is None:  # the same for every policy of this shape: found once
-        buckets = len(policy.start)
-        vec = first_ages(lambda a: int(policy.bucket(np.array([float(a)]))[0]), buckets)
-        one = first_ages(policy._bucket_of, buckets)
-        depth_from: list[int] = []
-        if policy.depth_classes:
-            def cls(depth: int) -> int:
-                leaf = types.SimpleNamespace(children={}, depth=max(depth, 1))
-                return policy.classify(leaf) - 2  # type: ignore[arg-type]
-            depth_from = [int(a) for a in first_ages(cls, policy.depth_classes)[1:]]
-        firsts = _FIRSTS[shape] = (vec, one, depth_from)
-    vec, one, depth_from = firsts
-    return ([float(x) for x in policy.start], vec, one, depth_from,
-            policy.hits.ravel().tolist(), policy.events.ravel().tolist(),
-            policy.density.ravel().tolist(), int(policy.counted), int(policy.every),
-            float(policy.decay), PRIOR_HITS, PRIOR_EVENTS, int(policy.depth_classes))

@@ -34,7 +34,18 @@ def place(depths: Sequence[int], survival: Sequence[float], budget: int
           ) -> tuple[float, tuple[int, ...]]:
     """The checkpoints (at most `budget`, among `depths`, ascending) that maximize the
     expected reuse `sum (c_i - c_(i-1)) S(c_i)`, and that reuse; `survival[j]` is S at
-    `depths[j]`, not increasing."""
+    `depths[j]`, not increasing. On the compiled core where it is chosen
+    (`marconi.core.compiled.place`), else `place_python`, its oracle."""
+    from marconi.core import compiled
+
+    if depths and depths[-1] < 2**53 and compiled.chosen() == "compiled":
+        return compiled.place(depths, survival, budget)
+    return place_python(depths, survival, budget)
+
+
+def place_python(depths: Sequence[int], survival: Sequence[float], budget: int
+                 ) -> tuple[float, tuple[int, ...]]:
+    """`place` in Python (the oracle of the compiled one)."""
     n = len(depths)
     if budget < 1 or n == 0:
         return 0.0, ()

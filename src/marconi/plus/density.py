@@ -41,16 +41,21 @@ measurements: experiments/RESULTS.md ("How hit density ranks").
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
 from marconi.core.candidates import Efficiency, Scored
+from marconi.core.compiled import first_ages
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 
 LEAF, INTERIOR = 0, 1
 DEPTH_BASE = 1024  # with depth classes: leaves under 2 x DEPTH_BASE tokens share the first
 PRIOR_HITS, PRIOR_EVENTS = 1e-3, 2e-3  # pseudo-counts in every age bucket (module doc)
+# the compiled core's bucket and class bounds per shape (`HitDensity.compiled_books`)
+_FIRSTS: dict[tuple[int, ...], tuple[list[float], list[float], list[int]]] = {}
 
 
 class HitDensity(Scored):
@@ -126,6 +131,32 @@ class HitDensity(Scored):
         self.density = above / remaining
         self.hits *= self.decay
         self.events *= self.decay
+
+    def compiled_books(self) -> tuple[Any, ...]:
+        """What the compiled core's hit density starts from (`NativeCore.set_density`):
+        the first age of each bucket as `bucket` (the array path, scores) and `_bucket_of`
+        (one age, counts) put it, the first depth of each depth class past the first as
+        `classify` puts it (the core bisects these: no logarithm of its own), the tables
+        and the constants."""
+        shape = (self.per_octave, len(self.start), self.depth_classes, self.depth_base,
+                 self.per_doubling)
+        firsts = _FIRSTS.get(shape)
+        if firsts is None:  # the same for every policy of this shape: found once
+            buckets = len(self.start)
+            vec = first_ages(lambda a: int(self.bucket(np.array([float(a)]))[0]), buckets)
+            one = first_ages(self._bucket_of, buckets)
+            depth_from: list[int] = []
+            if self.depth_classes:
+                def cls(depth: int) -> int:
+                    leaf = SimpleNamespace(children={}, depth=max(depth, 1))
+                    return self.classify(leaf) - 2  # type: ignore[arg-type]
+                depth_from = [int(a) for a in first_ages(cls, self.depth_classes)[1:]]
+            firsts = _FIRSTS[shape] = (vec, one, depth_from)
+        vec, one, depth_from = firsts
+        return ([float(x) for x in self.start], vec, one, depth_from,
+                self.hits.ravel().tolist(), self.events.ravel().tolist(),
+                self.density.ravel().tolist(), int(self.counted), int(self.every),
+                float(self.decay), PRIOR_HITS, PRIOR_EVENTS, int(self.depth_classes))
 
     def prior_exposure(self, age: float = 0.0) -> float:
         """Ticks the pseudo-counts add to the remaining time of an entry of idle `age`."""

@@ -1015,4 +1015,64 @@ class Core {
     }
 };
 
+// `peers.sparse_prefix.place`, operation for operation: the checkpoints (at most `budget`,
+// among `depths`, ascending) that maximize `sum (c_i - c_(i-1)) S(c_i)`, into `out`, and
+// that sum. Depths are below 2^53 (a Python int times a float is then this product).
+inline double place(const std::vector<i64>& depths, const std::vector<double>& survival,
+                    int budget, std::vector<i64>& out) {
+    out.clear();
+    size_t n = depths.size();
+    if (budget < 1 || n == 0) return 0.0;
+    const double NEG = -std::numeric_limits<double>::infinity();
+    std::vector<double> x(n + 1), s(n + 1);
+    x[0] = 0; s[0] = 1.0;
+    for (size_t j = 0; j < n; ++j) { x[j + 1] = static_cast<double>(depths[j]); s[j + 1] = survival[j]; }
+    std::vector<double> prev(n + 1, NEG), cur(n + 1);
+    prev[0] = 0.0;
+    std::vector<std::vector<size_t>> choice;
+    std::vector<size_t> hull;
+    double best = 0.0;
+    size_t best_m = 0, best_j = 0;
+    // `_at`: line i at q; `_useless`: b nowhere above both a and c (x exact: below 2^53)
+    auto at = [&](size_t i, double q) { double p = x[i] * q; return prev[i] - p; };
+    auto useless = [&](size_t a, size_t b, size_t c) {
+        double l = (prev[c] - prev[a]) * (x[b] - x[a]);
+        double r = (prev[b] - prev[a]) * (x[c] - x[a]);
+        return l >= r;
+    };
+    for (int m = 1; m <= budget; ++m) {
+        std::fill(cur.begin(), cur.end(), NEG);
+        std::vector<size_t> back(n + 1, 0);
+        hull.clear();
+        size_t head = 0;
+        for (size_t j = 1; j <= n; ++j) {
+            size_t i = j - 1;
+            if (prev[i] != NEG) {
+                while (hull.size() - head >= 2 && useless(hull[hull.size() - 2], hull.back(), i))
+                    hull.pop_back();
+                hull.push_back(i);
+                head = std::min(head, hull.size() - 1);
+            }
+            if (hull.size() == head) continue;
+            double q = s[j];
+            while (hull.size() - head >= 2 && at(hull[head + 1], q) >= at(hull[head], q)) ++head;
+            i = hull[head];
+            double xq = x[j] * q;
+            cur[j] = at(i, q) + xq;
+            back[j] = i;
+            if (cur[j] > best) { best = cur[j]; best_m = static_cast<size_t>(m); best_j = j; }
+        }
+        choice.push_back(std::move(back));
+        std::swap(prev, cur);
+    }
+    size_t m = best_m, j = best_j;
+    while (m > 0 && j > 0) {
+        out.push_back(depths[j - 1]);
+        j = choice[m - 1][j];
+        m -= 1;
+    }
+    std::reverse(out.begin(), out.end());
+    return best;
+}
+
 }  // namespace marconi
