@@ -26,6 +26,7 @@ from marconi.plus.admission import PLAIN, Structured
 from marconi.plus.density import HitDensity
 from marconi.plus.greedy_dual import GreedyDualFlop
 from marconi.plus.overlap import OverlapPlanner
+from marconi.plus.switchable import Mode, Setting, Switchable
 from tests.helpers import SMALL
 
 if not compiled.built():
@@ -56,7 +57,20 @@ POLICIES = {
         Structured(PLAIN, planner), HitDensity(spec, every=5, depth_classes=3, depth_base=4)),
     "plus-gd": lambda spec, alpha, planner: (Structured(PLAIN, planner), GreedyDualFlop(spec)),
     "plus-lru": lambda spec, alpha, planner: (Structured(PLAIN, planner), LRULeaf()),
+    # marconi+'s live cache: every expert's eviction kept at once, one choosing
+    "plus-live": lambda spec, alpha, planner: (Structured(PLAIN, planner), live(spec)),
+    "plus-live-default": lambda spec, alpha, planner: (
+        Structured(PLAIN, planner), Switchable(spec, Mode.DENSITY)),
 }
+
+
+def live(spec: ModelSpec) -> Switchable:
+    """marconi+'s live eviction with hit densities that learn every few events."""
+    eviction = Switchable(spec, Mode.DENSITY)
+    eviction.density = HitDensity(spec, every=3, per_octave=2, buckets=9)
+    eviction.depth = HitDensity(spec, every=5, depth_classes=3, depth_base=4)
+    eviction.experts[Mode.DENSITY], eviction.experts[Mode.DEPTH] = eviction.density, eviction.depth
+    return eviction
 
 PREFIXES = [[], [1, 2, 3, 4, 5, 6], [1, 2, 3, 9, 9], [7] * 12, [5, 6, 5, 6, 5]]
 suffixes = st.lists(st.integers(0, 9), min_size=1, max_size=14)
@@ -77,6 +91,9 @@ class Twins(RuleBasedStateMachine):
     @initialize(policy=st.sampled_from(sorted(POLICIES)), spec=st.sampled_from(sorted(SPECS)),
                 entries=st.integers(0, 40), alpha=st.sampled_from([0.0, 0.3, 1.0, 2.0]))
     def make(self, policy: str, spec: str, entries: int, alpha: float) -> None:
+        self._make(policy, spec, entries, alpha)
+
+    def _make(self, policy: str, spec: str, entries: int, alpha: float) -> None:
         self.structured = policy.startswith("plus-")
         # structured admission of a model without SSM layers runs in Python only (below)
         self.spec = SPECS["small" if self.structured and spec == "attention" else spec]
@@ -114,6 +131,13 @@ class Twins(RuleBasedStateMachine):
         if self.structured:
             for cache in (self.python, self.twin):
                 cache.admission.use_boundaries(first=first, last=last, overlap=overlap)
+
+    @rule(mode=st.sampled_from([Mode.FLOP, Mode.LRU, Mode.DENSITY, Mode.DEPTH]))
+    def switch(self, mode: Mode) -> None:
+        """marconi+'s live cache switches the expert choosing victims."""
+        if isinstance(self.python.eviction, Switchable):
+            self.python.eviction.set_setting(Setting(mode))
+            self.twin.eviction.set_setting(Setting(mode))
 
     @rule()
     def part(self) -> None:
@@ -172,7 +196,10 @@ class Twins(RuleBasedStateMachine):
 
     @rule()
     def snapshot(self) -> None:
-        """Both rebuilt from the Python core's snapshot (the tuner's replays)."""
+        """Both rebuilt from the Python core's snapshot (the tuner's replays; marconi+'s
+        live cache is never rebuilt)."""
+        if isinstance(self.python.eviction, Switchable):
+            return
         snap = take(self.python)
         self.build()
         rebuild(snap, self.python)
@@ -193,19 +220,48 @@ class Twins(RuleBasedStateMachine):
             assert self.twin.candidates() == [
                 (node.depth, float(columns["rec"][i]), float(columns["eff"][i]))
                 for i, node in enumerate(columns.nodes)]
+        densities = [eviction] if isinstance(eviction, HitDensity) else []
+        if isinstance(eviction, Switchable):  # every expert's books, whichever runs
+            assert self.twin.eviction.mode is eviction.mode
+            columns = eviction.flop.columns
+            assert self.twin.candidates() == [
+                (node.depth, float(columns["rec"][i]), float(columns["eff"][i]))
+                for i, node in enumerate(columns.nodes)]
+            densities = [d for d in (eviction.density, eviction.depth) if d is not None]
+            rows = eviction.density.columns
+            assert self.twin.clock_stamps() == rows["rec"][:len(rows)].tolist()
+            assert [n.depth for n in rows.nodes] == [n.depth for n in columns.nodes]
+            eviction = eviction.flop
         if isinstance(eviction, GreedyDualFlop):
             assert self.twin.level == eviction.level
-        if isinstance(eviction, HitDensity):  # classes, counts, tables: bit for bit
-            n = len(eviction.columns)
-            assert self.twin.classes() == eviction.columns["cls"][:n].tolist()
-            assert self.twin.density_state() == (
-                eviction.hits.ravel().tolist(), eviction.events.ravel().tolist(),
-                eviction.density.ravel().tolist(), eviction.counted)
+        for k, density in enumerate(densities):  # classes, counts, tables: bit for bit
+            n = len(density.columns)
+            assert self.twin.classes(k) == density.columns["cls"][:n].tolist()
+            assert self.twin.density_state(k) == (
+                density.hits.ravel().tolist(), density.events.ravel().tolist(),
+                density.density.ravel().tolist(), density.counted)
 
 
 TestTwins = Twins.TestCase
 TestTwins.settings = settings(max_examples=300, stateful_step_count=40, deadline=None,
                               suppress_health_check=[HealthCheck.too_slow])
+
+
+class LiveTwins(Twins):
+    """marconi+'s live cache alone (every expert's eviction kept at once), starting under
+    any expert: LRU's own order, GreedyDual's level while another expert chooses, each
+    hit density's clock."""
+
+    @initialize(policy=st.sampled_from(["plus-live", "plus-live-default"]),
+                spec=st.sampled_from(["small", "paper-7b"]), entries=st.integers(0, 40),
+                mode=st.sampled_from([Mode.FLOP, Mode.LRU, Mode.DENSITY, Mode.DEPTH]))
+    def make(self, policy: str, spec: str, entries: int, mode: Mode) -> None:  # type: ignore[override]
+        self._make(policy, spec, entries, 0.0)
+        self.switch(mode)
+
+TestLiveTwins = LiveTwins.TestCase
+TestLiveTwins.settings = settings(max_examples=200, stateful_step_count=40, deadline=None,
+                                  suppress_health_check=[HealthCheck.too_slow])
 
 
 class _MyLRU(LRULeaf):
@@ -299,8 +355,8 @@ def test_placement_is_the_python_one(case: tuple[list[int], list[float], int]) -
 @pytest.mark.parametrize("trace", ["synthetic:multi-turn", "synthetic:rag", "synthetic:agent"])
 def test_marconi_plus_is_the_same_with_compiled_shadows(trace: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """marconi+'s whole run with its shadows on either core (its live cache runs the
-    Python core on both): the same hits, every expert's total, the same switches. The
+    """marconi+'s whole run on either core (its live cache and its shadows): the same
+    hits, every expert's total, the same switches. The
     traces name message boundaries (the boundary experts' shadows part from their twins)
     or reuse at depths the overlap planner places."""
     from marconi.sim import SimConfig, simulate
@@ -322,23 +378,31 @@ def test_marconi_plus_is_the_same_with_compiled_shadows(trace: str,
     assert len(set(summary["tuning"]["totals"].values())) > 3  # the experts differ
 
 
-def test_marconi_plus_shadows_run_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every default expert's shadow runs on the compiled core (the live cache, which
-    runs every eviction at once, on the Python core)."""
-    from marconi.plus.shadows import ShadowTuner
-    from marconi.systems import make_cache
+def test_marconi_plus_runs_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay's marconi+ runs on the compiled core: its live cache (every expert's
+    eviction at once) and every default expert's shadow; an engine's (`make_cache`, which
+    holds states) and a Transformer's (a node per block) on the Python core."""
+    from marconi.plus.shadows import ShadowTuner, apply
+    from marconi.systems import get_system, make_cache
 
     monkeypatch.delenv(compiled.CORE_ENV, raising=False)
-    cache = make_cache(PAPER_7B, "400MB", "marconi+")
+    cache = get_system("marconi+").cache(PAPER_7B, "400MB", replay=True)
+    assert isinstance(cache, CompiledCache)
     tuner = ShadowTuner()
     tuner.start(cache)
     assert len(tuner.shadows) == 13
     assert all(isinstance(shadow, CompiledCache) for shadow in tuner.shadows)
-    assert isinstance(cache, PrefixCache)
-    assert compiled.compiled_reason(PAPER_7B, cache.admission, cache.eviction, Layout())
+    for expert in tuner.experts:  # a switch reaches the core
+        apply(cache, expert)
+        assert cache.eviction.mode is expert.mode
+        assert cache._core.run == {Mode.FLOP: 0, Mode.LRU: 1, Mode.DENSITY: 2,
+                                   Mode.DEPTH: 3}[expert.mode]
+    assert isinstance(make_cache(PAPER_7B, "400MB", "marconi+"), PrefixCache)
     attention = make_cache(ATTENTION_ONLY, "400MB", "marconi+")
     assert "without SSM layers" in (compiled.compiled_reason(
         ATTENTION_ONLY, attention.admission, HitDensity(ATTENTION_ONLY), Layout()) or "")
+    marconi = Switchable(PAPER_7B, marconi=True)  # a FLOP-aware expert: not compiled
+    assert compiled.compiled_reason(PAPER_7B, Structured(PLAIN), marconi, Layout())
 
 
 def test_where_it_is_not_built_the_python_core_runs_and_says_so(

@@ -78,17 +78,20 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         string check()
         vector[cpp_tuple3] candidates()
         void set_positions(const i64*, i64, cbool)
-        void set_density(const vector[double]&, const vector[double]&, const vector[double]&,
-                         const vector[i64]&, const vector[double]&, const vector[double]&,
-                         const vector[double]&, i64, i64, double, double, double,
-                         int) except +
+        void set_density(int, const vector[double]&, const vector[double]&,
+                         const vector[double]&, const vector[i64]&, const vector[double]&,
+                         const vector[double]&, const vector[double]&, i64, i64, double,
+                         double, double, int) except +
         double level()
         void set_level(double)
-        i64 counted()
-        const vector[double]& density_hits()
-        const vector[double]& density_events()
-        const vector[double]& density_table()
-        vector[int] classes()
+        void set_run(int) except +
+        int run()
+        i64 counted(int)
+        const vector[double]& density_hits(int)
+        const vector[double]& density_events(int)
+        const vector[double]& density_table(int)
+        vector[int] classes(int)
+        vector[double] clock_stamps()
 
 
 cdef extern from "native/tree_core.hpp" namespace "marconi":
@@ -114,7 +117,7 @@ cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gi
 
 
 ADMISSIONS = {"judicious": 0, "none": 1, "block": 2}
-EVICTIONS = {"lru": 0, "flop": 1, "keep": 2, "gd": 3, "density": 4}
+EVICTIONS = {"lru": 0, "flop": 1, "keep": 2, "gd": 3, "density": 4, "switchable": 5}
 ACTIONS = ("remove", "merge")
 
 
@@ -162,11 +165,25 @@ cdef class NativeCore:
             p.push_back(x)
         self.core.set_positions(p.data(), p.size(), given)
 
-    def set_density(self, start, age_vec, age_one, depth_from, hits, events, density,
+    def set_density(self, int k, start, age_vec, age_one, depth_from, hits, events, density,
                     i64 counted, i64 every, double decay, double prior_hits,
                     double prior_events, int depth_classes):
-        self.core.set_density(start, age_vec, age_one, depth_from, hits, events, density,
+        """Hit density `k`'s books (0; 1: marconi+'s live cache's by depth)."""
+        self.core.set_density(k, start, age_vec, age_one, depth_from, hits, events, density,
                               counted, every, decay, prior_hits, prior_events, depth_classes)
+
+    def set_run(self, int run):
+        """marconi+'s live cache: the expert choosing victims (0 GreedyDual-FLOP, 1 LRU,
+        2 hit density, 3 by depth)."""
+        self.core.set_run(run)
+
+    @property
+    def run(self):
+        return self.core.run()
+
+    def clock_stamps(self):
+        """marconi+'s live cache: each candidate's touch as hit density knows it."""
+        return list(self.core.clock_stamps())
 
     @property
     def level(self):
@@ -175,15 +192,15 @@ cdef class NativeCore:
     def set_level(self, double level):
         self.core.set_level(level)
 
-    def density_state(self):
-        """Hit density's books: (hits, events, density) row-major by class, and the
+    def density_state(self, int k=0):
+        """Hit density `k`'s books: (hits, events, density) row-major by class, and the
         events counted."""
-        return (list(self.core.density_hits()), list(self.core.density_events()),
-                list(self.core.density_table()), self.core.counted())
+        return (list(self.core.density_hits(k)), list(self.core.density_events(k)),
+                list(self.core.density_table(k)), self.core.counted(k))
 
-    def classes(self):
-        """Hit density's class of each candidate, in slot order."""
-        return list(self.core.classes())
+    def classes(self, int k=0):
+        """Hit density `k`'s class of each candidate, in slot order."""
+        return list(self.core.classes(k))
 
     # --- requests: `key` is int32 token bytes (checked by the caller) ---------------------
 

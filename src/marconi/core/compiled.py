@@ -12,12 +12,13 @@ What runs compiled (`compiled_reason` says why anything else does not): the poli
 whose class declares `compiled_as`, the paper's judicious admission, vLLM+'s block
 admission, marconi+'s structured admission (its boundaries or planner's points handed over
 per request) or none, with LRU over leaves (either tie-break), Marconi's FLOP-aware
-eviction (the paper's recency), GreedyDual-FLOP, hit density (by depth too), or none at
-all (the same-system bound, which never evicts); one byte budget with KV per token; no
-engine handles, no eviction callback, no pins, the default namespace. That is vanilla,
-vllm+, sglang+ and marconi (its bootstrap tuner's replays too), their bounds, and
-marconi+'s shadow experts. Every other system, marconi+'s live cache, and every
-engine-facing cache, runs the Python core. Sparse prefix caching's placement (`place`)
+eviction (the paper's recency), GreedyDual-FLOP, hit density (by depth too), marconi+'s
+live eviction (all of these but FLOP-aware at once, `Switchable`), or none at all (the
+same-system bound, which never evicts); one byte budget with KV per token; no engine
+handles, no eviction callback, no pins, the default namespace. That is vanilla, vllm+,
+sglang+ and marconi (its bootstrap tuner's replays too), their bounds, and marconi+ (its
+live cache and its shadow experts). Every other system, and every engine-facing cache,
+runs the Python core. Sparse prefix caching's placement (`place`)
 runs here too.
 
 `MARCONI_CORE=python|compiled` chooses (default: compiled where it is built). Where the
@@ -51,7 +52,7 @@ CORE_ENV = "MARCONI_CORE"
 CORES = ("python", "compiled")
 # what the compiled core runs, by `compiled_as`
 ADMISSIONS = ("judicious", "none", "block", "structured")
-EVICTIONS = ("lru", "flop", "keep", "gd", "density")
+EVICTIONS = ("lru", "flop", "keep", "gd", "density", "switchable")
 
 try:
     from marconi.core import _native  # type: ignore[attr-defined]
@@ -157,6 +158,24 @@ class _Eviction:
     def fresh(self, alpha: float) -> Eviction:
         return self.policy.fresh(alpha)
 
+    # marconi+'s live cache (`Switchable`): its setting, switched in the core too, and the
+    # fresh policies its shadows run
+    def set_setting(self, setting: Any) -> None:
+        policy: Any = self.policy
+        policy.set_setting(setting)  # checks it
+        self._core.set_run(policy.compiled_books()[0][policy.mode])
+
+    @property
+    def setting(self) -> Any:
+        return self.policy.setting  # type: ignore[attr-defined]
+
+    @property
+    def mode(self) -> Any:
+        return self.policy.mode  # type: ignore[attr-defined]
+
+    def solo(self, mode: Any, alpha: float = 0.0) -> Eviction:
+        return self.policy.solo(mode, alpha)  # type: ignore[attr-defined]
+
 
 class _Stats:
     """`CacheStats` read live from the compiled core: the byte counts the simulator reads
@@ -214,12 +233,21 @@ class CompiledCache:
              "ssm": spec.ssm_layers, "d_model": spec.d_model, "d_state": spec.d_state},
             self.capacity, "judicious" if self._structured else kind, compiled_as(eviction),
             float(eviction.alpha or 0.0),
-            bool(getattr(eviction, "deepest_first", False)), int(getattr(admission, "block", 0)))
+            bool(getattr(getattr(eviction, "lru", eviction), "deepest_first", False)),
+            int(getattr(admission, "block", 0)))
+        policy: Any = eviction
         if compiled_as(eviction) == "density":
             # (bucket and class bounds, tables, constants: `HitDensity.compiled_books`)
-            self._core.set_density(*eviction.compiled_books())  # type: ignore[attr-defined]
+            self._core.set_density(0, *policy.compiled_books())
         elif compiled_as(eviction) == "gd":
-            self._core.set_level(float(eviction.level))  # type: ignore[attr-defined]
+            self._core.set_level(float(policy.level))
+        elif compiled_as(eviction) == "switchable":  # marconi+'s live cache
+            runs, density, depth = policy.compiled_books()
+            self._core.set_density(0, *density)
+            if depth is not None:
+                self._core.set_density(1, *depth)
+            self._core.set_level(float(policy.flop.level))
+            self._core.set_run(runs[policy.mode])
         self.eviction = _Eviction(eviction, self._core)
         self.stats = _Stats(self._core)
 
@@ -361,19 +389,24 @@ class CompiledCache:
     def log_evictions(self) -> None:
         self._core.log_evictions(True)
 
-    def classes(self) -> list[int]:
-        """Hit density's class of each candidate, in row order (tests)."""
-        return self._core.classes()
+    def classes(self, k: int = 0) -> list[int]:
+        """Hit density's class of each candidate, in row order (`k` 1: marconi+'s live
+        cache's by depth; tests)."""
+        return self._core.classes(k)
+
+    def clock_stamps(self) -> list[float]:
+        """marconi+'s live cache: each candidate's touch as hit density knows it (tests)."""
+        return self._core.clock_stamps()
 
     @property
     def level(self) -> float:
         """GreedyDual-FLOP's inflation level (tests)."""
         return self._core.level
 
-    def density_state(self) -> tuple[list[float], list[float], list[float], int]:
+    def density_state(self, k: int = 0) -> tuple[list[float], list[float], list[float], int]:
         """Hit density's books: hits, events and density, row-major by class, and the
-        events counted (tests)."""
-        return self._core.density_state()
+        events counted (`k` 1: marconi+'s live cache's by depth; tests)."""
+        return self._core.density_state(k)
 
     @staticmethod
     def _key(tokens: object, where: str, salt: Salt) -> builtins.bytes:

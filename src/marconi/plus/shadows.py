@@ -495,11 +495,14 @@ def _hash(session: str) -> int:
 
 
 def _policies(cache: PrefixCache) -> tuple[Structured, Switchable]:
+    """The live cache's admission and eviction (a compiled cache's eviction stands for its
+    `Switchable`: its setting reaches the core)."""
     admission, eviction = cache.admission, cache.eviction
-    if not isinstance(admission, Structured) or not isinstance(eviction, Switchable):
+    policy = getattr(eviction, "policy", eviction)  # a compiled cache's: its Python policy
+    if not isinstance(admission, Structured) or not isinstance(policy, Switchable):
         raise ValueError(f"cache {cache.name!r} cannot run shadow experts: it needs "
                          "Structured admission and Switchable eviction")
-    return admission, eviction
+    return admission, cast(Switchable, eviction)
 
 
 def _shadow(cache: PrefixCache, expert: Expert, scale: float = 1.0) -> PrefixCache:

@@ -35,6 +35,10 @@ class Mode(Enum):
     MARCONI = "marconi"  # Marconi's recency + alpha x FLOP efficiency at the setting's alpha
 
 
+# the compiled core's number for each expert it runs (`Core::set_run`)
+RUNS = {Mode.FLOP: 0, Mode.LRU: 1, Mode.DENSITY: 2, Mode.DEPTH: 3}
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     """What a tuner chooses: an eviction mode and, for FLOP and MARCONI, an alpha."""
@@ -84,6 +88,22 @@ class Switchable(Eviction):
         self.alpha: float = self.flop.alpha or 0.0  # the FLOP mode's alpha
         self.mode = Mode.FLOP
         self.set_setting(Setting(Mode(mode), self.alpha))
+
+    @property
+    def compiled_as(self) -> str | None:
+        """The compiled core runs it (`marconi.core.compiled`) as marconi+ builds it:
+        GreedyDual-FLOP, LRU and hit density (and by depth), no FLOP-aware expert."""
+        plain = (type(self.flop) is GreedyDualFlop and type(self.lru) is LRULeaf
+                 and type(self.density) is HitDensity and self.marconi is None
+                 and (self.depth is None or type(self.depth) is HitDensity))
+        return "switchable" if plain else None
+
+    def compiled_books(self) -> tuple[dict[Mode, int], tuple[object, ...],
+                                      tuple[object, ...] | None]:
+        """What the compiled core starts from: its number for each mode, hit density's
+        books and the depth-classed one's (None: not kept)."""
+        depth = self.depth.compiled_books() if self.depth is not None else None
+        return RUNS, self.density.compiled_books(), depth
 
     def set_setting(self, setting: Setting) -> None:
         if setting.mode not in self.experts:

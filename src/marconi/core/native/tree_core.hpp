@@ -33,7 +33,10 @@ using i32 = int32_t;
 
 // KEEP: an unbounded cache's, never asked; GD: GreedyDual-FLOP (a touch stamps the level,
 // each victim raises it); DENSITY: FLOP-weighted hit density (`plus.density.HitDensity`)
-enum class Evict { LRU = 0, FLOP = 1, KEEP = 2, GD = 3, DENSITY = 4 };
+// MULTI: marconi+'s live cache (`plus.switchable.Switchable`): GreedyDual-FLOP, LRU and hit
+// density (leaves in one class, and by depth) all kept current, `Run` choosing the victims
+enum class Evict { LRU = 0, FLOP = 1, KEEP = 2, GD = 3, DENSITY = 4, MULTI = 5 };
+enum class Run { GD = 0, LRU = 1, DENSITY = 2, DEPTH = 3 };
 enum class Admit { JUDICIOUS = 0, NONE = 1, BLOCK = 2 };  // BLOCK: vLLM+'s, every `block` tokens
 enum class Act { REMOVE = 0, MERGE = 1 };
 
@@ -73,6 +76,74 @@ struct CommitOut {
 struct Freed {
     int action;
     i64 depth, bytes;
+};
+
+// Hit density's books (`plus.density.HitDensity`), its tables row-major by class: `start`
+// the first age of each bucket; `age_vec` / `age_one` the first integer age of each bucket
+// as its array (scores) / one-age (counts) path computes it; `depth_from` the first depth
+// of each depth class past the first. `now`: the clock it last saw, as the Python policy's.
+struct Density {
+    std::vector<double> start, age_vec, age_one, hits, events, table;
+    std::vector<i64> depth_from;
+    int depth_classes = 0;
+    i64 counted = 0, every = 1;
+    double decay = 1, prior_hits = 0, prior_events = 0, now = 0;
+    bool on = false;
+
+    // the last bucket whose first age `age` reaches
+    static int bucket_of(const std::vector<double>& first, double age) {
+        age = std::max(age, 0.0);
+        auto it = std::upper_bound(first.begin(), first.end(), age);
+        return static_cast<int>(it - first.begin()) - 1;
+    }
+
+    // `HitDensity.classify`: interior, or a leaf (in its depth class)
+    int classify(int nchild, i64 depth) const {
+        if (nchild > 0) return 1;
+        if (depth_classes == 0) return 0;
+        auto it = std::upper_bound(depth_from.begin(), depth_from.end(), depth);
+        return 2 + static_cast<int>(it - depth_from.begin());
+    }
+
+    // `HitDensity._count`: a candidate of class `cls`, last touched at `stamp`, hit (or
+    // leaving) now
+    void count(int cls, double stamp, bool hit) {
+        size_t nb = start.size();
+        int b = bucket_of(age_one, now - stamp);
+        size_t at = static_cast<size_t>(cls) * nb + static_cast<size_t>(b);
+        events[at] += 1;
+        if (hit) hits[at] += 1;
+        counted += 1;
+        if (counted % every == 0) learn();
+    }
+
+    // `HitDensity.learn`: the tables from the counts (numpy's reversed cumulative sums,
+    // operation for operation), then the counts aged
+    void learn() {
+        size_t nb = start.size(), classes = hits.size() / nb;
+        for (size_t c = 0; c < classes; ++c) {
+            const size_t row = c * nb;
+            double above = 0, n_above = 0, nt_above = 0;
+            for (size_t k = nb; k-- > 0;) {
+                double h = hits[row + k] + prior_hits;
+                double e = events[row + k] + prior_events;
+                double et = e * start[k];
+                if (k == nb - 1) { above = h; n_above = e; nt_above = et; }
+                else { above = above + h; n_above = n_above + e; nt_above = nt_above + et; }
+                double nt = n_above * start[k];
+                double remaining = (nt_above - nt) + n_above;
+                table[row + k] = above / remaining;
+            }
+        }
+        for (double& h : hits) h *= decay;
+        for (double& e : events) e *= decay;
+    }
+
+    // `HitDensity.scores` of one candidate at clock `t`
+    double score(double eff, int cls, double t, double rec) const {
+        int b = bucket_of(age_vec, t - rec);
+        return eff * table[static_cast<size_t>(cls) * start.size() + static_cast<size_t>(b)];
+    }
 };
 
 // `saved / held` correctly rounded, `saved` given as hi * 2^64 + lo (Python's int / int)
@@ -208,7 +279,9 @@ class Core {
         i64 nw = static_cast<i64>(admitted.size());
         if (!make_room(n, nw)) {
             stats.refused_commits += 1;
-            if (evict_ == Evict::LRU) touch_path(path_);
+            // `on_commit(path, (), now)`: LRU touches the path; hit density sees the clock
+            if (evict_ == Evict::LRU || multi()) touch_path(path_);
+            see_clock();
             admitted.clear();
             out.refused = true;
             return out;
@@ -278,6 +351,7 @@ class Core {
     }
 
     void load_done(const double* stamps, i64 clock_now) {
+        if (multi()) throw std::invalid_argument("marconi+'s live cache loads no snapshot");
         clock = clock_now;
         i64 kv = 0, states = 0;
         for (int v : loaded_) {
@@ -306,35 +380,50 @@ class Core {
     // first age of each bucket; `age_vec` / `age_one` the first integer age of each bucket
     // as its array / scalar path computes it; `depth_from` the first depth of each depth
     // class past the first (none: leaves in one class).
-    void set_density(const std::vector<double>& start, const std::vector<double>& age_vec,
+    // (`k`: 0 the hit density, 1 the one by depth of marconi+'s live cache)
+    void set_density(int k, const std::vector<double>& start, const std::vector<double>& age_vec,
                      const std::vector<double>& age_one, const std::vector<i64>& depth_from,
                      const std::vector<double>& hits, const std::vector<double>& events,
                      const std::vector<double>& density, i64 counted, i64 every,
                      double decay, double prior_hits, double prior_events, int depth_classes) {
         size_t b = start.size();
+        if (k < 0 || k > 1) throw std::invalid_argument("set_density: k is 0 or 1");
         if (b < 2 || age_vec.size() != b || age_one.size() != b || every < 1 ||
             depth_classes < 0 ||
             depth_from.size() != static_cast<size_t>(depth_classes > 0 ? depth_classes - 1 : 0) ||
             hits.size() != events.size() || hits.size() != density.size() ||
             hits.size() != (2 + static_cast<size_t>(depth_classes)) * b)
             throw std::invalid_argument("set_density: tables of inconsistent sizes");
-        depth_classes_ = depth_classes;
-        start_ = start; age_vec_ = age_vec; age_one_ = age_one; depth_from_ = depth_from;
-        hits_ = hits; events_ = events; density_ = density;
-        counted_ = counted; every_ = every; decay_ = decay;
-        prior_hits_ = prior_hits; prior_events_ = prior_events;
+        Density& d = dens_[k];
+        d.depth_classes = depth_classes;
+        d.start = start; d.age_vec = age_vec; d.age_one = age_one; d.depth_from = depth_from;
+        d.hits = hits; d.events = events; d.table = density;
+        d.counted = counted; d.every = every; d.decay = decay;
+        d.prior_hits = prior_hits; d.prior_events = prior_events;
+        d.on = true;
     }
 
     double level() const { return level_; }
     void set_level(double level) { level_ = level; }
-    i64 counted() const { return counted_; }
-    const std::vector<double>& density_hits() const { return hits_; }
-    const std::vector<double>& density_events() const { return events_; }
-    const std::vector<double>& density_table() const { return density_; }
-    std::vector<int> classes() const {
+    // marconi+'s live cache: the expert choosing the victims (`Run`)
+    void set_run(int run) {
+        if (run < 0 || run > 3 || (run == 3 && !dens_[1].on))
+            throw std::invalid_argument("set_run: no such expert here");
+        run_ = static_cast<Run>(run);
+    }
+    int run() const { return static_cast<int>(run_); }
+    i64 counted(int k) const { return dens_[k].counted; }
+    const std::vector<double>& density_hits(int k) const { return dens_[k].hits; }
+    const std::vector<double>& density_events(int k) const { return dens_[k].events; }
+    const std::vector<double>& density_table(int k) const { return dens_[k].table; }
+    std::vector<int> classes(int k) const {
         std::vector<int> out;
-        for (size_t i = 0; i < cand_.size(); ++i) out.push_back(cls_[i]);
+        for (size_t i = 0; i < cand_.size(); ++i) out.push_back(k == 0 ? cls_[i] : cls2_[i]);
         return out;
+    }
+    // marconi+'s live cache: each candidate's touch as hit density knows it, in slot order
+    std::vector<double> clock_stamps() const {
+        return std::vector<double>(rec2_.begin(), rec2_.end());
     }
 
     // FLOP-aware candidates in slot order: (depth, last touch, efficiency) (tests).
@@ -357,9 +446,11 @@ class Core {
             if (x.key.empty()) return "a node with an empty edge";
             if (x.depth != nodes_[x.parent].depth + edge_len(v)) return "a wrong depth";
             if (evict_ == Evict::LRU && x.nchild == 0 && !x.in_order) return "a leaf out of the LRU order";
-            if (scored() && (x.nchild <= 1) != (x.slot >= 0)) return "candidates differ";
-            if (evict_ == Evict::DENSITY && x.slot >= 0 && cls_[x.slot] != classify(v))
+            if ((scored() || multi()) && (x.nchild <= 1) != (x.slot >= 0)) return "candidates differ";
+            if ((evict_ == Evict::DENSITY || multi()) && x.slot >= 0 &&
+                cls_[x.slot] != dens_[0].classify(x.nchild, x.depth))
                 return "a stale class";
+            if (multi() && x.nchild == 0 && !x.in_order) return "a leaf out of the LRU order";
         }
         if (count != size_) return "node count differs";
         if (kv != stats.kv_bytes) return "KV bytes differ";
@@ -375,6 +466,7 @@ class Core {
         std::vector<i32> key;
         bool alive = false, has_state = false, in_order = false;
         double stamp = 0;
+        double stamp_lru = 0, stamp_clock = 0;  // marconi+'s live cache: LRU's, hit density's
         std::tuple<double, i64, i64> order_key;  // its entry in the LRU order, if in_order
         int slot = -1;                            // its candidate slot (FLOP), or -1
     };
@@ -405,18 +497,17 @@ class Core {
     std::vector<int> cand_;
     std::vector<double> rec_, eff_, score_;
     std::vector<int> cls_;
+    // marconi+'s live cache: hit density's touches, the depth-classed one's classes
+    std::vector<double> rec2_;
+    std::vector<int> cls2_;
+    Run run_ = Run::GD;
 
     // structured admission's positions for the next calls (`set_positions`)
     std::vector<i64> extra_;
     bool given_ = false;
 
     double level_ = 0;  // GreedyDual-FLOP's inflation level
-    // hit density (`set_density`): classes x buckets, row-major
-    std::vector<double> start_, age_vec_, age_one_, hits_, events_, density_;
-    std::vector<i64> depth_from_;
-    int depth_classes_ = 0;
-    i64 counted_ = 0, every_ = 1;
-    double decay_ = 1, prior_hits_ = 0, prior_events_ = 0;
+    Density dens_[2];   // hit density (`set_density`); [1]: by depth (marconi+'s live cache)
 
     std::vector<int> loaded_;
     std::vector<int> protect_mark_;
@@ -746,6 +837,19 @@ class Core {
         stats.states_admitted += nw;
         // eviction.on_commit(path to the end, created + new)
         if (evict_ == Evict::KEEP) {
+        } else if (multi()) {  // Switchable's experts in its order: GD, LRU, densities
+            for (int v : created) { nodes_[v].stamp = level_; candidate_update(v); }
+            for (int v : fresh) { nodes_[v].stamp = level_; candidate_update(v); }
+            std::vector<int> up;
+            for (int v = end; v != 0; v = nodes_[v].parent) up.push_back(v);
+            double now = static_cast<double>(clock);
+            for (auto it = up.rbegin(); it != up.rend(); ++it) {
+                nodes_[*it].stamp_lru = now;
+                if (nodes_[*it].nchild == 0) lru_update(*it);
+            }
+            see_clock();
+            for (int v : created) { nodes_[v].stamp_clock = now; candidate_update(v); }
+            for (int v : fresh) { nodes_[v].stamp_clock = now; candidate_update(v); }
         } else if (evict_ == Evict::LRU) {
             std::vector<int> up;
             for (int v = end; v != 0; v = nodes_[v].parent) up.push_back(v);
@@ -755,6 +859,7 @@ class Core {
             }
         } else {
             double now = touch_value();
+            see_clock();
             for (int v : created) { set_stamp(v, now); changed(v); }
             for (int v : fresh) { set_stamp(v, now); changed(v); }
         }
@@ -789,18 +894,29 @@ class Core {
     bool scored() const {
         return evict_ == Evict::FLOP || evict_ == Evict::GD || evict_ == Evict::DENSITY;
     }
+    bool multi() const { return evict_ == Evict::MULTI; }
+
+    // hit density's `now` at a lookup or a commit (`on_lookup`, `on_commit` set it)
+    void see_clock() {
+        double now = static_cast<double>(clock);
+        if (evict_ == Evict::DENSITY || multi()) {
+            dens_[0].now = now;
+            if (dens_[1].on) dens_[1].now = now;
+        }
+    }
 
     // what a touch stamps (`Scored.touched`): GreedyDual's level, else the clock
     double touch_value() const {
         return evict_ == Evict::GD ? level_ : static_cast<double>(clock);
     }
 
+    // LRU's touch of a path (the live cache's LRU stamps its own)
     void touch_path(const std::vector<int>& path) {
         if (evict_ == Evict::KEEP) return;
         double now = static_cast<double>(clock);
         for (int v : path) {
-            set_stamp(v, now);
-            if (nodes_[v].nchild == 0) changed(v);
+            if (multi()) nodes_[v].stamp_lru = now; else set_stamp(v, now);
+            if (nodes_[v].nchild == 0) lru_update(v);
         }
     }
 
@@ -808,22 +924,46 @@ class Core {
         if (evict_ == Evict::KEEP) return;
         if (evict_ == Evict::LRU) {
             touch_path(path_);
-        } else if (hit >= 0) {
-            if (evict_ == Evict::DENSITY && nodes_[hit].slot >= 0) count(hit, true);
-            set_stamp(hit, touch_value());
-            changed(hit);
+        } else if (multi()) {  // Switchable's experts in its order: GD, LRU, densities
+            if (hit >= 0) { nodes_[hit].stamp = level_; candidate_update(hit); }
+            touch_path(path_);
+            see_clock();
+            if (hit >= 0) {
+                Node& x = nodes_[hit];
+                if (x.slot >= 0) {
+                    dens_[0].count(cls_[x.slot], x.stamp_clock, true);
+                    if (dens_[1].on) dens_[1].count(cls2_[x.slot], x.stamp_clock, true);
+                }
+                x.stamp_clock = static_cast<double>(clock);
+                candidate_update(hit);
+            }
+        } else {
+            see_clock();
+            if (hit >= 0) {
+                if (evict_ == Evict::DENSITY && nodes_[hit].slot >= 0)
+                    dens_[0].count(cls_[nodes_[hit].slot], nodes_[hit].stamp, true);
+                set_stamp(hit, touch_value());
+                changed(hit);
+            }
         }
     }
 
     void changed(int v) {
         if (evict_ == Evict::LRU) lru_update(v);
+        else if (multi()) { lru_update(v); candidate_update(v); }
         else if (scored()) candidate_update(v);
     }
 
     void removed(int v) {
         Node& x = nodes_[v];
-        if (evict_ == Evict::DENSITY && x.slot >= 0) count(v, false);
+        if (evict_ == Evict::DENSITY && x.slot >= 0) dens_[0].count(cls_[x.slot], x.stamp, false);
+        if (multi() && x.slot >= 0) {  // each policy counts with its own clock
+            dens_[0].count(cls_[x.slot], x.stamp_clock, false);
+            if (dens_[1].on) dens_[1].count(cls2_[x.slot], x.stamp_clock, false);
+        }
         x.stamp = 0;
+        x.stamp_lru = 0;
+        x.stamp_clock = 0;
         if (x.in_order) {
             order_.erase(std::tuple_cat(x.order_key, std::make_tuple(v)));
             x.in_order = false;
@@ -841,7 +981,8 @@ class Core {
             x.in_order = false;
         }
         if (leaf) {
-            x.order_key = std::make_tuple(x.stamp, deepest_first_ ? -x.depth : 0, x.uid);
+            x.order_key = std::make_tuple(multi() ? x.stamp_lru : x.stamp,
+                                          deepest_first_ ? -x.depth : 0, x.uid);
             order_.insert(std::tuple_cat(x.order_key, std::make_tuple(v)));
             x.in_order = true;
         }
@@ -857,10 +998,16 @@ class Core {
                 rec_.push_back(0);
                 eff_.push_back(0);
                 cls_.push_back(0);
+                rec2_.push_back(0);
+                cls2_.push_back(0);
             }
             rec_[x.slot] = x.stamp;
             eff_[x.slot] = efficiency(v);
-            if (evict_ == Evict::DENSITY) cls_[x.slot] = classify(v);
+            if (evict_ == Evict::DENSITY || multi()) cls_[x.slot] = dens_[0].classify(x.nchild, x.depth);
+            if (multi()) {
+                rec2_[x.slot] = x.stamp_clock;
+                if (dens_[1].on) cls2_[x.slot] = dens_[1].classify(x.nchild, x.depth);
+            }
         } else if (x.slot >= 0) {
             drop_slot(v);
         }
@@ -875,65 +1022,16 @@ class Core {
             rec_[slot] = rec_.back();
             eff_[slot] = eff_.back();
             cls_[slot] = cls_.back();
+            rec2_[slot] = rec2_.back();
+            cls2_[slot] = cls2_.back();
             nodes_[last].slot = slot;
         }
         cand_.pop_back();
         rec_.pop_back();
         eff_.pop_back();
         cls_.pop_back();
-    }
-
-    // --- hit density (`HitDensity`) ---------------------------------------------------------
-
-    // the bucket of an idle age: the last bucket whose first age it reaches (`first`: the
-    // first integer age of each, as the Python path it stands in for computes them)
-    static int bucket_of(const std::vector<double>& first, double age) {
-        age = std::max(age, 0.0);
-        auto it = std::upper_bound(first.begin(), first.end(), age);
-        return static_cast<int>(it - first.begin()) - 1;
-    }
-
-    // `HitDensity.classify`: interior, or a leaf (in its depth class)
-    int classify(int v) const {
-        const Node& x = nodes_[v];
-        if (x.nchild > 0) return 1;
-        if (depth_classes_ == 0) return 0;
-        auto it = std::upper_bound(depth_from_.begin(), depth_from_.end(), x.depth);
-        return 2 + static_cast<int>(it - depth_from_.begin());
-    }
-
-    // `HitDensity._count`: a candidate hit (or leaving) at its idle age
-    void count(int v, bool hit) {
-        const Node& x = nodes_[v];
-        size_t nb = start_.size();
-        int b = bucket_of(age_one_, static_cast<double>(clock) - x.stamp);
-        size_t at = static_cast<size_t>(cls_[x.slot]) * nb + static_cast<size_t>(b);
-        events_[at] += 1;
-        if (hit) hits_[at] += 1;
-        counted_ += 1;
-        if (counted_ % every_ == 0) learn();
-    }
-
-    // `HitDensity.learn`: the tables from the counts (numpy's reversed cumulative sums,
-    // operation for operation), then the counts aged
-    void learn() {
-        size_t nb = start_.size(), classes = hits_.size() / nb;
-        for (size_t c = 0; c < classes; ++c) {
-            const size_t row = c * nb;
-            double above = 0, n_above = 0, nt_above = 0;
-            for (size_t k = nb; k-- > 0;) {
-                double h = hits_[row + k] + prior_hits_;
-                double e = events_[row + k] + prior_events_;
-                double et = e * start_[k];
-                if (k == nb - 1) { above = h; n_above = e; nt_above = et; }
-                else { above = above + h; n_above = n_above + e; nt_above = nt_above + et; }
-                double nt = n_above * start_[k];
-                double remaining = (nt_above - nt) + n_above;
-                density_[row + k] = above / remaining;
-            }
-        }
-        for (double& h : hits_) h *= decay_;
-        for (double& e : events_) e *= decay_;
+        rec2_.pop_back();
+        cls2_.pop_back();
     }
 
     double efficiency(int v) const {
@@ -949,22 +1047,37 @@ class Core {
         return exact_div(static_cast<i64>(saved >> 64), static_cast<unsigned long long>(saved), held);
     }
 
+    bool lru_victim(int* v, Act* act) {
+        for (const auto& entry : order_) {
+            int u = std::get<3>(entry);
+            if (!protected_(u)) {
+                *v = u;
+                *act = Act::REMOVE;
+                return true;
+            }
+        }
+        return false;
+    }
+
     bool victim(int* v, Act* act) {
         if (evict_ == Evict::KEEP) throw std::logic_error("a cache that keeps everything was asked for a victim");
-        if (evict_ == Evict::LRU) {
-            for (const auto& entry : order_) {
-                int u = std::get<3>(entry);
-                if (!protected_(u)) {
-                    *v = u;
-                    *act = Act::REMOVE;
-                    return true;
-                }
-            }
-            return false;
-        }
+        if (evict_ == Evict::LRU) return lru_victim(v, act);
         size_t n = cand_.size();
+        if (multi()) {
+            // `Switchable.victim`: GreedyDual, when another expert chooses, follows: its
+            // level rises to its own lowest score (`GreedyDualFlop.follow`)
+            if (run_ != Run::GD && n > 0) {
+                double low = rec_[0] + eff_[0];
+                for (size_t i = 1; i < n; ++i) low = std::min(low, rec_[i] + eff_[i]);
+                level_ = std::max(level_, low);
+            }
+            if (run_ == Run::LRU) return lru_victim(v, act);
+            if (n == 0) return false;
+            return lowest(v, act, run_ == Run::GD ? -1 : run_ == Run::DENSITY ? 0 : 1);
+        }
         if (n == 0) return false;
-        if (evict_ == Evict::GD || evict_ == Evict::DENSITY) return lowest(v, act);
+        if (evict_ == Evict::GD) return lowest(v, act, -1);
+        if (evict_ == Evict::DENSITY) return lowest(v, act, 0);
         double rlo = rec_[0], rhi = rec_[0], elo = eff_[0], ehi = eff_[0];
         for (size_t i = 1; i < n; ++i) {
             rlo = std::min(rlo, rec_[i]); rhi = std::max(rhi, rec_[i]);
@@ -991,24 +1104,23 @@ class Core {
     // `Scored.victim` for GreedyDual-FLOP (rec + eff; the victim raises the level to its
     // score) and hit density (eff x density[class, bucket of the idle age]): the first
     // lowest score outside the protected
-    bool lowest(int* v, Act* act) {
-        size_t n = cand_.size(), nb = start_.size();
+    // (`which`: -1 GreedyDual, 0 hit density, 1 the one by depth)
+    bool lowest(int* v, Act* act, int which) {
+        size_t n = cand_.size();
         double now = static_cast<double>(clock);
         double best = std::numeric_limits<double>::infinity();
         size_t found = n;
+        if (which >= 0) dens_[which].now = now;  // `scores(now)` sets it
+        const std::vector<double>& rec = multi() && which >= 0 ? rec2_ : rec_;
+        const std::vector<int>& cls = which == 1 ? cls2_ : cls_;
         for (size_t i = 0; i < n; ++i) {
             if (protected_(cand_[i])) continue;
-            double s;
-            if (evict_ == Evict::GD) {
-                s = rec_[i] + eff_[i];
-            } else {
-                int b = bucket_of(age_vec_, now - rec_[i]);
-                s = eff_[i] * density_[static_cast<size_t>(cls_[i]) * nb + static_cast<size_t>(b)];
-            }
+            double s = which < 0 ? rec[i] + eff_[i]
+                                 : dens_[which].score(eff_[i], cls[i], now, rec[i]);
             if (s < best) { best = s; found = i; }
         }
         if (found == n) return false;
-        if (evict_ == Evict::GD) level_ = std::max(level_, best);
+        if (which < 0) level_ = std::max(level_, best);
         *v = cand_[found];
         *act = nodes_[*v].nchild == 0 ? Act::REMOVE : Act::MERGE;
         return true;
