@@ -5,6 +5,7 @@ its column instead; `--peers`: fewer systems to compare with).
     .venv/bin/python experiments/bench_plus_lru.py [--traces T ...] [--out F.jsonl] [--plot F.png]
     .venv/bin/python experiments/bench_plus_lru.py --report F.jsonl [--plot F.png]
     .venv/bin/python experiments/bench_plus_lru.py --plus marconi+-no-overlap --peers sglang+
+    .venv/bin/python experiments/bench_plus_lru.py --cores [--traces T ...]
 
 Traces: the 99 mini-swe-agent trajectories, the Mooncake conversation trace (its first
 3,000 requests) and synthetic trace, ShareGPT (100 sessions of >= 10 rounds), and each
@@ -14,6 +15,11 @@ line saying so.
 Capacities are fractions of the trace's footprint, the peak bytes `sglang+` holds when
 nothing is evicted: contended (3%), moderate (10%) and roomy (30%). So every trace is
 contended at its first capacity, whatever its size, and no capacity was tuned to a trace.
+
+`--cores` replays marconi+ alone on the Python core and on the compiled core, one after
+the other, at every trace and capacity: every figure of its summary (but the seconds) and
+every request's hit compared, and the CPU seconds of each (docs/architecture.md, "The
+compiled core").
 
 Systems: every registered system that runs in process without knowing the future
 (marconi+'s ablations aside). Columns: FLOPs saved % of marconi+, sglang+ and the best
@@ -121,6 +127,52 @@ def measure(names: tuple[str, ...], out: Path | None, plus: str = PLUS,
     return rows
 
 
+def cores(names: tuple[str, ...], plus: str) -> int:
+    """`plus` on each core in turn, every trace and capacity: a table of its FLOPs saved,
+    each core's CPU seconds and whether every figure and hit is the same; the number of
+    configurations that differ."""
+    import os
+
+    from marconi.core import compiled
+    from marconi.sim import simulate
+
+    print("| trace | capacity | FLOPs saved % | Python core CPU s | compiled CPU s | x | "
+          "figures and hits |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    differ, spent = 0, {core: 0.0 for core in compiled.CORES}
+    for name in names:
+        trace = load(name)
+        if trace is None:
+            continue
+        total = footprint(trace)
+        for label, fraction in FRACTIONS.items():
+            capacity = int(total * fraction)
+            config = SimConfig(spec=PAPER_7B, capacity=capacity, system=plus, bounds=False)
+            got = {}
+            for core in compiled.CORES:
+                os.environ[compiled.CORE_ENV] = core
+                start = time.process_time()
+                result = simulate(trace, config)
+                cpu = time.process_time() - start
+                summary = result.summary().to_json()
+                summary.pop("seconds")
+                if isinstance(summary.get("tuning"), dict):
+                    summary["tuning"].pop("seconds", None)
+                got[core] = (summary, result.records.hit.tolist(), cpu)
+                spent[core] += cpu
+            same = got["python"][:2] == got["compiled"][:2]
+            differ += not same
+            slow, fast = got["python"][2], got["compiled"][2]
+            print(f"| {name} | {label} ({capacity / 1e9:.2f} GB) "
+                  f"| {100 * float(got['python'][0]['flops_saved_rate']):.2f} | {slow:.1f} "
+                  f"| {fast:.1f} | {slow / max(fast, 1e-9):.1f} "
+                  f"| {'identical' if same else 'DIFFER'} |", flush=True)
+    print(f"\n{differ} configurations differ; CPU {spent['python']:.1f} s on the Python core, "
+          f"{spent['compiled']:.1f} s compiled "
+          f"({spent['python'] / max(spent['compiled'], 1e-9):.1f}x)")
+    return differ
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
     print("| trace | capacity | marconi+ | sglang+ | vs sglang+ | best online | vs best "
           "| regret |")
@@ -177,7 +229,11 @@ def main() -> None:
                         help="the online systems it is measured against (default: all)")
     parser.add_argument("--report", type=Path, help="print the table of an earlier --out")
     parser.add_argument("--plot", type=Path, help="draw the margins to this PNG")
+    parser.add_argument("--cores", action="store_true", help="replay the --plus system on "
+                        "the Python core and on the compiled core: figures compared, CPU time")
     args = parser.parse_args()
+    if args.cores:
+        sys.exit(1 if cores(tuple(args.traces), args.plus) else 0)
     if args.report:
         rows = [json.loads(line) for line in args.report.read_text().splitlines() if line]
     else:

@@ -7,9 +7,10 @@ bash scripts/setup.sh dev
 .venv/bin/mypy
 .venv/bin/python -m pytest -q "$@"
 # the whole suite ran on the compiled core where it runs a system (docs/architecture.md,
-# "The compiled core"); the simulator's and tuners' tests again on the Python core, its
-# oracle (tests/test_compiled.py drives both in every run)
+# "The compiled core"); the simulator's, tuners' and marconi+'s tests again on the Python
+# core, its oracle (tests/test_compiled.py drives both in every run)
 if [ $# -eq 0 ]; then
     MARCONI_CORE=python .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_sim.py \
-        tests/test_tuner.py tests/test_tuner_background.py tests/test_metrics.py tests/test_api.py
+        tests/test_tuner.py tests/test_tuner_background.py tests/test_metrics.py tests/test_api.py \
+        tests/test_plus.py tests/test_shadows.py tests/test_overlap.py tests/test_density.py
 fi

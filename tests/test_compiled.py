@@ -260,7 +260,7 @@ class LiveTwins(Twins):
         self.switch(mode)
 
 TestLiveTwins = LiveTwins.TestCase
-TestLiveTwins.settings = settings(max_examples=200, stateful_step_count=40, deadline=None,
+TestLiveTwins.settings = settings(max_examples=500, stateful_step_count=40, deadline=None,
                                   suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -350,6 +350,29 @@ def test_placement_is_the_python_one(case: tuple[list[int], list[float], int]) -
 
     depths, survival, budget = case
     assert compiled.place(depths, survival, budget) == place_python(depths, survival, budget)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 3), max_size=12)),
+                max_size=30))
+def test_the_sequences_seen_are_the_python_ones(steps: list[tuple[bool, list[int]]]) -> None:
+    """The overlap distribution's tree of sequences seen on the compiled core: every
+    depth asked is the Python radix tree's (`PySequences`, its oracle), and so is a
+    copy's (a deep copy of a planner's)."""
+    import copy
+
+    from marconi.peers.sparse_prefix import PySequences
+
+    ours, oracle = compiled.SequenceTree(), PySequences()
+    for spell, tokens in steps:
+        key = np.asarray(tokens, dtype=np.int32).tobytes()
+        if spell:
+            ours.spell(key)
+            oracle.spell(key)
+        assert ours.depth(key) == oracle.depth(key)
+    twin = copy.deepcopy(ours)
+    twin.spell(np.asarray([9, 9], dtype=np.int32).tobytes())
+    assert ours.depth(np.asarray([9, 9], dtype=np.int32).tobytes()) == 0
 
 
 @pytest.mark.parametrize("trace", ["synthetic:multi-turn", "synthetic:rag", "synthetic:agent"])

@@ -418,6 +418,31 @@ class CompiledCache:
         return tok.tobytes()
 
 
+class SequenceTree:
+    """The sequences an overlap distribution has seen (`peers.sparse_prefix.Overlaps`:
+    the sparse-prefix peer's, marconi+'s planner's) on the compiled core: a cache that never
+    evicts, told each sequence (`spell`) and asked how far an input matches one (`depth`);
+    `peers.sparse_prefix.PySequences` is its oracle."""
+
+    def __init__(self, core: Any = None) -> None:
+        assert _native is not None
+        self._core = core if core is not None else _native.NativeCore(
+            {"kv_per_token": 1, "ssm_bytes": 0, "attention": 0, "mlp": 0, "ssm": 1,
+             "d_model": 1, "d_state": 1}, 1 << 62, "judicious", "keep", 0.0, False)
+
+    def depth(self, key: builtins.bytes) -> int:
+        """Tokens of `key` (int32 bytes) that some sequence spelled."""
+        return int(self._core.peek(key)[1]) if key else 0
+
+    def spell(self, key: builtins.bytes) -> None:
+        """Add the sequence `key` (int32 bytes)."""
+        if key:
+            self._core.commit(key, len(key) // TOKEN_BYTES)
+
+    def __deepcopy__(self, memo: dict[int, object]) -> SequenceTree:
+        return SequenceTree(self._core.copy())
+
+
 def place(depths: Sequence[int], survival: Sequence[float], budget: int
           ) -> tuple[float, tuple[int, ...]]:
     """`peers.sparse_prefix.place` on the compiled core (depths below 2^53; built)."""

@@ -24,8 +24,10 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Sequence
-from itertools import accumulate
 
+import numpy as np
+
+from marconi.core.compiled import SequenceTree
 from marconi.core.policy import Admission
 from marconi.core.tree import TOKEN_BYTES, Match, RadixTree, first_mismatch
 
@@ -104,11 +106,11 @@ class Overlaps:
         self.memory = memory
         self._recent: deque[bytes] = deque()  # the sequences spelled since the last build
         self._recent_tokens = 0
-        self.seen = RadixTree()  # the sequences learnt (every one without `memory`)
+        self.seen = sequences()  # the sequences learnt (every one without `memory`)
         self.depths: list[int] = []  # the distinct overlap depths learnt, ascending
         self.counts: dict[int, int] = {}  # requests learnt at each of those depths
-        self.tally: list[int] = []  # the same counts in the order of `depths`
-        self._below: list[int] | None = None  # running sums of `tally` (None: stale)
+        self.tally = np.zeros(0, dtype=np.int64)  # the same counts in the order of `depths`
+        self._below: np.ndarray | None = None  # running sums of `tally` (None: stale)
         self.overlapped = 0  # requests learnt that overlapped something
         self.zeros = 0  # requests learnt that overlapped nothing
 
@@ -119,7 +121,7 @@ class Overlaps:
 
     def depth(self, tokens: bytes) -> int:
         """Tokens of `tokens` (int32 bytes) that some sequence learnt spelled."""
-        return self.seen.match(tokens).length
+        return self.seen.depth(tokens)
 
     def add(self, depth: int, tokens: bytes) -> None:
         """Learn a request that overlapped `depth` tokens and spelled `tokens` (its input
@@ -128,7 +130,7 @@ class Overlaps:
             i = bisect_left(self.depths, depth)
             if depth not in self.counts:
                 self.depths.insert(i, depth)
-                self.tally.insert(i, 0)
+                self.tally = np.insert(self.tally, i, 0)
                 self.counts[depth] = 0
             self.counts[depth] += 1
             self.tally[i] += 1
@@ -136,7 +138,7 @@ class Overlaps:
             self.overlapped += 1
         else:
             self.zeros += 1
-        spell(self.seen, tokens)
+        self.seen.spell(tokens)
         if self.memory is not None:
             self._recent.append(tokens)
             self._recent_tokens += len(tokens) // TOKEN_BYTES
@@ -156,9 +158,9 @@ class Overlaps:
             kept.append(key)
             tokens += n
         kept.reverse()
-        self.seen = RadixTree()
+        self.seen = sequences()
         for key in kept:
-            spell(self.seen, key)
+            self.seen.spell(key)
         self._recent, self._recent_tokens = deque(kept), tokens
 
     def distribution(self, n: int, pending: int | None = None
@@ -181,12 +183,38 @@ class Overlaps:
         return depths, survival
 
 
-    def below(self) -> list[int]:
+    def below(self) -> np.ndarray:
         """`below()[i]`: the requests learnt that overlapped less deep than `depths[i]`
-        but something (the running sums of `tally`, kept until the next request learnt)."""
+        but something (the running sums of `tally`, kept until the next request learnt;
+        summed in numpy, once per request learnt: tens of thousands of depths on agents)."""
         if self._below is None:
-            self._below = list(accumulate(self.tally, initial=0))
+            below = np.zeros(len(self.tally) + 1, dtype=np.int64)
+            np.cumsum(self.tally, out=below[1:])
+            self._below = below
         return self._below
+
+
+class PySequences:
+    """The sequences seen, as a token radix tree in Python (the oracle of the compiled
+    core's `SequenceTree`)."""
+
+    def __init__(self) -> None:
+        self.tree = RadixTree()
+
+    def depth(self, tokens: bytes) -> int:
+        """Tokens of `tokens` (int32 bytes) that some sequence spelled."""
+        return self.tree.match(tokens).length
+
+    def spell(self, tokens: bytes) -> None:
+        """Add the sequence `tokens`."""
+        spell(self.tree, tokens)
+
+
+def sequences() -> PySequences | SequenceTree:
+    """An empty tree of the sequences seen: on the compiled core where it is chosen."""
+    from marconi.core import compiled
+
+    return compiled.SequenceTree() if compiled.chosen() == "compiled" else PySequences()
 
 
 def spell(tree: RadixTree, tokens: bytes) -> None:

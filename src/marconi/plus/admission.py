@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from marconi.core.spec import ModelSpec
-from marconi.core.tree import TOKEN_BYTES, Match
+from marconi.core.tree import Match
 from marconi.paper.admission import Block, Judicious
 from marconi.plus.overlap import OverlapPlanner
 
@@ -161,8 +161,8 @@ class Structured(Judicious):
         assert self.planner is not None  # `_configure`
         if not tokens:
             raise ValueError("the overlap planner needs the input's tokens (checkpoints_at)")
-        return tuple(p for p in self.planner.points(tokens[: n_input * TOKEN_BYTES])
-                     if p > above)
+        points = self.planner.points_of(tokens, n_input)
+        return tuple(p for p in points if p > above)
 
     def _partial(self, match: Match, n_input: int, hit: int, tokens: bytes, *,
                  learn: bool, store: bool = True) -> int | None:

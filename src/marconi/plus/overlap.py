@@ -65,6 +65,8 @@ class OverlapPlanner(Overlaps):
         super().__init__(memory)
         self.budget = budget
         self._last: tuple[bytes, tuple[int, ...]] | None = None  # the latest plan
+        # `points_of`'s latest: (the key object, n_input, points)
+        self._of: tuple[bytes, int, tuple[int, ...]] | None = None
 
     def points(self, key: bytes) -> tuple[int, ...]:
         """At most `budget` positions (ascending) for the input `key` (int32 token bytes):
@@ -83,6 +85,17 @@ class OverlapPlanner(Overlaps):
         self._last = (key, points)
         return points
 
+    def points_of(self, key: bytes, n_input: int) -> tuple[int, ...]:
+        """`points` of the input, the first `n_input` tokens of `key`; asked again with the
+        same key object (the live cache's admission and every shadow's, in turn, until the
+        next request is learnt), the same answer without reading the key again."""
+        last = self._of
+        if last is not None and last[0] is key and last[1] == n_input:
+            return last[2]
+        points = self.points(key[: n_input * TOKEN_BYTES])
+        self._of = (key, n_input, points)
+        return points
+
     def thinned(self, end: int, per_doubling: int = PER_DOUBLING
                 ) -> tuple[list[int], list[float]]:
         """`thin` of the distribution of the first `end` distinct depths, found by
@@ -98,7 +111,7 @@ class OverlapPlanner(Overlaps):
         while i < end:
             depth = depths[i]
             kept.append(depth)
-            share.append((overlapped - below[i]) / total)
+            share.append((overlapped - int(below[i])) / total)
             i = bisect_left(depths, depth * step, i + 1, end)
         return kept, share
 
@@ -109,4 +122,4 @@ class OverlapPlanner(Overlaps):
             raise ValueError(f"learn: n_input={n_input!r} outside the sequence (or the key "
                              f"is not int32 bytes: {len(key)} bytes)")
         self.add(self.depth(key[: n_input * TOKEN_BYTES]), key)
-        self._last = None
+        self._last = self._of = None
