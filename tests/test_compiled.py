@@ -4,6 +4,7 @@ identical plans, hits, victims, counters and trees after every step."""
 from __future__ import annotations
 
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -373,11 +374,15 @@ def test_the_sequences_seen_are_the_python_ones(steps: list[tuple[bool, list[int
     twin = copy.deepcopy(ours)
     twin.spell(np.asarray([9, 9], dtype=np.int32).tobytes())
     assert ours.depth(np.asarray([9, 9], dtype=np.int32).tobytes()) == 0
+    back = pickle.loads(pickle.dumps(ours))  # a planner pickled with its cache
+    for _, tokens in steps:
+        key = np.asarray(tokens, dtype=np.int32).tobytes()
+        assert back.depth(key) == oracle.depth(key)
 
 
 @pytest.mark.parametrize("trace", ["synthetic:multi-turn", "synthetic:rag", "synthetic:agent"])
-def test_marconi_plus_is_the_same_with_compiled_shadows(trace: str,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_marconi_plus_is_the_same_on_both_cores(trace: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """marconi+'s whole run on either core (its live cache and its shadows): the same
     hits, every expert's total, the same switches. The
     traces name message boundaries (the boundary experts' shadows part from their twins)

@@ -442,6 +442,14 @@ class SequenceTree:
     def __deepcopy__(self, memo: dict[int, object]) -> SequenceTree:
         return SequenceTree(self._core.copy())
 
+    def __getstate__(self) -> tuple[Any, ...]:
+        """Pickled as its tree (the sequences' edges in walk order), reloaded whole."""
+        return (*self._core.take(), self._core.clock)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.__init__()  # type: ignore[misc]
+        self._core.load(*state)
+
 
 def place(depths: Sequence[int], survival: Sequence[float], budget: int
           ) -> tuple[float, tuple[int, ...]]:
