@@ -12,9 +12,9 @@ import logging
 import pytest
 
 from marconi.core.spec import PAPER_7B
-from marconi.core.tuning import Objective, hit_worth
+from marconi.core.tuning import DECIDE_EVERY, DECISIVE_LEAD, Objective, hit_worth
 from marconi.core.units import parse_size
-from marconi.integrations.choosers import GUARD_EVERY, GUARD_LEAD, Bootstrap
+from marconi.integrations.choosers import Bootstrap
 from marconi.integrations.common import Counters, Tuning
 from marconi.systems import get_system
 from marconi.workload import TraceOptions, load_trace
@@ -70,8 +70,9 @@ def _alpha0_saved(where: tuple[str, str], start: int, end: int) -> tuple[float, 
 def test_the_bound_is_marconi_plus_lead_against_the_engines_order() -> None:
     from marconi.plus.shadows import ShadowConfig
 
-    config = ShadowConfig()
-    assert (config.every, config.lead) == (GUARD_EVERY, GUARD_LEAD)
+    config, guard = ShadowConfig(), Bootstrap()
+    assert (config.every, config.lead) == (guard.every, guard.lead) \
+        == (DECIDE_EVERY, DECISIVE_LEAD)
 
 
 def test_alpha_zero_is_restored_once_when_the_adopted_alpha_saves_less(
@@ -90,12 +91,12 @@ def test_alpha_zero_is_restored_once_when_the_adopted_alpha_saves_less(
     # decided at a decision point, on the books since the adoption only: alpha 0's there
     # is a fresh alpha-0 mirror's over those requests
     since = restored - at
-    assert guard["since"] == since and since % GUARD_EVERY == 0
+    assert guard["since"] == since and since % DECIDE_EVERY == 0
     saved0, possible = _alpha0_saved(LOSES, at, restored)
     assert guard["saved_alpha0"] == pytest.approx(saved0, rel=1e-12)
     assert guard["possible"] == pytest.approx(possible, rel=1e-12)
     lead = guard["saved_alpha0"] - guard["saved_adopted"]
-    assert lead > max(GUARD_LEAD * possible, possible / since)
+    assert lead > max(DECISIVE_LEAD * possible, possible / since)
     # the log says why
     said = [m for m in caplog.messages if "alpha 0 adopted" in m]
     assert len(said) == 1 and f"was {adopted:g}" in said[0] and "its guard" in said[0]

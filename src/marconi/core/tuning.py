@@ -50,6 +50,22 @@ class Tuner(Protocol):
         `observe` does it."""
 
 
+# how often a tuner that compares replays decides (requests), and the share of what a
+# cache holding every input would have saved that a replay's lead must exceed to be
+# decisive: marconi+'s shadows (`plus.shadows.ShadowConfig`) and, in an engine, the
+# bootstrap tuner's guard (`integrations.choosers.Bootstrap`)
+DECIDE_EVERY = 16
+DECISIVE_LEAD = 0.001
+
+
+def decisive(lead: float, possible: float, seen: int, share: float) -> bool:
+    """Whether one replay's `lead` over another's (objective totals over `seen` requests)
+    is decisive: more than `share` of `possible` (a cache holding every input's total) and
+    than one average request's worth of it (`possible / seen`): on a handful of requests
+    a few hits are noise."""
+    return bool(lead > max(possible * share, possible / max(seen, 1)))
+
+
 def hit_worth(cache: PrefixCache, tokens: np.ndarray | bytes, n_input: int,
               boundaries: Sequence[int], objective: Objective) -> float:
     """One request served through a token-only cache (`PrefixCache.serve`: lookup, then

@@ -10,13 +10,7 @@ from typing import Any
 import numpy as np
 
 from marconi.core.tokens import as_tokens
-from marconi.core.tuning import Objective, hit_worth
-
-# the bootstrap tuner's guard (`Bootstrap`): marconi+'s decision period and lead against the
-# engine's own order (`plus.shadows.ShadowConfig.every`, `.lead`), not imported from there
-# (marconi+ is loaded only where it runs)
-GUARD_EVERY = 16
-GUARD_LEAD = 0.001
+from marconi.core.tuning import DECIDE_EVERY, DECISIVE_LEAD, Objective, decisive, hit_worth
 
 
 class Bootstrap:
@@ -26,11 +20,11 @@ class Bootstrap:
     the tuner has adopted an alpha other than 0, every `every` requests it compares what
     each mirror saved since (prefill FLOPs, as marconi+'s shadows count them), and when
     alpha 0's leads by more than `lead` of what a cache holding every input would have
-    saved since, and by at least one average request's worth of that (`leader`'s `lead`
-    and floor, `plus.shadows`), it chooses alpha 0, once, and stops guarding."""
+    saved since, and by at least one average request's worth of that (`core.tuning.decisive`,
+    as marconi+'s shadows decide), it chooses alpha 0, once, and stops guarding."""
 
-    def __init__(self, guard: bool = True, every: int = GUARD_EVERY,
-                 lead: float = GUARD_LEAD) -> None:
+    def __init__(self, guard: bool = True, every: int = DECIDE_EVERY,
+                 lead: float = DECISIVE_LEAD) -> None:
         if every < 1 or not 0 <= lead <= 1:
             raise ValueError(f"Bootstrap: every must be >= 1 and lead in [0, 1], got "
                              f"{every!r}, {lead!r}")
@@ -84,7 +78,7 @@ class Bootstrap:
         if self.since % self.every:
             return None
         lead = self.saved[1] - self.saved[0]
-        if not lead > max(self.possible * self.lead, self.possible / self.since):
+        if not decisive(lead, self.possible, self.since, self.lead):
             return None
         self.restored_at, self.stock = self.seen, None  # once: guarding stops here
         self.why = (f"its guard: alpha 0 (the engine's own order) saved "

@@ -73,7 +73,7 @@ from marconi.core.compiled import replay_cache
 from marconi.core.layout import Layout
 from marconi.core.snapshot import clone
 from marconi.core.tokens import as_tokens
-from marconi.core.tuning import Objective, hit_worth
+from marconi.core.tuning import DECIDE_EVERY, DECISIVE_LEAD, Objective, decisive, hit_worth
 from marconi.plus.admission import Structured
 from marconi.plus.overlap import OverlapPlanner
 from marconi.plus.switchable import Mode, Setting, Switchable
@@ -178,13 +178,13 @@ class ShadowReport:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShadowConfig:
     experts: tuple[Expert, ...] = DEFAULT_EXPERTS  # the first runs until a leader emerges
-    every: int = 16  # requests between decisions
+    every: int = DECIDE_EVERY  # requests between decisions
     threshold: float = 0.05  # relative lead the leader needs over the running expert
     # `sglang+`'s configuration (`SGLANG_PLUS`) is followed on a smaller lead: this share
     # of what a cache holding every input would save (the objective's total over the
     # requests seen), however small against the running expert's total: marconi+ trails
     # `sglang+` by at most about this much (docs/architecture.md, "marconi+'s regret")
-    lead: float = 0.001
+    lead: float = DECISIVE_LEAD
     # any leader is followed, in the warmup too, once it leads by this share of the
     # possible (two points: no near-tie between experts, however small the totals are)
     clear_lead: float = 0.02
@@ -475,16 +475,15 @@ def leader(score: np.ndarray, current: int, seen: int, config: ShadowConfig,
     threshold = config.threshold if seen >= config.warmup else config.early_threshold
     best = int(np.argmax(score))
     lead = score[best] - score[current]
-    floor = possible / max(seen, 1)
     if seen < config.settle:
         return best if lead > score[current] * threshold else current
     if safe is not None and live is not None \
-            and score[safe] - live > max(possible * config.lead, floor):
+            and decisive(score[safe] - live, possible, seen, config.lead):
         return safe
     if lead > score[current] * threshold \
-            or lead > max(possible * config.clear_lead, floor) > 0:
+            or (possible > 0 and decisive(lead, possible, seen, config.clear_lead)):
         return best
-    if safe is not None and score[safe] - score[current] > max(possible * config.lead, floor):
+    if safe is not None and decisive(score[safe] - score[current], possible, seen, config.lead):
         return safe
     return current
 
