@@ -67,8 +67,7 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
     batchable = not config.concurrent and before is None and not cache.admission.per_session
     requests, served = iter(bar), 0
     for i, request in enumerate(requests):
-        if i == len(records):  # a stream outgrew its records
-            records, arrivals = records.resized(2 * i), resized(arrivals, 2 * i)
+        records, arrivals = _room(records, arrivals, i + 1)
         sessions.append(request.session_id)
         arrivals[i] = request.arrival
         served = i + 1
@@ -86,9 +85,7 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
     # the rest in batches of BATCH, their loop in the compiled core
     while batch := list(islice(requests, BATCH)):
         end = served + len(batch)
-        if end > len(records):  # a stream outgrew its records
-            grown = max(2 * len(records), end)
-            records, arrivals = records.resized(grown), resized(arrivals, grown)
+        records, arrivals = _room(records, arrivals, end)
         sessions.extend([r.session_id for r in batch])
         arrivals[served:end] = [r.arrival for r in batch]
         _serve_batch(batch, served, cache, records)
@@ -102,6 +99,24 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
         sessions=sessions, arrivals=arrivals, stats=cache.stats.copy(), alpha=alpha,
         seconds=seconds, tuning=tuner.report() if tuner is not None else None,
         bounds_dropped=dropped, alpha_status=status)
+
+
+def _room(records: Records, arrivals: np.ndarray, rows: int) -> tuple[Records, np.ndarray]:
+    """Records (and arrivals) with room for `rows`: a stream outgrowing them doubles them,
+    or more where a batch needs more."""
+    if rows <= len(records):
+        return records, arrivals
+    grown = max(2 * len(records), rows)
+    return records.resized(grown), resized(arrivals, grown)
+
+
+def _record(records: Records, i: int, request: Request, hit: int, cache: PrefixCache) -> None:
+    """Row `i`: `request`'s lengths, its hit, the cache's bytes after it."""
+    records.n_input[i] = request.n_input
+    records.n_output[i] = request.n_output
+    records.hit[i] = hit
+    records.kv_bytes[i] = cache.stats.kv_bytes
+    records.ssm_bytes[i] = cache.stats.ssm_bytes
 
 
 def with_inputs(trace: Trace | Iterable[Request]) -> Trace | Iterable[Request]:
@@ -153,10 +168,7 @@ def _concurrent(trace: Iterable[Request], config: SimConfig, cache: PrefixCache,
                 tuner: Tuner | None, records: Records,
                 before: Callable[[int], None] | None) -> None:
     def record(i: int, request: Request, hit: int) -> None:
-        records.n_input[i], records.n_output[i] = request.n_input, request.n_output
-        records.hit[i] = hit
-        records.kv_bytes[i] = cache.stats.kv_bytes
-        records.ssm_bytes[i] = cache.stats.ssm_bytes
+        _record(records, i, request, hit, cache)
 
     replay_concurrent(trace, cache, config.spec, config.latency_model(), config.decode_s_per_token,
                       record, before, tuner)
@@ -173,11 +185,7 @@ def _step(request: Request, i: int, cache: PrefixCache, tuner: Tuner | None,
         hit = cache.serve_tokens(tokens, request.n_input, request.boundaries)
     if tuner is not None:
         tuner.observe(cache, tokens, request.n_input, request.boundaries, request.session_id)
-    records.n_input[i] = request.n_input
-    records.n_output[i] = request.n_output
-    records.hit[i] = hit
-    records.kv_bytes[i] = cache.stats.kv_bytes
-    records.ssm_bytes[i] = cache.stats.ssm_bytes
+    _record(records, i, request, hit, cache)
 
 
 def _serve_batch(batch: list[Request], first: int, cache: PrefixCache,
