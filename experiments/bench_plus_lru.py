@@ -35,6 +35,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,29 +102,34 @@ def one(trace: Trace, capacity: int, system: str) -> dict[str, Any]:
     return out
 
 
-def measure(names: tuple[str, ...], out: Path | None, plus: str = PLUS,
-            peers: tuple[str, ...] = ONLINE) -> list[dict[str, Any]]:
-    rows = []
+def configurations(names: tuple[str, ...]) -> Iterator[tuple[str, Trace, str, int]]:
+    """(trace name, trace, capacity label, bytes) for every trace found and capacity."""
     for name in names:
         trace = load(name)
         if trace is None:
             continue
         total = footprint(trace)
         for label, fraction in FRACTIONS.items():
-            capacity = int(total * fraction)
-            row: dict[str, Any] = {"trace": name, "capacity": label, "bytes": capacity}
-            for system in (plus, *peers):
-                got = one(trace, capacity, system)
-                row[PLUS if system == plus else system] = got["saved"]
-                if system == plus:
-                    row.update({k: v for k, v in got.items() if k != "saved"})
-                print(f"[{time.strftime('%H:%M:%S')}] {name} {label} ({capacity / 1e9:.2f} GB) "
-                      f"{system}: {100 * float(got['saved']):.2f}% in {got['cpu_s']:.1f} s",
-                      file=sys.stderr, flush=True)
-            rows.append(row)
-            if out is not None:
-                with out.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
+            yield name, trace, label, int(total * fraction)
+
+
+def measure(names: tuple[str, ...], out: Path | None, plus: str = PLUS,
+            peers: tuple[str, ...] = ONLINE) -> list[dict[str, Any]]:
+    rows = []
+    for name, trace, label, capacity in configurations(names):
+        row: dict[str, Any] = {"trace": name, "capacity": label, "bytes": capacity}
+        for system in (plus, *peers):
+            got = one(trace, capacity, system)
+            row[PLUS if system == plus else system] = got["saved"]
+            if system == plus:
+                row.update({k: v for k, v in got.items() if k != "saved"})
+            print(f"[{time.strftime('%H:%M:%S')}] {name} {label} ({capacity / 1e9:.2f} GB) "
+                  f"{system}: {100 * float(got['saved']):.2f}% in {got['cpu_s']:.1f} s",
+                  file=sys.stderr, flush=True)
+        rows.append(row)
+        if out is not None:
+            with out.open("a") as f:
+                f.write(json.dumps(row) + "\n")
     return rows
 
 
@@ -140,33 +146,27 @@ def cores(names: tuple[str, ...], plus: str) -> int:
           "figures and hits |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     differ, spent = 0, {core: 0.0 for core in compiled.CORES}
-    for name in names:
-        trace = load(name)
-        if trace is None:
-            continue
-        total = footprint(trace)
-        for label, fraction in FRACTIONS.items():
-            capacity = int(total * fraction)
-            config = SimConfig(spec=PAPER_7B, capacity=capacity, system=plus, bounds=False)
-            got = {}
-            for core in compiled.CORES:
-                os.environ[compiled.CORE_ENV] = core
-                start = time.process_time()
-                result = simulate(trace, config)
-                cpu = time.process_time() - start
-                summary = result.summary().to_json()
-                summary.pop("seconds")
-                if isinstance(summary.get("tuning"), dict):
-                    summary["tuning"].pop("seconds", None)
-                got[core] = (summary, result.records.hit.tolist(), cpu)
-                spent[core] += cpu
-            same = got["python"][:2] == got["compiled"][:2]
-            differ += not same
-            slow, fast = got["python"][2], got["compiled"][2]
-            print(f"| {name} | {label} ({capacity / 1e9:.2f} GB) "
-                  f"| {100 * float(got['python'][0]['flops_saved_rate']):.2f} | {slow:.1f} "
-                  f"| {fast:.1f} | {slow / max(fast, 1e-9):.1f} "
-                  f"| {'identical' if same else 'DIFFER'} |", flush=True)
+    for name, trace, label, capacity in configurations(names):
+        config = SimConfig(spec=PAPER_7B, capacity=capacity, system=plus, bounds=False)
+        got = {}
+        for core in compiled.CORES:
+            os.environ[compiled.CORE_ENV] = core
+            start = time.process_time()
+            result = simulate(trace, config)
+            cpu = time.process_time() - start
+            summary = result.summary().to_json()
+            summary.pop("seconds")
+            if isinstance(summary.get("tuning"), dict):
+                summary["tuning"].pop("seconds", None)
+            got[core] = (summary, result.records.hit.tolist(), cpu)
+            spent[core] += cpu
+        same = got["python"][:2] == got["compiled"][:2]
+        differ += not same
+        slow, fast = got["python"][2], got["compiled"][2]
+        print(f"| {name} | {label} ({capacity / 1e9:.2f} GB) "
+              f"| {100 * float(got['python'][0]['flops_saved_rate']):.2f} | {slow:.1f} "
+              f"| {fast:.1f} | {slow / max(fast, 1e-9):.1f} "
+              f"| {'identical' if same else 'DIFFER'} |", flush=True)
     print(f"\n{differ} configurations differ; CPU {spent['python']:.1f} s on the Python core, "
           f"{spent['compiled']:.1f} s compiled "
           f"({spent['python'] / max(spent['compiled'], 1e-9):.1f}x)")
