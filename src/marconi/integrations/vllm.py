@@ -746,11 +746,11 @@ def _pool_class(stock: type, integration: Integration) -> type:
 
         def _state_slots(self, head: list[Any]) -> list[tuple[int, int]]:
             """(index, group) of each free cached state among `head` (free blocks)."""
-            slots, ends = [], self.marconi_state_ends
+            slots, ends, of_byte = [], self.marconi_state_ends, self.marconi_state_of_byte
             for i, block in enumerate(head):
                 key = block._block_hash
-                if key is not None:
-                    group = ends.get(key[-4:])
+                if key is not None:  # (a key's group as `_free_states` reads it)
+                    group = of_byte[key[-1]] if of_byte is not None else ends.get(key[-4:])
                     if group is not None and not block.is_null and block.pool is self:
                         slots.append((i, group))
             return slots
