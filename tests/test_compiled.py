@@ -380,6 +380,38 @@ def test_the_sequences_seen_are_the_python_ones(steps: list[tuple[bool, list[int
         assert back.depth(key) == oracle.depth(key)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=60), st.integers(0, 45),
+       st.one_of(st.none(), st.integers(0, 45)), st.sampled_from([1, 2, 3, 8]))
+def test_the_depth_books_are_the_python_ones(learnt: list[int], n: int, pending: int | None,
+                                             per_doubling: int) -> None:
+    """The overlap depths learnt, on the compiled core: after every request learnt, the
+    distinct depths, the distribution up to `n` (with a pending request and without) and
+    the thinning of every prefix of it (each ratio a planner uses) equal the Python
+    books' (`PyDepthBooks`, the oracle) to the bit, and so do a copy's and a pickled one's."""
+    import copy
+
+    from marconi.peers.sparse_prefix import PyDepthBooks
+
+    ours, oracle = compiled.DepthBooks(), PyDepthBooks()
+    step = 2.0 ** (1.0 / per_doubling)
+    for depth in learnt:
+        ours.add(depth)
+        oracle.add(depth)
+        assert ours.depths() == oracle.depths()
+        assert (ours.overlapped, ours.zeros) == (oracle.overlapped, oracle.zeros)
+        assert ours.end(n) == oracle.end(n)
+        assert ours.distribution(n, pending) == oracle.distribution(n, pending)
+        assert ours.distribution(n, None) == oracle.distribution(n, None)
+        for end in range(len(oracle.depths()) + 1):
+            assert ours.thinned(end, step) == oracle.thinned(end, step)
+    for twin in (copy.deepcopy(ours), pickle.loads(pickle.dumps(ours))):
+        assert twin.depths() == oracle.depths()
+        assert twin.distribution(n, pending) == oracle.distribution(n, pending)
+        twin.add(7)
+    assert ours.depths() == oracle.depths()  # the copies are their own
+
+
 @pytest.mark.parametrize("trace", ["synthetic:multi-turn", "synthetic:rag", "synthetic:agent"])
 def test_marconi_plus_is_the_same_on_both_cores(trace: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:

@@ -99,6 +99,70 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
                                       vector[i64]&) except +
 
 
+cdef extern from "native/tree_core.hpp" namespace "marconi":
+    cdef cppclass DepthBooksCpp "marconi::DepthBooks":
+        vector[i64] depths
+        vector[i64] tally
+        i64 overlapped
+        i64 zeros
+        void add(i64)
+        i64 end(i64)
+        i64 count(i64)
+        void distribution(i64, cbool, i64, vector[i64]&, vector[double]&)
+        void thinned(i64, double, vector[i64]&, vector[double]&)
+
+
+cdef class DepthBooks:
+    """The overlap depths learnt (`marconi.core.compiled.DepthBooks` wraps it)."""
+
+    cdef DepthBooksCpp books
+
+    def add(self, i64 depth):
+        self.books.add(depth)
+
+    def end(self, i64 n):
+        return self.books.end(n)
+
+    def count(self, i64 depth):
+        return self.books.count(depth)
+
+    @property
+    def overlapped(self):
+        return self.books.overlapped
+
+    @property
+    def zeros(self):
+        return self.books.zeros
+
+    def depths(self):
+        return list(self.books.depths)
+
+    def distribution(self, i64 n, pending):
+        cdef vector[i64] out
+        cdef vector[double] survival
+        self.books.distribution(n, pending is not None, 0 if pending is None else pending,
+                                out, survival)
+        return list(out), list(survival)
+
+    def thinned(self, i64 end, double step):
+        cdef vector[i64] kept
+        cdef vector[double] share
+        if end < 0 or <size_t>end > self.books.depths.size():
+            raise ValueError(f"thinned: end {end} outside [0, {self.books.depths.size()}]")
+        self.books.thinned(end, step, kept, share)
+        return list(kept), list(share)
+
+    def take(self):
+        return (list(self.books.depths), list(self.books.tally), self.books.overlapped,
+                self.books.zeros)
+
+    def load(self, depths, tally, i64 overlapped, i64 zeros):
+        self.books.depths = depths
+        self.books.tally = tally
+        self.books.overlapped = overlapped
+        self.books.zeros = zeros
+
+
 def place(depths, survival, int budget):
     """`peers.sparse_prefix.place` (the Python one is its oracle): the best checkpoints
     (ascending) and their expected reuse. Depths must be below 2^53 (the caller checks)."""

@@ -18,8 +18,9 @@ same-system bound, which never evicts); one byte budget with KV per token; no en
 handles, no eviction callback, no pins, the default namespace. That is vanilla, vllm+,
 sglang+ and marconi (its bootstrap tuner's replays too), their bounds, and marconi+ (its
 live cache and its shadow experts). Every other system, and every engine-facing cache,
-runs the Python core. Sparse prefix caching's placement (`place`)
-runs here too.
+runs the Python core. Sparse prefix caching's placement (`place`), the sequences an
+overlap distribution has seen (`SequenceTree`) and its books of depths (`DepthBooks`)
+run here too.
 
 `MARCONI_CORE=python|compiled` chooses (default: compiled where it is built). Where the
 extension was not built (no C++ compiler when marconi was installed), the Python core
@@ -449,6 +450,60 @@ class SequenceTree:
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         self.__init__()  # type: ignore[misc]
         self._core.load(*state)
+
+
+class DepthBooks:
+    """The overlap depths an overlap distribution has learnt (`peers.sparse_prefix.
+    Overlaps`: the sparse-prefix peer's, marconi+'s planner's) on the compiled core: each
+    distinct depth with its count, the requests that overlapped nothing, and what `place`
+    is given from them (`distribution`, `thinned`); `peers.sparse_prefix.PyDepthBooks` is
+    its oracle. Depths below 2^53."""
+
+    def __init__(self) -> None:
+        assert _native is not None
+        self._books = _native.DepthBooks()
+
+    @property
+    def overlapped(self) -> int:
+        """Requests learnt that overlapped something."""
+        return int(self._books.overlapped)
+
+    @property
+    def zeros(self) -> int:
+        """Requests learnt that overlapped nothing."""
+        return int(self._books.zeros)
+
+    def add(self, depth: int) -> None:
+        """Count a request that overlapped `depth` tokens."""
+        self._books.add(depth)
+
+    def depths(self) -> list[int]:
+        """The distinct depths learnt, ascending."""
+        return cast("list[int]", self._books.depths())
+
+    def end(self, n: int) -> int:
+        """How many distinct depths are at most `n`."""
+        return int(self._books.end(n))
+
+    def distribution(self, n: int, pending: int | None) -> tuple[list[int], list[float]]:
+        """`Overlaps.distribution`."""
+        return cast("tuple[list[int], list[float]]", self._books.distribution(n, pending))
+
+    def thinned(self, end: int, step: float) -> tuple[list[int], list[float]]:
+        """`PyDepthBooks.thinned`."""
+        return cast("tuple[list[int], list[float]]", self._books.thinned(end, step))
+
+    def __deepcopy__(self, memo: dict[int, object]) -> DepthBooks:
+        out = DepthBooks()
+        out._books.load(*self._books.take())
+        return out
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return cast("tuple[Any, ...]", self._books.take())
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.__init__()  # type: ignore[misc]
+        self._books.load(*state)
 
 
 def place(depths: Sequence[int], survival: Sequence[float], budget: int

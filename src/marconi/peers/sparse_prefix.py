@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from marconi.core.compiled import SequenceTree
+from marconi.core.compiled import DepthBooks, SequenceTree
 from marconi.core.policy import Admission
 from marconi.core.tree import TOKEN_BYTES, Match, RadixTree, first_mismatch
 
@@ -107,17 +107,17 @@ class Overlaps:
         self._recent: deque[bytes] = deque()  # the sequences spelled since the last build
         self._recent_tokens = 0
         self.seen = sequences()  # the sequences learnt (every one without `memory`)
-        self.depths: list[int] = []  # the distinct overlap depths learnt, ascending
-        self.counts: dict[int, int] = {}  # requests learnt at each of those depths
-        self.tally = np.zeros(0, dtype=np.int64)  # the same counts in the order of `depths`
-        self._below: np.ndarray | None = None  # running sums of `tally` (None: stale)
-        self.overlapped = 0  # requests learnt that overlapped something
-        self.zeros = 0  # requests learnt that overlapped nothing
+        self.books = depth_books()  # the overlap depths learnt, with their counts
 
     @property
     def requests(self) -> int:
         """Requests learnt so far."""
-        return self.overlapped + self.zeros
+        return self.books.overlapped + self.books.zeros
+
+    @property
+    def depths(self) -> list[int]:
+        """The distinct overlap depths learnt, ascending (a copy)."""
+        return self.books.depths()
 
     def depth(self, tokens: bytes) -> int:
         """Tokens of `tokens` (int32 bytes) that some sequence learnt spelled."""
@@ -126,18 +126,7 @@ class Overlaps:
     def add(self, depth: int, tokens: bytes) -> None:
         """Learn a request that overlapped `depth` tokens and spelled `tokens` (its input
         and output)."""
-        if depth:
-            i = bisect_left(self.depths, depth)
-            if depth not in self.counts:
-                self.depths.insert(i, depth)
-                self.tally = np.insert(self.tally, i, 0)
-                self.counts[depth] = 0
-            self.counts[depth] += 1
-            self.tally[i] += 1
-            self._below = None
-            self.overlapped += 1
-        else:
-            self.zeros += 1
+        self.books.add(depth)
         self.seen.spell(tokens)
         if self.memory is not None:
             self._recent.append(tokens)
@@ -169,8 +158,49 @@ class Overlaps:
         requests learnt that overlapped at least that deep (`place`'s `depths` and
         `survival`); `pending`, one more request's depth counted as if learnt (no side
         effect)."""
-        counts, overlapped, total = self.counts, self.overlapped, self.requests
-        depths = self.depths[: bisect_right(self.depths, n)]
+        return self.books.distribution(n, pending)
+
+
+class PyDepthBooks:
+    """The overlap depths learnt, in Python (the oracle of the compiled core's
+    `DepthBooks`): each distinct depth (ascending) with the requests learnt at it, and
+    the requests that overlapped something or nothing."""
+
+    def __init__(self) -> None:
+        self._depths: list[int] = []  # the distinct overlap depths learnt, ascending
+        self.counts: dict[int, int] = {}  # requests learnt at each of those depths
+        self.tally = np.zeros(0, dtype=np.int64)  # the same counts in the order of depths
+        self._below: np.ndarray | None = None  # running sums of `tally` (None: stale)
+        self.overlapped = 0  # requests learnt that overlapped something
+        self.zeros = 0  # requests learnt that overlapped nothing
+
+    def add(self, depth: int) -> None:
+        """Count a request that overlapped `depth` tokens."""
+        if depth:
+            i = bisect_left(self._depths, depth)
+            if depth not in self.counts:
+                self._depths.insert(i, depth)
+                self.tally = np.insert(self.tally, i, 0)
+                self.counts[depth] = 0
+            self.counts[depth] += 1
+            self.tally[i] += 1
+            self._below = None
+            self.overlapped += 1
+        else:
+            self.zeros += 1
+
+    def depths(self) -> list[int]:
+        return list(self._depths)
+
+    def end(self, n: int) -> int:
+        """How many distinct depths are at most `n`."""
+        return bisect_right(self._depths, n)
+
+    def distribution(self, n: int, pending: int | None) -> tuple[list[int], list[float]]:
+        """`Overlaps.distribution`."""
+        counts, overlapped = self.counts, self.overlapped
+        total = overlapped + self.zeros
+        depths = self._depths[: bisect_right(self._depths, n)]
         if pending is not None:
             total += 1
             overlapped += pending > 0
@@ -182,9 +212,25 @@ class Overlaps:
             below += counts.get(depth, 0) + (depth == pending)
         return depths, survival
 
+    def thinned(self, end: int, step: float) -> tuple[list[int], list[float]]:
+        """From the first `end` distinct depths, each kept one the first at least `step`
+        times the last (found by bisection, the depths between not walked), with the share
+        of the requests learnt that overlapped at least that deep (from the running
+        counts)."""
+        depths, below = self._depths, self.below()
+        overlapped, total = self.overlapped, self.overlapped + self.zeros
+        kept: list[int] = []
+        share: list[float] = []
+        i = 0
+        while i < end:
+            depth = depths[i]
+            kept.append(depth)
+            share.append((overlapped - int(below[i])) / total)
+            i = bisect_left(depths, depth * step, i + 1, end)
+        return kept, share
 
     def below(self) -> np.ndarray:
-        """`below()[i]`: the requests learnt that overlapped less deep than `depths[i]`
+        """`below()[i]`: the requests learnt that overlapped less deep than the `i`-th depth
         but something (the running sums of `tally`, kept until the next request learnt;
         summed in numpy, once per request learnt: tens of thousands of depths on agents)."""
         if self._below is None:
@@ -192,6 +238,13 @@ class Overlaps:
             np.cumsum(self.tally, out=below[1:])
             self._below = below
         return self._below
+
+
+def depth_books() -> PyDepthBooks | DepthBooks:
+    """Empty books of overlap depths: on the compiled core where it is chosen."""
+    from marconi.core import compiled
+
+    return compiled.DepthBooks() if compiled.chosen() == "compiled" else PyDepthBooks()
 
 
 class PySequences:

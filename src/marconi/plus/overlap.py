@@ -19,7 +19,8 @@ token), at most `memory` tokens of them (marconi+: `ShadowConfig.overlap_memory`
 older ones are forgotten, `Overlaps`; `marconi+-overlap` keeps every one, for replays),
 and each distinct overlap depth with its count; a plan walks the distinct depths up to
 `CANDIDATES` of them, and past that finds the ones `thin` keeps by bisection, their
-survival from running counts rebuilt once per request learnt (`thinned`).
+survival from the running counts (`thinned`; the depths' books on the compiled core where
+it runs, `peers.sparse_prefix.depth_books`).
 Where more than `CANDIDATES` distinct depths are up to the input's length (agent
 trajectories: every step overlaps its predecessor at a new depth), the dynamic program
 runs over the shallowest of each 1/`PER_DOUBLING` of a doubling (`thin`), not over all
@@ -30,7 +31,6 @@ fewer tokens each.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
 from marconi.core.tree import TOKEN_BYTES
@@ -76,7 +76,7 @@ class OverlapPlanner(Overlaps):
         if last is not None and last[0] == key:
             return last[1]
         n = len(key) // TOKEN_BYTES
-        end = bisect_right(self.depths, n)
+        end = self.books.end(n)
         if end > CANDIDATES:  # `thin(*self.distribution(n))`, walking only what it keeps
             depths, survival = self.thinned(end)
         else:
@@ -102,18 +102,7 @@ class OverlapPlanner(Overlaps):
         bisection (each kept depth is the first at least 2^(1/per_doubling) times the
         last) and its survival from the running counts, without walking the depths
         between: the same depths and the same doubles (the same integers divided)."""
-        depths, below = self.depths, self.below()
-        overlapped, total = self.overlapped, self.requests
-        step = 2.0 ** (1.0 / per_doubling)
-        kept: list[int] = []
-        share: list[float] = []
-        i = 0
-        while i < end:
-            depth = depths[i]
-            kept.append(depth)
-            share.append((overlapped - int(below[i])) / total)
-            i = bisect_left(depths, depth * step, i + 1, end)
-        return kept, share
+        return self.books.thinned(end, 2.0 ** (1.0 / per_doubling))
 
     def learn(self, key: bytes, n_input: int) -> None:
         """Add a request (`key`: its input and output, int32 token bytes; its first

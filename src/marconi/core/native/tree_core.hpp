@@ -1187,4 +1187,81 @@ inline double place(const std::vector<i64>& depths, const std::vector<double>& s
     return best;
 }
 
+// The overlap depths learnt (`peers.sparse_prefix.PyDepthBooks` is the oracle): each
+// distinct depth (ascending) with the requests learnt at it, and the requests that
+// overlapped something (`overlapped`) or nothing (`zeros`). Shares are int / int quotients
+// of counts below 2^53, so a double division rounds them as Python's does.
+class DepthBooks {
+  public:
+    std::vector<i64> depths, tally;
+    i64 overlapped = 0, zeros = 0;
+
+    void add(i64 depth) {
+        if (!depth) { zeros += 1; return; }
+        auto it = std::lower_bound(depths.begin(), depths.end(), depth);
+        size_t i = static_cast<size_t>(it - depths.begin());
+        if (it == depths.end() || *it != depth) {
+            depths.insert(it, depth);
+            tally.insert(tally.begin() + static_cast<std::ptrdiff_t>(i), 0);
+        }
+        tally[i] += 1;
+        overlapped += 1;
+    }
+
+    // distinct depths <= n
+    i64 end(i64 n) const {
+        return std::upper_bound(depths.begin(), depths.end(), n) - depths.begin();
+    }
+
+    i64 count(i64 depth) const {
+        auto it = std::lower_bound(depths.begin(), depths.end(), depth);
+        return it != depths.end() && *it == depth ? tally[static_cast<size_t>(it - depths.begin())] : 0;
+    }
+
+    // `distribution(n, pending)`: the distinct depths up to n and at each the share of the
+    // requests overlapping at least that deep, `pending` counted as if learnt
+    void distribution(i64 n, bool has_pending, i64 pending, std::vector<i64>& out,
+                      std::vector<double>& survival) const {
+        out.assign(depths.begin(), depths.begin() + end(n));
+        i64 total = overlapped + zeros, over = overlapped;
+        if (has_pending) {
+            total += 1;
+            over += pending > 0;
+            if (0 < pending && pending <= n && !count(pending))
+                out.insert(std::lower_bound(out.begin(), out.end(), pending), pending);
+        }
+        survival.clear();
+        i64 below = 0;
+        size_t j = 0;  // into `depths`, beside `out`
+        for (i64 d : out) {
+            survival.push_back(static_cast<double>(over - below) / static_cast<double>(total));
+            while (j < depths.size() && depths[j] < d) ++j;
+            below += (j < depths.size() && depths[j] == d ? tally[j] : 0) +
+                     (has_pending && d == pending);
+        }
+    }
+
+    // `thinned(end, step)`: from the first `end` distinct depths, each kept one the first at
+    // least `step` times the last, with its share of the requests overlapping at least it
+    void thinned(i64 end, double step, std::vector<i64>& kept, std::vector<double>& share) const {
+        kept.clear();
+        share.clear();
+        double total = static_cast<double>(overlapped + zeros);
+        i64 below = 0;
+        size_t i = 0, j = 0, stop = static_cast<size_t>(end);
+        while (i < stop) {
+            while (j < i) below += tally[j++];
+            i64 depth = depths[i];
+            kept.push_back(depth);
+            share.push_back(static_cast<double>(overlapped - below) / total);
+            double target = static_cast<double>(depth) * step;
+            i = static_cast<size_t>(std::lower_bound(
+                    depths.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                    depths.begin() + static_cast<std::ptrdiff_t>(stop), target,
+                    [](i64 a, double t) { return static_cast<double>(a) < t; }) -
+                depths.begin());
+        }
+    }
+};
+
 }  // namespace marconi
