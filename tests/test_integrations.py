@@ -489,7 +489,7 @@ class TestVLLMWithoutTheEngine:
 class TestInsideVLLM:
     def test_any_other_version_is_refused(self) -> None:
         need("vllm")
-        code = ("import vllm; vllm.__version__ = '0.33.0'\n"
+        code = ("import vllm; vllm.__version__ = '0.34.0'\n"
                 "from marconi.integrations.vllm import install\n"
                 "from marconi.core.spec import PAPER_7B\n"
                 "install(PAPER_7B)\n")
@@ -497,7 +497,30 @@ class TestInsideVLLM:
         done = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
         assert done.returncode != 0
-        assert "supports vllm 0.32.x only; this environment has 0.33.0" in done.stderr
+        assert "supports vllm 0.32.x and 0.33.x only; this environment has 0.34.0" \
+            in done.stderr
+
+    @pytest.mark.parametrize("system", [
+        VLLM_STOCK, f"{VLLM_WITH},tuner=inline",
+        f"{VLLM_STOCK}:integration=marconi+,tuner=inline"])
+    def test_vllm_0_33s_cache_classes_give_0_32s_hits(self, chat, system: str) -> None:
+        """vLLM 0.33's own cache classes (its GPU wheel, no CPU build exists, on the CPU
+        torch: `vllm-0.33`), stock and with either policy installed: vLLM's checks and the
+        plugin's pass after every request, and every request hits as through 0.32's, with
+        the same alpha chosen (the pool's code changed little between them)."""
+        need("vllm")
+        need("vllm-0.33")
+        from marconi.sim.real_engine import replay
+
+        got = {}
+        for version in ("0.32", "0.33"):
+            name = system.replace("vllm-0.32", f"vllm-{version}")
+            config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=name)
+            got[version] = replay(chat, config, get_system(name), check=True)
+        assert got["0.33"].engine is not None and got["0.33"].engine["version"] == "0.33.0"
+        assert got["0.32"].stats.evictions > 0
+        assert (got["0.33"].records.hit == got["0.32"].records.hit).all()
+        assert got["0.33"].alpha == got["0.32"].alpha
 
     @pytest.mark.parametrize(("trace", "seed", "capacity"), [
         ("synthetic:agent:sessions=8", 11, "3GB"),

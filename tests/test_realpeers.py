@@ -46,6 +46,11 @@ def need(engine: str) -> None:
     pytest.skip(message)
 
 
+def is_vllm(engine: str) -> bool:
+    """Whether `engine` runs vLLM's worker (`vllm`, `vllm-0.33`)."""
+    return (ENGINES[engine].kind or ENGINES[engine].name) == "vllm"
+
+
 @pytest.fixture(scope="module")
 def chat():
     """40 ShareGPT sessions (514 requests): at 1-2 GB every peer evicts."""
@@ -167,7 +172,7 @@ class TestRealEngine:
         a = Request(session_id="s", turn=0, arrival=0.0, input_tokens=prompt,
                     output_tokens=output)
         name = ENGINES[engine].system  # vLLM keeps decode states only when told to
-        system = get_system(f"{name}:retention_interval=none" if engine == "vllm" else name)
+        system = get_system(f"{name}:retention_interval=none" if is_vllm(engine) else name)
         config = SimConfig(spec=PAPER_7B, capacity="4GB", system=system.name, bounds=False,
                            concurrent=True, decode_s_per_token=0.1)  # A decodes for 32 s
         hits = {}
@@ -199,7 +204,7 @@ class TestRealEngine:
         need(engine)
         from marconi.sim.sweep import Cell, run_cell
 
-        system = f"{ENGINES[engine].system}:max_num_batched_tokens=4096" if engine == "vllm" \
+        system = f"{ENGINES[engine].system}:max_num_batched_tokens=4096" if is_vllm(engine) \
             else f"{ENGINES[engine].system}:chunked_prefill_size=4096"
         row = run_cell(Cell.of(trace=TRACE, sessions=3, system=system, capacity="1GB"))
         assert row["status"] == "ok", row["error"]

@@ -40,7 +40,7 @@ processes, the engine core's included, before it builds the KV cache manager; ma
   choose the alpha instead, from mirrors at the engine's own order and Marconi's score
   at fixed alphas, never stopping (`integrations.common.Shadows`).
 
-Requirements, each checked with a one-line error: vLLM 0.32.x; a model with Mamba layers
+Requirements, each checked with a one-line error: vLLM 0.32.x or 0.33.x; a model with Mamba layers
 (checked when the cache is built).
 """
 
@@ -65,7 +65,9 @@ from marconi.integrations.common import (
     one_line_exit,
 )
 
-SUPPORTED_VERSION = "0.32"  # any 0.32.x
+# any 0.32.x or 0.33.x: the series whose cache classes the tests run it through (0.33 from
+# its GPU wheel, docs/integrations.md, "vLLM 0.33")
+SUPPORTED_VERSIONS = ("0.32", "0.33")
 WHO = "marconi.integrations.vllm"
 ENABLE = "MARCONI_VLLM"  # "marconi": install at plugin load
 ORPHANS = "MARCONI_ORPHANS"  # "keep": orphan KV left in vLLM's order (default "first")
@@ -80,15 +82,16 @@ MIRROR = "vllm-2026+marconi"  # the tuner's mirror: vLLM's admission, Marconi's 
 def check_version() -> str:
     """The installed vLLM's version (its own `__version__`: the GPU and CPU builds ship
     under different distribution names), or IntegrationError naming the supported one."""
+    supported = " and ".join(f"{v}.x" for v in SUPPORTED_VERSIONS)
     try:
         import vllm
     except ImportError:
         raise IntegrationError(f"{WHO}: vllm is not installed (it supports vllm "
-                               f"{SUPPORTED_VERSION}.x)") from None
+                               f"{supported})") from None
     version = str(vllm.__version__)
-    if version != SUPPORTED_VERSION and not version.startswith(SUPPORTED_VERSION + "."):
-        raise IntegrationError(f"{WHO} supports vllm {SUPPORTED_VERSION}.x only; this "
-                               f"environment has {version}")
+    if not any(version == v or version.startswith(v + ".") for v in SUPPORTED_VERSIONS):
+        raise IntegrationError(f"{WHO} supports vllm {supported} only; this environment "
+                               f"has {version}")
     return version
 
 

@@ -17,18 +17,21 @@ class PeerError(ValueError):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Engine:
-    name: str  # the environment's folder name and the worker's prefix
+    name: str  # the environment's folder name
     version: str  # the one version its worker drives
     system: str  # the registered system that runs it
+    kind: str = ""  # the worker's prefix (default: `name`): vllm-0.33 runs vLLM's worker
 
     @property
     def worker(self) -> Path:
-        return Path(__file__).with_name(f"{self.name}_worker.py")
+        return Path(__file__).with_name(f"{self.kind or self.name}_worker.py")
 
 
 ENGINES = {
     "sglang": Engine(name="sglang", version="0.5.23", system="sglang-0.5.23"),
     "vllm": Engine(name="vllm", version="0.32.0", system="vllm-0.32"),
+    # vLLM 0.33's cache classes from its GPU wheel (no CPU build exists): no server
+    "vllm-0.33": Engine(name="vllm-0.33", version="0.33.0", system="vllm-0.33", kind="vllm"),
 }
 
 
@@ -47,8 +50,9 @@ def python_of(engine: Engine) -> Path:
     """The engine environment's interpreter, or PeerError naming the setup command."""
     python = envs_dir() / engine.name / "bin" / "python"
     if not python.is_file():
-        raise PeerError(f"{engine.system} needs {engine.name} {engine.version}'s own "
-                        f"environment, not found at {python.parent.parent}: run `{SETUP}` "
+        raise PeerError(f"{engine.system} needs {engine.kind or engine.name} "
+                        f"{engine.version}'s own environment, not found at "
+                        f"{python.parent.parent}: run `{SETUP}` "
                         f"(or point {ENV_VAR} at a folder holding it)")
     return python
 

@@ -1,5 +1,5 @@
-"""vLLM 0.32 imported (that version only) and its cache built as vLLM builds it for one
-worker: `KVCacheManager` over the groups and pool vLLM derives, and the scheduler's
+"""vLLM 0.32 or 0.33 imported (those versions only) and its cache built as vLLM builds it
+for one worker: `KVCacheManager` over the groups and pool vLLM derives, and the scheduler's
 settings that cut chunks (`Engine`), with what the meta reports of them.
 
 The model is given by byte sizes; the worker builds `FullAttentionSpec` / `MambaSpec`
@@ -21,23 +21,27 @@ from typing import Any
 
 from vllm_options import KERNEL_BLOCK, UsageError, check_retention  # beside this script
 
-SUPPORTED_VERSION = "0.32"
+# the series this worker drives (0.33 from its GPU wheel: no CPU build is published, and
+# the cache classes are pure Python, run here on the CPU platform)
+SUPPORTED_VERSIONS = ("0.32", "0.33")
 LAYER_ATTN = "model.layers.{}.self_attn.attn"
 LAYER_MAMBA = "model.layers.{}.mixer"
 KV_CACHE_LAYOUT = "LBNHC"  # vLLM's default when the backend declares no preference
 
 
 def import_vllm() -> str:
-    """Import vLLM quietly and refuse any version but 0.32."""
+    """Import vLLM quietly, on its CPU platform (a GPU wheel would find no device), and
+    refuse any version but 0.32.x and 0.33.x."""
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     try:
         import vllm
     except Exception as exc:  # any import failure means no usable engine
         raise UsageError(f"cannot import vllm ({type(exc).__name__}: {exc})") from None
     version = str(vllm.__version__)
-    if version != SUPPORTED_VERSION and not version.startswith(SUPPORTED_VERSION + "."):
+    if not any(version == v or version.startswith(v + ".") for v in SUPPORTED_VERSIONS):
         raise UsageError(f"vllm {version} is not supported; this worker drives vllm "
-                         f"{SUPPORTED_VERSION}.x")
+                         f"{' and '.join(v + '.x' for v in SUPPORTED_VERSIONS)}")
     return version
 
 
@@ -130,11 +134,18 @@ def build_kv_cache_config(options: dict[str, Any], config: Any, block_size: int)
     """Groups and pool size exactly as `get_kv_cache_configs` does for one worker
     (its max_model_len admission check is left to the replay, which reports a request
     that does not fit)."""
-    from vllm.v1.core.kv_cache_utils import (
-        generate_scheduler_kv_cache_config,
-        get_kv_cache_config_from_groups,
-        get_kv_cache_groups,
-    )
+    from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
+
+    try:  # 0.33 moved the grouping and the pool's sizing out of kv_cache_utils
+        from vllm.v1.core.kv_cache_planning import (
+            get_kv_cache_config_from_groups,
+            get_kv_cache_groups,
+        )
+    except ImportError:  # 0.32
+        from vllm.v1.core.kv_cache_utils import (
+            get_kv_cache_config_from_groups,
+            get_kv_cache_groups,
+        )
     from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
 
     register_all_kvcache_specs(config)
@@ -198,6 +209,7 @@ def make_split(manager: Any, config: Any, sched_bs: int, hash_bs: int) -> Callab
     shim = SimpleNamespace(
         cache_config=config.cache_config, scheduler_config=config.scheduler_config,
         block_size=sched_bs, hash_block_size=hash_bs, use_eagle_block_drop=False,
+        num_hash_lookahead_tokens=0,  # (0.33: tokens hashed past each block; none here)
         mamba_partial_cache_hit=partial_hit,
         mamba_shared_prefix_checkpoint=partial_hit and manager.mamba_shared_prefix_checkpoint,
         mamba_prefill_checkpoint_alignment=next(

@@ -126,6 +126,6 @@ def _read(folder: Path, n: int, engine: Engine) -> tuple[dict[str, np.ndarray], 
         raise PeerError(f"{engine.system}: incomplete result ({short or meta.get('requests')} "
                         f"rows for {n} requests); nothing is reported")
     if str(meta.get("version")) != engine.version:
-        raise PeerError(f"{engine.system}: the worker ran {engine.name} {meta.get('version')}, "
-                        f"not {engine.version}")
+        raise PeerError(f"{engine.system}: the worker ran {engine.kind or engine.name} "
+                        f"{meta.get('version')}, not {engine.version}")
     return columns, meta

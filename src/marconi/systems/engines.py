@@ -167,8 +167,9 @@ def _vllm(name: str, description: str, settings: Settings, real: bool) -> System
 
         return vllm_memory(spec, capacity, _vllm_config(settings))  # type: ignore[arg-type]
 
+    engine = name if name in ("vllm-0.33",) else "vllm"  # its environment (realpeers.envs)
     return System(name=name, policies=policies, description=description, engine_layout=layout,
-                  engine_memory=memory, engine="vllm" if real else None)
+                  engine_memory=memory, engine=engine if real else None)
 
 
 def _vllm_marconi(name: str, description: str, settings: Settings, real: bool) -> System:
@@ -217,3 +218,6 @@ peer("sglang-0.5.23", "SGLang 0.5.23's own UnifiedRadixCache, replayed in its en
       sglang_options(SGLANG_STRATEGIES, SGLANG_EVICTIONS, ("1",), real=True), True)
 peer("vllm-0.32", "vLLM 0.32's own KVCacheManager, replayed in its environment "
       "(scripts/setup-peers.sh)", _vllm, _vllm_options(real=True), True)
+peer("vllm-0.33", "vLLM 0.33's own KVCacheManager (from its GPU wheel: cache classes only, "
+      "no CPU build exists), replayed in its environment (scripts/setup-peers.sh)", _vllm,
+      _vllm_options(real=True), True)
