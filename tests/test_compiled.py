@@ -23,6 +23,7 @@ from marconi.core.spec import PAPER_7B, ModelSpec
 from marconi.core.state_store import Freed
 from marconi.paper.admission import Block, Judicious, NoAdmission
 from marconi.paper.eviction import FlopAware, LRULeaf, Recency
+from marconi.peers.mamba_align import Align, BlockFlop, BlockLRU, VLLMConfig
 from marconi.plus.admission import PLAIN, Structured
 from marconi.plus.density import HitDensity
 from marconi.plus.greedy_dual import GreedyDualFlop
@@ -89,6 +90,8 @@ def freed_of(record: list[Freed]) -> list[tuple[str, int, int]]:
 class Twins(RuleBasedStateMachine):
     """Both cores, driven alike."""
 
+    layout = Layout()  # the caches' (`AlignTwins`: KV in pages)
+
     @initialize(policy=st.sampled_from(sorted(POLICIES)), spec=st.sampled_from(sorted(SPECS)),
                 entries=st.integers(0, 40), alpha=st.sampled_from([0.0, 0.3, 1.0, 2.0]))
     def make(self, policy: str, spec: str, entries: int, alpha: float) -> None:
@@ -108,9 +111,10 @@ class Twins(RuleBasedStateMachine):
         admission, eviction = self.policy(self.spec, self.alpha, self.planner)
         self.record: list[Freed] = []
         self.python = PrefixCache(self.spec, self.capacity, admission, eviction,
-                                  on_evict=self.record.append)
+                                  on_evict=self.record.append, page_size=self.layout.page_size)
         admission, eviction = self.policy(self.spec, self.alpha, self.planner)
-        self.twin = CompiledCache(self.spec, self.capacity, admission, eviction)
+        self.twin = CompiledCache(self.spec, self.capacity, admission, eviction,
+                                  layout=self.layout)
         self.twin.log_evictions()
 
     @rule(inp=inputs, out=outputs, boundaries=marks)
@@ -156,6 +160,14 @@ class Twins(RuleBasedStateMachine):
         partial block grows in place under block admission)."""
         self.request(getattr(self, "last", []) + more, out, boundaries)
 
+    @rule(cut=st.integers(1, 60), out=outputs, boundaries=marks)
+    def retry(self, cut: int, out: list[int], boundaries: list[int]) -> None:
+        """A prefix of the last sequence asked again (a regenerated answer, a retried
+        call): an input that ends where a state may be held."""
+        last = getattr(self, "last", [])
+        if last:
+            self.request(last[: 1 + (cut - 1) % len(last)], out, boundaries)
+
     @rule(inp=inputs, out=outputs, boundaries=marks)
     def serve(self, inp: list[int], out: list[int], boundaries: list[int]) -> None:
         key = np.asarray(inp + out, dtype=np.int32).tobytes()
@@ -181,6 +193,18 @@ class Twins(RuleBasedStateMachine):
             return
         assert self.twin.serve_tokens(tokens, len(inp)) == self.python.serve_tokens(
             tokens, len(inp))
+
+    @rule(inp=inputs, boundaries=marks, again=st.booleans(), more=suffixes)
+    def abandon(self, inp: list[int], boundaries: list[int], again: bool,
+                more: list[int]) -> None:
+        """A lookup whose request never commits (preempted, aborted): what it touched
+        stays touched (`again`: an agent's next call, the last sequence and more)."""
+        if again:
+            inp = getattr(self, "last", []) + more
+        plan = self.python.lookup(inp, boundaries=boundaries)
+        twin = self.twin.lookup(inp, boundaries=boundaries)
+        assert (twin.hit, twin.checkpoints, twin.matched) == (
+            plan.hit, plan.checkpoints, plan.matched)
 
     @rule(inp=inputs, boundaries=marks)
     def peek(self, inp: list[int], boundaries: list[int]) -> None:
@@ -235,6 +259,11 @@ class Twins(RuleBasedStateMachine):
             eviction = eviction.flop
         if isinstance(eviction, GreedyDualFlop):
             assert self.twin.level == eviction.level
+        if isinstance(eviction, BlockFlop):  # the states it ranks, efficiencies bit for bit
+            nodes, eff = eviction.flop.ranked(eviction.states, ())
+            assert self.twin.state_ranks() == [
+                (node.depth, eviction.state_stamp[node], float(e))
+                for node, e in zip(nodes, eff, strict=True)]
         for k, density in enumerate(densities):  # classes, counts, tables: bit for bit
             n = len(density.columns)
             assert self.twin.classes(k) == density.columns["cls"][:n].tolist()
@@ -265,6 +294,46 @@ TestLiveTwins.settings = settings(max_examples=500, stateful_step_count=40, dead
                                   suppress_health_check=[HealthCheck.too_slow])
 
 
+class AlignTwins(Twins):
+    """vLLM's align mode with its block queue (what marconi.integrations.vllm's tuner
+    mirrors): states at the replay boundary, junctions and the retention interval's
+    positions, a commit kept to its last full block, room made for the running request;
+    KV in pages (shared at splits, copied where a branch starts inside one) or per token;
+    two LRU lists, a state leaving alone, and `BlockFlop`'s order for states, its
+    efficiencies from the model unpadded while the cache counts vLLM's padded states."""
+
+    @initialize(spec=st.sampled_from(["small", "paper-7b", "wide"]), entries=st.integers(0, 60),
+                alpha=st.sampled_from([0.0, 0.3, 1.0, 2.0]), block=st.integers(1, 5),
+                page=st.sampled_from(["1", "block", "3"]), chunk=st.sampled_from([1, 5, 8192]),
+                retention=st.sampled_from(["0", "none", "2 blocks"]),
+                junctions=st.booleans(), flop=st.booleans(), pad=st.integers(0, 3),
+                states=st.integers(3, 10))
+    def make(self, spec: str, entries: int, alpha: float, block: int,  # type: ignore[override]
+             page: str, chunk: int, retention: str, junctions: bool, flop: bool,
+             pad: int, states: int) -> None:
+        model = SPECS[spec]
+        config = VLLMConfig(block=block, chunk=chunk, junctions=junctions,
+                            retention={"0": 0, "none": None, "2 blocks": 2 * block}[retention])
+        self.layout = Layout(page_size={"1": 1, "block": block, "3": 3}[page])
+        self.structured = False
+        # vLLM pads a state to whole blocks: the cache counts the padded size, the FLOP
+        # order reads the model's own
+        self.spec = model.replace(checkpoint_extra_bytes=model.checkpoint_extra_bytes
+                                  + pad * model.ssm_bytes // 2)
+        self.policy = lambda spec, alpha, planner: (
+            Align(config), BlockFlop(model, alpha) if flop else BlockLRU())
+        self.alpha, self.planner = alpha, OverlapPlanner()
+        # room for a running request's two working states beside the ones it keeps
+        self.capacity = (entries * self.spec.kv_bytes_per_token
+                         + states * self.spec.ssm_bytes)
+        self.build()
+
+
+TestAlignTwins = AlignTwins.TestCase
+TestAlignTwins.settings = settings(max_examples=400, stateful_step_count=40, deadline=None,
+                                   suppress_health_check=[HealthCheck.too_slow])
+
+
 class _MyLRU(LRULeaf):
     """A subclass: it inherits `compiled_as`, which does not count (it may change what
     LRULeaf does)."""
@@ -277,13 +346,25 @@ def test_replay_cache_chooses_the_compiled_core_only_for_what_it_runs(
     assert isinstance(replay_cache(SMALL, "1MB", Judicious(), FlopAware(SMALL)), CompiledCache)
     assert isinstance(replay_cache(SMALL, "1MB", Block(32), LRULeaf(deepest_first=True)),
                       CompiledCache)
-    for admission, eviction, layout in (
-            (Judicious(), FlopAware(SMALL, recency=Recency.INVERSE_AGE), None),
-            (Judicious(), _MyLRU(), None),
-            (Judicious(), LRULeaf(), Layout(page_size=16))):
-        cache = replay_cache(SMALL, "1MB", admission, eviction, layout=layout)
+    for eviction in (BlockLRU(), BlockFlop(SMALL, 1.0)):  # vLLM's align mode, paged or not
+        for layout in (Layout(page_size=16), Layout()):
+            cache = replay_cache(SMALL, "1MB", Align(VLLMConfig(block=16)), eviction,
+                                 layout=layout)
+            assert isinstance(cache, CompiledCache) and cache.layout == layout
+    align = Align(VLLMConfig(block=16))
+    for spec, admission, eviction, layout in (
+            (SMALL, Judicious(), FlopAware(SMALL, recency=Recency.INVERSE_AGE), None),
+            (SMALL, Judicious(), _MyLRU(), None),
+            (SMALL, Judicious(), LRULeaf(), Layout(page_size=16)),
+            (SMALL, align, LRULeaf(), None),  # vLLM's align mode runs with its queue only
+            (SMALL, Judicious(), BlockLRU(), None),
+            (SMALL, align, BlockLRU(), Layout(page_size=16, state_slots=4)),
+            (ATTENTION_ONLY, align, BlockLRU(), None)):
+        cache = replay_cache(spec, "1MB", admission, eviction, layout=layout)
         assert isinstance(cache, PrefixCache)
-        assert compiled.compiled_reason(SMALL, admission, eviction, layout or Layout())
+        assert compiled.compiled_reason(spec, admission, eviction, layout or Layout())
+        with pytest.raises(ValueError, match="the compiled core cannot run this cache"):
+            CompiledCache(spec, "1MB", admission, eviction, layout=layout)
     monkeypatch.setenv(compiled.CORE_ENV, "python")
     assert isinstance(replay_cache(SMALL, "1MB", Judicious(), LRULeaf()), PrefixCache)
     monkeypatch.setenv(compiled.CORE_ENV, "fast")
@@ -303,7 +384,8 @@ def test_what_it_cannot_hold_is_refused_with_a_reason() -> None:
         cache.commit([1, 2], 3)
 
 
-@pytest.mark.parametrize("system", ["vanilla", "vllm+", "sglang+", "marconi"])
+@pytest.mark.parametrize("system", ["vanilla", "vllm+", "sglang+", "marconi", "vllm-2026",
+                                    "vllm-2026+marconi"])
 def test_a_replay_is_the_same_on_both_cores(system: str, monkeypatch: pytest.MonkeyPatch
                                             ) -> None:
     """The simulator's whole run, the bound and the bootstrap tuner's replays included."""
@@ -312,7 +394,9 @@ def test_a_replay_is_the_same_on_both_cores(system: str, monkeypatch: pytest.Mon
 
     trace = load_trace("synthetic:agent", options=TraceOptions(sessions=12, use_cache=False))
     # a capacity that binds: vLLM+'s states every 32 tokens need more room to fit at all
-    capacity = "10GB" if system == "vllm+" else "300MB"
+    # (vLLM's blocks and padded states: 300 MB holds no agent's request)
+    capacity = {"vllm+": "10GB", "vllm-2026": "1GB", "vllm-2026+marconi": "1GB"}.get(
+        system, "300MB")
     config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system)
     runs = {}
     for core in compiled.CORES:
@@ -324,7 +408,7 @@ def test_a_replay_is_the_same_on_both_cores(system: str, monkeypatch: pytest.Mon
     assert runs["compiled"] == runs["python"]
     summary = runs["python"][0]
     assert summary["evictions"] > 0 or system == "vanilla"  # the capacity binds
-    if system == "marconi":
+    if system in ("marconi", "vllm-2026+marconi"):
         assert summary["alpha_status"] == "tuned"
 
 
@@ -478,3 +562,27 @@ def test_where_it_is_not_built_the_python_core_runs_and_says_so(
     with pytest.raises(ValueError, match="MARCONI_CORE=compiled, but the compiled core is "
                                          "not built"):
         replay_cache(SMALL, "1MB", Judicious(), LRULeaf())
+
+
+def test_the_block_queue_keeps_the_first_state_on_a_tie() -> None:
+    """`BlockFlop` over two states, the older one the more efficient: at alpha 1 their
+    scores tie (0 + 1 x 1 = 1 + 1 x 0) and the first, the older, leaves (numpy's argmin);
+    just above 1 the newer one does. Both cores alike."""
+    config = VLLMConfig(block=2)
+    older, newer, third = [1] * 9, [2] * 5, [3] * 3  # states at 8 and 4; the longer is
+    full = PrefixCache(SMALL, 2**40, Align(config), BlockLRU())  # the more efficient
+    for tokens in (older, newer):
+        full.serve(np.asarray(tokens, dtype=np.int32).tobytes(), len(tokens))
+    capacity = full.stats.bytes + 2 * SMALL.ssm_bytes  # the third request evicts a state
+    for alpha, first in ((1.0, 8), (1.01, 4)):
+        record: list[Freed] = []
+        python = PrefixCache(SMALL, capacity, Align(config), BlockFlop(SMALL, alpha),
+                             on_evict=record.append)
+        twin = CompiledCache(SMALL, capacity, Align(config), BlockFlop(SMALL, alpha))
+        twin.log_evictions()
+        for cache in (python, twin):
+            for tokens in (older, newer, third):
+                cache.serve(np.asarray(tokens, dtype=np.int32).tobytes(), len(tokens))
+        freed = freed_of(record)
+        assert freed[0] == ("drop-state", first, SMALL.ssm_bytes)
+        assert twin.freed() == freed

@@ -71,12 +71,17 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         i64 depth(int)
         i64 uid(int)
         cbool has_state(int)
+        cbool copy_of(int)
         double stamp(int)
         const vector[int32_t]& key_of(int)
-        void load_node(int, const int32_t*, i64, cbool) except +
+        void load_node(int, const int32_t*, i64, cbool, cbool) except +
+        void set_align(i64, i64, i64, cbool) except +
+        void set_pages(i64) except +
+        void set_flop_states(const Spec&)
         void load_done(const double*, i64) except +
         string check()
         vector[cpp_tuple3] candidates()
+        vector[cpp_tuple3] state_ranks()
         void set_positions(const i64*, i64, cbool)
         void set_density(int, const vector[double]&, const vector[double]&,
                          const vector[double]&, const vector[i64]&, const vector[double]&,
@@ -180,9 +185,22 @@ cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gi
     return ((<object>hi << 64) | <object>lo) / <object>held
 
 
-ADMISSIONS = {"judicious": 0, "none": 1, "block": 2}
-EVICTIONS = {"lru": 0, "flop": 1, "keep": 2, "gd": 3, "density": 4, "switchable": 5}
-ACTIONS = ("remove", "merge")
+ADMISSIONS = {"judicious": 0, "none": 1, "block": 2, "align": 3}
+EVICTIONS = {"lru": 0, "flop": 1, "keep": 2, "gd": 3, "density": 4, "switchable": 5,
+             "blocklru": 6, "blockflop": 6}
+ACTIONS = ("remove", "merge", "drop-state")
+
+
+cdef Spec _spec(dict spec):
+    cdef Spec s
+    s.kv_per_token = spec["kv_per_token"]
+    s.ssm_bytes = spec["ssm_bytes"]
+    s.attention = spec["attention"]
+    s.mlp = spec["mlp"]
+    s.ssm = spec["ssm"]
+    s.d_model = spec["d_model"]
+    s.d_state = spec["d_state"]
+    return s
 
 
 cdef class NativeCore:
@@ -197,13 +215,7 @@ cdef class NativeCore:
         self.core = NULL
         if spec is None:  # `copy` fills it
             return
-        s.kv_per_token = spec["kv_per_token"]
-        s.ssm_bytes = spec["ssm_bytes"]
-        s.attention = spec["attention"]
-        s.mlp = spec["mlp"]
-        s.ssm = spec["ssm"]
-        s.d_model = spec["d_model"]
-        s.d_state = spec["d_state"]
+        s = _spec(spec)
         if admission == "block" and block <= 0:
             raise ValueError(f"block admission needs a block size > 0, got {block}")
         self.core = new Core(s, capacity, ADMISSIONS[admission], EVICTIONS[eviction], alpha,
@@ -219,6 +231,20 @@ cdef class NativeCore:
         cdef NativeCore out = NativeCore()
         out.core = new Core(deref(self.core))
         return out
+
+    # --- vLLM's align mode and block queue, KV pages ----------------------------------------
+
+    def set_align(self, i64 block, i64 chunk, retention, cbool junctions):
+        """vLLM's align-mode admission (`Core::set_align`; `retention` None: every block)."""
+        self.core.set_align(block, chunk, -1 if retention is None else retention, junctions)
+
+    def set_pages(self, i64 page):
+        """KV in pages of `page` tokens (`Core::set_pages`)."""
+        self.core.set_pages(page)
+
+    def set_flop_states(self, dict spec):
+        """The block queue's states in Marconi's order, efficiencies from `spec`."""
+        self.core.set_flop_states(_spec(spec))
 
     # --- structured admission, GreedyDual-FLOP, hit density --------------------------------
 
@@ -403,12 +429,20 @@ cdef class NativeCore:
             stamps.append(self.core.stamp(v))
         return parents, keys, states, stamps
 
-    def load(self, parents, keys, states, stamps, i64 clock):
-        """Fill this empty cache as `snapshot.rebuild` fills a `PrefixCache`."""
+    def copies(self):
+        """Whether each node (in `take`'s order) holds its own copy of its first page."""
+        return [bool(self.core.copy_of(v)) for v in self.core.walk()]
+
+    def load(self, parents, keys, states, stamps, i64 clock, copies=None):
+        """Fill this empty cache as `snapshot.rebuild` fills a `PrefixCache` (`copies`:
+        the page copies, none by default)."""
         cdef bytes key
         cdef vector[double] times
-        for parent, key, state in zip(parents, keys, states):
-            self.core.load_node(parent, <const int32_t*><const char*>key, len(key) // 4, state)
+        if copies is None or not len(copies):
+            copies = [False] * len(keys)
+        for parent, key, state, copy in zip(parents, keys, states, copies):
+            self.core.load_node(parent, <const int32_t*><const char*>key, len(key) // 4, state,
+                                copy)
         for t in stamps:
             times.push_back(t)
         self.core.load_done(times.data(), clock)
@@ -416,6 +450,12 @@ cdef class NativeCore:
     def candidates(self):
         """FLOP-aware candidates in row order: (depth, last touch, efficiency)."""
         cdef vector[cpp_tuple3] out = self.core.candidates()
+        return [(get0(out[i]), get1(out[i]), get2(out[i])) for i in range(<int>out.size())]
+
+    def state_ranks(self):
+        """The block queue's states least recently used first: (depth, stamp, efficiency)
+        as `BlockFlop` ranks them."""
+        cdef vector[cpp_tuple3] out = self.core.state_ranks()
         return [(get0(out[i]), get1(out[i]), get2(out[i])) for i in range(<int>out.size())]
 
     def check(self):

@@ -14,13 +14,16 @@ admission, marconi+'s structured admission (its boundaries or planner's points h
 per request) or none, with LRU over leaves (either tie-break), Marconi's FLOP-aware
 eviction (the paper's recency), GreedyDual-FLOP, hit density (by depth too), marconi+'s
 live eviction (all of these but FLOP-aware at once, `Switchable`), or none at all (the
-same-system bound, which never evicts); one byte budget with KV per token; no engine
-handles, no eviction callback, no pins, the default namespace. That is vanilla, vllm+,
-sglang+ and marconi (its bootstrap tuner's replays too), their bounds, and marconi+ (its
-live cache and its shadow experts). Every other system, and every engine-facing cache,
-runs the Python core. Sparse prefix caching's placement (`place`), the sequences an
-overlap distribution has seen (`SequenceTree`) and its books of depths (`DepthBooks`)
-run here too.
+same-system bound, which never evicts); one byte budget with KV per token; and vLLM's align
+mode (`peers.mamba_align.Align`) with its block queue (`BlockLRU`, or `BlockFlop`:
+Marconi's order for its states), KV in pages or per token. No engine handles, no eviction
+callback, no pins, the default namespace. That is vanilla, vllm+, sglang+ and marconi (its
+bootstrap tuner's replays too), their bounds, marconi+ (its live cache and its shadow
+experts), the vLLM emulations `vllm-2026` and `vllm-2026+marconi`, and so the mirrors and
+replays of marconi's vLLM integration (`integrations.choosers`). Every other system (the
+SGLang emulations: a state pool), and every engine-facing cache, runs the Python core.
+Sparse prefix caching's placement (`place`), the sequences an overlap distribution has
+seen (`SequenceTree`) and its books of depths (`DepthBooks`) run here too.
 
 `MARCONI_CORE=python|compiled` chooses (default: compiled where it is built). Where the
 extension was not built (no C++ compiler when marconi was installed), the Python core
@@ -52,8 +55,10 @@ from marconi.core.units import parse_size
 CORE_ENV = "MARCONI_CORE"
 CORES = ("python", "compiled")
 # what the compiled core runs, by `compiled_as`
-ADMISSIONS = ("judicious", "none", "block", "structured")
-EVICTIONS = ("lru", "flop", "keep", "gd", "density", "switchable")
+ADMISSIONS = ("judicious", "none", "block", "structured", "align")
+EVICTIONS = ("lru", "flop", "keep", "gd", "density", "switchable", "blocklru", "blockflop")
+# vLLM's align mode runs with its block queue (and it alone), KV in pages or per token
+BLOCK_QUEUES = ("blocklru", "blockflop")
 
 try:
     from marconi.core import _native  # type: ignore[attr-defined]
@@ -113,8 +118,15 @@ def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
     if compiled_as(admission) == "structured" and spec.ssm_layers == 0:
         return ("Structured admission of a model without SSM layers (a node per block) runs "
                 "in Python only")
-    if layout != Layout():
-        return f"layout {layout.describe()} runs in Python only (one byte budget compiled)"
+    aligned = compiled_as(admission) == "align"
+    if aligned != (compiled_as(eviction) in BLOCK_QUEUES):
+        return (f"{type(admission).__name__} with {type(eviction).__name__} runs in Python "
+                "only (vLLM's align mode is compiled with its block queue only)")
+    if aligned and spec.ssm_layers == 0:
+        return "vLLM's align mode for a model without SSM layers runs in Python only"
+    if layout.pooled or (layout.page_size > 1 and not aligned):
+        return (f"layout {layout.describe()} runs in Python only (compiled: one byte "
+                "budget, and KV pages under vLLM's align mode)")
     if max(spec.kv_bytes_per_token, spec.ssm_bytes) >= 2**40:
         return "model byte sizes beyond the compiled core's integer range"
     return None
@@ -133,7 +145,8 @@ def replay_cache(spec: ModelSpec, capacity: int | str, admission: Admission,
     layout = layout or Layout()
     core = chosen()
     if core == "compiled" and compiled_reason(spec, admission, eviction, layout) is None:
-        return cast(PrefixCache, CompiledCache(spec, capacity, admission, eviction, name=name))
+        return cast(PrefixCache, CompiledCache(spec, capacity, admission, eviction, name=name,
+                                               layout=layout))
     if core == "python" and _native is None and not os.environ.get(CORE_ENV):
         _tell_missing()
     return PrefixCache(spec, capacity, admission, eviction, name=name,
@@ -213,13 +226,17 @@ class CompiledCache:
     """A token-only `PrefixCache` on the compiled core: the same lookups, commits,
     counters and snapshots, no handles, no pins, the default namespace only."""
 
-    layout = Layout()
     compiled = True
 
     def __init__(self, spec: ModelSpec, capacity: int | str, admission: Admission,
-                 eviction: Eviction, *, name: str = "custom") -> None:
+                 eviction: Eviction, *, name: str = "custom",
+                 layout: Layout | None = None) -> None:
         if _native is None:
             raise ValueError(f"the compiled core is not built ({_MISSING})")
+        self.layout = layout or Layout()
+        reason = compiled_reason(spec, admission, eviction, self.layout)
+        if reason is not None:
+            raise ValueError(f"the compiled core cannot run this cache: {reason}")
         self.spec = spec
         self.capacity = parse_size(capacity)
         self.name = name
@@ -229,14 +246,19 @@ class CompiledCache:
         # works out per request (`Structured.extra_positions`) handed over first
         self._structured = kind == "structured"
         self._core = _native.NativeCore(
-            {"kv_per_token": spec.kv_bytes_per_token, "ssm_bytes": spec.ssm_bytes,
-             "attention": spec.attention_layers, "mlp": spec.mlp_layers,
-             "ssm": spec.ssm_layers, "d_model": spec.d_model, "d_state": spec.d_state},
-            self.capacity, "judicious" if self._structured else kind, compiled_as(eviction),
-            float(eviction.alpha or 0.0),
+            _sizes(spec), self.capacity, "judicious" if self._structured else kind,
+            compiled_as(eviction), float(eviction.alpha or 0.0),
             bool(getattr(getattr(eviction, "lru", eviction), "deepest_first", False)),
-            int(getattr(admission, "block", 0)))
+            int(getattr(self.admission, "block", 0)))
         policy: Any = eviction
+        if kind == "align":  # vLLM's align mode (`peers.mamba_align.Align`)
+            config = self.admission.config  # type: ignore[attr-defined]
+            self._core.set_align(self.admission.block, config.chunk,  # type: ignore[attr-defined]
+                                 config.retention, config.junctions)
+        if self.layout.page_size > 1:
+            self._core.set_pages(self.layout.page_size)
+        if compiled_as(eviction) == "blockflop":  # its own model's sizes (unpadded)
+            self._core.set_flop_states(_sizes(policy.spec))
         if compiled_as(eviction) == "density":
             # (bucket and class bounds, tables, constants: `HitDensity.compiled_books`)
             self._core.set_density(0, *policy.compiled_books())
@@ -366,16 +388,16 @@ class CompiledCache:
         return Snapshot(spec=self.spec, capacity=self.capacity, clock=self.clock,
                         parents=tuple(parents), keys=tuple(keys), has_state=tuple(states),
                         stamps=tuple(stamps), layout=self.layout,
-                        copies=(False,) * len(keys), salts=(None,) * len(keys))
+                        copies=tuple(self._core.copies()), salts=(None,) * len(keys))
 
     def load(self, snapshot: Snapshot) -> None:
         """`snapshot.rebuild` into this empty cache."""
-        if snapshot.layout != self.layout or any(snapshot.copies) or any(
+        if snapshot.layout != self.layout or any(
                 salt is not None for salt in snapshot.salts):
-            raise ValueError("the compiled core loads byte-budget snapshots of the default "
-                             "namespace only")
+            raise ValueError(f"the compiled core loads snapshots of its own layout "
+                             f"({self.layout.describe()}) and the default namespace only")
         self._core.load(snapshot.parents, snapshot.keys, snapshot.has_state, snapshot.stamps,
-                        snapshot.clock)
+                        snapshot.clock, snapshot.copies)
 
     def freed(self) -> list[tuple[str, int, int]]:
         """Evictions since the last call, (action, depth, bytes freed), once
@@ -386,6 +408,11 @@ class CompiledCache:
         """FLOP-aware eviction's candidates in row order: (depth, last touch, FLOP
         efficiency); empty under LRU (tests compare them with the Python policy's)."""
         return self._core.candidates()
+
+    def state_ranks(self) -> list[tuple[int, float, float]]:
+        """`BlockFlop`'s states, least recently used first: (depth, stamp, efficiency)
+        (tests compare them with the Python policy's `FlopStates.ranked`)."""
+        return self._core.state_ranks()
 
     def log_evictions(self) -> None:
         self._core.log_evictions(True)
@@ -417,6 +444,13 @@ class CompiledCache:
         if tok.size == 0:
             raise ValueError(f"{where}: empty token list")
         return tok.tobytes()
+
+
+def _sizes(spec: ModelSpec) -> dict[str, int]:
+    """What the compiled core reads of a model: its byte sizes and FLOP formula's terms."""
+    return {"kv_per_token": spec.kv_bytes_per_token, "ssm_bytes": spec.ssm_bytes,
+            "attention": spec.attention_layers, "mlp": spec.mlp_layers,
+            "ssm": spec.ssm_layers, "d_model": spec.d_model, "d_state": spec.d_state}
 
 
 class SequenceTree:

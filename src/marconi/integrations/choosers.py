@@ -1,7 +1,9 @@
 """What picks an engine's alpha from the requests it finished (docs/integrations.md):
 marconi's bootstrap tuner (`Bootstrap`, guarded by a mirror at the engine's own order) or
-marconi+'s shadow experts (`Shadows`), each over token-only mirrors of the engine's cache;
-run by `common.Tuning` in the engine's process or by `tuner_process` in a child of it."""
+marconi+'s shadow experts (`Shadows`), each over token-only mirrors of the engine's cache
+(on the compiled core where it runs the engine's policies and layout: vLLM's;
+`marconi.core.compiled`); run by `common.Tuning` in the engine's process or by
+`tuner_process` in a child of it."""
 
 from __future__ import annotations
 
@@ -45,10 +47,10 @@ class Bootstrap:
               wait: bool) -> None:
         from marconi.systems import TunerOptions
 
-        self.mirror = system.cache(spec, capacity, **layout)
+        self.mirror = system.cache(spec, capacity, replay=True, **layout)
         self.tuner = system.make_tuner(None, TunerOptions(wait=wait))
         if self.guard:
-            self.stock = system.cache(spec, capacity, alpha=0.0, **layout)
+            self.stock = system.cache(spec, capacity, alpha=0.0, replay=True, **layout)
 
     def observe(self, tokens: np.ndarray, n_input: int) -> float | None:
         self.seen += 1
@@ -126,7 +128,8 @@ class Shadows:
 
     def build(self, system: Any, spec: Any, capacity: int, layout: dict[str, Any],
               wait: bool) -> None:
-        self.mirrors = [system.cache(spec, capacity, alpha=a, **layout) for a in self.alphas]
+        self.mirrors = [system.cache(spec, capacity, alpha=a, replay=True, **layout)
+                        for a in self.alphas]
 
     def observe(self, tokens: np.ndarray, n_input: int) -> float | None:
         key = as_tokens(tokens, what="observe: tokens").tobytes()

@@ -111,6 +111,8 @@ class Align(Admission):
     interval keeps (dense: every step end and block boundary of the output); full blocks
     only."""
 
+    compiled_as = "align"  # marconi.core.compiled runs it (with a block queue)
+
     def __init__(self, config: VLLMConfig | None = None) -> None:
         self.config = config or VLLMConfig()
 
@@ -188,6 +190,7 @@ class BlockLRU(TwoListLRU):
     """
 
     shallow_first = False
+    compiled_as = "blocklru"  # marconi.core.compiled runs it
 
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         self.now = now
@@ -217,6 +220,8 @@ class BlockFlop(BlockLRU):
     victim is a state, the state that leaves is the first in `FlopStates` order, its
     efficiency over the nearest state above it (vLLM keeps no tree, so no branch rule).
     KV leaves as in `BlockLRU`; alpha 0 is `BlockLRU` exactly."""
+
+    compiled_as = "blockflop"  # marconi.core.compiled runs it
 
     def __init__(self, spec: ModelSpec, alpha: float = 0.0) -> None:
         super().__init__()

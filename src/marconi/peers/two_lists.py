@@ -146,21 +146,28 @@ class FlopStates:
         if alpha == 0.0:
             entry = states.peek(protected)
             return entry[3] if entry is not None else None
+        nodes, eff = self.ranked(states, protected)
+        if not nodes:
+            return None
+        last = np.array([len(n.children) >= 2 for n in nodes]) if self.branches_last else None
+        return nodes[int(flop_order(eff, alpha, last)[0])]
+
+    def ranked(self, states: LazyLRU, protected: Collection[Node]
+               ) -> tuple[list[Node], np.ndarray]:
+        """The states `pick` chooses among (outside `protected`), least recently used
+        first, and their efficiencies."""
         seen: dict[Node, Entry] = {}
         for entry in states.heap:
             node = entry[3]
             if node not in seen and node not in protected and states.valid(entry):
                 seen[node] = entry
-        if not seen:
-            return None
         nodes = [e[3] for e in sorted(seen.values(), key=lambda e: e[:3])]  # LRU first
         kv, state = self.spec.kv_bytes_per_token, self.spec.ssm_bytes
         eff = np.empty(len(nodes))
         for i, n in enumerate(nodes):
             top = self.parent_depth(n)
             eff[i] = (self._f(n.depth) - self._f(top)) / (kv * (n.depth - top) + state)
-        last = np.array([len(n.children) >= 2 for n in nodes]) if self.branches_last else None
-        return nodes[int(flop_order(eff, alpha, last)[0])]
+        return nodes, eff
 
 
 def parent_node_depth(node: Node) -> int:

@@ -35,10 +35,14 @@ using i32 = int32_t;
 // each victim raises it); DENSITY: FLOP-weighted hit density (`plus.density.HitDensity`)
 // MULTI: marconi+'s live cache (`plus.switchable.Switchable`): GreedyDual-FLOP, LRU and hit
 // density (leaves in one class, and by depth) all kept current, `Run` choosing the victims
-enum class Evict { LRU = 0, FLOP = 1, KEEP = 2, GD = 3, DENSITY = 4, MULTI = 5 };
+// TWO: vLLM's block queue (`peers.mamba_align.BlockLRU`): an LRU list of KV leaves and one of
+// states, the older head leaving first; with `flop_states_` (`BlockFlop`) a state leaving
+// is chosen by Marconi's score over the states (`peers.two_lists.FlopStates`)
+enum class Evict { LRU = 0, FLOP = 1, KEEP = 2, GD = 3, DENSITY = 4, MULTI = 5, TWO = 6 };
 enum class Run { GD = 0, LRU = 1, DENSITY = 2, DEPTH = 3 };
-enum class Admit { JUDICIOUS = 0, NONE = 1, BLOCK = 2 };  // BLOCK: vLLM+'s, every `block` tokens
-enum class Act { REMOVE = 0, MERGE = 1 };
+// BLOCK: vLLM+'s, every `block` tokens; ALIGN: vLLM's align mode (`peers.mamba_align.Align`)
+enum class Admit { JUDICIOUS = 0, NONE = 1, BLOCK = 2, ALIGN = 3 };
+enum class Act { REMOVE = 0, MERGE = 1, DROP = 2 };  // DROP: the state only, the node stays
 
 struct Spec {
     i64 kv_per_token = 0, ssm_bytes = 0;
@@ -155,7 +159,7 @@ class Core {
          i64 block)
         : spec_(spec), capacity_(capacity), admit_(static_cast<Admit>(admit)),
           evict_(static_cast<Evict>(evict)), alpha_(alpha), block_(block),
-          deepest_first_(deepest_first) {
+          deepest_first_(deepest_first || evict_ == Evict::TWO) {
         nodes_.emplace_back();  // the default namespace's root, id 0
         nodes_[0].alive = true;
     }
@@ -172,6 +176,34 @@ class Core {
     void set_alpha(double a) { alpha_ = a; }
     i64 capacity() const { return capacity_; }
     size_t size() const { return size_; }
+
+    // vLLM's align-mode admission (`Align`): its block, longest prefill step (`chunk`),
+    // retention interval (-1: None, a state every step end and block of the output; 0:
+    // only what a later request can reuse; R: one per R tokens) and whether shared-prefix
+    // junctions hold a state. Called before any request.
+    void set_align(i64 block, i64 chunk, i64 retention, bool junctions) {
+        if (block < 1 || chunk < 1 || retention < -1 || (retention > 0 && retention % block))
+            throw std::invalid_argument("set_align: a block and chunk >= 1, a retention of "
+                                        "-1, 0 or a multiple of the block");
+        block_ = block;
+        chunk_ = chunk;
+        retention_ = retention;
+        junctions_ = junctions;
+    }
+
+    // KV in pages of `page` tokens (`layout.PageBooks`); 1: per token. Before any request.
+    void set_pages(i64 page) {
+        if (page < 1) throw std::invalid_argument("set_pages: a page of >= 1 tokens");
+        page_ = page;
+    }
+    i64 page() const { return page_; }
+
+    // `BlockFlop`: a state leaving the block queue is the first in Marconi's order, FLOP
+    // efficiencies from `spec` (the policy's own model, unpadded)
+    void set_flop_states(const Spec& spec) {
+        flop_states_ = true;
+        flop_spec_ = spec;
+    }
 
     // --- the request's life ------------------------------------------------------------
 
@@ -219,6 +251,9 @@ class Core {
         } else if (admit_ == Admit::BLOCK) {
             for (i64 p = (plan.hit / block_ + 1) * block_; p <= n; p += block_)
                 checkpoints.push_back(p);
+        } else if (admit_ == Admit::ALIGN) {  // `Align.checkpoints`
+            align_prefill(n, plan.hit, checkpoints);
+            sort_unique(checkpoints);
         }
     }
 
@@ -235,7 +270,20 @@ class Core {
             return out;
         }
         positions_.clear();
-        if (admit_ == Admit::JUDICIOUS && given_) {
+        i64 room = 0;     // tokens room is made for: what the running request held
+        int working = 0;  // ... and its working states (`Admission.running`)
+        if (admit_ == Admit::ALIGN) {
+            // `Align.positions` over the whole sequence, then kept up to its last full block
+            match(key, n, resume);
+            align_positions(n, n_input);
+            i64 kept = floor_div(n - 1, block_) * block_;
+            if (kept <= 0) return out;  // no full block: nothing kept
+            match(key, kept);
+            while (!positions_.empty() && positions_.back() > kept) positions_.pop_back();
+            room = std::max(kept, n - 1);
+            working = 2;
+            n = kept;
+        } else if (admit_ == Admit::JUDICIOUS && given_) {
             // the planner's points only; the sequence kept up to the last (`truncates`)
             i64 kept = 0;
             for (i64 p : extra_)
@@ -267,6 +315,7 @@ class Core {
             }
             if (positions_.empty() || positions_.back() != n) positions_.push_back(n);
         }
+        if (admit_ != Admit::ALIGN) room = n;  // (n: what is kept)
         // the wanted ones: not held by a matched node (both lists ascend)
         admitted.clear();
         size_t k = 0;
@@ -277,11 +326,12 @@ class Core {
             if (!held) admitted.push_back(p);
         }
         i64 nw = static_cast<i64>(admitted.size());
-        if (!make_room(n, nw)) {
+        if (!make_room(room, nw + working)) {
             stats.refused_commits += 1;
             // `on_commit(path, (), now)`: LRU touches the path; hit density sees the clock
-            if (evict_ == Evict::LRU || multi()) touch_path(path_);
+            if (evict_ == Evict::LRU || multi() || two()) touch_path(path_);
             see_clock();
+            now_ = static_cast<double>(clock);
             admitted.clear();
             out.refused = true;
             return out;
@@ -337,16 +387,18 @@ class Core {
     i64 depth(int v) const { return nodes_[v].depth; }
     i64 uid(int v) const { return nodes_[v].uid; }
     bool has_state(int v) const { return nodes_[v].has_state; }
+    bool copy_of(int v) const { return nodes_[v].copy; }
     double stamp(int v) const { return nodes_[v].stamp; }
     const std::vector<i32>& key_of(int v) const { return nodes_[v].key; }
     int children(int v) const { return nodes_[v].nchild; }
 
     // `snapshot.rebuild` into this empty cache: nodes in the snapshot's order, then the
     // stamps restored in that order (the order a policy's books are filled in).
-    void load_node(int parent_index, const i32* key, i64 n, bool state) {
+    void load_node(int parent_index, const i32* key, i64 n, bool state, bool copy = false) {
         int parent = parent_index < 0 ? 0 : loaded_[parent_index];
         int v = new_leaf(parent, key, n);
         nodes_[v].has_state = state;
+        nodes_[v].copy = copy;
         loaded_.push_back(v);
     }
 
@@ -355,12 +407,16 @@ class Core {
         clock = clock_now;
         i64 kv = 0, states = 0;
         for (int v : loaded_) {
-            kv += edge_len(v) * spec_.kv_per_token;
+            kv += kv_bytes_of(v);
             states += nodes_[v].has_state;
         }
         add_bytes(kv, states * spec_.ssm_bytes, states);
         for (size_t i = 0; i < loaded_.size(); ++i) {
             set_stamp(loaded_[i], stamps[i]);
+            if (two() && nodes_[loaded_[i]].has_state) {  // `TwoListLRU.restore`
+                nodes_[loaded_[i]].sstamp = stamps[i];
+                nodes_[loaded_[i]].sstamped = true;
+            }
             changed(loaded_[i]);
         }
         loaded_.clear();
@@ -440,7 +496,7 @@ class Core {
         size_t count = 0;
         for (int v : walk()) {
             ++count;
-            kv += edge_len(v) * spec_.kv_per_token;
+            kv += kv_bytes_of(v);
             states += nodes_[v].has_state;
             const Node& x = nodes_[v];
             if (x.key.empty()) return "a node with an empty edge";
@@ -451,8 +507,15 @@ class Core {
                 cls_[x.slot] != dens_[0].classify(x.nchild, x.depth))
                 return "a stale class";
             if (multi() && x.nchild == 0 && !x.in_order) return "a leaf out of the LRU order";
+            if (two() && (x.nchild == 0) != x.in_order) return "the KV list differs";
+            if (two() && (x.has_state != x.in_states || x.has_state != x.sstamped))
+                return "the state list differs";
+            if (x.copy && (page_ == 1 || (x.depth - edge_len(v)) % page_ == 0))
+                return "a page copy where no page is shared";
         }
         if (count != size_) return "node count differs";
+        if (two() && states_order_.size() != static_cast<size_t>(states))
+            return "the state list holds a state no more";
         if (kv != stats.kv_bytes) return "KV bytes differ";
         if (states != stats.states || states * spec_.ssm_bytes != stats.ssm_bytes) return "states differ";
         if (stats.kv_bytes + stats.ssm_bytes > capacity_) return "over capacity";
@@ -469,6 +532,11 @@ class Core {
         double stamp_lru = 0, stamp_clock = 0;  // marconi+'s live cache: LRU's, hit density's
         std::tuple<double, i64, i64> order_key;  // its entry in the LRU order, if in_order
         int slot = -1;                            // its candidate slot (FLOP), or -1
+        bool copy = false;  // holds its own copy of the page it starts in (`PageBooks`)
+        // the block queue's state list (TWO): the state's stamp, its entry if in_states
+        bool sstamped = false, in_states = false;
+        double sstamp = 0;
+        std::tuple<double, i64, i64> states_key;
     };
 
     Spec spec_;
@@ -478,6 +546,14 @@ class Core {
     double alpha_;
     i64 block_;
     bool deepest_first_;
+    i64 chunk_ = 1, retention_ = 0;  // `Align`'s (`set_align`)
+    bool junctions_ = true;
+    i64 page_ = 1;                   // tokens per KV page (`set_pages`)
+    bool flop_states_ = false;       // `BlockFlop` (`set_flop_states`)
+    Spec flop_spec_;
+    double now_ = 0;                 // the block queue's clock: the last lookup's or commit's
+    // the block queue's state list: (stamp, tie-break, id) -> slot, every live state
+    std::set<std::tuple<double, i64, i64, int>> states_order_;
 
     std::vector<Node> nodes_;
     std::vector<int> free_;
@@ -518,6 +594,73 @@ class Core {
                static_cast<uint32_t>(token);
     }
     i64 edge_len(int v) const { return static_cast<i64>(nodes_[v].key.size()); }
+
+    // --- the layout (`layout.PageBooks`) ----------------------------------------------------
+
+    // pages whose first position lies in [start, stop) (`Layout.starts`; positions >= 0)
+    i64 starts(i64 start, i64 stop) const {
+        return (stop + page_ - 1) / page_ - (start + page_ - 1) / page_;
+    }
+
+    // KV bytes `v`'s edge holds: the pages starting in it, and its copy
+    i64 kv_bytes_of(int v) const {
+        if (page_ == 1) return edge_len(v) * spec_.kv_per_token;
+        const Node& x = nodes_[v];
+        return (starts(x.depth - edge_len(v), x.depth) + x.copy) * page_ * spec_.kv_per_token;
+    }
+
+    // KV bytes a commit of `n` tokens adds when `m` of them are in the tree: the pages
+    // starting in the new tail, and a copy of the page where it branches off
+    i64 need(i64 m, i64 n) const {
+        if (m >= n) return 0;
+        return (starts(m, n) + (m % page_ != 0)) * page_ * spec_.kv_per_token;
+    }
+
+    static i64 floor_div(i64 a, i64 b) {  // Python's a // b (b > 0)
+        i64 q = a / b;
+        return (a % b != 0 && a < 0) ? q - 1 : q;
+    }
+
+    static void sort_unique(std::vector<i64>& v) {
+        std::sort(v.begin(), v.end());
+        v.erase(std::unique(v.begin(), v.end()), v.end());
+    }
+
+    // --- vLLM's align mode (`peers.mamba_align.Align`) ---------------------------------------
+
+    // `Align.prefill`, those past `hit` appended to `out`: the replay boundary, the
+    // shared-prefix junction (the last walk's match), and what the retention keeps
+    void align_prefill(i64 n_input, i64 hit, std::vector<i64>& out) const {
+        const i64 b = block_;
+        auto add = [&](i64 p) { if (p > hit) out.push_back(p); };
+        add(floor_div(n_input - 1, b) * b);
+        if (junctions_) add(floor_div(std::min(length_, n_input - 1), b) * b);
+        if (retention_ < 0) {  // dense: every step's end (steps cut at block boundaries)
+            i64 step = std::max(b, chunk_ / b * b);
+            for (i64 p = hit + step; p < n_input; p += step) add(p);
+            add(floor_div(n_input, b) * b);
+        } else if (retention_ > 0) {
+            for (i64 p = retention_; p < n_input; p += retention_) add(p);
+        }
+    }
+
+    // `Align.positions` of the last walk (the whole sequence of `n` tokens) into
+    // `positions_`, ascending
+    void align_positions(i64 n, i64 n_input) {
+        i64 hit = 0;  // `deepest_state(match, n_input - 1)`
+        for (int v : path_)
+            if (nodes_[v].has_state && nodes_[v].depth <= n_input - 1)
+                hit = std::max(hit, nodes_[v].depth);
+        align_prefill(n_input, hit, positions_);
+        if (retention_ != 0) {  // `Align.decode`
+            i64 step = retention_ < 0 ? block_ : retention_;
+            for (i64 p = (floor_div(n_input, step) + 1) * step; p < n; p += step)
+                positions_.push_back(p);
+        }
+        i64 replay = floor_div(n_input - 1, block_) * block_;
+        if (replay > 0) positions_.push_back(replay);
+        sort_unique(positions_);
+    }
 
     // --- the tree ------------------------------------------------------------------------
 
@@ -682,12 +825,13 @@ class Core {
     PlanOut plan_of(i64 n) const {
         PlanOut plan;
         plan.matched = length_;
+        i64 limit = admit_ == Admit::ALIGN ? n - 1 : n;  // `Admission.max_hit`
         if (spec_.ssm == 0) {
             plan.node = path_.empty() ? -1 : path_.back();
-            plan.hit = std::min(length_, n);
+            plan.hit = std::min(length_, limit);
         } else {
             for (auto it = path_.rbegin(); it != path_.rend(); ++it) {
-                if (nodes_[*it].has_state && nodes_[*it].depth <= n) {
+                if (nodes_[*it].has_state && nodes_[*it].depth <= limit) {
                     plan.node = *it;
                     break;
                 }
@@ -709,19 +853,19 @@ class Core {
     }
 
     bool make_room(i64 n, int states_need) {
-        i64 kv_need = length_ >= n ? 0 : (n - length_) * spec_.kv_per_token;
+        i64 kv_need = need(length_, n);
         if (fits(kv_need, states_need)) return true;
         protect_round_ += 1;
         if (protect_mark_.size() < nodes_.size()) protect_mark_.resize(nodes_.size(), 0);
         i64 kv = kv_need, states = states_need;
         for (int v : path_) {
             protect_mark_[v] = protect_round_;
-            kv += edge_len(v) * spec_.kv_per_token;
+            kv += kv_bytes_of(v);
             states += nodes_[v].has_state;
         }
         if (partial_ >= 0) {
             protect_mark_[partial_] = protect_round_;
-            kv += edge_len(partial_) * spec_.kv_per_token;
+            kv += kv_bytes_of(partial_);
             states += nodes_[partial_].has_state;
         }
         if (kv + states * spec_.ssm_bytes > capacity_) return false;
@@ -745,17 +889,21 @@ class Core {
         i64 kv_bytes = 0;
         i64 depth = x.depth;
         if (act == Act::REMOVE) {
-            kv_bytes = edge_len(v) * spec_.kv_per_token;
+            kv_bytes = kv_bytes_of(v);
             int parent = x.parent;
             remove_leaf(v);
             removed(v);
             if (parent != 0) changed(parent);
-        } else {
+            release(v);
+        } else if (act == Act::MERGE) {
+            if (page_ > 1) throw std::logic_error("a merge under KV pages (not compiled)");
             int c = merge_into_child(v);
             removed(v);
             changed(c);
+            release(v);
+        } else {  // the state alone: the node stays with its KV
+            changed(v);
         }
-        release(v);
         if (replaced) {  // `CacheStats.record_replacement`
             stats.states_replaced += 1;
             stats.states -= 1;
@@ -802,6 +950,10 @@ class Core {
             int v = segs[i];
             i64 offset = cut - (nodes_[v].depth - edge_len(v));
             int head = split(v, offset);
+            if (nodes_[v].copy) {  // `PageBooks.split`: the copy moves to the head
+                nodes_[v].copy = false;
+                nodes_[head].copy = true;
+            }
             at[cut] = head;
             created.push_back(head);
         }
@@ -813,12 +965,14 @@ class Core {
         }
         int base = at.at(length_);
         std::vector<int> fresh;
+        i64 kv_new = need(length_, n);  // (before the tree changes: `PageBooks.need`)
         if (length_ < n) {
             int parent = base;
             i64 start = length_;
             for (i64 stop : cuts) {
                 if (stop <= length_) continue;
                 int leaf = new_leaf(parent, key + start, stop - start);
+                if (fresh.empty() && start % page_) nodes_[leaf].copy = true;  // `branched`
                 fresh.push_back(leaf);
                 at[stop] = leaf;
                 parent = leaf;
@@ -833,7 +987,7 @@ class Core {
         }
         int end = at.at(n);
         i64 nw = static_cast<i64>(wanted.size());
-        add_bytes(length_ >= n ? 0 : (n - length_) * spec_.kv_per_token, nw * spec_.ssm_bytes, nw);
+        add_bytes(kv_new, nw * spec_.ssm_bytes, nw);
         stats.states_admitted += nw;
         // eviction.on_commit(path to the end, created + new)
         if (evict_ == Evict::KEEP) {
@@ -856,6 +1010,14 @@ class Core {
             for (auto it = up.rbegin(); it != up.rend(); ++it) {
                 set_stamp(*it, static_cast<double>(clock));
                 if (nodes_[*it].nchild == 0) changed(*it);
+            }
+        } else if (two()) {  // the KV of the path touched; new states stamped now
+            now_ = static_cast<double>(clock);
+            std::vector<int> up;
+            for (int v = end; v != 0; v = nodes_[v].parent) up.push_back(v);
+            for (auto it = up.rbegin(); it != up.rend(); ++it) {
+                set_stamp(*it, now_);
+                lru_update(*it);
             }
         } else {
             double now = touch_value();
@@ -895,6 +1057,7 @@ class Core {
         return evict_ == Evict::FLOP || evict_ == Evict::GD || evict_ == Evict::DENSITY;
     }
     bool multi() const { return evict_ == Evict::MULTI; }
+    bool two() const { return evict_ == Evict::TWO; }
 
     // hit density's `now` at a lookup or a commit (`on_lookup`, `on_commit` set it)
     void see_clock() {
@@ -922,7 +1085,18 @@ class Core {
 
     void on_lookup(int hit) {
         if (evict_ == Evict::KEEP) return;
-        if (evict_ == Evict::LRU) {
+        if (two()) {  // `BlockLRU.on_lookup`: the KV up to the hit, and the hit's state
+            now_ = static_cast<double>(clock);
+            if (hit < 0) return;
+            for (int v : path_) {
+                set_stamp(v, now_);
+                lru_update(v);
+                if (v == hit) break;
+            }
+            nodes_[hit].sstamp = now_;
+            nodes_[hit].sstamped = true;
+            state_update(hit);
+        } else if (evict_ == Evict::LRU) {
             touch_path(path_);
         } else if (multi()) {  // Switchable's experts in its order: GD, LRU, densities
             if (hit >= 0) { nodes_[hit].stamp = level_; candidate_update(hit); }
@@ -949,7 +1123,13 @@ class Core {
     }
 
     void changed(int v) {
-        if (evict_ == Evict::LRU) lru_update(v);
+        if (two()) {  // `TwoListLRU.changed`: a state gained now is stamped now
+            Node& x = nodes_[v];
+            if (!x.has_state) x.sstamped = false;
+            else if (!x.sstamped) { x.sstamp = now_; x.sstamped = true; }
+            lru_update(v);
+            state_update(v);
+        } else if (evict_ == Evict::LRU) lru_update(v);
         else if (multi()) { lru_update(v); candidate_update(v); }
         else if (scored()) candidate_update(v);
     }
@@ -968,6 +1148,12 @@ class Core {
             order_.erase(std::tuple_cat(x.order_key, std::make_tuple(v)));
             x.in_order = false;
         }
+        if (x.in_states) {
+            states_order_.erase(std::tuple_cat(x.states_key, std::make_tuple(v)));
+            x.in_states = false;
+        }
+        x.sstamped = false;
+        x.copy = false;
         if (x.slot >= 0) drop_slot(v);
     }
 
@@ -987,6 +1173,102 @@ class Core {
             x.in_order = true;
         }
     }
+
+    // The block queue's state list: each live state once, at its stamp (the Python list's
+    // lazy heap, whose valid entries are exactly these); deeper first at equal stamps.
+    void state_update(int v) {
+        Node& x = nodes_[v];
+        if (x.in_states) {
+            states_order_.erase(std::tuple_cat(x.states_key, std::make_tuple(v)));
+            x.in_states = false;
+        }
+        if (x.alive && x.has_state && v != 0) {
+            x.states_key = std::make_tuple(x.sstamped ? x.sstamp : 0.0, -x.depth, x.uid);
+            states_order_.insert(std::tuple_cat(x.states_key, std::make_tuple(v)));
+            x.in_states = true;
+        }
+    }
+
+    // `BlockLRU.victim`: the older of the two lists' heads (a state on a tie), a state
+    // leaving alone; `BlockFlop`: the state that leaves is the first in Marconi's order
+    bool two_victim(int* v, Act* act) {
+        const std::tuple<double, i64, i64, int>* kv = nullptr;
+        const std::tuple<double, i64, i64, int>* st = nullptr;
+        for (const auto& e : order_)
+            if (!protected_(std::get<3>(e))) { kv = &e; break; }
+        for (const auto& e : states_order_)
+            if (!protected_(std::get<3>(e))) { st = &e; break; }
+        auto head = [](const std::tuple<double, i64, i64, int>* e) {
+            return std::make_tuple(std::get<0>(*e), std::get<1>(*e), std::get<2>(*e));
+        };
+        if (st != nullptr && (kv == nullptr || head(st) <= head(kv))) {
+            *v = flop_states_ && alpha_ != 0.0 ? flop_pick() : std::get<3>(*st);
+            *act = Act::DROP;
+            return true;
+        }
+        if (kv == nullptr) return false;
+        *v = std::get<3>(*kv);
+        *act = Act::REMOVE;
+        return true;
+    }
+
+    // `FlopStates.pick`: among the unprotected states (`rank_states`), the first lowest
+    // `recency + alpha x efficiency` (both min-max normalized, as `flop_score` computes)
+    int flop_pick() {
+        rank_states(true);
+        const std::vector<int>& nodes = pick_nodes_;
+        const std::vector<double>& eff = pick_eff_;
+        size_t n = nodes.size();
+        double elo = eff[0], ehi = eff[0];
+        for (size_t i = 1; i < n; ++i) { elo = std::min(elo, eff[i]); ehi = std::max(ehi, eff[i]); }
+        const double alpha = alpha_, espan = ehi - elo, rspan = static_cast<double>(n - 1);
+        double best = std::numeric_limits<double>::infinity();
+        size_t found = 0;
+        for (size_t i = 0; i < n; ++i) {
+            double r = n > 1 ? static_cast<double>(i) / rspan : 1.0;
+            double e = ehi > elo ? (eff[i] - elo) / espan : 1.0;
+            double product = alpha * e;
+            double score = r + product;
+            if (score < best) { best = score; found = i; }
+        }
+        return nodes[found];
+    }
+
+    // `FlopStates.ranked`: the states (unprotected ones with `skip_protected`) least
+    // recently used first into `pick_nodes_`, and into `pick_eff_` each one's efficiency
+    // over the nearest state above it (`state_above`), in floats as Python computes it:
+    // `(float(F(depth)) - float(F(top))) / (kv x (depth - top) + state)`
+    void rank_states(bool skip_protected) {
+        pick_nodes_.clear();
+        pick_eff_.clear();
+        for (const auto& e : states_order_) {
+            int u = std::get<3>(e);
+            if (skip_protected && protected_(u)) continue;
+            pick_nodes_.push_back(u);
+            i64 depth = nodes_[u].depth, top = 0;
+            for (int a = nodes_[u].parent; a != 0; a = nodes_[a].parent)
+                if (nodes_[a].has_state) { top = nodes_[a].depth; break; }
+            double saved = static_cast<double>(flop_spec_.flops(depth)) -
+                           static_cast<double>(flop_spec_.flops(top));
+            i64 held = flop_spec_.kv_per_token * (depth - top) + flop_spec_.ssm_bytes;
+            pick_eff_.push_back(saved / static_cast<double>(held));
+        }
+    }
+
+  public:
+    // `BlockFlop`'s states in LRU order: (depth, stamp, efficiency) (tests).
+    std::vector<std::tuple<i64, double, double>> state_ranks() {
+        rank_states(false);
+        std::vector<std::tuple<i64, double, double>> out;
+        for (size_t i = 0; i < pick_nodes_.size(); ++i)
+            out.emplace_back(nodes_[pick_nodes_[i]].depth, nodes_[pick_nodes_[i]].sstamp,
+                             pick_eff_[i]);
+        return out;
+    }
+
+  private:
+    std::vector<int> pick_nodes_;
+    std::vector<double> pick_eff_;
 
     // FLOP-aware: `Candidates.update` (unpinned, at most one child), rows as `Columns`.
     void candidate_update(int v) {
@@ -1062,6 +1344,7 @@ class Core {
     bool victim(int* v, Act* act) {
         if (evict_ == Evict::KEEP) throw std::logic_error("a cache that keeps everything was asked for a victim");
         if (evict_ == Evict::LRU) return lru_victim(v, act);
+        if (two()) return two_victim(v, act);
         size_t n = cand_.size();
         if (multi()) {
             // `Switchable.victim`: GreedyDual, when another expert chooses, follows: its
