@@ -24,6 +24,13 @@ from marconi.core.state_store import Freed
 from marconi.paper.admission import Block, Judicious, NoAdmission
 from marconi.paper.eviction import FlopAware, LRULeaf, Recency
 from marconi.peers.mamba_align import Align, BlockFlop, BlockLRU, VLLMConfig
+from marconi.peers.mamba_radix import (
+    BufferMode,
+    MambaRadix,
+    MambaRadixFlop,
+    MambaRadixLRU,
+    SGLangConfig,
+)
 from marconi.plus.admission import PLAIN, Structured
 from marconi.plus.density import HitDensity
 from marconi.plus.greedy_dual import GreedyDualFlop
@@ -111,7 +118,8 @@ class Twins(RuleBasedStateMachine):
         admission, eviction = self.policy(self.spec, self.alpha, self.planner)
         self.record: list[Freed] = []
         self.python = PrefixCache(self.spec, self.capacity, admission, eviction,
-                                  on_evict=self.record.append, page_size=self.layout.page_size)
+                                  on_evict=self.record.append, page_size=self.layout.page_size,
+                                  state_slots=self.layout.state_slots)
         admission, eviction = self.policy(self.spec, self.alpha, self.planner)
         self.twin = CompiledCache(self.spec, self.capacity, admission, eviction,
                                   layout=self.layout)
@@ -259,7 +267,7 @@ class Twins(RuleBasedStateMachine):
             eviction = eviction.flop
         if isinstance(eviction, GreedyDualFlop):
             assert self.twin.level == eviction.level
-        if isinstance(eviction, BlockFlop):  # the states it ranks, efficiencies bit for bit
+        if isinstance(eviction, BlockFlop | MambaRadixFlop):  # its states, bit for bit
             nodes, eff = eviction.flop.ranked(eviction.states, ())
             assert self.twin.state_ranks() == [
                 (node.depth, eviction.state_stamp[node], float(e))
@@ -334,6 +342,43 @@ TestAlignTwins.settings = settings(max_examples=400, stateful_step_count=40, dea
                                    suppress_health_check=[HealthCheck.too_slow])
 
 
+class RadixTwins(Twins):
+    """SGLang's admission with its two lists (what marconi.integrations.sglang's tuner
+    mirrors): no-buffer (every chunk's end, the input's, the last fed token) or
+    extra-buffer (tracked states aligned to T, the branch point, decode states, two
+    working slots); a state pool beside the KV or one byte budget with the states' share;
+    the list that gives the victim by which is short, stateless leaves collected last
+    queued first, and `MambaRadixFlop`'s order (over the parent, branches last)."""
+
+    @initialize(spec=st.sampled_from(["small", "paper-7b", "wide"]), entries=st.integers(0, 60),
+                alpha=st.sampled_from([0.0, 0.3, 1.0, 2.0]),
+                extra=st.booleans(), chunk=st.sampled_from([2, 5, 8192]),
+                track=st.integers(1, 4), interval=st.integers(1, 6),
+                share=st.sampled_from([0.0, 0.3, 0.9 / 1.9, 1.0]),
+                slots=st.integers(0, 6), states=st.integers(0, 6), flop=st.booleans())
+    def make(self, spec: str, entries: int, alpha: float, extra: bool,  # type: ignore[override]
+             chunk: int, track: int, interval: int, share: float, slots: int, states: int,
+             flop: bool) -> None:
+        model = SPECS[spec]
+        config = SGLangConfig(mode=BufferMode.EXTRA_BUFFER if extra else BufferMode.NO_BUFFER,
+                              chunk=chunk, track=track, decode_interval=interval,
+                              state_share=share)
+        self.layout = Layout(state_slots=slots)
+        self.structured, self.spec = False, model
+        self.policy = lambda spec, alpha, planner: (
+            MambaRadix(config), MambaRadixFlop(config, model, alpha) if flop
+            else MambaRadixLRU(config))
+        self.alpha, self.planner = alpha, OverlapPlanner()
+        self.capacity = (entries * model.kv_bytes_per_token
+                         + (slots + states) * model.ssm_bytes)
+        self.build()
+
+
+TestRadixTwins = RadixTwins.TestCase
+TestRadixTwins.settings = settings(max_examples=400, stateful_step_count=40, deadline=None,
+                                   suppress_health_check=[HealthCheck.too_slow])
+
+
 class _MyLRU(LRULeaf):
     """A subclass: it inherits `compiled_as`, which does not count (it may change what
     LRULeaf does)."""
@@ -385,7 +430,8 @@ def test_what_it_cannot_hold_is_refused_with_a_reason() -> None:
 
 
 @pytest.mark.parametrize("system", ["vanilla", "vllm+", "sglang+", "marconi", "vllm-2026",
-                                    "vllm-2026+marconi"])
+                                    "vllm-2026+marconi", "sglang-2026", "sglang-2026-extra",
+                                    "sglang-2026+marconi"])
 def test_a_replay_is_the_same_on_both_cores(system: str, monkeypatch: pytest.MonkeyPatch
                                             ) -> None:
     """The simulator's whole run, the bound and the bootstrap tuner's replays included."""
@@ -394,9 +440,8 @@ def test_a_replay_is_the_same_on_both_cores(system: str, monkeypatch: pytest.Mon
 
     trace = load_trace("synthetic:agent", options=TraceOptions(sessions=12, use_cache=False))
     # a capacity that binds: vLLM+'s states every 32 tokens need more room to fit at all
-    # (vLLM's blocks and padded states: 300 MB holds no agent's request)
-    capacity = {"vllm+": "10GB", "vllm-2026": "1GB", "vllm-2026+marconi": "1GB"}.get(
-        system, "300MB")
+    # (the engines' emulations: 300 MB holds no agent's request)
+    capacity = "10GB" if system == "vllm+" else "1GB" if "2026" in system else "300MB"
     config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system)
     runs = {}
     for core in compiled.CORES:
@@ -408,7 +453,7 @@ def test_a_replay_is_the_same_on_both_cores(system: str, monkeypatch: pytest.Mon
     assert runs["compiled"] == runs["python"]
     summary = runs["python"][0]
     assert summary["evictions"] > 0 or system == "vanilla"  # the capacity binds
-    if system in ("marconi", "vllm-2026+marconi"):
+    if system in ("marconi", "vllm-2026+marconi", "sglang-2026+marconi"):
         assert summary["alpha_status"] == "tuned"
 
 
@@ -586,3 +631,25 @@ def test_the_block_queue_keeps_the_first_state_on_a_tie() -> None:
         freed = freed_of(record)
         assert freed[0] == ("drop-state", first, SMALL.ssm_bytes)
         assert twin.freed() == freed
+
+
+def test_sglangs_flop_order_keeps_a_branchs_state_last() -> None:
+    """`MambaRadixFlop`: a state at a branch (two or more children) goes after every other,
+    though its efficiency over its parent is the lowest. A at [1]*8 and B at [1]*4 + [2]*4
+    hold states at 4 (the branch), 8 and 8; at alpha 2 the branch's would score lowest
+    (0.5 + 0 against 0 + 2), so the oldest leaf's leaves first. Both cores alike."""
+    config = SGLangConfig(chunk=4)  # no-buffer: states at every chunk's end and the input's
+    kv, ssm = SMALL.kv_bytes_per_token, SMALL.ssm_bytes
+    capacity = 20 * kv + 3 * ssm  # KV for all three, three state slots: C needs two
+    record: list[Freed] = []
+    python = PrefixCache(SMALL, capacity, MambaRadix(config), MambaRadixFlop(config, SMALL, 2.0),
+                         on_evict=record.append, state_slots=3)
+    twin = CompiledCache(SMALL, capacity, MambaRadix(config), MambaRadixFlop(config, SMALL, 2.0),
+                         layout=Layout(state_slots=3))
+    twin.log_evictions()
+    for cache in (python, twin):
+        for tokens in ([1] * 8, [1] * 4 + [2] * 4, [3] * 8):
+            cache.serve(np.asarray(tokens, dtype=np.int32).tobytes(), len(tokens))
+    freed = freed_of(record)
+    assert freed[0] == ("remove", 8, 4 * kv + ssm)  # A's leaf, not the branch's state
+    assert twin.freed() == freed

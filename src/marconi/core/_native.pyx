@@ -77,6 +77,8 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         void load_node(int, const int32_t*, i64, cbool, cbool) except +
         void set_align(i64, i64, i64, cbool) except +
         void set_pages(i64) except +
+        void set_radix(cbool, i64, i64, i64) except +
+        void set_pool(i64, i64, double) except +
         void set_flop_states(const Spec&)
         void load_done(const double*, i64) except +
         string check()
@@ -185,9 +187,9 @@ cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gi
     return ((<object>hi << 64) | <object>lo) / <object>held
 
 
-ADMISSIONS = {"judicious": 0, "none": 1, "block": 2, "align": 3}
+ADMISSIONS = {"judicious": 0, "none": 1, "block": 2, "align": 3, "radix": 4}
 EVICTIONS = {"lru": 0, "flop": 1, "keep": 2, "gd": 3, "density": 4, "switchable": 5,
-             "blocklru": 6, "blockflop": 6}
+             "blocklru": 6, "blockflop": 6, "radixlru": 7, "radixflop": 7}
 ACTIONS = ("remove", "merge", "drop-state")
 
 
@@ -237,6 +239,14 @@ cdef class NativeCore:
     def set_align(self, i64 block, i64 chunk, retention, cbool junctions):
         """vLLM's align-mode admission (`Core::set_align`; `retention` None: every block)."""
         self.core.set_align(block, chunk, -1 if retention is None else retention, junctions)
+
+    def set_radix(self, cbool extra, i64 chunk, i64 track, i64 decode_interval):
+        """SGLang's admission (`Core::set_radix`)."""
+        self.core.set_radix(extra, chunk, track, decode_interval)
+
+    def set_pool(self, i64 slots, i64 kv_capacity, double state_share):
+        """A state pool beside the KV (`Core::set_pool`; 0 slots: one byte budget)."""
+        self.core.set_pool(slots, kv_capacity, state_share)
 
     def set_pages(self, i64 page):
         """KV in pages of `page` tokens (`Core::set_pages`)."""

@@ -14,14 +14,17 @@ admission, marconi+'s structured admission (its boundaries or planner's points h
 per request) or none, with LRU over leaves (either tie-break), Marconi's FLOP-aware
 eviction (the paper's recency), GreedyDual-FLOP, hit density (by depth too), marconi+'s
 live eviction (all of these but FLOP-aware at once, `Switchable`), or none at all (the
-same-system bound, which never evicts); one byte budget with KV per token; and vLLM's align
+same-system bound, which never evicts); one byte budget with KV per token; vLLM's align
 mode (`peers.mamba_align.Align`) with its block queue (`BlockLRU`, or `BlockFlop`:
-Marconi's order for its states), KV in pages or per token. No engine handles, no eviction
-callback, no pins, the default namespace. That is vanilla, vllm+, sglang+ and marconi (its
-bootstrap tuner's replays too), their bounds, marconi+ (its live cache and its shadow
-experts), the vLLM emulations `vllm-2026` and `vllm-2026+marconi`, and so the mirrors and
-replays of marconi's vLLM integration (`integrations.choosers`). Every other system (the
-SGLang emulations: a state pool), and every engine-facing cache, runs the Python core.
+Marconi's order for its states), KV in pages or per token; and SGLang's admission
+(`peers.mamba_radix.MambaRadix`, either buffer mode) with its two lists (`MambaRadixLRU`,
+or `MambaRadixFlop`; no cap on states per path), a state pool beside the KV or not. No
+engine handles, no eviction callback, no pins, the default namespace. That is vanilla,
+vllm+, sglang+ and marconi (its bootstrap tuner's replays too), their bounds, marconi+ (its
+live cache and its shadow experts), the engines' emulations (`vllm-2026`, `sglang-2026`,
+`sglang-2026-extra` and their `+marconi`), and so the mirrors and replays of marconi's
+integrations (`integrations.choosers`). Every other system, and every engine-facing
+cache, runs the Python core.
 Sparse prefix caching's placement (`place`), the sequences an overlap distribution has
 seen (`SequenceTree`) and its books of depths (`DepthBooks`) run here too.
 
@@ -55,10 +58,13 @@ from marconi.core.units import parse_size
 CORE_ENV = "MARCONI_CORE"
 CORES = ("python", "compiled")
 # what the compiled core runs, by `compiled_as`
-ADMISSIONS = ("judicious", "none", "block", "structured", "align")
-EVICTIONS = ("lru", "flop", "keep", "gd", "density", "switchable", "blocklru", "blockflop")
-# vLLM's align mode runs with its block queue (and it alone), KV in pages or per token
+ADMISSIONS = ("judicious", "none", "block", "structured", "align", "radix")
+EVICTIONS = ("lru", "flop", "keep", "gd", "density", "switchable", "blocklru", "blockflop",
+             "radixlru", "radixflop")
+# vLLM's align mode runs with its block queue (and it alone), KV in pages or per token;
+# SGLang's admission with its two lists (and they alone), a state pool or not
 BLOCK_QUEUES = ("blocklru", "blockflop")
+RADIX_LISTS = ("radixlru", "radixflop")
 
 try:
     from marconi.core import _native  # type: ignore[attr-defined]
@@ -124,9 +130,18 @@ def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
                 "only (vLLM's align mode is compiled with its block queue only)")
     if aligned and spec.ssm_layers == 0:
         return "vLLM's align mode for a model without SSM layers runs in Python only"
-    if layout.pooled or (layout.page_size > 1 and not aligned):
+    radix = compiled_as(admission) == "radix"
+    if radix != (compiled_as(eviction) in RADIX_LISTS):
+        return (f"{type(admission).__name__} with {type(eviction).__name__} runs in Python "
+                "only (SGLang's admission is compiled with its two lists only)")
+    if radix and spec.ssm_layers == 0:
+        return "SGLang's admission for a model without SSM layers runs in Python only"
+    if radix and getattr(eviction, "config", None) is not None \
+            and eviction.config.max_states_per_path is not None:  # type: ignore[attr-defined]
+        return "SGLang's cap on states per path runs in Python only"
+    if (layout.pooled and not radix) or (layout.page_size > 1 and not aligned):
         return (f"layout {layout.describe()} runs in Python only (compiled: one byte "
-                "budget, and KV pages under vLLM's align mode)")
+                "budget, KV pages under vLLM's align mode, a state pool under SGLang's)")
     if max(spec.kv_bytes_per_token, spec.ssm_bytes) >= 2**40:
         return "model byte sizes beyond the compiled core's integer range"
     return None
@@ -255,9 +270,16 @@ class CompiledCache:
             config = self.admission.config  # type: ignore[attr-defined]
             self._core.set_align(self.admission.block, config.chunk,  # type: ignore[attr-defined]
                                  config.retention, config.junctions)
+        if kind == "radix":  # SGLang's (`peers.mamba_radix.MambaRadix`) and its pools
+            config = self.admission.config  # type: ignore[attr-defined]
+            self._core.set_radix(config.mode.value == "extra-buffer", config.chunk,
+                                 config.track, config.decode_interval)
+            self._core.set_pool(self.layout.state_slots,
+                                self.layout.kv_capacity(spec, self.capacity),
+                                float(policy.config.state_share))
         if self.layout.page_size > 1:
             self._core.set_pages(self.layout.page_size)
-        if compiled_as(eviction) == "blockflop":  # its own model's sizes (unpadded)
+        if compiled_as(eviction) in ("blockflop", "radixflop"):  # its own model's sizes
             self._core.set_flop_states(_sizes(policy.spec))
         if compiled_as(eviction) == "density":
             # (bucket and class bounds, tables, constants: `HitDensity.compiled_books`)

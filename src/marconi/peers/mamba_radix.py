@@ -86,6 +86,8 @@ def deepest_state(match: Match, limit: int) -> int:
 class MambaRadix(Admission):
     """States at chunk ends and request ends; in extra-buffer mode, chunk-aligned."""
 
+    compiled_as = "radix"  # marconi.core.compiled runs it (with SGLang's two lists)
+
     def __init__(self, config: SGLangConfig | None = None) -> None:
         self.config = config or SGLangConfig()
         # the final insert covers what was computed, every token but the last sampled one
@@ -155,6 +157,8 @@ class MambaRadixLRU(TwoListLRU):
     `reset_node_and_parents_mru`), not the KV matched beyond it; a commit refreshes the
     whole path.
     """
+
+    compiled_as = "radixlru"  # marconi.core.compiled runs it (no cap on states per path)
 
     def __init__(self, config: SGLangConfig | None = None) -> None:
         super().__init__()
@@ -254,6 +258,8 @@ class MambaRadixFlop(MambaRadixLRU):
     gives its victim in `FlopStates` order, the efficiency over the node's parent, states
     at branches (two or more children) after every other. Alpha 0 is `MambaRadixLRU`
     exactly."""
+
+    compiled_as = "radixflop"  # marconi.core.compiled runs it (no cap on states per path)
 
     def __init__(self, config: SGLangConfig | None, spec: ModelSpec, alpha: float = 0.0
                  ) -> None:

@@ -38,10 +38,16 @@ using i32 = int32_t;
 // TWO: vLLM's block queue (`peers.mamba_align.BlockLRU`): an LRU list of KV leaves and one of
 // states, the older head leaving first; with `flop_states_` (`BlockFlop`) a state leaving
 // is chosen by Marconi's score over the states (`peers.two_lists.FlopStates`)
-enum class Evict { LRU = 0, FLOP = 1, KEEP = 2, GD = 3, DENSITY = 4, MULTI = 5, TWO = 6 };
+// RADIX: SGLang's two lists (`peers.mamba_radix.MambaRadixLRU`): the KV list or the state
+// list gives the victim by which pool is short, a state at an inner node leaving alone,
+// stateless leaves collected as garbage; with `flop_states_` (`MambaRadixFlop`) the state
+// list's victim by Marconi's score over the parent, states at branches last
+enum class Evict { LRU = 0, FLOP = 1, KEEP = 2, GD = 3, DENSITY = 4, MULTI = 5, TWO = 6,
+                   RADIX = 7 };
 enum class Run { GD = 0, LRU = 1, DENSITY = 2, DEPTH = 3 };
-// BLOCK: vLLM+'s, every `block` tokens; ALIGN: vLLM's align mode (`peers.mamba_align.Align`)
-enum class Admit { JUDICIOUS = 0, NONE = 1, BLOCK = 2, ALIGN = 3 };
+// BLOCK: vLLM+'s, every `block` tokens; ALIGN: vLLM's align mode (`peers.mamba_align.Align`);
+// RADIX: SGLang's (`peers.mamba_radix.MambaRadix`), no-buffer or extra-buffer
+enum class Admit { JUDICIOUS = 0, NONE = 1, BLOCK = 2, ALIGN = 3, RADIX = 4 };
 enum class Act { REMOVE = 0, MERGE = 1, DROP = 2 };  // DROP: the state only, the node stays
 
 struct Spec {
@@ -159,7 +165,8 @@ class Core {
          i64 block)
         : spec_(spec), capacity_(capacity), admit_(static_cast<Admit>(admit)),
           evict_(static_cast<Evict>(evict)), alpha_(alpha), block_(block),
-          deepest_first_(deepest_first || evict_ == Evict::TWO) {
+          deepest_first_(deepest_first || evict_ == Evict::TWO),
+          kv_capacity_(capacity) {
         nodes_.emplace_back();  // the default namespace's root, id 0
         nodes_[0].alive = true;
     }
@@ -189,6 +196,28 @@ class Core {
         chunk_ = chunk;
         retention_ = retention;
         junctions_ = junctions;
+    }
+
+    // SGLang's admission (`MambaRadix`): extra-buffer mode or not, the longest prefill
+    // chunk, the tracking alignment and the decode interval. Before any request.
+    void set_radix(bool extra, i64 chunk, i64 track, i64 decode_interval) {
+        if (chunk < 1 || track < 1 || decode_interval < 1)
+            throw std::invalid_argument("set_radix: chunk, track and interval >= 1");
+        extra_buffer_ = extra;
+        chunk_ = chunk;
+        track_ = track;
+        decode_interval_ = decode_interval;
+    }
+
+    // A pool of `slots` states beside `kv_capacity` bytes of KV (`Layout.state_slots`);
+    // `state_share`: the states' share of one byte budget (`SGLangConfig.state_share`,
+    // read by SGLang's lists without a pool). Before any request.
+    void set_pool(i64 slots, i64 kv_capacity, double state_share) {
+        if (slots < 0 || kv_capacity < 0 || kv_capacity > capacity_)
+            throw std::invalid_argument("set_pool: slots >= 0, KV capacity within the capacity");
+        slots_ = slots;
+        kv_capacity_ = kv_capacity;
+        state_share_ = state_share;
     }
 
     // KV in pages of `page` tokens (`layout.PageBooks`); 1: per token. Before any request.
@@ -254,6 +283,11 @@ class Core {
         } else if (admit_ == Admit::ALIGN) {  // `Align.checkpoints`
             align_prefill(n, plan.hit, checkpoints);
             sort_unique(checkpoints);
+        } else if (admit_ == Admit::RADIX) {  // `MambaRadix.checkpoints`
+            radix_prefill(n, plan.hit, checkpoints);
+            checkpoints.erase(std::remove_if(checkpoints.begin(), checkpoints.end(),
+                                             [&](i64 p) { return p <= plan.hit; }),
+                              checkpoints.end());
         }
     }
 
@@ -282,6 +316,16 @@ class Core {
             while (!positions_.empty() && positions_.back() > kept) positions_.pop_back();
             room = std::max(kept, n - 1);
             working = 2;
+            n = kept;
+        } else if (admit_ == Admit::RADIX) {
+            // `MambaRadix.positions`, the sequence kept up to the last of them
+            match(key, n, resume);
+            radix_positions(n, n_input);
+            i64 kept = positions_.empty() ? 0 : positions_.back();
+            if (kept <= 0) return out;  // no state to end on: nothing kept
+            if (kept < n) match(key, kept);
+            room = kept;
+            working = extra_buffer_ ? 2 : 0;  // extra-buffer's two ping-pong tracking slots
             n = kept;
         } else if (admit_ == Admit::JUDICIOUS && given_) {
             // the planner's points only; the sequence kept up to the last (`truncates`)
@@ -315,7 +359,7 @@ class Core {
             }
             if (positions_.empty() || positions_.back() != n) positions_.push_back(n);
         }
-        if (admit_ != Admit::ALIGN) room = n;  // (n: what is kept)
+        if (admit_ != Admit::ALIGN && admit_ != Admit::RADIX) room = n;  // (n: what is kept)
         // the wanted ones: not held by a matched node (both lists ascend)
         admitted.clear();
         size_t k = 0;
@@ -338,6 +382,10 @@ class Core {
         }
         out.end = insert(key, n, admitted);
         if (admit_ == Admit::BLOCK) grow_in_place(out.end, n);
+        if (radix()) {  // `_collect_garbage(set())`: nothing protected
+            protect_round_ += 1;
+            collect_garbage();
+        }
         return out;
     }
 
@@ -510,6 +558,8 @@ class Core {
             if (two() && (x.nchild == 0) != x.in_order) return "the KV list differs";
             if (two() && (x.has_state != x.in_states || x.has_state != x.sstamped))
                 return "the state list differs";
+            if (radix() && x.nchild == 0 && !x.has_state && !x.in_tomb)
+                return "a stateless leaf not queued";
             if (x.copy && (page_ == 1 || (x.depth - edge_len(v)) % page_ == 0))
                 return "a page copy where no page is shared";
         }
@@ -519,6 +569,8 @@ class Core {
         if (kv != stats.kv_bytes) return "KV bytes differ";
         if (states != stats.states || states * spec_.ssm_bytes != stats.ssm_bytes) return "states differ";
         if (stats.kv_bytes + stats.ssm_bytes > capacity_) return "over capacity";
+        if (slots_ > 0 && (stats.kv_bytes > kv_capacity_ || stats.states > slots_))
+            return "over the pools";
         return "";
     }
 
@@ -534,7 +586,7 @@ class Core {
         int slot = -1;                            // its candidate slot (FLOP), or -1
         bool copy = false;  // holds its own copy of the page it starts in (`PageBooks`)
         // the block queue's state list (TWO): the state's stamp, its entry if in_states
-        bool sstamped = false, in_states = false;
+        bool sstamped = false, in_states = false, in_tomb = false;
         double sstamp = 0;
         std::tuple<double, i64, i64> states_key;
     };
@@ -546,7 +598,16 @@ class Core {
     double alpha_;
     i64 block_;
     bool deepest_first_;
-    i64 chunk_ = 1, retention_ = 0;  // `Align`'s (`set_align`)
+    i64 chunk_ = 1, retention_ = 0;  // `Align`'s (`set_align`), `MambaRadix`'s chunk
+    bool extra_buffer_ = false;      // `MambaRadix` (`set_radix`)
+    i64 track_ = 1, decode_interval_ = 1;
+    i64 slots_ = 0;                  // a state pool (`set_pool`); 0: one byte budget
+    i64 kv_capacity_;                // KV's bytes: the capacity less the pool
+    double state_share_ = 0;
+    i64 need_kv_ = 0, need_states_ = 0;  // the pending insert's need (`Pressure`)
+    // SGLang's stateless leaves, an insertion-ordered set popped from its end (a Python
+    // dict's `popitem`): (slot, id), stale once that node left
+    std::vector<std::pair<int, i64>> tombs_;
     bool junctions_ = true;
     i64 page_ = 1;                   // tokens per KV page (`set_pages`)
     bool flop_states_ = false;       // `BlockFlop` (`set_flop_states`)
@@ -659,6 +720,49 @@ class Core {
         }
         i64 replay = floor_div(n_input - 1, block_) * block_;
         if (replay > 0) positions_.push_back(replay);
+        sort_unique(positions_);
+    }
+
+    // --- SGLang's admission (`peers.mamba_radix.MambaRadix`) --------------------------------
+
+    // `MambaRadix.prefill` appended to `out`: no-buffer, every chunk's end and the input's;
+    // extra-buffer, one tracked state per chunk (its last multiple of T past its start, or
+    // in the chunk holding it the branch point: the last walk's match rounded down to T)
+    void radix_prefill(i64 n_input, i64 hit, std::vector<i64>& out) const {
+        const i64 C = chunk_, T = track_;
+        if (!extra_buffer_) {
+            for (i64 s = hit; s < n_input; s += C)
+                if (s + C < n_input) out.push_back(s + C);
+            out.push_back(n_input);
+            return;
+        }
+        i64 matched = std::min(length_, n_input);
+        i64 aligned = floor_div(matched, T) * T;
+        bool branch = matched > hit && aligned > 0;
+        for (i64 s = hit; s < n_input; s += C) {
+            i64 e = std::min(s + C, n_input);
+            if (branch && s < aligned && aligned <= e) out.push_back(aligned);
+            else if (e - s >= T) out.push_back(s + (e - s) / T * T);
+        }
+    }
+
+    // `MambaRadix.positions` of the last walk (the whole sequence of `n` tokens) into
+    // `positions_`, ascending, past 0
+    void radix_positions(i64 n, i64 n_input) {
+        i64 hit = 0;  // `deepest_state(match, n_input - 1)`
+        for (int v : path_)
+            if (nodes_[v].has_state && nodes_[v].depth <= n_input - 1)
+                hit = std::max(hit, nodes_[v].depth);
+        radix_prefill(n_input, hit, positions_);
+        if (!extra_buffer_) {
+            positions_.push_back(std::max(n - 1, n_input));  // the last sampled token unfed
+        } else {
+            i64 last = floor_div(n, decode_interval_) * decode_interval_;
+            if (last > n_input) positions_.push_back(last);  // the last decode state
+        }
+        positions_.erase(std::remove_if(positions_.begin(), positions_.end(),
+                                        [](i64 p) { return p <= 0; }),
+                         positions_.end());
         sort_unique(positions_);
     }
 
@@ -825,7 +929,8 @@ class Core {
     PlanOut plan_of(i64 n) const {
         PlanOut plan;
         plan.matched = length_;
-        i64 limit = admit_ == Admit::ALIGN ? n - 1 : n;  // `Admission.max_hit`
+        // `Admission.max_hit`: vLLM and SGLang leave one input token to compute
+        i64 limit = admit_ == Admit::ALIGN || admit_ == Admit::RADIX ? n - 1 : n;
         if (spec_.ssm == 0) {
             plan.node = path_.empty() ? -1 : path_.back();
             plan.hit = std::min(length_, limit);
@@ -844,6 +949,9 @@ class Core {
     // --- room ------------------------------------------------------------------------------
 
     bool fits(i64 kv_need, i64 states_need) const {
+        if (slots_ > 0)  // `Evicting._short_of` with a state pool
+            return !(stats.kv_bytes > kv_capacity_ - kv_need ||
+                     stats.states > slots_ - states_need);
         i64 limit = capacity_ - kv_need - states_need * spec_.ssm_bytes;
         return !(stats.kv_bytes + stats.ssm_bytes > limit);
     }
@@ -868,7 +976,11 @@ class Core {
             kv += kv_bytes_of(partial_);
             states += nodes_[partial_].has_state;
         }
-        if (kv + states * spec_.ssm_bytes > capacity_) return false;
+        if (slots_ > 0 ? (kv > kv_capacity_ || states > slots_)
+                       : kv + states * spec_.ssm_bytes > capacity_)
+            return false;
+        need_kv_ = kv_need;  // (what SGLang's lists read as the pressure)
+        need_states_ = states_need;
         while (!fits(kv_need, states_need)) {
             int v;
             Act act;
@@ -877,6 +989,7 @@ class Core {
                 return false;
             }
             evict(v, act);
+            if (radix()) collect_garbage();
         }
         return true;
     }
@@ -1019,6 +1132,10 @@ class Core {
                 set_stamp(*it, now_);
                 lru_update(*it);
             }
+            if (radix()) {  // `MambaRadixLRU.on_commit`: then the new nodes changed
+                for (int v : created) changed(v);
+                for (int v : fresh) changed(v);
+            }
         } else {
             double now = touch_value();
             see_clock();
@@ -1057,7 +1174,9 @@ class Core {
         return evict_ == Evict::FLOP || evict_ == Evict::GD || evict_ == Evict::DENSITY;
     }
     bool multi() const { return evict_ == Evict::MULTI; }
-    bool two() const { return evict_ == Evict::TWO; }
+    // two LRU lists, KV leaves and states: vLLM's block queue or SGLang's lists
+    bool two() const { return evict_ == Evict::TWO || evict_ == Evict::RADIX; }
+    bool radix() const { return evict_ == Evict::RADIX; }
 
     // hit density's `now` at a lookup or a commit (`on_lookup`, `on_commit` set it)
     void see_clock() {
@@ -1129,6 +1248,11 @@ class Core {
             else if (!x.sstamped) { x.sstamp = now_; x.sstamped = true; }
             lru_update(v);
             state_update(v);
+            // `MambaRadixLRU.changed`: a stateless leaf queued (once) for collection
+            if (radix() && x.alive && v != 0 && x.nchild == 0 && !x.has_state && !x.in_tomb) {
+                tombs_.emplace_back(v, x.uid);
+                x.in_tomb = true;
+            }
         } else if (evict_ == Evict::LRU) lru_update(v);
         else if (multi()) { lru_update(v); candidate_update(v); }
         else if (scored()) candidate_update(v);
@@ -1154,6 +1278,7 @@ class Core {
         }
         x.sstamped = false;
         x.copy = false;
+        x.in_tomb = false;  // (its entry, if any, stale: the id no longer matches)
         if (x.slot >= 0) drop_slot(v);
     }
 
@@ -1168,7 +1293,8 @@ class Core {
         }
         if (leaf) {
             x.order_key = std::make_tuple(multi() ? x.stamp_lru : x.stamp,
-                                          deepest_first_ ? -x.depth : 0, x.uid);
+                                          deepest_first_ ? -x.depth : radix() ? x.depth : 0,
+                                          x.uid);
             order_.insert(std::tuple_cat(x.order_key, std::make_tuple(v)));
             x.in_order = true;
         }
@@ -1183,7 +1309,8 @@ class Core {
             x.in_states = false;
         }
         if (x.alive && x.has_state && v != 0) {
-            x.states_key = std::make_tuple(x.sstamped ? x.sstamp : 0.0, -x.depth, x.uid);
+            x.states_key = std::make_tuple(x.sstamped ? x.sstamp : 0.0,
+                                           radix() ? x.depth : -x.depth, x.uid);
             states_order_.insert(std::tuple_cat(x.states_key, std::make_tuple(v)));
             x.in_states = true;
         }
@@ -1212,6 +1339,71 @@ class Core {
         return true;
     }
 
+    // `MambaRadixLRU.victim`: the state list first when states are short of room (the
+    // pool's, or their share of one budget, counting the pending insert's), else the KV
+    // list; either falls back to the other. A state at a leaf leaves with its leaf.
+    bool radix_victim(int* v, Act* act) {
+        i128 ssm = static_cast<i128>(stats.ssm_bytes) + static_cast<i128>(need_states_) * spec_.ssm_bytes;
+        bool states_first;
+        if (slots_ > 0) {
+            states_first = ssm > static_cast<i128>(slots_) * spec_.ssm_bytes;
+        } else {  // an integer against a float, exactly (as Python compares them)
+            double budget = state_share_ * static_cast<double>(kv_capacity_);
+            states_first = budget < 0x1p126 && ssm > static_cast<i128>(std::floor(budget));
+        }
+        for (int k = 0; k < 2; ++k) {
+            if ((k == 0) == states_first) {
+                int u = -1;
+                if (flop_states_ && alpha_ != 0.0) {
+                    bool any = false;
+                    for (const auto& e : states_order_)
+                        if (!protected_(std::get<3>(e))) { any = true; break; }
+                    if (any) u = flop_pick();
+                } else {
+                    for (const auto& e : states_order_)
+                        if (!protected_(std::get<3>(e))) { u = std::get<3>(e); break; }
+                }
+                if (u >= 0) {
+                    *v = u;
+                    *act = nodes_[u].nchild == 0 ? Act::REMOVE : Act::DROP;
+                    return true;
+                }
+            } else {
+                for (const auto& e : order_)
+                    if (!protected_(std::get<3>(e))) {
+                        *v = std::get<3>(e);
+                        *act = Act::REMOVE;
+                        return true;
+                    }
+            }
+        }
+        return false;
+    }
+
+    // `MambaRadixLRU.garbage`, carried out until none is left (`_collect_garbage`): the
+    // stateless leaves queued, the last queued first, a protected one queued again
+    void collect_garbage() {
+        while (true) {
+            std::vector<std::pair<int, i64>> kept;
+            int found = -1;
+            while (!tombs_.empty() && found < 0) {
+                auto [u, id] = tombs_.back();
+                tombs_.pop_back();
+                Node& x = nodes_[u];
+                if (x.uid != id || !x.alive) continue;  // gone (the slot may be reused)
+                x.in_tomb = false;
+                if (x.nchild != 0 || x.has_state) continue;  // no longer a stateless leaf
+                if (protected_(u)) kept.emplace_back(u, id); else found = u;
+            }
+            for (const auto& entry : kept) {
+                tombs_.push_back(entry);
+                nodes_[entry.first].in_tomb = true;
+            }
+            if (found < 0) return;
+            evict(found, Act::REMOVE);
+        }
+    }
+
     // `FlopStates.pick`: among the unprotected states (`rank_states`), the first lowest
     // `recency + alpha x efficiency` (both min-max normalized, as `flop_score` computes)
     int flop_pick() {
@@ -1223,13 +1415,20 @@ class Core {
         for (size_t i = 1; i < n; ++i) { elo = std::min(elo, eff[i]); ehi = std::max(ehi, eff[i]); }
         const double alpha = alpha_, espan = ehi - elo, rspan = static_cast<double>(n - 1);
         double best = std::numeric_limits<double>::infinity();
-        size_t found = 0;
+        bool best_last = true;
+        size_t found = n;
         for (size_t i = 0; i < n; ++i) {
             double r = n > 1 ? static_cast<double>(i) / rspan : 1.0;
             double e = ehi > elo ? (eff[i] - elo) / espan : 1.0;
             double product = alpha * e;
             double score = r + product;
-            if (score < best) { best = score; found = i; }
+            // SGLang's: states at a branch (two or more children) after every other
+            bool last = radix() && nodes_[nodes[i]].nchild >= 2;
+            if (found == n || (!last && best_last) || (last == best_last && score < best)) {
+                best = score;
+                best_last = last;
+                found = i;
+            }
         }
         return nodes[found];
     }
@@ -1246,8 +1445,10 @@ class Core {
             if (skip_protected && protected_(u)) continue;
             pick_nodes_.push_back(u);
             i64 depth = nodes_[u].depth, top = 0;
-            for (int a = nodes_[u].parent; a != 0; a = nodes_[a].parent)
-                if (nodes_[a].has_state) { top = nodes_[a].depth; break; }
+            if (radix()) top = nodes_[nodes_[u].parent].depth;  // `parent_node_depth`
+            else
+                for (int a = nodes_[u].parent; a != 0; a = nodes_[a].parent)
+                    if (nodes_[a].has_state) { top = nodes_[a].depth; break; }
             double saved = static_cast<double>(flop_spec_.flops(depth)) -
                            static_cast<double>(flop_spec_.flops(top));
             i64 held = flop_spec_.kv_per_token * (depth - top) + flop_spec_.ssm_bytes;
@@ -1344,6 +1545,7 @@ class Core {
     bool victim(int* v, Act* act) {
         if (evict_ == Evict::KEEP) throw std::logic_error("a cache that keeps everything was asked for a victim");
         if (evict_ == Evict::LRU) return lru_victim(v, act);
+        if (radix()) return radix_victim(v, act);
         if (two()) return two_victim(v, act);
         size_t n = cand_.size();
         if (multi()) {
