@@ -65,6 +65,9 @@ EVICTIONS = ("lru", "flop", "keep", "gd", "density", "switchable", "blocklru", "
 # SGLang's admission with its two lists (and they alone), a state pool or not
 BLOCK_QUEUES = ("blocklru", "blockflop")
 RADIX_LISTS = ("radixlru", "radixflop")
+# an engine's admission -> the evictions it runs compiled with, in words
+ENGINE_PAIRS = {"align": (BLOCK_QUEUES, "vLLM's align mode", "its block queue"),
+                "radix": (RADIX_LISTS, "SGLang's admission", "its two lists")}
 
 try:
     from marconi.core import _native  # type: ignore[attr-defined]
@@ -124,18 +127,14 @@ def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
     if compiled_as(admission) == "structured" and spec.ssm_layers == 0:
         return ("Structured admission of a model without SSM layers (a node per block) runs "
                 "in Python only")
-    aligned = compiled_as(admission) == "align"
-    if aligned != (compiled_as(eviction) in BLOCK_QUEUES):
-        return (f"{type(admission).__name__} with {type(eviction).__name__} runs in Python "
-                "only (vLLM's align mode is compiled with its block queue only)")
-    if aligned and spec.ssm_layers == 0:
-        return "vLLM's align mode for a model without SSM layers runs in Python only"
-    radix = compiled_as(admission) == "radix"
-    if radix != (compiled_as(eviction) in RADIX_LISTS):
-        return (f"{type(admission).__name__} with {type(eviction).__name__} runs in Python "
-                "only (SGLang's admission is compiled with its two lists only)")
-    if radix and spec.ssm_layers == 0:
-        return "SGLang's admission for a model without SSM layers runs in Python only"
+    for kind, (evictions, who, lists) in ENGINE_PAIRS.items():
+        mine = compiled_as(admission) == kind
+        if mine != (compiled_as(eviction) in evictions):
+            return (f"{type(admission).__name__} with {type(eviction).__name__} runs in "
+                    f"Python only ({who} is compiled with {lists} only)")
+        if mine and spec.ssm_layers == 0:
+            return f"{who} for a model without SSM layers runs in Python only"
+    aligned, radix = compiled_as(admission) == "align", compiled_as(admission) == "radix"
     if radix and getattr(eviction, "config", None) is not None \
             and eviction.config.max_states_per_path is not None:  # type: ignore[attr-defined]
         return "SGLang's cap on states per path runs in Python only"

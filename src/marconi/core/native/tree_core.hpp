@@ -705,13 +705,19 @@ class Core {
         }
     }
 
+    // `deepest_state(match, limit)`: the depth of the deepest state the last walk matched
+    // within `limit` tokens (0: none)
+    i64 deepest_state(i64 limit) const {
+        i64 out = 0;
+        for (int v : path_)
+            if (nodes_[v].has_state && nodes_[v].depth <= limit) out = std::max(out, nodes_[v].depth);
+        return out;
+    }
+
     // `Align.positions` of the last walk (the whole sequence of `n` tokens) into
     // `positions_`, ascending
     void align_positions(i64 n, i64 n_input) {
-        i64 hit = 0;  // `deepest_state(match, n_input - 1)`
-        for (int v : path_)
-            if (nodes_[v].has_state && nodes_[v].depth <= n_input - 1)
-                hit = std::max(hit, nodes_[v].depth);
+        i64 hit = deepest_state(n_input - 1);
         align_prefill(n_input, hit, positions_);
         if (retention_ != 0) {  // `Align.decode`
             i64 step = retention_ < 0 ? block_ : retention_;
@@ -749,10 +755,7 @@ class Core {
     // `MambaRadix.positions` of the last walk (the whole sequence of `n` tokens) into
     // `positions_`, ascending, past 0
     void radix_positions(i64 n, i64 n_input) {
-        i64 hit = 0;  // `deepest_state(match, n_input - 1)`
-        for (int v : path_)
-            if (nodes_[v].has_state && nodes_[v].depth <= n_input - 1)
-                hit = std::max(hit, nodes_[v].depth);
+        i64 hit = deepest_state(n_input - 1);
         radix_prefill(n_input, hit, positions_);
         if (!extra_buffer_) {
             positions_.push_back(std::max(n - 1, n_input));  // the last sampled token unfed
