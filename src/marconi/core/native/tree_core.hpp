@@ -604,7 +604,7 @@ class Core {
     i64 slots_ = 0;                  // a state pool (`set_pool`); 0: one byte budget
     i64 kv_capacity_;                // KV's bytes: the capacity less the pool
     double state_share_ = 0;
-    i64 need_kv_ = 0, need_states_ = 0;  // the pending insert's need (`Pressure`)
+    i64 need_states_ = 0;  // the states the pending insert needs (SGLang's `Pressure`)
     // SGLang's stateless leaves, an insertion-ordered set popped from its end (a Python
     // dict's `popitem`): (slot, id), stale once that node left
     std::vector<std::pair<int, i64>> tombs_;
@@ -710,7 +710,8 @@ class Core {
     i64 deepest_state(i64 limit) const {
         i64 out = 0;
         for (int v : path_)
-            if (nodes_[v].has_state && nodes_[v].depth <= limit) out = std::max(out, nodes_[v].depth);
+            if (nodes_[v].has_state && nodes_[v].depth <= limit)
+                out = std::max(out, nodes_[v].depth);
         return out;
     }
 
@@ -982,8 +983,7 @@ class Core {
         if (slots_ > 0 ? (kv > kv_capacity_ || states > slots_)
                        : kv + states * spec_.ssm_bytes > capacity_)
             return false;
-        need_kv_ = kv_need;  // (what SGLang's lists read as the pressure)
-        need_states_ = states_need;
+        need_states_ = states_need;  // (what SGLang's lists read as the pressure)
         while (!fits(kv_need, states_need)) {
             int v;
             Act act;
@@ -1346,7 +1346,8 @@ class Core {
     // pool's, or their share of one budget, counting the pending insert's), else the KV
     // list; either falls back to the other. A state at a leaf leaves with its leaf.
     bool radix_victim(int* v, Act* act) {
-        i128 ssm = static_cast<i128>(stats.ssm_bytes) + static_cast<i128>(need_states_) * spec_.ssm_bytes;
+        i128 ssm = static_cast<i128>(stats.ssm_bytes) +
+                   static_cast<i128>(need_states_) * spec_.ssm_bytes;
         bool states_first;
         if (slots_ > 0) {
             states_first = ssm > static_cast<i128>(slots_) * spec_.ssm_bytes;
