@@ -1,7 +1,7 @@
 """What picks an engine's alpha from the requests it finished (docs/integrations.md):
 marconi's bootstrap tuner (`Bootstrap`, guarded by a mirror at the engine's own order) or
 marconi+'s shadow experts (`Shadows`), each over token-only mirrors of the engine's cache
-(on the compiled core where it runs the engine's policies and layout: vLLM's;
+(on the compiled core where it is built: it runs both engines' policies and layouts,
 `marconi.core.compiled`); run by `common.Tuning` in the engine's process or by
 `tuner_process` in a child of it."""
 

@@ -67,6 +67,16 @@ def integration_options(engine: str, module: str, needs: str = "") -> tuple[Opti
                     "(reproducible)"))
 
 
+def environment(system: str) -> str:
+    """The engine environment (`realpeers.envs.ENGINES`) whose real code runs `system`."""
+    from marconi.realpeers.envs import ENGINES
+
+    for key, engine in ENGINES.items():
+        if engine.system == system:
+            return key
+    raise ValueError(f"no engine environment runs {system!r} (realpeers.envs.ENGINES)")
+
+
 def sglang_config(settings: Settings) -> object:
     from marconi.peers.mamba_radix import BufferMode, SGLangConfig
 
@@ -99,7 +109,7 @@ def sglang(name: str, description: str, settings: Settings, real: bool) -> Syste
         return sglang_memory(spec, capacity)
 
     return System(name=name, policies=policies, description=description, engine_layout=layout,
-                  engine_memory=memory, engine="sglang" if real else None)
+                  engine_memory=memory, engine=environment(name) if real else None)
 
 
 def _sglang_marconi(name: str, description: str, settings: Settings, real: bool) -> System:
@@ -167,9 +177,8 @@ def _vllm(name: str, description: str, settings: Settings, real: bool) -> System
 
         return vllm_memory(spec, capacity, _vllm_config(settings))  # type: ignore[arg-type]
 
-    engine = name if name in ("vllm-0.33",) else "vllm"  # its environment (realpeers.envs)
     return System(name=name, policies=policies, description=description, engine_layout=layout,
-                  engine_memory=memory, engine=engine if real else None)
+                  engine_memory=memory, engine=environment(name) if real else None)
 
 
 def _vllm_marconi(name: str, description: str, settings: Settings, real: bool) -> System:
