@@ -15,12 +15,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from marconi.core import compiled
 from marconi.core.cache import PrefixCache
 from marconi.core.candidates import Scored
-from marconi.core.compiled import CompiledCache, replay_cache
+from marconi.core.compiled import CompiledCache, CompiledNode, replay_cache
 from marconi.core.integrity import check_integrity
 from marconi.core.layout import Layout
 from marconi.core.snapshot import clone, rebuild, take
 from marconi.core.spec import PAPER_7B, ModelSpec
 from marconi.core.state_store import Freed
+from marconi.core.tree import Node
 from marconi.paper.admission import Block, Judicious, NoAdmission
 from marconi.paper.eviction import FlopAware, LRULeaf, Recency
 from marconi.peers.mamba_align import Align, BlockFlop, BlockLRU, VLLMConfig
@@ -88,6 +89,11 @@ marks = st.lists(st.integers(1, 30), max_size=3).map(sorted)  # message boundari
 outputs = st.lists(st.integers(0, 9), max_size=5)
 
 
+def depth_of(node: Node | CompiledNode | None) -> int | None:
+    """Where a plan's or a commit's node ends (None: no node), on either core."""
+    return None if node is None else node.depth
+
+
 def freed_of(record: list[Freed]) -> list[tuple[str, int, int]]:
     out = [(f.action.value, f.depth, f.nbytes) for f in record]
     record.clear()
@@ -124,6 +130,7 @@ class Twins(RuleBasedStateMachine):
         self.twin = CompiledCache(self.spec, self.capacity, admission, eviction,
                                   layout=self.layout)
         self.twin.log_evictions()
+        self.pinned: list[tuple[Node, CompiledNode]] = []  # running requests' nodes
 
     @rule(inp=inputs, out=outputs, boundaries=marks)
     def request(self, inp: list[int], out: list[int], boundaries: list[int]) -> None:
@@ -135,6 +142,7 @@ class Twins(RuleBasedStateMachine):
         done = self.python.commit(full, len(inp), boundaries=boundaries)
         twin_done = self.twin.commit(full, len(inp), boundaries=boundaries)
         assert (twin_done.refused, twin_done.admitted) == (done.refused, done.admitted)
+        assert depth_of(twin_done.node) == depth_of(done.node)
         self.last = full
         self.planner.learn(np.asarray(full, dtype=np.int32).tobytes(), len(inp))
 
@@ -159,6 +167,10 @@ class Twins(RuleBasedStateMachine):
         self.python = clone(self.python, (self.planner,))
         self.python.on_evict = self.record.append
         self.twin = clone(self.twin, (self.planner,))
+        # the pins go with the copies: the Python copy's nodes by id, the compiled ones as
+        # they were (the same slots and uids)
+        copied = {node.id: node for node in self.python.tree.nodes()}
+        self.pinned = [(copied[node.id], twin) for node, twin in self.pinned]
         if self.structured:
             assert self.twin.admission.planner is self.planner
 
@@ -214,6 +226,39 @@ class Twins(RuleBasedStateMachine):
         assert (twin.hit, twin.checkpoints, twin.matched) == (
             plan.hit, plan.checkpoints, plan.matched)
 
+    @rule(inp=inputs, boundaries=marks, again=st.booleans(), more=suffixes, out=outputs,
+          finish=st.booleans())
+    def pin(self, inp: list[int], boundaries: list[int], again: bool, more: list[int],
+            out: list[int], finish: bool) -> None:
+        """A request that starts running: the node its lookup resumes from is pinned with
+        its ancestors until `unpin` (`finish`: it commits first, still pinned), so other
+        requests evict around it, or are refused when what is pinned leaves no room."""
+        if again:
+            inp = getattr(self, "last", []) + more
+        plan = self.python.lookup(inp, boundaries=boundaries)
+        twin = self.twin.lookup(inp, boundaries=boundaries)
+        assert (twin.hit, twin.checkpoints, twin.matched, depth_of(twin.node)) == (
+            plan.hit, plan.checkpoints, plan.matched, depth_of(plan.node))
+        self.python.pin(plan.node)
+        self.twin.pin(twin.node)
+        if plan.node is not None:
+            self.pinned.append((plan.node, twin.node))
+        if finish:
+            full = inp + out
+            done = self.python.commit(full, len(inp), boundaries=boundaries)
+            twin_done = self.twin.commit(full, len(inp), boundaries=boundaries)
+            assert (twin_done.refused, twin_done.admitted) == (done.refused, done.admitted)
+            self.last = full
+
+    @rule(which=st.integers(0, 7))
+    def unpin(self, which: int) -> None:
+        """A running request ends: one of the pinned nodes unpinned (a node pinned twice
+        stays pinned)."""
+        if self.pinned:
+            node, twin = self.pinned.pop(which % len(self.pinned))
+            self.python.unpin(node)
+            self.twin.unpin(twin)
+
     @rule(inp=inputs, boundaries=marks)
     def peek(self, inp: list[int], boundaries: list[int]) -> None:
         plan = self.python.peek(inp, boundaries=boundaries)
@@ -243,6 +288,8 @@ class Twins(RuleBasedStateMachine):
         if not hasattr(self, "twin"):
             return
         assert self.twin.stats.copy() == self.python.stats
+        for node, twin in self.pinned:  # each still there, as often pinned
+            assert self.twin._core.pins(twin.slot) == node.pins > 0
         assert self.twin.freed() == freed_of(self.record)
         assert self.twin.take() == take(self.python)  # structure, states, stamps, clock
         self.twin.check()

@@ -67,6 +67,10 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         @staticmethod
         cbool any_negative(const int32_t*, i64)
         vector[int] walk()
+        cbool holds(int, i64)
+        void pin(int) except +
+        void unpin(int) except +
+        i64 pins(int)
         int parent(int)
         i64 depth(int)
         i64 uid(int)
@@ -412,6 +416,27 @@ cdef class NativeCore:
 
     def log_evictions(self, cbool on=True):
         self.core.log_evictions = on
+
+    # --- pins: a node is named by its slot and uid (`uid`), checked before use -----------
+
+    def uid(self, int slot):
+        """The uid of the node in `slot` (a node handed out is named by both)."""
+        return self.core.uid(slot)
+
+    def holds(self, int slot, i64 uid):
+        """Whether `slot` still holds the node `uid`."""
+        return self.core.holds(slot, uid)
+
+    def pin(self, int slot):
+        """`PrefixCache.pin` of the node in `slot` (the caller checked it with `holds`)."""
+        self.core.pin(slot)
+
+    def unpin(self, int slot):
+        """`PrefixCache.unpin`; ValueError, nothing changed, if it is not pinned."""
+        self.core.unpin(slot)
+
+    def pins(self, int slot):
+        return self.core.pins(slot)
 
     def drain_freed(self):
         """Evictions since the last drain: (action, depth, bytes freed)."""

@@ -18,8 +18,9 @@ same-system bound, which never evicts); one byte budget with KV per token; vLLM'
 mode (`peers.mamba_align.Align`) with its block queue (`BlockLRU`, or `BlockFlop`:
 Marconi's order for its states), KV in pages or per token; and SGLang's admission
 (`peers.mamba_radix.MambaRadix`, either buffer mode) with its two lists (`MambaRadixLRU`,
-or `MambaRadixFlop`; no cap on states per path), a state pool beside the KV or not. No
-engine handles, no eviction callback, no pins, the default namespace. That is vanilla,
+or `MambaRadixFlop`; no cap on states per path), a state pool beside the KV or not; pins
+(`CompiledCache.pin` of a node a lookup or commit returned, as `PrefixCache.pin`). No
+engine handles, no eviction callback, the default namespace. That is vanilla,
 vllm+, sglang+ and marconi (its bootstrap tuner's replays too), their bounds, marconi+ (its
 live cache and its shadow experts), the engines' emulations (`vllm-2026`, `sglang-2026`,
 `sglang-2026-extra` and their `+marconi`), and so the mirrors and replays of marconi's
@@ -41,6 +42,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
@@ -154,8 +156,8 @@ def replay_cache(spec: ModelSpec, capacity: int | str, admission: Admission,
 
     A `CompiledCache` is typed as the `PrefixCache` it stands in for: it has the surface
     a token-only driver uses (the simulator, the tuners' replays: `lookup`, `peek`,
-    `commit`, `serve`, `stats`, `alpha`, `eviction.alpha`, snapshots) and refuses the rest
-    (handles, pins, namespaces) with an error, never silently."""
+    `commit`, `serve`, `stats`, `alpha`, `eviction.alpha`, snapshots, pins) and refuses
+    the rest (handles, namespaces) with an error, never silently."""
     layout = layout or Layout()
     core = chosen()
     if core == "compiled" and compiled_reason(spec, admission, eviction, layout) is None:
@@ -236,9 +238,20 @@ class _Stats:
         return self.copy().as_dict()
 
 
+@dataclass(frozen=True, slots=True)
+class CompiledNode:
+    """A node of a `CompiledCache` as a lookup's plan or a commit's result names it (the
+    `Node` of the Python core): its slot in the core's arrays, its uid (a slot freed and
+    taken again holds another uid) and its depth. What `pin` and `unpin` take."""
+
+    slot: int
+    uid: int
+    depth: int
+
+
 class CompiledCache:
     """A token-only `PrefixCache` on the compiled core: the same lookups, commits,
-    counters and snapshots, no handles, no pins, the default namespace only."""
+    counters, snapshots and pins, no handles, the default namespace only."""
 
     compiled = True
 
@@ -317,15 +330,15 @@ class CompiledCache:
                salt: Salt = None) -> Plan:
         key = self._key(tokens, "lookup", salt)
         self._place(key, len(key) // TOKEN_BYTES, boundaries)
-        hit, matched, checkpoints, _ = self._core.lookup(key)
-        return Plan(hit, None, checkpoints, matched, len(key) // TOKEN_BYTES)
+        hit, matched, checkpoints, slot = self._core.lookup(key)
+        return Plan(hit, self._node(slot), checkpoints, matched, len(key) // TOKEN_BYTES)
 
     def peek(self, tokens: object, *, boundaries: Sequence[int] = (),
              salt: Salt = None) -> Plan:
         key = self._key(tokens, "peek", salt)
         self._place(key, len(key) // TOKEN_BYTES, boundaries)
-        hit, matched, checkpoints, _ = self._core.peek(key)
-        return Plan(hit, None, checkpoints, matched, len(key) // TOKEN_BYTES)
+        hit, matched, checkpoints, slot = self._core.peek(key)
+        return Plan(hit, self._node(slot), checkpoints, matched, len(key) // TOKEN_BYTES)
 
     def commit(self, tokens: object, n_input: int, states: None = None, kv: None = None, *,
                boundaries: Sequence[int] = (), salt: Salt = None) -> CommitResult:
@@ -336,8 +349,8 @@ class CompiledCache:
         if not 0 <= n_input <= n:
             raise ValueError(f"commit: n_input={n_input!r} outside [0, {n}]")
         self._place(key, n_input, boundaries)
-        refused, admitted, _ = self._core.commit(key, n_input)
-        return CommitResult(admitted, None, refused=refused)
+        refused, admitted, end = self._core.commit(key, n_input)
+        return CommitResult(admitted, self._node(end), refused=refused)
 
     def serve(self, key: bytes, n_input: int, boundaries: Sequence[int] = ()) -> int:
         """`PrefixCache.serve`: lookup of the input, commit of the whole (checked bytes)."""
@@ -381,11 +394,36 @@ class CompiledCache:
             j = self._core.serve_arrays(arrays, needs, hits, kv, ssm, j + 1)
         return hits, kv, ssm
 
-    def pin(self, node: object) -> None:
-        if node is not None:
-            raise ValueError("the compiled core has no pins: run MARCONI_CORE=python")
+    def _node(self, slot: int) -> Any:
+        """The node in `slot` as callers hold it (-1: None); typed as the `Node` it
+        stands in for."""
+        if slot < 0:
+            return None
+        return CompiledNode(slot, self._core.uid(slot), self._core.depth(slot))
 
-    unpin = pin
+    def pin(self, node: object) -> None:
+        """`PrefixCache.pin`: protect `node` (from this cache's lookup or commit, or a
+        clone's) and its ancestors from eviction until `unpin`. None: no-op."""
+        if node is not None:
+            self._core.pin(self._slot(node, "pin"))
+
+    def unpin(self, node: object) -> None:
+        """Undo one `pin(node)` (ValueError, nothing changed, if it is not pinned)."""
+        if node is not None:
+            slot = self._slot(node, "unpin")
+            try:
+                self._core.unpin(slot)
+            except ValueError:
+                raise ValueError(f"unpin of {node!r}, which is not pinned") from None
+
+    def _slot(self, node: object, where: str) -> int:
+        if not isinstance(node, CompiledNode):
+            raise ValueError(f"{where}: {node!r} is not a node of a compiled cache (a "
+                             f"lookup's plan.node or a commit's result.node)")
+        if not self._core.holds(node.slot, node.uid):
+            raise ValueError(f"{where}: {node!r} is no longer in the cache (evicted, or "
+                             f"merged into its child, before it was pinned)")
+        return node.slot
 
     @property
     def alpha(self) -> float:

@@ -5,7 +5,8 @@
 // one hash map and kept in a list in the order a Python dict keeps them), the paper's
 // judicious admission (or none), and two evictions: LRU over leaves and Marconi's
 // FLOP-aware score over candidates in slots. One byte budget, KV per token, the default
-// namespace, no pins, no engine handles: what a trace replay needs.
+// namespace, pins (a pinned node and its ancestors leave no book a victim is taken from,
+// as `PrefixCache.pin`), no engine handles: what a trace replay and a running request need.
 //
 // Exactness: FLOPs are summed in 128-bit integers; a FLOP efficiency is a correctly
 // rounded quotient as Python's int / int is, computed in doubles where both operands are
@@ -23,6 +24,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace marconi {
@@ -415,6 +417,43 @@ class Core {
         return hit;
     }
 
+    // --- pins (`PrefixCache.pin`, `unpin`) ------------------------------------------------
+
+    // Whether slot `v` holds the node whose uid is `uid` (a node a caller was handed is
+    // still in the tree): a pinned node never leaves, so its slot stays its own.
+    bool holds(int v, i64 uid) const {
+        return v > 0 && v < static_cast<int>(nodes_.size()) && nodes_[v].alive &&
+               nodes_[v].uid == uid;
+    }
+
+    // Protect `v` and its ancestors from eviction until `unpin(v)`: each gains a pin; one
+    // gaining its first leaves the books victims are taken from (root first, as the
+    // Python core's path).
+    void pin(int v) {
+        std::vector<int>& path = pin_path(v);
+        for (int u : path) {
+            if (++nodes_[u].pins == 1) {
+                pinned_.insert(u);
+                changed(u);
+            }
+        }
+    }
+
+    // Undo one `pin(v)`; nothing changes when a node on the path is not pinned.
+    void unpin(int v) {
+        std::vector<int>& path = pin_path(v);
+        for (int u : path)
+            if (nodes_[u].pins <= 0) throw std::invalid_argument("unpin of a node that is not pinned");
+        for (int u : path) {
+            if (--nodes_[u].pins == 0) {
+                pinned_.erase(u);
+                changed(u);
+            }
+        }
+    }
+
+    i64 pins(int v) const { return nodes_[v].pins; }
+
     // --- walks, snapshots ----------------------------------------------------------------
 
     // `RadixTree.nodes()`: every node but the root, parents before children, in the order
@@ -540,31 +579,38 @@ class Core {
 
     // Assert the books: bytes, leaf order, candidates (tests). Returns "" or the fault.
     std::string check() const {
-        i64 kv = 0, states = 0;
+        i64 kv = 0, states = 0, free_states = 0;
         size_t count = 0;
         for (int v : walk()) {
             ++count;
             kv += kv_bytes_of(v);
             states += nodes_[v].has_state;
+            free_states += nodes_[v].has_state && nodes_[v].pins == 0;
             const Node& x = nodes_[v];
             if (x.key.empty()) return "a node with an empty edge";
             if (x.depth != nodes_[x.parent].depth + edge_len(v)) return "a wrong depth";
-            if (evict_ == Evict::LRU && x.nchild == 0 && !x.in_order) return "a leaf out of the LRU order";
-            if ((scored() || multi()) && (x.nchild <= 1) != (x.slot >= 0)) return "candidates differ";
+            const bool free = x.pins == 0;  // (a pinned node is in no book)
+            if (!free && (x.in_order || x.in_states || x.slot >= 0)) return "a pinned node in a book";
+            if (x.pins > nodes_[x.parent].pins && x.parent != 0) return "a node pinned more than its parent";
+            if ((x.pins > 0) != (pinned_.count(v) > 0)) return "the pinned set differs";
+            if (evict_ == Evict::LRU && free && x.nchild == 0 && !x.in_order) return "a leaf out of the LRU order";
+            if ((scored() || multi()) && (free && x.nchild <= 1) != (x.slot >= 0)) return "candidates differ";
             if ((evict_ == Evict::DENSITY || multi()) && x.slot >= 0 &&
                 cls_[x.slot] != dens_[0].classify(x.nchild, x.depth))
                 return "a stale class";
-            if (multi() && x.nchild == 0 && !x.in_order) return "a leaf out of the LRU order";
-            if (two() && (x.nchild == 0) != x.in_order) return "the KV list differs";
-            if (two() && (x.has_state != x.in_states || x.has_state != x.sstamped))
+            if (multi() && free && x.nchild == 0 && !x.in_order) return "a leaf out of the LRU order";
+            if (two() && (free && x.nchild == 0) != x.in_order) return "the KV list differs";
+            if (two() && ((free && x.has_state) != x.in_states || x.has_state != x.sstamped))
                 return "the state list differs";
-            if (radix() && x.nchild == 0 && !x.has_state && !x.in_tomb)
+            if (radix() && free && x.nchild == 0 && !x.has_state && !x.in_tomb)
                 return "a stateless leaf not queued";
             if (x.copy && (page_ == 1 || (x.depth - edge_len(v)) % page_ == 0))
                 return "a page copy where no page is shared";
         }
         if (count != size_) return "node count differs";
-        if (two() && states_order_.size() != static_cast<size_t>(states))
+        for (int v : pinned_)
+            if (!nodes_[v].alive || nodes_[v].pins <= 0) return "a pinned node gone";
+        if (two() && states_order_.size() != static_cast<size_t>(free_states))
             return "the state list holds a state no more";
         if (kv != stats.kv_bytes) return "KV bytes differ";
         if (states != stats.states || states * spec_.ssm_bytes != stats.ssm_bytes) return "states differ";
@@ -578,6 +624,7 @@ class Core {
     struct Node {
         int parent = -1, first = -1, last = -1, next = -1, prev = -1, nchild = 0;
         i64 depth = 0, uid = 0;
+        i64 pins = 0;  // running requests using it (`Node.pins`)
         std::vector<i32> key;
         bool alive = false, has_state = false, in_order = false;
         double stamp = 0;
@@ -647,6 +694,7 @@ class Core {
     Density dens_[2];   // hit density (`set_density`); [1]: by depth (marconi+'s live cache)
 
     std::vector<int> loaded_;
+    std::unordered_set<int> pinned_;  // nodes with pins > 0 (`PrefixCache.pinned`)
     std::vector<int> protect_mark_;
     int protect_round_ = 0;
 
@@ -878,6 +926,8 @@ class Core {
         h.key.assign(x.key.begin(), x.key.begin() + at);
         h.parent = parent;
         h.depth = nodes_[parent].depth + at;
+        h.pins = x.pins;  // every pin through `v` runs through its new parent
+        if (h.pins > 0) pinned_.insert(head);
         replace_child(parent, v, head);
         std::vector<i32>(x.key.begin() + at, x.key.end()).swap(x.key);  // no spare capacity
         x.parent = head;
@@ -979,6 +1029,11 @@ class Core {
             protect_mark_[partial_] = protect_round_;
             kv += kv_bytes_of(partial_);
             states += nodes_[partial_].has_state;
+        }
+        for (int v : pinned_) {  // `Evicting._feasible`: the pinned and the protected
+            if (protected_(v)) continue;
+            kv += kv_bytes_of(v);
+            states += nodes_[v].has_state;
         }
         if (slots_ > 0 ? (kv > kv_capacity_ || states > slots_)
                        : kv + states * spec_.ssm_bytes > capacity_)
@@ -1162,12 +1217,23 @@ class Core {
         }
         for (int v : superseded) {
             const Node& x = nodes_[v];
-            if (x.alive && x.has_state && x.nchild == 1) evict(v, Act::MERGE, true);
+            if (x.alive && x.has_state && x.nchild == 1 && x.pins == 0) evict(v, Act::MERGE, true);
         }
     }
 
     std::vector<i64> positions_, cuts_;
     std::unordered_map<i64, int> at_;
+    std::vector<int> pin_path_;
+
+    // the nodes from the root (excluded) down to `v`, root first
+    std::vector<int>& pin_path(int v) {
+        if (v <= 0 || v >= static_cast<int>(nodes_.size()) || !nodes_[v].alive)
+            throw std::invalid_argument("pin: no such node in the tree");
+        pin_path_.clear();
+        for (int u = v; u != 0; u = nodes_[u].parent) pin_path_.push_back(u);
+        std::reverse(pin_path_.begin(), pin_path_.end());
+        return pin_path_;
+    }
 
     // --- the eviction policies -------------------------------------------------------------
 
@@ -1289,7 +1355,7 @@ class Core {
     // policy's lazy heap, whose valid entries are exactly these).
     void lru_update(int v) {
         Node& x = nodes_[v];
-        bool leaf = x.alive && x.nchild == 0 && v != 0;
+        bool leaf = x.alive && x.nchild == 0 && v != 0 && x.pins == 0;
         if (x.in_order) {
             order_.erase(std::tuple_cat(x.order_key, std::make_tuple(v)));
             x.in_order = false;
@@ -1311,7 +1377,7 @@ class Core {
             states_order_.erase(std::tuple_cat(x.states_key, std::make_tuple(v)));
             x.in_states = false;
         }
-        if (x.alive && x.has_state && v != 0) {
+        if (x.alive && x.has_state && v != 0 && x.pins == 0) {
             x.states_key = std::make_tuple(x.sstamped ? x.sstamp : 0.0,
                                            radix() ? x.depth : -x.depth, x.uid);
             states_order_.insert(std::tuple_cat(x.states_key, std::make_tuple(v)));
@@ -1396,7 +1462,7 @@ class Core {
                 Node& x = nodes_[u];
                 if (x.uid != id || !x.alive) continue;  // gone (the slot may be reused)
                 x.in_tomb = false;
-                if (x.nchild != 0 || x.has_state) continue;  // no longer a stateless leaf
+                if (x.nchild != 0 || x.has_state || x.pins) continue;  // unpinning queues it again
                 if (protected_(u)) kept.emplace_back(u, id); else found = u;
             }
             for (const auto& entry : kept) {
@@ -1478,7 +1544,7 @@ class Core {
     // FLOP-aware: `Candidates.update` (unpinned, at most one child), rows as `Columns`.
     void candidate_update(int v) {
         Node& x = nodes_[v];
-        if (x.alive && v != 0 && x.nchild <= 1) {
+        if (x.alive && v != 0 && x.nchild <= 1 && x.pins == 0) {
             if (x.slot < 0) {
                 x.slot = static_cast<int>(cand_.size());
                 cand_.push_back(v);
