@@ -479,9 +479,11 @@ def test_what_it_cannot_hold_is_refused_with_a_reason() -> None:
 @pytest.mark.parametrize("system", ["vanilla", "vllm+", "sglang+", "marconi", "vllm-2026",
                                     "vllm-2026+marconi", "sglang-2026", "sglang-2026-extra",
                                     "sglang-2026+marconi"])
-def test_a_replay_is_the_same_on_both_cores(system: str, monkeypatch: pytest.MonkeyPatch
-                                            ) -> None:
-    """The simulator's whole run, the bound and the bootstrap tuner's replays included."""
+@pytest.mark.parametrize("concurrent", [False, True], ids=["in-order", "concurrent"])
+def test_a_replay_is_the_same_on_both_cores(system: str, concurrent: bool,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulator's whole run, the bound and the bootstrap tuner's replays included;
+    `concurrent`: requests overlap, each pinning what it resumes from while it runs."""
     from marconi.sim import SimConfig, simulate
     from marconi.workload import TraceOptions, load_trace
 
@@ -489,8 +491,13 @@ def test_a_replay_is_the_same_on_both_cores(system: str, monkeypatch: pytest.Mon
     # a capacity that binds: vLLM+'s states every 32 tokens need more room to fit at all
     # (the engines' emulations: 300 MB holds no agent's request)
     capacity = "10GB" if system == "vllm+" else "1GB" if "2026" in system else "300MB"
-    config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system)
+    config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, concurrent=concurrent,
+                       decode_s_per_token=0.05)
     runs = {}
+    pins: list[object] = []  # the compiled cache's pins (concurrent: one per request)
+    pin = CompiledCache.pin
+    monkeypatch.setattr(CompiledCache, "pin", lambda self, node: (pins.append(node),
+                                                                  pin(self, node))[1])
     for core in compiled.CORES:
         monkeypatch.setenv(compiled.CORE_ENV, core)
         result = simulate(trace, config)
@@ -498,6 +505,7 @@ def test_a_replay_is_the_same_on_both_cores(system: str, monkeypatch: pytest.Mon
         summary.pop("seconds")
         runs[core] = (summary, result.records.hit.tolist(), result.records.bound.tolist())
     assert runs["compiled"] == runs["python"]
+    assert len(pins) == (len(trace) if concurrent else 0)  # it ran compiled, pins too
     summary = runs["python"][0]
     assert summary["evictions"] > 0 or system == "vanilla"  # the capacity binds
     if system in ("marconi", "vllm-2026+marconi", "sglang-2026+marconi"):
@@ -588,18 +596,21 @@ def test_the_depth_books_are_the_python_ones(learnt: list[int], n: int, pending:
     assert ours.depths() == oracle.depths()  # the copies are their own
 
 
+@pytest.mark.parametrize("concurrent", [False, True], ids=["in-order", "concurrent"])
 @pytest.mark.parametrize("trace", ["synthetic:multi-turn", "synthetic:rag", "synthetic:agent"])
-def test_marconi_plus_is_the_same_on_both_cores(trace: str,
+def test_marconi_plus_is_the_same_on_both_cores(trace: str, concurrent: bool,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """marconi+'s whole run on either core (its live cache and its shadows): the same
     hits, every expert's total, the same switches. The
     traces name message boundaries (the boundary experts' shadows part from their twins)
-    or reuse at depths the overlap planner places."""
+    or reuse at depths the overlap planner places; `concurrent`: requests overlap, each
+    pinning what it resumes from while it runs."""
     from marconi.sim import SimConfig, simulate
     from marconi.workload import TraceOptions, load_trace
 
     requests = load_trace(trace, options=TraceOptions(sessions=30, use_cache=False))
-    config = SimConfig(spec=PAPER_7B, capacity="400MB", system="marconi+", bounds=False)
+    config = SimConfig(spec=PAPER_7B, capacity="400MB", system="marconi+", bounds=False,
+                       concurrent=concurrent, decode_s_per_token=0.05)
     runs = {}
     for core in compiled.CORES:
         monkeypatch.setenv(compiled.CORE_ENV, core)

@@ -45,15 +45,15 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
     system = system or get_system(config.system)
     # waits for its replays: a deterministic run
     tuner = system.make_tuner(config.alpha, TunerOptions(wait=True, settings=config.settings()))
-    # token-only: on the compiled core where it runs the system (a concurrent replay pins)
-    replay = not config.concurrent
+    # token-only: on the compiled core where it runs the system (a concurrent replay's
+    # pins too)
     cache = system.cache(config.spec, config.capacity, alpha=config.alpha,
-                         layout=config.layout, as_engine=True, replay=replay)
+                         layout=config.layout, as_engine=True, replay=True)
     # the same pages, no state pool: nothing is ever evicted
     bound: PrefixCache | None = system.cache(
         config.spec, UNBOUNDED, alpha=config.alpha,
         layout=Layout(page_size=config.layout.page_size), evict_with=keep_all,
-        as_engine=True, replay=replay) if config.bounds else None
+        as_engine=True, replay=True) if config.bounds else None
     seen, dropped = SeenTree(), None
     records = Records.zeros(len(trace) if isinstance(trace, Sized) else STREAM_ROWS)
     arrivals, sessions = np.zeros(len(records)), []
