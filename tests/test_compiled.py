@@ -32,6 +32,7 @@ from marconi.peers.mamba_radix import (
     MambaRadixLRU,
     SGLangConfig,
 )
+from marconi.peers.seglen import SegLen
 from marconi.plus.admission import PLAIN, Structured
 from marconi.plus.density import HitDensity
 from marconi.plus.greedy_dual import GreedyDualFlop
@@ -55,6 +56,9 @@ POLICIES = {
     "sglang+": lambda spec, alpha, planner: (Judicious(), LRULeaf()),
     "lru-deepest": lambda spec, alpha, planner: (Judicious(), LRULeaf(deepest_first=True)),
     "marconi": lambda spec, alpha, planner: (Judicious(), FlopAware(spec, alpha)),
+    "marconi-inverse-age": lambda spec, alpha, planner: (
+        Judicious(), FlopAware(spec, alpha, Recency.INVERSE_AGE)),
+    "seglen": lambda spec, alpha, planner: (Judicious(), SegLen(alpha)),  # (alpha: the weight)
     "vanilla": lambda spec, alpha, planner: (NoAdmission(), LRULeaf()),
     "vllm+": lambda spec, alpha, planner: (Block(4), LRULeaf(deepest_first=True)),
     "block-flop": lambda spec, alpha, planner: (Block(3), FlopAware(spec, alpha)),
@@ -297,8 +301,12 @@ class Twins(RuleBasedStateMachine):
         eviction = self.python.eviction
         if isinstance(eviction, Scored):  # row order, touches, efficiencies: bit for bit
             columns = eviction.columns
-            assert self.twin.candidates() == [
-                (node.depth, float(columns["rec"][i]), float(columns["eff"][i]))
+            twin = self.twin.candidates()
+            if isinstance(eviction, SegLen):  # (no efficiency: its replay lengths are read
+                twin = [(depth, rec, 0.0) for depth, rec, _ in twin]  # at each victim)
+            assert twin == [
+                (node.depth, float(columns["rec"][i]),
+                 float(columns["eff"][i]) if eviction.candidate_set.efficiency else 0.0)
                 for i, node in enumerate(columns.nodes)]
         densities = [eviction] if isinstance(eviction, HitDensity) else []
         if isinstance(eviction, Switchable):  # every expert's books, whichever runs
@@ -445,7 +453,6 @@ def test_replay_cache_chooses_the_compiled_core_only_for_what_it_runs(
             assert isinstance(cache, CompiledCache) and cache.layout == layout
     align = Align(VLLMConfig(block=16))
     for spec, admission, eviction, layout in (
-            (SMALL, Judicious(), FlopAware(SMALL, recency=Recency.INVERSE_AGE), None),
             (SMALL, Judicious(), _MyLRU(), None),
             (SMALL, Judicious(), LRULeaf(), Layout(page_size=16)),
             (SMALL, align, LRULeaf(), None),  # vLLM's align mode runs with its queue only
@@ -476,7 +483,8 @@ def test_what_it_cannot_hold_is_refused_with_a_reason() -> None:
         cache.commit([1, 2], 3)
 
 
-@pytest.mark.parametrize("system", ["vanilla", "vllm+", "sglang+", "marconi", "vllm-2026",
+@pytest.mark.parametrize("system", ["vanilla", "vllm+", "sglang+", "marconi",
+                                    "marconi-inverse-age", "seglen", "vllm-2026",
                                     "vllm-2026+marconi", "sglang-2026", "sglang-2026-extra",
                                     "sglang-2026+marconi"])
 @pytest.mark.parametrize("concurrent", [False, True], ids=["in-order", "concurrent"])
@@ -508,7 +516,7 @@ def test_a_replay_is_the_same_on_both_cores(system: str, concurrent: bool,
     assert len(pins) == (len(trace) if concurrent else 0)  # it ran compiled, pins too
     summary = runs["python"][0]
     assert summary["evictions"] > 0 or system == "vanilla"  # the capacity binds
-    if system in ("marconi", "vllm-2026+marconi", "sglang-2026+marconi"):
+    if system in ("marconi", "marconi-inverse-age", "vllm-2026+marconi", "sglang-2026+marconi"):
         assert summary["alpha_status"] == "tuned"
 
 

@@ -84,6 +84,7 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         void set_radix(cbool, i64, i64, i64) except +
         void set_pool(i64, i64, double) except +
         void set_flop_states(const Spec&)
+        void set_flop_terms(cbool, double) except +
         void load_done(const double*, i64) except +
         string check()
         vector[cpp_tuple3] candidates()
@@ -193,7 +194,8 @@ cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gi
 
 ADMISSIONS = {"judicious": 0, "none": 1, "block": 2, "align": 3, "radix": 4}
 EVICTIONS = {"lru": 0, "flop": 1, "keep": 2, "gd": 3, "density": 4, "switchable": 5,
-             "blocklru": 6, "blockflop": 6, "radixlru": 7, "radixflop": 7}
+             "blocklru": 6, "blockflop": 6, "radixlru": 7, "radixflop": 7,
+             "flop-inverse-age": 1, "seglen": 1}
 ACTIONS = ("remove", "merge", "drop-state")
 
 
@@ -259,6 +261,11 @@ cdef class NativeCore:
     def set_flop_states(self, dict spec):
         """The block queue's states in Marconi's order, efficiencies from `spec`."""
         self.core.set_flop_states(_spec(spec))
+
+    def set_flop_terms(self, cbool inverse_age, double replay_weight):
+        """Marconi's score with the artifact's recency, or SegLen's replay length at
+        `replay_weight` (`Core::set_flop_terms`; < 0: the FLOP efficiency)."""
+        self.core.set_flop_terms(inverse_age, replay_weight)
 
     # --- structured admission, GreedyDual-FLOP, hit density --------------------------------
 

@@ -61,8 +61,8 @@ CORE_ENV = "MARCONI_CORE"
 CORES = ("python", "compiled")
 # what the compiled core runs, by `compiled_as`
 ADMISSIONS = ("judicious", "none", "block", "structured", "align", "radix")
-EVICTIONS = ("lru", "flop", "keep", "gd", "density", "switchable", "blocklru", "blockflop",
-             "radixlru", "radixflop")
+EVICTIONS = ("lru", "flop", "flop-inverse-age", "seglen", "keep", "gd", "density",
+             "switchable", "blocklru", "blockflop", "radixlru", "radixflop")
 # vLLM's align mode runs with its block queue (and it alone), KV in pages or per token;
 # SGLang's admission with its two lists (and they alone), a state pool or not
 BLOCK_QUEUES = ("blocklru", "blockflop")
@@ -291,6 +291,10 @@ class CompiledCache:
                                 float(policy.config.state_share))
         if self.layout.page_size > 1:
             self._core.set_pages(self.layout.page_size)
+        if compiled_as(eviction) == "flop-inverse-age":  # the artifact's recency
+            self._core.set_flop_terms(True, -1.0)
+        elif compiled_as(eviction) == "seglen":  # the replay length, not the efficiency
+            self._core.set_flop_terms(False, float(policy.weight))
         if compiled_as(eviction) in ("blockflop", "radixflop"):  # its own model's sizes
             self._core.set_flop_states(_sizes(policy.spec))
         if compiled_as(eviction) == "density":

@@ -117,8 +117,9 @@ class FlopAware(Scored):
 
     @property
     def compiled_as(self) -> str | None:
-        """"flop" where the compiled core runs it: the paper's recency."""
-        return "flop" if self.recency is Recency.TIME else None
+        """The compiled core's name for it: "flop" (the paper's recency) or
+        "flop-inverse-age" (the artifact's)."""
+        return "flop" if self.recency is Recency.TIME else "flop-inverse-age"
 
     def set_alpha(self, alpha: float) -> None:
         self.alpha = check_alpha(alpha)

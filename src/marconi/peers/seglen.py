@@ -38,6 +38,8 @@ class SegLen(Scored):
     candidate itself changing.
     """
 
+    compiled_as = "seglen"  # the compiled core runs it (marconi.core.compiled)
+
     def __init__(self, weight: float = 0.85) -> None:
         if not weight >= 0:
             raise ValueError(f"SegLen weight must be >= 0, got {weight!r}")

@@ -236,6 +236,16 @@ class Core {
         flop_spec_ = spec;
     }
 
+    // Marconi's score with another term (`Evict::FLOP` only; before any request):
+    // `inverse_age`, the artifact's recency `1 / (now - t + 1)` (`Recency.INVERSE_AGE`);
+    // `replay_weight` >= 0, SegLen (`peers.seglen.SegLen`): the replay length (tokens from
+    // the nearest state above) in place of the FLOP efficiency, at that weight
+    void set_flop_terms(bool inverse_age, double replay_weight) {
+        if (evict_ != Evict::FLOP) throw std::invalid_argument("set_flop_terms: FLOP-aware eviction only");
+        inverse_age_ = inverse_age;
+        replay_weight_ = replay_weight;
+    }
+
     // --- the request's life ------------------------------------------------------------
 
     PlanOut lookup(const i32* key, i64 n, bool plan_checkpoints = true) {
@@ -658,6 +668,9 @@ class Core {
     bool junctions_ = true;
     i64 page_ = 1;                   // tokens per KV page (`set_pages`)
     bool flop_states_ = false;       // `BlockFlop` (`set_flop_states`)
+    bool inverse_age_ = false;       // Marconi's other terms (`set_flop_terms`)
+    double replay_weight_ = -1;      // (< 0: the FLOP efficiency, not SegLen's replay length)
+    std::vector<double> term_rec_, term_eff_;
     Spec flop_spec_;
     double now_ = 0;                 // the block queue's clock: the last lookup's or commit's
     // the block queue's state list: (stamp, tie-break, id) -> slot, every live state
@@ -1633,19 +1646,22 @@ class Core {
         if (n == 0) return false;
         if (evict_ == Evict::GD) return lowest(v, act, -1);
         if (evict_ == Evict::DENSITY) return lowest(v, act, 0);
-        double rlo = rec_[0], rhi = rec_[0], elo = eff_[0], ehi = eff_[0];
+        const std::vector<double>& rec = inverse_age_ ? inverse_ages() : rec_;
+        const std::vector<double>& eff = replay_weight_ >= 0 ? replay_lengths() : eff_;
+        double rlo = rec[0], rhi = rec[0], elo = eff[0], ehi = eff[0];
         for (size_t i = 1; i < n; ++i) {
-            rlo = std::min(rlo, rec_[i]); rhi = std::max(rhi, rec_[i]);
-            elo = std::min(elo, eff_[i]); ehi = std::max(ehi, eff_[i]);
+            rlo = std::min(rlo, rec[i]); rhi = std::max(rhi, rec[i]);
+            elo = std::min(elo, eff[i]); ehi = std::max(ehi, eff[i]);
         }
-        const double alpha = alpha_;  // built with -ffp-contract=off: no fused multiply-add
+        // built with -ffp-contract=off: no fused multiply-add
+        const double alpha = replay_weight_ >= 0 ? replay_weight_ : alpha_;
         double rspan = rhi - rlo, espan = ehi - elo;
         double best = std::numeric_limits<double>::infinity();
         size_t found = n;
         for (size_t i = 0; i < n; ++i) {
             if (protected_(cand_[i])) continue;
-            double r = rhi > rlo ? (rec_[i] - rlo) / rspan : 1.0;
-            double e = ehi > elo ? (eff_[i] - elo) / espan : 1.0;
+            double r = rhi > rlo ? (rec[i] - rlo) / rspan : 1.0;
+            double e = ehi > elo ? (eff[i] - elo) / espan : 1.0;
             double product = alpha * e;
             double s = r + product;
             if (s < best) { best = s; found = i; }
@@ -1654,6 +1670,27 @@ class Core {
         *v = cand_[found];
         *act = nodes_[*v].nchild == 0 ? Act::REMOVE : Act::MERGE;
         return true;
+    }
+
+    // `marconi_scores`' recency under `Recency.INVERSE_AGE`: `1.0 / (now - t + 1.0)` per
+    // candidate, as numpy computes it (the clock a double: exact below 2^53)
+    const std::vector<double>& inverse_ages() {
+        const double now = static_cast<double>(clock);
+        term_rec_.resize(rec_.size());
+        for (size_t i = 0; i < rec_.size(); ++i) term_rec_[i] = 1.0 / ((now - rec_[i]) + 1.0);
+        return term_rec_;
+    }
+
+    // `seglen.replay_length` per candidate: tokens from the nearest ancestor holding a
+    // state (the root: none), read at each victim (a state above changes it)
+    const std::vector<double>& replay_lengths() {
+        term_eff_.resize(cand_.size());
+        for (size_t i = 0; i < cand_.size(); ++i) {
+            int u = nodes_[cand_[i]].parent;
+            while (u != 0 && !nodes_[u].has_state) u = nodes_[u].parent;
+            term_eff_[i] = static_cast<double>(nodes_[cand_[i]].depth - nodes_[u].depth);
+        }
+        return term_eff_;
     }
 
     // `Scored.victim` for GreedyDual-FLOP (rec + eff; the victim raises the level to its
