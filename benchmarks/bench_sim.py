@@ -2,12 +2,14 @@
 timed separately and the process's peak memory.
 
     .venv/bin/python benchmarks/bench_sim.py [--no-bounds] [--systems a,b] [--swe-capacity 20GB]
-        [--cores python,compiled] [--command]
+        [--cores python,compiled] [--concurrent] [--command]
 
 ShareGPT: first 100 sessions with >= 10 rounds at 5 GB. SWE-agent: the mini-swe-agent
 trajectories in ../shared/data at 40 GB, or `--swe-capacity` (skipped when absent). Model paper-7b.
 `--cores` replays each system on each core in turn (`MARCONI_CORE`; docs/architecture.md,
-"The compiled core"). `--command` times the whole command instead, start-up included:
+"The compiled core"). `--concurrent`: requests overlap as they arrive (`SimConfig.concurrent`,
+each pinning what it resumes from while it runs). `--command` times the whole command
+instead, start-up included:
 `marconi simulate sharegpt --sessions all --min-turns 1 --system S --capacity 5GB --json
 --quiet` (every conversation of the file, the trace cache warm) on each core, beside a plain
 JSON parse of the packaged ShareGPT file.
@@ -39,19 +41,21 @@ def peak_rss_mb() -> float:
 
 
 def bench(name: str, source: str, options: TraceOptions, capacity: str, systems: list[str],
-          bounds: bool, cores: list[str | None]) -> None:
+          bounds: bool, cores: list[str | None], concurrent: bool = False) -> None:
     t0 = time.perf_counter()
     trace = load_trace(source, options=options)
     load = time.perf_counter() - t0
     print(f"\n{name}: {len(trace)} requests, {trace.input_tokens / 1e6:.1f}M input tokens, "
-          f"capacity {capacity}; trace loading {load:.2f} s")
+          f"capacity {capacity}{', concurrent' if concurrent else ''}; "
+          f"trace loading {load:.2f} s")
     print(f"{'system':20} {'core':>8} {'replay s':>9} {'CPU s':>7} {'token hit':>10} "
           f"{'alpha':>7} {'peak RSS MB':>12}")
     for system in systems:
         for core in cores:
             if core is not None:
                 os.environ["MARCONI_CORE"] = core
-            config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=bounds)
+            config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=bounds,
+                               concurrent=concurrent)
             t0, cpu = time.perf_counter(), time.process_time()
             s = run(trace, config).summary()
             print(f"{system:20} {chosen():>8} {time.perf_counter() - t0:9.2f} "
@@ -119,6 +123,8 @@ def main() -> None:
                         help="capacity of the SWE-agent replays (20GB: the vLLM+ speed target)")
     parser.add_argument("--cores", default=None, metavar="python,compiled",
                         help="replay each system on each of these cores in turn")
+    parser.add_argument("--concurrent", action="store_true",
+                        help="requests overlap as they arrive (each pins what it resumes from)")
     parser.add_argument("--command", action="store_true",
                         help="time the whole simulate command on ShareGPT instead")
     args = parser.parse_args()
@@ -133,10 +139,10 @@ def main() -> None:
         command(systems, cores)
         return
     bench("ShareGPT", "sharegpt", TraceOptions(min_turns=10), "5GB", systems,
-          not args.no_bounds, cores)
+          not args.no_bounds, cores, args.concurrent)
     if TRAJS.is_dir():
         bench("SWE-agent", str(TRAJS), TraceOptions(sessions=None), args.swe_capacity, systems,
-              not args.no_bounds, cores)
+              not args.no_bounds, cores, args.concurrent)
     else:
         print(f"\nSWE-agent: skipped, {TRAJS} not present")
 

@@ -12,7 +12,8 @@ What runs compiled (`compiled_reason` says why anything else does not): the poli
 whose class declares `compiled_as`, the paper's judicious admission, vLLM+'s block
 admission, marconi+'s structured admission (its boundaries or planner's points handed over
 per request) or none, with LRU over leaves (either tie-break), Marconi's FLOP-aware
-eviction (the paper's recency), GreedyDual-FLOP, hit density (by depth too), marconi+'s
+eviction (the paper's recency or the artifact's), SegLen (the replay length in place of
+the efficiency), GreedyDual-FLOP, hit density (by depth too), marconi+'s
 live eviction (all of these but FLOP-aware at once, `Switchable`), or none at all (the
 same-system bound, which never evicts); one byte budget with KV per token; vLLM's align
 mode (`peers.mamba_align.Align`) with its block queue (`BlockLRU`, or `BlockFlop`:
@@ -21,7 +22,8 @@ Marconi's order for its states), KV in pages or per token; and SGLang's admissio
 or `MambaRadixFlop`; no cap on states per path), a state pool beside the KV or not; pins
 (`CompiledCache.pin` of a node a lookup or commit returned, as `PrefixCache.pin`). No
 engine handles, no eviction callback, the default namespace. That is vanilla,
-vllm+, sglang+ and marconi (its bootstrap tuner's replays too), their bounds, marconi+ (its
+vllm+, sglang+ and marconi (its bootstrap tuner's replays too), marconi-inverse-age,
+seglen, their bounds and concurrent replays, marconi+ (its
 live cache and its shadow experts), the engines' emulations (`vllm-2026`, `sglang-2026`,
 `sglang-2026-extra` and their `+marconi`), and so the mirrors and replays of marconi's
 integrations (`integrations.choosers`). Every other system, and every engine-facing
