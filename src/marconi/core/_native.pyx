@@ -88,6 +88,7 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         void load_done(const double*, i64) except +
         string check()
         vector[cpp_tuple3] candidates()
+        const vector[double]& flop_scores() except +
         vector[cpp_tuple3] state_ranks()
         void set_positions(const i64*, i64, cbool)
         void set_density(int, const vector[double]&, const vector[double]&,
@@ -493,6 +494,10 @@ cdef class NativeCore:
         """FLOP-aware candidates in row order: (depth, last touch, efficiency)."""
         cdef vector[cpp_tuple3] out = self.core.candidates()
         return [(get0(out[i]), get1(out[i]), get2(out[i])) for i in range(<int>out.size())]
+
+    def flop_scores(self):
+        """FLOP-aware eviction's score of each candidate now, in row order."""
+        return list(self.core.flop_scores())
 
     def state_ranks(self):
         """The block queue's states least recently used first: (depth, stamp, efficiency)

@@ -474,6 +474,12 @@ class CompiledCache:
         efficiency); empty under LRU (tests compare them with the Python policy's)."""
         return self._core.candidates()
 
+    def scores(self) -> list[float]:
+        """FLOP-aware eviction's score of each candidate at this clock, in row order (its
+        recency and its other term: the FLOP efficiency, or SegLen's replay length; tests
+        compare them with the Python policy's `scores`)."""
+        return self._core.flop_scores()
+
     def state_ranks(self) -> list[tuple[int, float, float]]:
         """`BlockFlop`'s states, least recently used first: (depth, stamp, efficiency)
         (tests compare them with the Python policy's `FlopStates.ranked`)."""

@@ -673,8 +673,10 @@ class Core {
     std::vector<double> term_rec_, term_eff_;
     Spec flop_spec_;
     double now_ = 0;                 // the block queue's clock: the last lookup's or commit's
-    // the block queue's state list: (stamp, tie-break, id) -> slot, every live state
-    std::set<std::tuple<double, i64, i64, int>> states_order_;
+    // an entry of an LRU order: (stamp, tie-break, id) -> slot
+    using Entry = std::tuple<double, i64, i64, int>;
+    // the block queue's state list: every live unpinned state
+    std::set<Entry> states_order_;
 
     std::vector<Node> nodes_;
     std::vector<int> free_;
@@ -688,7 +690,7 @@ class Core {
     i64 length_ = 0;
 
     // LRU over leaves: (stamp, tie-break, id) -> slot, the live unpinned leaves only
-    std::set<std::tuple<double, i64, i64, int>> order_;
+    std::set<Entry> order_;
     // FLOP-aware candidates: dense columns in slot order (as `Columns`); `cls_`: hit
     // density's class of each
     std::vector<int> cand_;
@@ -1401,13 +1403,9 @@ class Core {
     // `BlockLRU.victim`: the older of the two lists' heads (a state on a tie), a state
     // leaving alone; `BlockFlop`: the state that leaves is the first in Marconi's order
     bool two_victim(int* v, Act* act) {
-        const std::tuple<double, i64, i64, int>* kv = nullptr;
-        const std::tuple<double, i64, i64, int>* st = nullptr;
-        for (const auto& e : order_)
-            if (!protected_(std::get<3>(e))) { kv = &e; break; }
-        for (const auto& e : states_order_)
-            if (!protected_(std::get<3>(e))) { st = &e; break; }
-        auto head = [](const std::tuple<double, i64, i64, int>* e) {
+        const Entry* kv = first_free(order_);
+        const Entry* st = first_free(states_order_);
+        auto head = [](const Entry* e) {
             return std::make_tuple(std::get<0>(*e), std::get<1>(*e), std::get<2>(*e));
         };
         if (st != nullptr && (kv == nullptr || head(st) <= head(kv))) {
@@ -1437,27 +1435,17 @@ class Core {
         for (int k = 0; k < 2; ++k) {
             if ((k == 0) == states_first) {
                 int u = -1;
-                if (flop_states_ && alpha_ != 0.0) {
-                    bool any = false;
-                    for (const auto& e : states_order_)
-                        if (!protected_(std::get<3>(e))) { any = true; break; }
-                    if (any) u = flop_pick();
-                } else {
-                    for (const auto& e : states_order_)
-                        if (!protected_(std::get<3>(e))) { u = std::get<3>(e); break; }
-                }
+                if (const Entry* e = first_free(states_order_))
+                    u = flop_states_ && alpha_ != 0.0 ? flop_pick() : std::get<3>(*e);
                 if (u >= 0) {
                     *v = u;
                     *act = nodes_[u].nchild == 0 ? Act::REMOVE : Act::DROP;
                     return true;
                 }
-            } else {
-                for (const auto& e : order_)
-                    if (!protected_(std::get<3>(e))) {
-                        *v = std::get<3>(e);
-                        *act = Act::REMOVE;
-                        return true;
-                    }
+            } else if (const Entry* e = first_free(order_)) {
+                *v = std::get<3>(*e);
+                *act = Act::REMOVE;
+                return true;
             }
         }
         return false;
@@ -1613,16 +1601,19 @@ class Core {
         return exact_div(static_cast<i64>(saved >> 64), static_cast<unsigned long long>(saved), held);
     }
 
+    // the first entry of an LRU order outside the protected (nullptr: none)
+    const Entry* first_free(const std::set<Entry>& order) const {
+        for (const Entry& e : order)
+            if (!protected_(std::get<3>(e))) return &e;
+        return nullptr;
+    }
+
     bool lru_victim(int* v, Act* act) {
-        for (const auto& entry : order_) {
-            int u = std::get<3>(entry);
-            if (!protected_(u)) {
-                *v = u;
-                *act = Act::REMOVE;
-                return true;
-            }
-        }
-        return false;
+        const Entry* e = first_free(order_);
+        if (e == nullptr) return false;
+        *v = std::get<3>(*e);
+        *act = Act::REMOVE;
+        return true;
     }
 
     bool victim(int* v, Act* act) {
@@ -1646,6 +1637,26 @@ class Core {
         if (n == 0) return false;
         if (evict_ == Evict::GD) return lowest(v, act, -1);
         if (evict_ == Evict::DENSITY) return lowest(v, act, 0);
+        const std::vector<double>& score = flop_scores();
+        double best = std::numeric_limits<double>::infinity();
+        size_t found = n;
+        for (size_t i = 0; i < n; ++i) {  // the first lowest outside the protected
+            if (protected_(cand_[i])) continue;
+            if (score[i] < best) { best = score[i]; found = i; }
+        }
+        if (found == n) return false;
+        *v = cand_[found];
+        *act = nodes_[*v].nchild == 0 ? Act::REMOVE : Act::MERGE;
+        return true;
+    }
+
+  public:
+    // Marconi's score of every candidate now, in slot order (`FlopAware.scores`,
+    // `SegLen.scores`): recency and the other term min-max normalized (all equal: 1)
+    const std::vector<double>& flop_scores() {
+        const size_t n = cand_.size();
+        score_.resize(n);
+        if (n == 0) return score_;
         const std::vector<double>& rec = inverse_age_ ? inverse_ages() : rec_;
         const std::vector<double>& eff = replay_weight_ >= 0 ? replay_lengths() : eff_;
         double rlo = rec[0], rhi = rec[0], elo = eff[0], ehi = eff[0];
@@ -1655,23 +1666,17 @@ class Core {
         }
         // built with -ffp-contract=off: no fused multiply-add
         const double alpha = replay_weight_ >= 0 ? replay_weight_ : alpha_;
-        double rspan = rhi - rlo, espan = ehi - elo;
-        double best = std::numeric_limits<double>::infinity();
-        size_t found = n;
+        const double rspan = rhi - rlo, espan = ehi - elo;
         for (size_t i = 0; i < n; ++i) {
-            if (protected_(cand_[i])) continue;
             double r = rhi > rlo ? (rec[i] - rlo) / rspan : 1.0;
             double e = ehi > elo ? (eff[i] - elo) / espan : 1.0;
             double product = alpha * e;
-            double s = r + product;
-            if (s < best) { best = s; found = i; }
+            score_[i] = r + product;
         }
-        if (found == n) return false;
-        *v = cand_[found];
-        *act = nodes_[*v].nchild == 0 ? Act::REMOVE : Act::MERGE;
-        return true;
+        return score_;
     }
 
+  private:
     // `marconi_scores`' recency under `Recency.INVERSE_AGE`: `1.0 / (now - t + 1.0)` per
     // candidate, as numpy computes it (the clock a double: exact below 2^53)
     const std::vector<double>& inverse_ages() {
