@@ -308,6 +308,9 @@ class Twins(RuleBasedStateMachine):
                 (node.depth, float(columns["rec"][i]),
                  float(columns["eff"][i]) if eviction.candidate_set.efficiency else 0.0)
                 for i, node in enumerate(columns.nodes)]
+        if isinstance(eviction, FlopAware | SegLen) and len(eviction.columns):
+            # each candidate's score at this clock (either recency, either term): bit for bit
+            assert self.twin.scores() == eviction.scores(self.python.clock).tolist()
         densities = [eviction] if isinstance(eviction, HitDensity) else []
         if isinstance(eviction, Switchable):  # every expert's books, whichever runs
             assert self.twin.eviction.mode is eviction.mode
