@@ -33,6 +33,7 @@ from marconi.peers.mamba_radix import (
     SGLangConfig,
 )
 from marconi.peers.seglen import SegLen
+from marconi.peers.sparse_prefix import SparsePrefix
 from marconi.plus.admission import PLAIN, Structured
 from marconi.plus.density import HitDensity
 from marconi.plus.greedy_dual import GreedyDualFlop
@@ -59,6 +60,9 @@ POLICIES = {
     "marconi-inverse-age": lambda spec, alpha, planner: (
         Judicious(), FlopAware(spec, alpha, Recency.INVERSE_AGE)),
     "seglen": lambda spec, alpha, planner: (Judicious(), SegLen(alpha)),  # (alpha: the weight)
+    # sparse prefix caching: its placement's points per request, learnt from each commit
+    "sparse-prefix": lambda spec, alpha, planner: (SparsePrefix(2), LRULeaf()),
+    "sparse-flop": lambda spec, alpha, planner: (SparsePrefix(3), FlopAware(spec, alpha)),
     "vanilla": lambda spec, alpha, planner: (NoAdmission(), LRULeaf()),
     "vllm+": lambda spec, alpha, planner: (Block(4), LRULeaf(deepest_first=True)),
     "block-flop": lambda spec, alpha, planner: (Block(3), FlopAware(spec, alpha)),
@@ -487,7 +491,8 @@ def test_what_it_cannot_hold_is_refused_with_a_reason() -> None:
 
 
 @pytest.mark.parametrize("system", ["vanilla", "vllm+", "sglang+", "marconi",
-                                    "marconi-inverse-age", "seglen", "vllm-2026",
+                                    "marconi-inverse-age", "seglen", "sparse-prefix",
+                                    "vllm-2026",
                                     "vllm-2026+marconi", "sglang-2026", "sglang-2026-extra",
                                     "sglang-2026+marconi"])
 @pytest.mark.parametrize("concurrent", [False, True], ids=["in-order", "concurrent"])

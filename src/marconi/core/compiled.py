@@ -62,7 +62,7 @@ from marconi.core.units import parse_size
 CORE_ENV = "MARCONI_CORE"
 CORES = ("python", "compiled")
 # what the compiled core runs, by `compiled_as`
-ADMISSIONS = ("judicious", "none", "block", "structured", "align", "radix")
+ADMISSIONS = ("judicious", "none", "block", "structured", "sparse", "align", "radix")
 EVICTIONS = ("lru", "flop", "flop-inverse-age", "seglen", "keep", "gd", "density",
              "switchable", "blocklru", "blockflop", "radixlru", "radixflop")
 # vLLM's align mode runs with its block queue (and it alone), KV in pages or per token;
@@ -271,9 +271,10 @@ class CompiledCache:
         self.name = name
         self.admission = admission.for_model(spec)
         kind = compiled_as(admission)
-        # structured admission: judicious in the core, with the positions its Python side
-        # works out per request (`Structured.extra_positions`) handed over first
-        self._structured = kind == "structured"
+        # structured admission and sparse prefix caching's: judicious in the core, with
+        # the positions their Python side works out per request (`extra_positions`)
+        # handed over first
+        self._structured = kind in ("structured", "sparse")
         self._core = _native.NativeCore(
             _sizes(spec), self.capacity, "judicious" if self._structured else kind,
             compiled_as(eviction), float(eviction.alpha or 0.0),
@@ -314,11 +315,14 @@ class CompiledCache:
         self.eviction = _Eviction(eviction, self._core)
         self.stats = _Stats(self._core)
 
-    def _place(self, key: builtins.bytes, n_input: int, boundaries: Sequence[int]) -> None:
-        """Hand structured admission's positions for this request to the core."""
+    def _place(self, key: builtins.bytes, n_input: int, boundaries: Sequence[int],
+               phase: str) -> None:
+        """Hand the admission's positions for this request to the core (`phase`: "peek",
+        "lookup", "commit" or "serve", which is a lookup and its commit; an admission
+        that learns from what is committed learns there)."""
         if self._structured:
             self._core.set_positions(*self.admission.extra_positions(  # type: ignore[attr-defined]
-                key, n_input, boundaries))
+                key, n_input, boundaries, phase))
 
     def clone(self, shared: Sequence[object] = ()) -> CompiledCache:
         """`snapshot.clone`: an independent copy that behaves from here on as this one
@@ -335,14 +339,14 @@ class CompiledCache:
     def lookup(self, tokens: object, *, boundaries: Sequence[int] = (),
                salt: Salt = None) -> Plan:
         key = self._key(tokens, "lookup", salt)
-        self._place(key, len(key) // TOKEN_BYTES, boundaries)
+        self._place(key, len(key) // TOKEN_BYTES, boundaries, "lookup")
         hit, matched, checkpoints, slot = self._core.lookup(key)
         return Plan(hit, self._node(slot), checkpoints, matched, len(key) // TOKEN_BYTES)
 
     def peek(self, tokens: object, *, boundaries: Sequence[int] = (),
              salt: Salt = None) -> Plan:
         key = self._key(tokens, "peek", salt)
-        self._place(key, len(key) // TOKEN_BYTES, boundaries)
+        self._place(key, len(key) // TOKEN_BYTES, boundaries, "peek")
         hit, matched, checkpoints, slot = self._core.peek(key)
         return Plan(hit, self._node(slot), checkpoints, matched, len(key) // TOKEN_BYTES)
 
@@ -354,7 +358,7 @@ class CompiledCache:
         n = len(key) // TOKEN_BYTES
         if not 0 <= n_input <= n:
             raise ValueError(f"commit: n_input={n_input!r} outside [0, {n}]")
-        self._place(key, n_input, boundaries)
+        self._place(key, n_input, boundaries, "commit")
         refused, admitted, end = self._core.commit(key, n_input)
         return CommitResult(admitted, self._node(end), refused=refused)
 
@@ -364,7 +368,7 @@ class CompiledCache:
         if len(key) % TOKEN_BYTES or not 0 < n_input <= n:
             raise ValueError(f"serve: n_input={n_input!r} outside [1, {n}] (or the key is "
                              f"not int32 bytes: {len(key)} bytes)")
-        self._place(key, n_input, boundaries)
+        self._place(key, n_input, boundaries, "serve")
         return self._core.serve(key, n_input)
 
     def serve_tokens(self, tokens: object, n_input: int,

@@ -296,6 +296,7 @@ class SparsePrefix(Admission):
     the requests before it; a sequence is kept up to its last checkpoint."""
 
     truncates = True  # KV past the last checkpoint is never reusable
+    compiled_as = "sparse"  # the compiled core runs it (marconi.core.compiled)
 
     def __init__(self, budget: int = 4) -> None:
         if budget < 1:
@@ -358,6 +359,22 @@ class SparsePrefix(Admission):
         depth, points = self._plan(tokens[: n_input * TOKEN_BYTES])
         self._committed = (depth, tokens)
         return points
+
+    def extra_positions(self, key: bytes, n_input: int, boundaries: Sequence[int],
+                        phase: str = "lookup") -> tuple[tuple[int, ...], bool]:
+        """What a compiled cache's core needs for one request (`key`: its tokens, at least
+        the input's): the checkpoints and True (its only positions, the sequence kept up to
+        the last), as `preview` ("peek"), `checkpoints_at` ("lookup") or `positions_at`
+        ("commit", "serve": the request learnt when the next one is planned) work them
+        out."""
+        if phase == "peek":
+            return self.plan(key[: n_input * TOKEN_BYTES])[1], True
+        if phase == "lookup":
+            return self._plan(key[: n_input * TOKEN_BYTES])[1], True
+        if phase not in ("commit", "serve"):
+            raise ValueError(f"extra_positions: phase {phase!r} is not peek, lookup, commit "
+                             "or serve")
+        return self.positions_at(None, 0, n_input, boundaries, key), True  # type: ignore[arg-type]
 
     def _learn(self) -> None:
         """Learn the latest commit's request."""

@@ -76,13 +76,14 @@ class Structured(Judicious):
         here only)."""
         return None if self.config.partial else "structured"
 
-    def extra_positions(self, key: bytes, n_input: int, boundaries: Sequence[int]
-                        ) -> tuple[tuple[int, ...], bool]:
+    def extra_positions(self, key: bytes, n_input: int, boundaries: Sequence[int],
+                        phase: str = "lookup") -> tuple[tuple[int, ...], bool]:
         """What a compiled cache's core needs of this admission for one request (`key`:
-        at least its input's int32 bytes): the overlap planner's points for the input and
-        True (its only positions, the sequence kept up to the last), or the message
-        boundaries it checkpoints besides the judicious ones and False (each admitted
-        where it lies past the hit, inside the input, not held)."""
+        at least its input's int32 bytes; `phase` is the same to it): the overlap
+        planner's points for the input and True (its only positions, the sequence kept up
+        to the last), or the message boundaries it checkpoints besides the judicious ones
+        and False (each admitted where it lies past the hit, inside the input, not
+        held)."""
         if self.config.overlap:
             return self._overlap(key, n_input, 0), True
         config = self.config
