@@ -34,6 +34,7 @@ from marconi.peers.mamba_radix import (
 )
 from marconi.peers.seglen import SegLen
 from marconi.peers.sparse_prefix import SparsePrefix
+from marconi.peers.tlru import TailLRU
 from marconi.plus.admission import PLAIN, Structured
 from marconi.plus.density import HitDensity
 from marconi.plus.greedy_dual import GreedyDualFlop
@@ -63,6 +64,8 @@ POLICIES = {
     # sparse prefix caching: its placement's points per request, learnt from each commit
     "sparse-prefix": lambda spec, alpha, planner: (SparsePrefix(2), LRULeaf()),
     "sparse-flop": lambda spec, alpha, planner: (SparsePrefix(3), FlopAware(spec, alpha)),
+    # (its cuts hold no state: a candidate's replay runs past its parent)
+    "sparse-seglen": lambda spec, alpha, planner: (SparsePrefix(2), SegLen(alpha + 0.5)),
     "vanilla": lambda spec, alpha, planner: (NoAdmission(), LRULeaf()),
     "vllm+": lambda spec, alpha, planner: (Block(4), LRULeaf(deepest_first=True)),
     "block-flop": lambda spec, alpha, planner: (Block(3), FlopAware(spec, alpha)),
@@ -410,17 +413,20 @@ class RadixTwins(Twins):
     extra-buffer (tracked states aligned to T, the branch point, decode states, two
     working slots); a state pool beside the KV or one byte budget with the states' share;
     the list that gives the victim by which is short, stateless leaves collected last
-    queued first, and `MambaRadixFlop`'s order (over the parent, branches last)."""
+    queued first, and `MambaRadixFlop`'s order (over the parent, branches last) or
+    T-LRU's KV order (TEL-safe leaves first, by each node's high-water depth)."""
 
     @initialize(spec=st.sampled_from(["small", "paper-7b", "wide"]), entries=st.integers(0, 60),
                 alpha=st.sampled_from([0.0, 0.3, 1.0, 2.0]),
                 extra=st.booleans(), chunk=st.sampled_from([2, 5, 8192]),
                 track=st.integers(1, 4), interval=st.integers(1, 6),
                 share=st.sampled_from([0.0, 0.3, 0.9 / 1.9, 1.0]),
-                slots=st.integers(0, 6), states=st.integers(0, 6), flop=st.booleans())
+                slots=st.integers(0, 6), states=st.integers(0, 6),
+                lists=st.sampled_from(["lru", "flop", "tlru"]),
+                threshold=st.integers(0, 24), estimate=st.integers(0, 12))
     def make(self, spec: str, entries: int, alpha: float, extra: bool,  # type: ignore[override]
              chunk: int, track: int, interval: int, share: float, slots: int, states: int,
-             flop: bool) -> None:
+             lists: str, threshold: int, estimate: int) -> None:
         model = SPECS[spec]
         config = SGLangConfig(mode=BufferMode.EXTRA_BUFFER if extra else BufferMode.NO_BUFFER,
                               chunk=chunk, track=track, decode_interval=interval,
@@ -428,7 +434,8 @@ class RadixTwins(Twins):
         self.layout = Layout(state_slots=slots)
         self.structured, self.spec = False, model
         self.policy = lambda spec, alpha, planner: (
-            MambaRadix(config), MambaRadixFlop(config, model, alpha) if flop
+            MambaRadix(config), MambaRadixFlop(config, model, alpha) if lists == "flop"
+            else TailLRU(config, threshold=threshold, next_prompt=estimate) if lists == "tlru"
             else MambaRadixLRU(config))
         self.alpha, self.planner = alpha, OverlapPlanner()
         self.capacity = (entries * model.kv_bytes_per_token
@@ -492,7 +499,7 @@ def test_what_it_cannot_hold_is_refused_with_a_reason() -> None:
 
 @pytest.mark.parametrize("system", ["vanilla", "vllm+", "sglang+", "marconi",
                                     "marconi-inverse-age", "seglen", "sparse-prefix",
-                                    "vllm-2026",
+                                    "tlru", "vllm-2026",
                                     "vllm-2026+marconi", "sglang-2026", "sglang-2026-extra",
                                     "sglang-2026+marconi"])
 @pytest.mark.parametrize("concurrent", [False, True], ids=["in-order", "concurrent"])
@@ -506,7 +513,8 @@ def test_a_replay_is_the_same_on_both_cores(system: str, concurrent: bool,
     trace = load_trace("synthetic:agent", options=TraceOptions(sessions=12, use_cache=False))
     # a capacity that binds: vLLM+'s states every 32 tokens need more room to fit at all
     # (the engines' emulations: 300 MB holds no agent's request)
-    capacity = "10GB" if system == "vllm+" else "1GB" if "2026" in system else "300MB"
+    capacity = ("10GB" if system == "vllm+" else "1GB" if "2026" in system or system == "tlru"
+                else "300MB")
     config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, concurrent=concurrent,
                        decode_s_per_token=0.05)
     runs = {}

@@ -85,6 +85,7 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         void set_pool(i64, i64, double) except +
         void set_flop_states(const Spec&)
         void set_flop_terms(cbool, double) except +
+        void set_tlru(i64, i64) except +
         void load_done(const double*, i64) except +
         string check()
         vector[cpp_tuple3] candidates()
@@ -196,7 +197,7 @@ cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gi
 ADMISSIONS = {"judicious": 0, "none": 1, "block": 2, "align": 3, "radix": 4}
 EVICTIONS = {"lru": 0, "flop": 1, "keep": 2, "gd": 3, "density": 4, "switchable": 5,
              "blocklru": 6, "blockflop": 6, "radixlru": 7, "radixflop": 7,
-             "flop-inverse-age": 1, "seglen": 1}
+             "flop-inverse-age": 1, "seglen": 1, "radixtlru": 7}
 ACTIONS = ("remove", "merge", "drop-state")
 
 
@@ -262,6 +263,10 @@ cdef class NativeCore:
     def set_flop_states(self, dict spec):
         """The block queue's states in Marconi's order, efficiencies from `spec`."""
         self.core.set_flop_states(_spec(spec))
+
+    def set_tlru(self, i64 threshold, i64 next_prompt):
+        """T-LRU's KV order in SGLang's lists (`Core::set_tlru`)."""
+        self.core.set_tlru(threshold, next_prompt)
 
     def set_flop_terms(self, cbool inverse_age, double replay_weight):
         """Marconi's score with the artifact's recency, or SegLen's replay length at

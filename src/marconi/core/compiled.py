@@ -64,11 +64,11 @@ CORES = ("python", "compiled")
 # what the compiled core runs, by `compiled_as`
 ADMISSIONS = ("judicious", "none", "block", "structured", "sparse", "align", "radix")
 EVICTIONS = ("lru", "flop", "flop-inverse-age", "seglen", "keep", "gd", "density",
-             "switchable", "blocklru", "blockflop", "radixlru", "radixflop")
+             "switchable", "blocklru", "blockflop", "radixlru", "radixflop", "radixtlru")
 # vLLM's align mode runs with its block queue (and it alone), KV in pages or per token;
 # SGLang's admission with its two lists (and they alone), a state pool or not
 BLOCK_QUEUES = ("blocklru", "blockflop")
-RADIX_LISTS = ("radixlru", "radixflop")
+RADIX_LISTS = ("radixlru", "radixflop", "radixtlru")
 # an engine's admission -> the evictions it runs compiled with, in words
 ENGINE_PAIRS = {"align": (BLOCK_QUEUES, "vLLM's align mode", "its block queue"),
                 "radix": (RADIX_LISTS, "SGLang's admission", "its two lists")}
@@ -298,6 +298,8 @@ class CompiledCache:
             self._core.set_flop_terms(True, -1.0)
         elif compiled_as(eviction) == "seglen":  # the replay length, not the efficiency
             self._core.set_flop_terms(False, float(policy.weight))
+        if compiled_as(eviction) == "radixtlru":  # T-LRU's KV order
+            self._core.set_tlru(policy.threshold, policy.next_prompt)
         if compiled_as(eviction) in ("blockflop", "radixflop"):  # its own model's sizes
             self._core.set_flop_states(_sizes(policy.spec))
         if compiled_as(eviction) == "density":

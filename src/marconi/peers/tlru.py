@@ -34,6 +34,8 @@ def tel_safe(start: int, high: int, threshold: int, next_prompt: int) -> bool:
 class TailLRU(MambaRadixLRU):
     """`MambaRadixLRU` whose KV list gives TEL-safe leaves first (then LRU)."""
 
+    compiled_as = "radixtlru"  # marconi.core.compiled runs it (no cap on states per path)
+
     def __init__(self, config: SGLangConfig | None = None, *, threshold: int = 0,
                  next_prompt: int = 0) -> None:
         super().__init__(config)

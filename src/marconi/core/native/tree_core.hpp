@@ -236,6 +236,17 @@ class Core {
         flop_spec_ = spec;
     }
 
+    // T-LRU (`peers.tlru.TailLRU`, SGLang's lists only; before any request): the KV list
+    // gives its first TEL-safe leaf first, a conversation's next prefill kept within
+    // `threshold` tokens when its next prompt adds `next_prompt`
+    void set_tlru(i64 threshold, i64 next_prompt) {
+        if (evict_ != Evict::RADIX || threshold < 0 || next_prompt < 0)
+            throw std::invalid_argument("set_tlru: SGLang's lists, a threshold and estimate >= 0");
+        tlru_ = true;
+        threshold_ = threshold;
+        next_prompt_ = next_prompt;
+    }
+
     // Marconi's score with another term (`Evict::FLOP` only; before any request):
     // `inverse_age`, the artifact's recency `1 / (now - t + 1)` (`Recency.INVERSE_AGE`);
     // `replay_weight` >= 0, SegLen (`peers.seglen.SegLen`): the replay length (tokens from
@@ -385,6 +396,7 @@ class Core {
         if (!make_room(room, nw + working)) {
             stats.refused_commits += 1;
             // `on_commit(path, (), now)`: LRU touches the path; hit density sees the clock
+            if (tlru_) tlru_commit(path_, {}, {});
             if (evict_ == Evict::LRU || multi() || two()) touch_path(path_);
             see_clock();
             now_ = static_cast<double>(clock);
@@ -635,6 +647,8 @@ class Core {
         int parent = -1, first = -1, last = -1, next = -1, prev = -1, nchild = 0;
         i64 depth = 0, uid = 0;
         i64 pins = 0;  // running requests using it (`Node.pins`)
+        i64 high = 0;  // T-LRU's high-water depth below it, if `has_high` (`TailLRU.high`)
+        bool has_high = false;
         std::vector<i32> key;
         bool alive = false, has_state = false, in_order = false;
         double stamp = 0;
@@ -668,6 +682,8 @@ class Core {
     bool junctions_ = true;
     i64 page_ = 1;                   // tokens per KV page (`set_pages`)
     bool flop_states_ = false;       // `BlockFlop` (`set_flop_states`)
+    bool tlru_ = false;              // `TailLRU` (`set_tlru`): its threshold and estimate
+    i64 threshold_ = 0, next_prompt_ = 0;
     bool inverse_age_ = false;       // Marconi's other terms (`set_flop_terms`)
     double replay_weight_ = -1;      // (< 0: the FLOP efficiency, not SegLen's replay length)
     std::vector<double> term_rec_, term_eff_;
@@ -1201,6 +1217,7 @@ class Core {
             now_ = static_cast<double>(clock);
             std::vector<int> up;
             for (int v = end; v != 0; v = nodes_[v].parent) up.push_back(v);
+            if (tlru_) tlru_commit(std::vector<int>(up.rbegin(), up.rend()), created, fresh);
             for (auto it = up.rbegin(); it != up.rend(); ++it) {
                 set_stamp(*it, now_);
                 lru_update(*it);
@@ -1362,6 +1379,7 @@ class Core {
         }
         x.sstamped = false;
         x.copy = false;
+        x.has_high = false;
         x.in_tomb = false;  // (its entry, if any, stale: the id no longer matches)
         if (x.slot >= 0) drop_slot(v);
     }
@@ -1442,7 +1460,7 @@ class Core {
                     *act = nodes_[u].nchild == 0 ? Act::REMOVE : Act::DROP;
                     return true;
                 }
-            } else if (const Entry* e = first_free(order_)) {
+            } else if (const Entry* e = tlru_ ? first_tel_safe() : first_free(order_)) {
                 *v = std::get<3>(*e);
                 *act = Act::REMOVE;
                 return true;
@@ -1599,6 +1617,43 @@ class Core {
             return static_cast<double>(saved) / static_cast<double>(held);
         if (exact_div == nullptr) throw std::overflow_error("a FLOP efficiency beyond 2^53 with no exact division");
         return exact_div(static_cast<i64>(saved >> 64), static_cast<unsigned long long>(saved), held);
+    }
+
+    // `TailLRU.on_commit`: a new node (a split's head, a new leaf) takes the deepest mark
+    // below it, then every node on the committed path is raised to the path's end
+    void tlru_commit(const std::vector<int>& path, const std::vector<int>& created,
+                     const std::vector<int>& fresh) {
+        for (const std::vector<int>* group : {&created, &fresh}) {
+            for (int v : *group) {
+                i64 high = nodes_[v].depth;
+                for (int c = nodes_[v].first; c >= 0; c = nodes_[c].next)
+                    high = std::max(high, nodes_[c].has_high ? nodes_[c].high : nodes_[c].depth);
+                nodes_[v].high = high;
+                nodes_[v].has_high = true;
+            }
+        }
+        i64 end = path.empty() ? 0 : nodes_[path.back()].depth;
+        for (int v : path) {
+            Node& x = nodes_[v];
+            if ((x.has_high ? x.high : 0) < end) {
+                x.high = end;
+                x.has_high = true;
+            }
+        }
+    }
+
+    // `TailLRU._kv_victim`: the KV list's first unprotected TEL-safe leaf (its edge starts
+    // at or past `high + next_prompt - threshold`), else its first unprotected one
+    const Entry* first_tel_safe() const {
+        for (const Entry& e : order_) {
+            int u = std::get<3>(e);
+            const Node& x = nodes_[u];
+            i64 high = x.has_high ? x.high : x.depth;
+            if (!protected_(u) &&
+                x.depth - edge_len(u) >= std::max<i64>(high + next_prompt_ - threshold_, 0))
+                return &e;
+        }
+        return first_free(order_);
     }
 
     // the first entry of an LRU order outside the protected (nullptr: none)
