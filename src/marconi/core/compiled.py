@@ -11,7 +11,8 @@ cache.lookup(tokens); cache.commit(tokens, n_input); cache.stats; cache.serve(ke
 What runs compiled (`compiled_reason` says why anything else does not): the policies
 whose class declares `compiled_as`, the paper's judicious admission, vLLM+'s block
 admission, marconi+'s structured admission (its boundaries or planner's points handed over
-per request) or none, with LRU over leaves (either tie-break), Marconi's FLOP-aware
+per request), sparse prefix caching's (its placement's points, the same way) or none, with
+LRU over leaves (either tie-break), Marconi's FLOP-aware
 eviction (the paper's recency or the artifact's), SegLen (the replay length in place of
 the efficiency), GreedyDual-FLOP, hit density (by depth too), marconi+'s
 live eviction (all of these but FLOP-aware at once, `Switchable`), or none at all (the
@@ -19,15 +20,16 @@ same-system bound, which never evicts); one byte budget with KV per token; vLLM'
 mode (`peers.mamba_align.Align`) with its block queue (`BlockLRU`, or `BlockFlop`:
 Marconi's order for its states), KV in pages or per token; and SGLang's admission
 (`peers.mamba_radix.MambaRadix`, either buffer mode) with its two lists (`MambaRadixLRU`,
-or `MambaRadixFlop`; no cap on states per path), a state pool beside the KV or not; pins
+`MambaRadixFlop`, or `TailLRU`: T-LRU's KV order; no cap on states per path), a state pool
+beside the KV or not; pins
 (`CompiledCache.pin` of a node a lookup or commit returned, as `PrefixCache.pin`). No
 engine handles, no eviction callback, the default namespace. That is vanilla,
 vllm+, sglang+ and marconi (its bootstrap tuner's replays too), marconi-inverse-age,
-seglen, their bounds and concurrent replays, marconi+ (its
+seglen, sparse-prefix, tlru, their bounds and concurrent replays, marconi+ (its
 live cache and its shadow experts), the engines' emulations (`vllm-2026`, `sglang-2026`,
 `sglang-2026-extra` and their `+marconi`), and so the mirrors and replays of marconi's
-integrations (`integrations.choosers`). Every other system, and every engine-facing
-cache, runs the Python core.
+integrations (`integrations.choosers`). llamacpp-2026 (a namespace per session), and
+every engine-facing cache (handles), runs the Python core.
 Sparse prefix caching's placement (`place`), the sequences an overlap distribution has
 seen (`SequenceTree`) and its books of depths (`DepthBooks`) run here too.
 
