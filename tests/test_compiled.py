@@ -32,7 +32,7 @@ from marconi.peers.mamba_radix import (
     MambaRadixLRU,
     SGLangConfig,
 )
-from marconi.peers.seglen import SegLen
+from marconi.peers.seglen import SegLen, replay_length
 from marconi.peers.sparse_prefix import SparsePrefix
 from marconi.peers.tlru import TailLRU
 from marconi.plus.admission import PLAIN, Structured
@@ -427,6 +427,12 @@ class RadixTwins(Twins):
     def make(self, spec: str, entries: int, alpha: float, extra: bool,  # type: ignore[override]
              chunk: int, track: int, interval: int, share: float, slots: int, states: int,
              lists: str, threshold: int, estimate: int) -> None:
+        self._radix(spec, entries, alpha, extra, chunk, track, interval, share, slots, states,
+                    lists, threshold, estimate)
+
+    def _radix(self, spec: str, entries: int, alpha: float, extra: bool, chunk: int,
+               track: int, interval: int, share: float, slots: int, states: int, lists: str,
+               threshold: int, estimate: int) -> None:
         model = SPECS[spec]
         config = SGLangConfig(mode=BufferMode.EXTRA_BUFFER if extra else BufferMode.NO_BUFFER,
                               chunk=chunk, track=track, decode_interval=interval,
@@ -446,6 +452,25 @@ class RadixTwins(Twins):
 TestRadixTwins = RadixTwins.TestCase
 TestRadixTwins.settings = settings(max_examples=400, stateful_step_count=40, deadline=None,
                                    suppress_health_check=[HealthCheck.too_slow])
+
+
+class TlruTwins(RadixTwins):
+    """T-LRU's KV order alone, its bound often at a leaf's start (a small threshold and
+    estimate, short edges), leaves loaded from snapshots unmarked."""
+
+    @initialize(spec=st.sampled_from(["small", "paper-7b"]), entries=st.integers(4, 40),
+                extra=st.booleans(), chunk=st.sampled_from([2, 5, 8192]),
+                slots=st.integers(0, 4), threshold=st.integers(0, 16),
+                estimate=st.integers(0, 8))
+    def make(self, spec: str, entries: int, extra: bool,  # type: ignore[override]
+             chunk: int, slots: int, threshold: int, estimate: int) -> None:
+        self._radix(spec, entries, 0.0, extra, chunk, 1, 1, 0.3, slots, 3, "tlru", threshold,
+                    estimate)
+
+
+TestTlruTwins = TlruTwins.TestCase
+TestTlruTwins.settings = settings(max_examples=200, stateful_step_count=40, deadline=None,
+                                  suppress_health_check=[HealthCheck.too_slow])
 
 
 class _MyLRU(LRULeaf):
@@ -735,3 +760,22 @@ def test_sglangs_flop_order_keeps_a_branchs_state_last() -> None:
     freed = freed_of(record)
     assert freed[0] == ("remove", 8, 4 * kv + ssm)  # A's leaf, not the branch's state
     assert twin.freed() == freed
+
+
+def test_seglens_replay_runs_past_a_stateless_parent() -> None:
+    """Sparse prefix caching keeps a split without a state; the leaves below it replay
+    from the state above it (here the root), on both cores."""
+    caches = [PrefixCache(SMALL, "1GB", SparsePrefix(2), SegLen(0.8)),
+              CompiledCache(SMALL, "1GB", SparsePrefix(2), SegLen(0.8))]
+    for seq in ([1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 9, 9], [1, 2, 3, 4, 7, 7], [1, 2, 7, 7, 7]):
+        for cache in caches:
+            cache.lookup(seq)
+            cache.commit([*seq, 0], len(seq))
+    python, twin = caches
+    eviction = python.eviction
+    assert isinstance(eviction, SegLen)
+    stateless = [node for node in eviction.columns.nodes
+                 if node.parent is not None and node.parent.parent is not None
+                 and not node.parent.has_state]
+    assert stateless and all(replay_length(node) == node.depth for node in stateless)
+    assert twin.scores() == eviction.scores(python.clock).tolist()
