@@ -456,15 +456,16 @@ TestRadixTwins.settings = settings(max_examples=400, stateful_step_count=40, dea
 
 class TlruTwins(RadixTwins):
     """T-LRU's KV order alone, its bound often at a leaf's start (a small threshold and
-    estimate, short edges), leaves loaded from snapshots unmarked."""
+    estimate, short edges), leaves loaded from snapshots unmarked; the KV list gives most
+    victims (states may take the whole budget, or a pool of their own)."""
 
     @initialize(spec=st.sampled_from(["small", "paper-7b"]), entries=st.integers(4, 40),
                 extra=st.booleans(), chunk=st.sampled_from([2, 5, 8192]),
-                slots=st.integers(0, 4), threshold=st.integers(0, 16),
+                slots=st.sampled_from([0, 0, 3, 6]), threshold=st.integers(0, 16),
                 estimate=st.integers(0, 8))
     def make(self, spec: str, entries: int, extra: bool,  # type: ignore[override]
              chunk: int, slots: int, threshold: int, estimate: int) -> None:
-        self._radix(spec, entries, 0.0, extra, chunk, 1, 1, 0.3, slots, 3, "tlru", threshold,
+        self._radix(spec, entries, 0.0, extra, chunk, 1, 1, 1.0, slots, 3, "tlru", threshold,
                     estimate)
 
 
