@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import random
 
 import numpy as np
 import pytest
@@ -780,3 +781,71 @@ def test_seglens_replay_runs_past_a_stateless_parent() -> None:
                  and not node.parent.has_state]
     assert stateless and all(replay_length(node) == node.depth for node in stateless)
     assert twin.scores() == eviction.scores(python.clock).tolist()
+
+
+def test_t_lru_keeps_a_split_heads_high_water_mark() -> None:
+    """A retried prefix splits a conversation: the head takes the deep mark of the branch
+    below it, so once that branch leaves, the head (now a leaf) is not TEL-safe and a
+    later short conversation leaves instead, on both cores."""
+    a = list(range(100, 120))
+    capacity = 8 * SMALL.kv_bytes_per_token + 3 * SMALL.ssm_bytes
+    logs = []
+    for core in (PrefixCache, CompiledCache):
+        record: list[Freed] = []
+        config = SGLangConfig(state_share=1.0)
+        policies = MambaRadix(config), TailLRU(config, threshold=10, next_prompt=0)
+        cache = (PrefixCache(SMALL, capacity, *policies, on_evict=record.append)
+                 if core is PrefixCache else CompiledCache(SMALL, capacity, *policies))
+        if isinstance(cache, CompiledCache):
+            cache.log_evictions()
+        for inp, out in ((a[:19], a[19:]), (a[:5], a[5:6]), ([9, 9, 9], [1]), ([8, 8, 8], [1])):
+            cache.lookup(inp)
+            cache.commit(inp + out, len(inp))
+        logs.append(cache.freed() if isinstance(cache, CompiledCache) else freed_of(record))
+    # the branch past the split, then the short conversation, not the head at depth 5
+    assert [depth for _, depth, _ in logs[0]] == [19, 3]
+    assert logs[1] == logs[0]
+
+
+def tlru_pair(config: SGLangConfig, threshold: int, estimate: int, capacity: int,
+              slots: int) -> tuple[PrefixCache, CompiledCache]:
+    """SGLang's admission with T-LRU's lists on either core, empty."""
+    def policies() -> tuple[MambaRadix, TailLRU]:
+        return MambaRadix(config), TailLRU(config, threshold=threshold, next_prompt=estimate)
+    return (PrefixCache(SMALL, capacity, *policies(), state_slots=slots),
+            CompiledCache(SMALL, capacity, *policies(), layout=Layout(state_slots=slots)))
+
+
+def test_t_lru_is_the_same_on_both_cores_over_growing_conversations() -> None:
+    """Conversations that grow turn by turn, are retried from a shorter prefix (splits
+    under deep marks) and rebuilt from snapshots (unmarked nodes), under small thresholds
+    and estimates: T-LRU's victims, trees and counters on both cores, 3,000 seeded
+    workloads (its rarer rules differ from LRU on a few dozen of them)."""
+    for seed in range(3000):
+        rng = random.Random(seed)
+        threshold, estimate = rng.randint(0, 30), rng.randint(0, 10)
+        config = SGLangConfig(mode=rng.choice([BufferMode.NO_BUFFER, BufferMode.EXTRA_BUFFER]),
+                              chunk=rng.choice([4, 8192]), state_share=1.0)
+        slots = rng.choice([0, 4])
+        capacity = rng.randint(10, 60) * SMALL.kv_bytes_per_token + (slots + 3) * SMALL.ssm_bytes
+        make = (config, threshold, estimate, capacity, slots)
+        python, twin = tlru_pair(*make)
+        sessions = [[rng.randint(0, 3)] for _ in range(4)]
+        for step in range(40):
+            if rng.random() < 0.1:  # rebuilt: no node carries a mark
+                snap = take(python)
+                python, twin = tlru_pair(*make)
+                rebuild(snap, python)
+                rebuild(snap, twin)
+            k = rng.randrange(len(sessions))
+            if rng.random() < 0.2:  # retried from a shorter prefix
+                sessions[k] = sessions[k][: rng.randint(1, len(sessions[k]))]
+            inp = sessions[k] + [rng.randint(0, 9) for _ in range(rng.randint(1, 6))]
+            out = [rng.randint(0, 9) for _ in range(rng.randint(0, 4))]
+            where = f"seed {seed}, step {step}"
+            assert twin.lookup(inp).hit == python.lookup(inp).hit, where
+            done, twin_done = python.commit(inp + out, len(inp)), twin.commit(inp + out, len(inp))
+            assert (twin_done.refused, twin_done.admitted) == (done.refused, done.admitted), where
+            assert twin.take() == take(python), where
+            assert twin.stats.copy() == python.stats, where
+            sessions[k] = inp + out
