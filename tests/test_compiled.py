@@ -769,7 +769,8 @@ def test_seglens_replay_runs_past_a_stateless_parent() -> None:
     from the state above it (here the root), on both cores."""
     caches = [PrefixCache(SMALL, "1GB", SparsePrefix(2), SegLen(0.8)),
               CompiledCache(SMALL, "1GB", SparsePrefix(2), SegLen(0.8))]
-    for seq in ([1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 9, 9], [1, 2, 3, 4, 7, 7], [1, 2, 7, 7, 7]):
+    for seq in ([1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 9, 9], [1, 2, 3, 4, 7, 7], [1, 2, 7, 7, 7],
+                [5, 5, 5, 5, 5, 1], [5, 5, 5, 5, 5, 2], [5, 5, 5, 5, 5, 3]):
         for cache in caches:
             cache.lookup(seq)
             cache.commit([*seq, 0], len(seq))
@@ -780,6 +781,8 @@ def test_seglens_replay_runs_past_a_stateless_parent() -> None:
                  if node.parent is not None and node.parent.parent is not None
                  and not node.parent.has_state]
     assert stateless and all(replay_length(node) == node.depth for node in stateless)
+    # replays from the parent would all be equal here: the scores tell them apart
+    assert len({replay_length(node) for node in eviction.columns.nodes}) > 1
     assert twin.scores() == eviction.scores(python.clock).tolist()
 
 
