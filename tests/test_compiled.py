@@ -852,3 +852,19 @@ def test_t_lru_is_the_same_on_both_cores_over_growing_conversations() -> None:
             assert twin.take() == take(python), where
             assert twin.stats.copy() == python.stats, where
             sessions[k] = inp + out
+
+
+def test_sparse_prefix_serves_as_a_lookup_and_a_commit() -> None:
+    """A serve of the sequence just committed learns that commit first (its lookup's
+    plan), as the Python core's serve does, before it commits the same tokens again."""
+    caches = [PrefixCache(SMALL, "1GB", SparsePrefix(3), LRULeaf()),
+              CompiledCache(SMALL, "1GB", SparsePrefix(3), LRULeaf())]
+    plans = []
+    for cache in caches:
+        cache.lookup([0])
+        cache.commit([0], 1)
+        cache.serve_tokens(np.asarray([0], dtype=np.int32), 1)
+        plan = cache.lookup([0])
+        plans.append((plan.hit, plan.checkpoints, cache.stats.copy()))
+    assert plans[0][1] == (1,)  # the two learnt overlaps place a checkpoint at 1
+    assert plans[1] == plans[0]

@@ -364,14 +364,17 @@ class SparsePrefix(Admission):
                         phase: str = "lookup") -> tuple[tuple[int, ...], bool]:
         """What a compiled cache's core needs for one request (`key`: its tokens, at least
         the input's): the checkpoints and True (its only positions, the sequence kept up to
-        the last), as `preview` ("peek"), `checkpoints_at` ("lookup") or `positions_at`
-        ("commit", "serve": the request learnt when the next one is planned) work them
-        out."""
+        the last), as `preview` ("peek"), `checkpoints_at` ("lookup"), `positions_at`
+        ("commit": the request learnt when the next one is planned) or both of the last
+        two ("serve": a lookup of the input, then the commit, as `PrefixCache.serve`) work
+        them out."""
         if phase == "peek":
             return self.plan(key[: n_input * TOKEN_BYTES])[1], True
-        if phase == "lookup":
-            return self._plan(key[: n_input * TOKEN_BYTES])[1], True
-        if phase not in ("commit", "serve"):
+        if phase in ("lookup", "serve"):
+            points = self._plan(key[: n_input * TOKEN_BYTES])[1]
+            if phase == "lookup":
+                return points, True
+        elif phase != "commit":
             raise ValueError(f"extra_positions: phase {phase!r} is not peek, lookup, commit "
                              "or serve")
         return self.positions_at(None, 0, n_input, boundaries, key), True  # type: ignore[arg-type]
