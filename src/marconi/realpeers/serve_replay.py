@@ -154,7 +154,7 @@ async def _one(client: Any, model: str, turn: Turn, prompt: list[int]) -> Served
                 usage = chunk.usage
     except Exception as err:  # a failed request is counted and named, never dropped
         return Served(turn.index, len(prompt), 0, float("nan"), time.monotonic() - sent,
-                      output, digest, f"{type(err).__name__}: {err}", prompt)
+                      output, digest, _named(err), prompt)
     details = getattr(usage, "prompt_tokens_details", None)
     cached = int(getattr(details, "cached_tokens", 0) or 0)
     return Served(turn.index, int(getattr(usage, "prompt_tokens", len(prompt))), cached,
@@ -162,19 +162,50 @@ async def _one(client: Any, model: str, turn: Turn, prompt: list[int]) -> Served
                   output, digest, None, prompt)
 
 
+def _named(err: BaseException) -> str:
+    """The error and what caused it, outermost first (the client's "Connection error."
+    alone does not say whether the server refused, reset or never answered)."""
+    parts: list[str] = []
+    seen: BaseException | None = err
+    while seen is not None and len(parts) < 4:
+        parts.append(f"{type(seen).__name__}: {seen}".rstrip(": "))
+        seen = seen.__cause__ or seen.__context__
+    return " <- ".join(parts)
+
+
+SERVER_KEEP_ALIVE_S = 5.0  # how long uvicorn (vLLM's server) keeps an idle connection open
+
+
+def async_client(url: str, *, server_keep_alive: float = SERVER_KEEP_ALIVE_S,
+                 timeout: float = 600.0) -> Any:
+    """The `openai` client the replays send with: no retries (a failed request is counted,
+    not resent), and idle pooled connections dropped well before the server drops them.
+
+    With the client's default (5 s, uvicorn's too), a request sent after an idle gap of
+    about 5 s can go out on a connection the server is closing at that moment, and fails
+    with `APIConnectionError` although the server was well (a request of a quick
+    `bench_serve` run failed so, at random). `tests/test_serve_replay.py` shows it."""
+    import openai._base_client as base
+    from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+
+    # the HTTP library this openai uses (httpx2 in recent releases, httpx in older ones)
+    http = getattr(base, "httpx2", None) or getattr(base, "httpx")  # noqa: B009
+    limits = http.Limits(max_connections=1000, max_keepalive_connections=100,
+                        keepalive_expiry=server_keep_alive / 4)
+    return AsyncOpenAI(base_url=url + "/v1", api_key="none", timeout=timeout, max_retries=0,
+                       http_client=DefaultAsyncHttpxClient(limits=limits, timeout=timeout))
+
+
 def replay(url: str, model: str, trace: Scaled, *, concurrency: int = 8,
            progress: Any = None) -> Replayed:
     """Every turn of `trace` against the server at `url` (module docstring)."""
-    from openai import AsyncOpenAI
-
     by_session: dict[str, list[Turn]] = defaultdict(list)
     for turn in trace.turns:
         by_session[turn.session].append(turn)
     out: dict[int, Served] = {}
 
     async def run() -> None:
-        client = AsyncOpenAI(base_url=url + "/v1", api_key="none", timeout=600.0,
-                             max_retries=0)
+        client = async_client(url)
         limit = asyncio.Semaphore(concurrency)
         start = time.monotonic()
         try:
