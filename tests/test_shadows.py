@@ -179,6 +179,19 @@ class TestShadowTuner:
         hits = [_request(cache, inp, b, tuner) for inp, b in self._twice()]
         assert tuner.expert.boundaries is not Boundaries.NONE and hits[-1] == 200
 
+    def test_an_early_leader_is_followed_at_once(self) -> None:
+        """In the warm-up the leader is looked for after every request: the boundary
+        expert's shadow hits the first prefix's 2nd use (request 2), the live cache follows
+        it there and hits the next prefix's 2nd use (request 4); deciding every 16 requests
+        it would have missed the first eight pairs (a 100-request trace lost 12.6 points
+        so)."""
+        tuner = ShadowTuner()
+        cache = make_cache(SMALL, "1GB", "marconi+")
+        hits = [_request(cache, inp, b, tuner) for inp, b in self._twice()[:6]]
+        assert [s.at for s in tuner.switches] == [2]
+        assert tuner.expert.boundaries is not Boundaries.NONE
+        assert hits == [0, 0, 0, 200, 0, 200]
+
     def test_half_life_follows_the_recent_leader(self) -> None:
         """With `half_life` the decision weighs each request's saving 2^(-age / H): an
         expert far behind on the whole record but ahead lately is followed; without it,
@@ -197,9 +210,9 @@ class TestShadowTuner:
         _request(cache, _seq(5000, 10), tuner=tuner)  # a miss everywhere: decay only
         assert tuner.recent == pytest.approx(8.0 * 0.5 ** (1 / 64))
 
-    @pytest.mark.parametrize("kwargs", [{"experts": ()}, {"every": 0}, {"threshold": -1.0},
-                                        {"warmup": -1}, {"early_threshold": -1.0},
-                                        {"half_life": 0.0}])
+    @pytest.mark.parametrize("kwargs", [{"experts": ()}, {"every": 0}, {"early_every": 0},
+                                        {"threshold": -1.0}, {"warmup": -1},
+                                        {"early_threshold": -1.0}, {"half_life": 0.0}])
     def test_config_validated(self, kwargs: dict) -> None:
         with pytest.raises(ValueError, match="ShadowConfig"):
             ShadowConfig(**kwargs)

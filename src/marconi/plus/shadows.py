@@ -179,6 +179,11 @@ class ShadowReport:
 class ShadowConfig:
     experts: tuple[Expert, ...] = DEFAULT_EXPERTS  # the first runs until a leader emerges
     every: int = DECIDE_EVERY  # requests between decisions
+    # requests between decisions from `settle` to `warmup`; before `settle` the leader is
+    # looked for after every request: one found at request 3 is followed at 3, not at 16
+    # or 32 (on 100-request traces the requests run by the wrong expert before the first
+    # decisions were the whole regret)
+    early_every: int = 4
     threshold: float = 0.05  # relative lead the leader needs over the running expert
     # `sglang+`'s configuration (`SGLANG_PLUS`) is followed on a smaller lead: this share
     # of what a cache holding every input would save (the objective's total over the
@@ -206,11 +211,18 @@ class ShadowConfig:
     # `marconi+-overlap`): older ones are forgotten, so a server's memory stays bounded
     overlap_memory: int | None = OVERLAP_MEMORY
 
+    def decides(self, seen: int) -> bool:
+        """Whether the leader is looked for after `seen` requests."""
+        every = 1 if seen < self.settle else self.early_every if seen < self.warmup \
+            else self.every
+        return seen % every == 0
+
     def __post_init__(self) -> None:
         if not self.experts:
             raise ValueError("ShadowConfig.experts must not be empty")
-        if self.every < 1:
-            raise ValueError(f"ShadowConfig.every must be >= 1, got {self.every!r}")
+        if self.every < 1 or self.early_every < 1:
+            raise ValueError(f"ShadowConfig.every and early_every must be >= 1, got "
+                             f"{self.every!r}, {self.early_every!r}")
         if self.warmup < 0 or self.early_threshold < 0 or self.settle < 0:
             raise ValueError("ShadowConfig.warmup, early_threshold and settle must be >= 0, "
                              f"got {self.warmup!r}, {self.early_threshold!r}, {self.settle!r}")
@@ -299,7 +311,7 @@ class ShadowTuner:
         self._count_live(cache, int(n_input))
         if self.seen == self.config.warmup:
             self.warm = self.totals.copy()
-        if self.seen % self.config.every == 0:
+        if self.config.decides(self.seen):
             self._decide(cache)
         self.seconds += time.perf_counter() - start
 
