@@ -8,7 +8,10 @@ token, outputs cut to 32 tokens) and replayed through the real `openai` client w
 streaming against real server processes (`python -m vllm.entrypoints.openai.api_server`,
 marconi.realpeers.vllm_server), one after another on this machine, in the order stock,
 +marconi, +marconi+, prefix caching off (the exactness reference), stock again (`--repeat`:
-the spread between two stock runs is the noise the ratios are read against). Every server
+the spread between two stock runs is the noise the ratios are read against). `--rounds N`
+serves stock and each policy N times, interleaved (the reference once): the summary pools
+every round's requests, and a noise line gives each server's TTFT p95, so that a policy's
+p95 is read against stock's own spread rather than against one run. Every server
 gets the same contended pool (`--num-gpu-blocks-override`) and the same flags, the CPU
 build's mid-prefill checkpoint switched off in each (`MARCONI_VLLM_CPU_SPLIT=1`).
 
@@ -125,7 +128,10 @@ def serve_one(policy: str, plan: Plan, trace: Scaled, model: Path, out: Path,
     config = ServerConfig(model=model, policy="marconi" if fixed else policy,
                           blocks=plan.blocks, max_model_len=plan.max_model_len,
                           alpha=float(fixed.group(1)) if fixed else None)
-    log_path = out / f"{plan.trace}-{policy}.log".replace("/", "_")
+    log_path, k = out / f"{plan.trace}-{policy}.log".replace("/", "_"), 1
+    while log_path.exists():  # a later round's server: its own log
+        k += 1
+        log_path = out / f"{plan.trace}-{policy}#{k}.log".replace("/", "_")
     started = time.monotonic()
     with Server(config, log_path) as server:
         up = time.monotonic() - started
@@ -177,19 +183,56 @@ def table(plan: Plan, trace: Scaled, runs: list[Run]) -> None:
                 print(f"    request {s.index} failed: {s.error}")
 
 
+def _key(run: Run, runs: list[Run]) -> str:
+    """The run's name in the JSON of requests: its policy, with its round past the first
+    (marconi, marconi#2, ...)."""
+    same = [r for r in runs if r.policy == run.policy]
+    k = next(i for i, r in enumerate(same) if r is run)
+    return run.policy + (f"#{k + 1}" if k else "")
+
+
+def mean_cached(runs: list[Run], policy: str) -> float:
+    """A policy's cached tokens per server run (its rounds averaged)."""
+    got = [r.cached for r in runs if r.policy == policy]
+    return sum(got) / len(got)
+
+
+def noise(runs: list[Run]) -> str:
+    """Each server's cached tokens and TTFT p95, stock's first: the spread between stock's
+    own runs is what a policy's figures are read against."""
+    def figures(policy: str) -> str:
+        mine = [r for r in runs if r.policy == policy]
+        return (f"{label(policy)} x{len(mine)}: cached tokens "
+                + ", ".join(str(r.cached) for r in mine) + "; TTFT p95 "
+                + ", ".join(f"{1e3 * percentile([s.ttft for s in r.ok], 95):.0f}"
+                            for r in mine) + " ms")
+    policies = [p for p in dict.fromkeys(r.policy for r in runs) if p != "nocache"]
+    return "  noise: " + "; ".join(figures(p) for p in policies)
+
+
 def summary(policy: str, all_runs: list[list[Run]]) -> str:
-    mine = [next(r for r in runs if r.policy == policy) for runs in all_runs]
-    stock = [next(r for r in runs if r.policy == "stock") for runs in all_runs]
-    ref = [next((r for r in runs if r.policy == "nocache"), None) for runs in all_runs]
-    n = sum(len(r.replayed.served) for r in mine)
-    cached = share(sum(r.cached for r in mine), sum(r.cached for r in stock))
-    ttft = [s.ttft for r in mine for s in r.ok]
-    ttft0 = [s.ttft for r in stock for s in r.ok]
-    if all(f is not None for f in ref):
-        same = f"{sum(identical(m, f) for m, f in zip(mine, ref, strict=True))}/{n}"
-    else:  # no reference server was run: say so rather than count against nothing
-        same = f"{sum(identical(m, s) for m, s in zip(mine, stock, strict=True))}/{n} (to " \
-               "stock's; no server without prefix caching was run)"
+    """One policy against stock over every plan and round: cached tokens per server run,
+    TTFT percentiles over every request served, and outputs against the no-caching
+    server's (stock's where none ran)."""
+    n = same_n = 0
+    mine_cached = stock_cached = 0.0
+    ttft: list[float] = []
+    ttft0: list[float] = []
+    to_stock = False
+    for runs in all_runs:
+        mine = [r for r in runs if r.policy == policy]
+        ref = next((r for r in runs if r.policy == "nocache"), None)
+        if ref is None:  # no reference server was run: count against stock's first
+            ref, to_stock = next(r for r in runs if r.policy == "stock"), True
+        n += sum(len(r.replayed.served) for r in mine)
+        same_n += sum(identical(m, ref) for m in mine)
+        mine_cached += mean_cached(runs, policy)
+        stock_cached += mean_cached(runs, "stock")
+        ttft += [s.ttft for r in mine for s in r.ok]
+        ttft0 += [s.ttft for r in runs if r.policy == "stock" for s in r.ok]
+    cached = share(mine_cached, stock_cached)
+    same = f"{same_n}/{n}" + (" (to stock's; no server without prefix caching was run)"
+                              if to_stock else "")
     return (f"serve {label(policy)} vs {STOCK}: {n} requests, cached tokens ratio "
             f"{cached}, TTFT p50 ratio {percentile(ttft, 50) / percentile(ttft0, 50):.2f}, "
             f"p95 ratio {percentile(ttft, 95) / percentile(ttft0, 95):.2f}, outputs identical "
@@ -347,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=None,
                         help="every server's pool in blocks (default: each plan's)")
     parser.add_argument("--repeat", action="store_true", help="stock once more at the end")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="serve stock and each policy this many times, interleaved (the "
+                             "no-caching reference once); figures pooled over the rounds")
     parser.add_argument("--out", default=None, help="keep the logs and requests here")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--predict", default=None, metavar="BLOCKS,...",
@@ -368,6 +414,10 @@ def main(argv: list[str] | None = None) -> int:
     bad = [p for p in policies if p not in POLICIES and not FIXED.fullmatch(p)]
     if bad:
         parser.error(f"--policies: unknown {', '.join(bad)} (known: {', '.join(POLICIES)})")
+    if args.rounds < 1:
+        parser.error(f"--rounds: a positive number of rounds; got {args.rounds}")
+    policies = policies + [p for _ in range(args.rounds - 1) for p in policies
+                           if p != "nocache"]
     if args.repeat:
         policies.append("stock")
     plans = QUICK if args.quick else FULL
@@ -392,17 +442,13 @@ def main(argv: list[str] | None = None) -> int:
         print("  replay through vLLM's cache classes (same requests, one at a time), cached "
               "tokens: " + ", ".join(f"{label(p)} {n}" for p, n in guess.items())
               + "".join(f"; {label(p)} ratio {share(guess[p], guess['stock'])} "
-                        f"(served {share(r.cached, runs[0].cached)})"
-                        for p in guess if p != "stock"
-                        for r in [next(x for x in runs if x.policy == p)]))
-        if args.repeat:
-            first, again = runs[0], runs[-1]
-            print(f"  noise: stock twice, cached tokens {first.cached} and {again.cached}, "
-                  f"TTFT p95 {1e3 * percentile([s.ttft for s in first.ok], 95):.0f} and "
-                  f"{1e3 * percentile([s.ttft for s in again.ok], 95):.0f} ms")
+                        f"(served {share(mean_cached(runs, p), mean_cached(runs, 'stock'))})"
+                        for p in guess if p != "stock"))
+        if sum(r.policy == "stock" for r in runs) > 1:
+            print(noise(runs))
         all_runs.append(runs)
         (out / f"{plan.trace}.json".replace("/", "_")).write_text(json.dumps(
-            {r.policy: [asdict(s) for s in r.replayed.served] for r in runs}))
+            {_key(r, runs): [asdict(s) for s in r.replayed.served] for r in runs}))
     print()
     for policy in dict.fromkeys(policies):
         if policy not in ("stock", "nocache") and all_runs:

@@ -391,6 +391,91 @@ class TestTunerInItsOwnProcess:
         finally:
             tuning.close(timeout=30)
 
+    def test_no_thread_of_ours_polls_in_the_engine(self) -> None:
+        """The loop writes down the pipe itself: beside it only the reader, blocked on the
+        child's pipe (a writer thread waking every 10 ms took the GIL from the scheduler
+        and doubled a served run's TTFT p95)."""
+        import threading
+
+        tuning, _ = self._fed(True, "bootstrap", n=3)
+        try:
+            ours = sorted(t.name for t in threading.enumerate() if t.name.startswith("marconi"))
+            assert ours == ["marconi-tuner-alpha"]
+        finally:
+            tuning.close(timeout=60)
+
+    def test_a_stopped_child_never_blocks_the_loop_and_misses_nothing(self) -> None:
+        """With the child stopped the pipe fills; each feed returns at once (the rest
+        waits in the backlog) and, the child resumed, every request reaches it in order:
+        it chooses what the inline tuner chooses on the same requests."""
+        import os
+        import signal
+        import time
+
+        from marconi.workload import TraceOptions, load_trace
+
+        chat = list(load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=20)))
+        tuning, order = self._fed(True, "shadows", n=1)
+        inline, inline_order = self._fed(False, "shadows")
+        remote = tuning.remote
+        os.kill(remote.pid, signal.SIGSTOP)
+        try:
+            slowest, filled = 0.0, False
+            for r in chat[1:]:
+                start = time.perf_counter()
+                tuning.feed(r.tokens(), r.n_input)
+                slowest = max(slowest, time.perf_counter() - start)
+                filled = filled or bool(remote._backlog)
+            assert filled, "the pipe never filled"
+            assert slowest < 1.0  # never waited for the stopped child
+        finally:
+            os.kill(remote.pid, signal.SIGCONT)
+        tuning.close(timeout=120)
+        inline.close()
+        assert remote.dead == "closed" and remote.dropped == 0
+        assert tuning.report()["totals"] == inline.report()["totals"]
+        assert order.alpha == inline_order.alpha
+
+    def test_messages_written_in_parts_arrive_whole_and_in_order(self) -> None:
+        """A pipe of one page takes a 20 KB message in parts, the rest at later feeds and
+        at the end: the other end reads each request's ids and input length exactly as the
+        child's `recv_bytes` does, in order."""
+        import fcntl
+        import logging
+        import os
+        import threading
+        from multiprocessing.connection import Connection
+
+        from marconi.integrations.tuner_process import Remote
+
+        r, w = os.pipe()
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
+        os.set_blocking(w, False)
+        remote = Remote("Bootstrap", PAPER_7B, logging.getLogger("test.marconi"),
+                        lambda alpha: None)
+        remote._down = w
+        sent = [np.arange(n, dtype=np.int32) * 3 + n for n in (5, 5000, 700, 1, 12000, 64)]
+        got: list[bytes] = []
+
+        def read() -> None:
+            with Connection(r, writable=False) as down:
+                try:
+                    while True:
+                        got.append(down.recv_bytes())
+                except EOFError:
+                    pass
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        for ids in sent:
+            remote.feed(ids if len(ids) % 2 else list(ids), len(ids) // 2)
+        remote.close(timeout=30)
+        reader.join(timeout=30)
+        assert len(got) == len(sent)
+        for raw, ids in zip(got, sent, strict=True):
+            assert int.from_bytes(raw[-8:], "little") == len(ids) // 2
+            assert np.array_equal(np.frombuffer(raw[:-8], dtype=np.int32), ids)
+
     def test_the_engine_serves_on_at_its_last_alpha_when_the_child_dies(
             self, caplog: pytest.LogCaptureFixture) -> None:
         import logging

@@ -819,17 +819,14 @@ def _free(free: Any, integration: Integration) -> Any:
         if tuning is not None:
             _hand_over(tuning, counters, request, self.kv_cache_config)
         if counters.requests % REPORT_EVERY == 0:
-            remote = None if tuning is None else tuning.remote
-            packing = "" if remote is None else \
-                f", packing beside it {remote.feed_ns / counters.requests / 1e3:.0f}"
             per = 1e3 * counters.requests
             log.info("marconi: %d requests finished; in the scheduling loop %.0f us/request "
                      "(ordering %.0f: books %.0f, states cached %.0f, allocations %.0f, "
-                     "finished %.0f; hand-over %.0f%s); alpha %g (%s)", counters.requests,
+                     "finished %.0f; hand-over %.0f); alpha %g (%s)", counters.requests,
                      (counters.order_ns + counters.feed_ns) / per, counters.order_ns / per,
                      counters.books_ns / per, counters.record_ns / per,
                      counters.choose_ns / per, counters.past_ns / per,
-                     counters.feed_ns / per, packing, integration.order.alpha,
+                     counters.feed_ns / per, integration.order.alpha,
                      "fixed" if tuning is None else tuning.status())
 
     return marconi_free
@@ -845,7 +842,7 @@ def _hand_over(tuning: Tuning, counters: Counters, request: Any, kv_cache_config
                  f"process {tuning.remote.pid}" if tuning.remote is not None else
                  "a thread" if tuning.background else "inline")
     start = _now()
-    if tuning.remote is not None:  # the request's own list: the writer thread packs it
+    if tuning.remote is not None:  # the request's own list: packed as it is written
         tuning.feed(getattr(request, "_all_token_ids", request.all_token_ids),
                     int(request.num_prompt_tokens))
     else:
