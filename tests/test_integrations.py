@@ -41,7 +41,7 @@ class TestEitherPlugin:
                                                   engine: str) -> None:
         module, enable = PLUGINS[engine]
         monkeypatch.delenv(enable, raising=False)
-        assert module.plugin() is None and module._installed is None
+        assert module.plugin() is None and module._installed.current is None
 
     @pytest.mark.parametrize(("env", "said"), [
         ({"": "marconi"}, "needs MARCONI_MODEL"),

@@ -328,3 +328,21 @@ class Integration:
                 setattr(target, key, value)
         if self.tuning is not None:
             self.tuning.close(timeout=5.0)
+
+
+class Installed:
+    """The integration an engine's module has installed in this process (`current`; None:
+    none), and taking it out again: one per engine module."""
+
+    def __init__(self) -> None:
+        self.current: Integration | None = None
+
+    def put(self, done: Integration) -> Integration:
+        self.current = done
+        return done
+
+    def uninstall(self) -> None:
+        """Put the engine's own classes back (tests, benchmarks running both)."""
+        if self.current is not None:
+            self.current.uninstall()
+        self.current = None

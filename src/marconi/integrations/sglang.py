@@ -53,6 +53,7 @@ import numpy as np
 from marconi.core.scores import FlopsAt, flop_order
 from marconi.core.spec import ModelSpec
 from marconi.integrations.common import (
+    Installed,
     Integration,
     IntegrationError,
     Tuning,
@@ -127,14 +128,13 @@ def _depth(node: Any, memo: dict[int, int]) -> int:
 # --- installing it ----------------------------------------------------------------------
 
 
-_installed: Integration | None = None
+_installed = Installed()
 
 
 def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = None,
             background: bool = True) -> Integration:
     """Put Marconi's eviction into SGLang (before its caches are built); `alpha` fixes
     it, else the bootstrap tuner sets it (`background`: in its own thread)."""
-    global _installed
     check_policy("marconi.integrations.sglang", policy)
     check_version()
     core = os.environ.setdefault(CORE, "python")
@@ -153,16 +153,12 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
     urc.UnifiedRadixCache.on_release = _on_release(release, done)
     done.undo = [(registry, ComponentType.MAMBA, stock),
                  (urc.UnifiedRadixCache, "on_release", release)]
-    _installed = done
-    return done
+    return _installed.put(done)
 
 
 def uninstall() -> None:
     """Put SGLang's own classes back (tests, benchmarks running both)."""
-    global _installed
-    if _installed is not None:
-        _installed.uninstall()
-    _installed = None
+    _installed.uninstall()
 
 
 def plugin() -> None:

@@ -57,6 +57,7 @@ from marconi.core.scores import FlopsAt, flop_order, flop_score
 from marconi.core.spec import ModelSpec
 from marconi.integrations.common import (
     Counters,
+    Installed,
     Integration,
     IntegrationError,
     Tuning,
@@ -257,7 +258,7 @@ def first_lowest(effs: list[float], alpha: float) -> int:
 # --- installing it ----------------------------------------------------------------------
 
 
-_installed: Integration | None = None
+_installed = Installed()
 
 
 def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = None,
@@ -268,7 +269,6 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
     `process` in a child process). `orphans_first=False` leaves cached KV past a
     request's last state in vLLM's order (an ablation: with alpha 0 the engine is then
     stock vLLM)."""
-    global _installed
     check_policy(WHO, policy)
     check_version()
     from vllm.v1.core import kv_cache_coordinator as kcc
@@ -285,16 +285,12 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
     done.undo = [(kcc, "BlockPool", stock_pool),
                  (kcc.KVCacheCoordinator, "__init__", stock_init),
                  (kcm.KVCacheManager, "free", free)]
-    _installed = done
-    return done
+    return _installed.put(done)
 
 
 def uninstall() -> None:
     """Put vLLM's own classes back (tests, benchmarks running both)."""
-    global _installed
-    if _installed is not None:
-        _installed.uninstall()
-    _installed = None
+    _installed.uninstall()
 
 
 def plugin() -> None:
@@ -303,7 +299,7 @@ def plugin() -> None:
     (either without the other). A bad setting stops the process with one line. vLLM loads
     plugins in several processes and may call this more than once in one; a second call
     in a process changes nothing."""
-    if _installed is not None:
+    if _installed.current is not None:
         return
     with one_line_exit():
         split = os.environ.get(CPU_SPLIT, "")
