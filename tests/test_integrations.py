@@ -397,9 +397,10 @@ class TestTunerInItsOwnProcess:
         and doubled a served run's TTFT p95)."""
         import threading
 
+        before = set(threading.enumerate())  # (other tests' threads may still be there)
         tuning, _ = self._fed(True, "bootstrap", n=3)
         try:
-            ours = sorted(t.name for t in threading.enumerate() if t.name.startswith("marconi"))
+            ours = sorted(t.name for t in set(threading.enumerate()) - before)
             assert ours == ["marconi-tuner-alpha"]
         finally:
             tuning.close(timeout=60)
