@@ -24,6 +24,7 @@ import dataclasses
 import fcntl
 import logging
 import os
+import select
 import signal
 import struct
 import subprocess
@@ -165,13 +166,16 @@ class Remote:
     def close(self, timeout: float | None = None) -> None:
         """Let the child finish what it was given, collect its last word, and end it."""
         self._closing = True
-        fd = self._down
-        if fd is not None:  # what is left, waiting for the child this time; then its EOF
-            if self.dead is None:
-                os.set_blocking(fd, True)
-                self._flush()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._down is not None and (self._pending or self._backlog):
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break  # the child is not reading: what is left is not tuned on
+            select.select([], [self._down], [], left)  # what is left, as the child reads
+            self._flush()
+        if self._down is not None:  # (a child gone while flushing closed it already)
+            os.close(self._down)  # its EOF: the child's last word, then it exits
             self._down = None
-            os.close(fd)
         if self._proc is not None:
             try:
                 self._proc.wait(timeout)
