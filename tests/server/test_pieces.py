@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -216,7 +217,12 @@ class TestTuner:
     def test_each_system_gets_its_own_tuner(self) -> None:
         from marconi.paper.tuner import BootstrapTuner
         from marconi.plus.shadows import Boundaries, ShadowTuner
-        from marconi.server.backend import _tuner
+        from marconi.server.backend import _tuner as made
+
+        thread = ThreadPoolExecutor(max_workers=1)
+
+        def _tuner(config: ServerConfig) -> object:
+            return made(config, thread)
 
         shadows = _tuner(ServerConfig(system="marconi+"))
         assert isinstance(shadows, ShadowTuner)

@@ -159,3 +159,23 @@ def test_a_crashed_generation_is_answered_logged_and_counted(model: HybridModel)
     assert metrics["marconi:request_failure_total{reason=internal}"] == 1
     crashes = [r for r in log.records if r.exc_info and "generation failed" in r.getMessage()]
     assert len(crashes) == 1 and "a bug in the engine" in str(crashes[0].exc_info[1])
+
+
+def test_a_stopped_server_leaves_no_tuner_thread(model: HybridModel) -> None:
+    """The tuner's replays run on a thread of the server's own; the app's end stops it (a
+    process that serves many apps, a test suite, kept one idle thread per server)."""
+    before = set(threading.enumerate())
+    with serve(model, capacity="256MB", max_tokens=4, system="marconi") as served:
+        served.client().completions.create(model=served.model, prompt="hello there",
+                                           max_tokens=2)
+        executor = served.backend.tuner_thread
+        assert executor is not None
+        executor.submit(int).result(timeout=30)  # its thread exists now
+        ours = [t for t in set(threading.enumerate()) - before
+                if t.name.startswith("marconi-tuner")]
+        assert ours
+    for thread in ours:
+        thread.join(timeout=30)
+        assert not thread.is_alive(), f"{thread.name} outlived its server"
+    with pytest.raises(RuntimeError):
+        executor.submit(int)

@@ -63,6 +63,7 @@ def create_app(backend: Backend, config: ServerConfig) -> FastAPI:
         scheduler.stop()
         service.close()
         parser.close()
+        backend.close()
 
     def rejected(reason: str) -> None:
         metrics.rejected.labels(reason=reason).inc()

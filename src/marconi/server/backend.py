@@ -27,6 +27,12 @@ class Backend:
     engine: Engine
     codec: Codec
     name: str
+    tuner_thread: ThreadPoolExecutor | None = None  # where the tuner's replays run
+
+    def close(self) -> None:
+        """Stop the tuner's thread (a replay under way finishes first; none starts)."""
+        if self.tuner_thread is not None:
+            self.tuner_thread.shutdown(wait=True, cancel_futures=True)
 
     @property
     def max_context(self) -> int:
@@ -48,15 +54,16 @@ def build_backend(config: ServerConfig, model: HybridModel | None = None) -> Bac
     else:
         model = model or embedded_model(config.seed)
         codec = EmbeddedCodec()
-    tuner = _tuner(config)
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marconi-tuner")
+    tuner = _tuner(config, executor)
     engine = Engine(model, config.system, config.capacity, alpha=config.alpha, tuner=tuner,
                     tune=False)
     if tuner is not None:
         tuner.start(engine.cache)  # the first request is served by its first choice
-    return Backend(engine, codec, config.name)
+    return Backend(engine, codec, config.name, executor)
 
 
-def _tuner(config: ServerConfig) -> Tuner | None:
+def _tuner(config: ServerConfig, executor: ThreadPoolExecutor) -> Tuner | None:
     """The system's tuner, its replays on one named background thread so requests never
     wait (as the library's default does too; the simulator alone waits for each replay).
     marconi+'s shadow experts run inline: a token-level lookup and commit per expert
@@ -65,11 +72,11 @@ def _tuner(config: ServerConfig) -> Tuner | None:
 
     marconi+ starts on the expert that checkpoints the first message's end
     (`first_boundary`): the simulator's marconi+ starts on plain judicious admission and
-    adopts that expert only once it leads by 2x (about 130 requests on a fresh server); a
-    chat server knows its requests start with system prompts, so it starts there and a
-    system prompt hits on its second use. The shadows still switch away if it does not pay.
+    adopts that expert only once it leads by 2x, which takes requests whose first
+    messages repeat (`ShadowConfig.decides` says when it looks); a chat server knows its
+    requests start with system prompts, so it starts there and a system prompt hits on
+    its second use. The shadows still switch away if it does not pay.
     """
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marconi-tuner")
     return get_system(config.system).make_tuner(
         config.alpha, TunerOptions(executor=executor, wait=False, first_boundary=True))
 
