@@ -389,6 +389,13 @@ def main(argv: list[str] | None = None) -> int:
                              "alpha > 0 without waiting for the tuner)")
     parser.add_argument("--blocks", type=int, default=None,
                         help="every server's pool in blocks (default: each plan's)")
+    parser.add_argument("--stride", type=int, default=None,
+                        help="keep every N-th token of each trace (default: each plan's)")
+    parser.add_argument("--requests", type=int, default=None,
+                        help="the first N requests of each trace (default: each plan's)")
+    parser.add_argument("--max-model-len", type=int, default=None,
+                        help="every server's context in tokens; longer requests are dropped "
+                             "(default: each plan's)")
     parser.add_argument("--repeat", action="store_true", help="stock once more at the end")
     parser.add_argument("--rounds", type=int, default=1,
                         help="serve stock and each policy this many times, interleaved (the "
@@ -423,8 +430,12 @@ def main(argv: list[str] | None = None) -> int:
     plans = QUICK if args.quick else FULL
     if args.traces:
         plans = tuple(p for p in FULL + QUICK if p.trace in args.traces.split(","))
-    if args.blocks is not None:
-        plans = tuple(replace(p, blocks=args.blocks) for p in plans)
+    for field in ("blocks", "stride", "requests", "max_model_len"):
+        given = getattr(args, field)
+        if given is not None and given < 1:
+            parser.error(f"--{field.replace('_', '-')}: a positive number; got {given}")
+        if given is not None:
+            plans = tuple(replace(p, **{field: given}) for p in plans)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-serve-"))
     if args.predict is not None:
         pools = _pools(parser, args.predict)
