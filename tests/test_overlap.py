@@ -323,3 +323,32 @@ def test_sampled_shadows_keep_the_planner_learning_every_request() -> None:
     assert tuner.sampled_from == 40 and len(trace) > 60
     assert tuner.planner is not None and tuner.planner.requests == len(trace)
     assert all(s.admission.planner is tuner.planner for s in tuner.shadows)  # type: ignore[attr-defined]
+
+
+def test_a_hedging_admission_adds_the_planner_positions_to_the_boundaries() -> None:
+    """`hedge` (marconi+'s first requests): the overlap planner's positions beside the
+    message boundaries and judicious admission's, each sequence kept whole, the same in
+    the compiled core's hand-over (`extra_positions`) and the Python core's
+    (`positions_at`); exclusive with `overlap`, and it needs a planner."""
+    from marconi.core.tree import RadixTree
+
+    planner = _taught([1000, 1000, 3000, 3000, 3000])
+    key = np.arange(1, 5001, dtype=np.int32).tobytes()
+    points = [p for p in planner.points_of(key, 5000) if p < 5000]
+    assert points and not {100, 4000} & set(points)
+    admission = Structured(PLAIN, planner).for_model(SMALL)
+    admission.use_boundaries(first=True, last=True, hedge=True)
+    positions, truncates = admission.extra_positions(key, 5000, (100, 2500, 4000))
+    assert not truncates and not admission.truncates
+    assert positions == tuple(sorted({100, 4000, *points}))
+    match = RadixTree().match(key)
+    assert {100, 4000, *points} <= set(admission.positions_at(match, 5000, 5000,
+                                                              (100, 2500, 4000), key))
+    admission.use_boundaries(first=True, last=True)  # the hedge over: boundaries alone
+    assert admission.extra_positions(key, 5000, (100, 2500, 4000)) == ((100, 4000), False)
+    assert not set(points) & set(admission.positions_at(match, 5000, 5000,
+                                                        (100, 2500, 4000), key))
+    with pytest.raises(ValueError, match="exclusive"):
+        admission.use_boundaries(first=False, last=False, overlap=True, hedge=True)
+    with pytest.raises(ValueError, match="needs an overlap planner"):
+        Structured(PLAIN).use_boundaries(first=False, last=False, hedge=True)

@@ -13,10 +13,12 @@ from marconi.core.compiled import CORE_ENV, CORES, built
 from marconi.core.integrity import check_integrity
 from marconi.core.snapshot import Snapshot, take
 from marconi.core.spec import PAPER_7B
+from marconi.plus.admission import Structured
 from marconi.plus.greedy_dual import GreedyDualFlop
 from marconi.plus.shadows import (
     ATTENTION_ONLY,
     DEFAULT_EXPERTS,
+    HEDGE,
     SGLANG_PLUS,
     Boundaries,
     Expert,
@@ -185,12 +187,63 @@ class TestShadowTuner:
         it there and hits the next prefix's 2nd use (request 4); deciding every 16 requests
         it would have missed the first eight pairs (a 100-request trace lost 12.6 points
         so)."""
-        tuner = ShadowTuner()
+        tuner = ShadowTuner()  # no hedge (marconi+'s default), which would hit request 2
         cache = make_cache(SMALL, "1GB", "marconi+")
         hits = [_request(cache, inp, b, tuner) for inp, b in self._twice()[:6]]
         assert [s.at for s in tuner.switches] == [2]
         assert tuner.expert.boundaries is not Boundaries.NONE
         assert hits == [0, 0, 0, 200, 0, 200]
+
+    def test_the_hedge_takes_every_admission_early(self) -> None:
+        """Until the shadows tell which admission pays, the live cache checkpoints where
+        any expert's admission would: the first prefix's boundary is checkpointed on its
+        first use while the no-boundary expert runs, so its 2nd use (request 2) hits;
+        without the hedge only the boundary expert, followed from request 2, checkpoints
+        boundaries, from the next prefix on."""
+        for hedge, expected in ((HEDGE, [0, 200, 0, 200]), (0, [0, 0, 0, 200])):
+            tuner = ShadowTuner(ShadowConfig(hedge=hedge))
+            cache = make_cache(SMALL, "1GB", "marconi+")
+            tuner.start(cache)  # as a server does: request 1 runs under the tuner's choice
+            hits = [_request(cache, inp, b, tuner) for inp, b in self._twice()[:4]]
+            assert hits == expected, f"hedge {hedge}"
+            check_integrity(cache)
+
+    def test_only_the_hedge_variant_hedges(self) -> None:
+        for name, hedge in (("marconi+", 0), ("marconi+-hedge", HEDGE)):
+            tuner = get_system(name).make_tuner(None, TunerOptions())
+            assert isinstance(tuner, ShadowTuner) and tuner.config.hedge == hedge
+
+    def test_the_hedge_ends_after_its_requests(self) -> None:
+        """During the hedge the live admission is every expert's at once (both boundaries
+        and the overlap planner's positions, sequences kept whole); after `hedge` requests
+        it is the running expert's alone."""
+        tuner = ShadowTuner(ShadowConfig(hedge=3))
+        cache = make_cache(SMALL, "1GB", "marconi+")
+        admission = cache.admission
+        assert isinstance(admission, Structured)
+        for k, (inp, b) in enumerate(self._twice()[:5]):
+            _request(cache, inp, b, tuner)
+            assert tuner.hedging is (k + 1 < 3)
+            config = admission.config
+            if tuner.hedging:
+                assert config.hedge and config.boundaries == 1 and config.tail
+                assert not config.overlap and not admission.truncates
+            else:
+                assert not config.hedge
+                assert config.boundaries == int(tuner.expert.boundaries is Boundaries.FIRST)
+                assert config.tail is (tuner.expert.boundaries is Boundaries.LAST)
+
+    def test_a_refused_commit_ends_the_hedge(self) -> None:
+        """A cache too small for what the union admits refuses commits (a partly matched
+        sequence it cannot evict, more states than fit): the hedge stops at the first."""
+        tuner = ShadowTuner(ShadowConfig(hedge=HEDGE))
+        room = 300 * SMALL.kv_bytes_per_token + 2 * SMALL.ssm_bytes
+        cache = make_cache(SMALL, room, "marconi+")
+        _request(cache, _seq(0, 100), (50,), tuner)
+        assert tuner.hedging and cache.stats.refused_commits == 0
+        _request(cache, _seq(10_000, 400), (50,), tuner)  # bigger than the cache
+        assert cache.stats.refused_commits == 1 and not tuner.hedging
+        assert not cache.admission.config.hedge  # type: ignore[attr-defined]
 
     def test_half_life_follows_the_recent_leader(self) -> None:
         """With `half_life` the decision weighs each request's saving 2^(-age / H): an
@@ -212,7 +265,8 @@ class TestShadowTuner:
 
     @pytest.mark.parametrize("kwargs", [{"experts": ()}, {"every": 0}, {"early_every": 0},
                                         {"threshold": -1.0}, {"warmup": -1},
-                                        {"early_threshold": -1.0}, {"half_life": 0.0}])
+                                        {"early_threshold": -1.0}, {"half_life": 0.0},
+                                        {"hedge": -1}])
     def test_config_validated(self, kwargs: dict) -> None:
         with pytest.raises(ValueError, match="ShadowConfig"):
             ShadowConfig(**kwargs)

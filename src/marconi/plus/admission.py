@@ -44,6 +44,10 @@ class StructureConfig:
     min_gain: float = 1.0  # partial hit must save >= min_gain x (state bytes in KV tokens)
     memory: int = 4096  # partial-hit positions remembered (LRU)
     overlap: bool = False  # checkpoint where the overlap planner says (needs a planner)
+    # the overlap planner's positions too, beside the others, each sequence kept whole
+    # (marconi+'s first requests, before its experts' shadows tell which admission pays:
+    # every admission's positions at once); needs a planner
+    hedge: bool = False
 
     def __post_init__(self) -> None:
         if self.boundaries < 0:
@@ -88,23 +92,30 @@ class Structured(Judicious):
             return self._overlap(key, n_input, 0), True
         config = self.config
         lead = [*boundaries[: config.boundaries], *(boundaries[-1:] if config.tail else ())]
+        if config.hedge:
+            lead = sorted({*lead, *(p for p in self._overlap(key, n_input, 0) if p < n_input)})
         return tuple(int(b) for b in lead), False
 
-    def use_boundaries(self, *, first: bool, last: bool, overlap: bool = False) -> None:
+    def use_boundaries(self, *, first: bool, last: bool, overlap: bool = False,
+                       hedge: bool = False) -> None:
         """Checkpoint the first message boundary, the last, both or neither from now on,
         and the overlap planner's positions or not (marconi+'s shadow experts switch
-        this)."""
+        this); `hedge`: the overlap planner's positions beside the boundaries, each
+        sequence kept whole (`StructureConfig.hedge`)."""
         self._configure(dataclasses.replace(self.config, boundaries=int(first), tail=last,
-                                            overlap=overlap))
+                                            overlap=overlap, hedge=hedge))
 
     def _configure(self, config: StructureConfig) -> None:
         """Run `config` from now on (refused, the old one kept, if it needs a planner this
         admission lacks). Under the overlap planner a commit keeps a sequence up to its
         last state (`truncates`: KV beyond it serves no hybrid hit, as sparse prefix
         caching keeps it); otherwise all of it."""
-        if config.overlap and self.planner is None:
-            raise ValueError("Structured admission with overlap=True needs an overlap "
+        if (config.overlap or config.hedge) and self.planner is None:
+            raise ValueError("Structured admission with overlap or hedge needs an overlap "
                              "planner (`planner`; marconi+'s shadow tuner attaches one)")
+        if config.overlap and config.hedge:
+            raise ValueError("Structured admission: overlap and hedge are exclusive (hedge "
+                             "adds the overlap positions to the others)")
         self.config = config
         self.truncates = config.overlap
 
@@ -150,6 +161,8 @@ class Structured(Judicious):
         held = {n.depth for n in match.path if n.has_state}
         lead = [*boundaries[: self.config.boundaries],
                 *(boundaries[-1:] if self.config.tail else ())]
+        if self.config.hedge and tokens:
+            lead.extend(self._overlap(tokens, n_input, hit))
         out = {b for b in lead if hit < b < n_input and b not in held}
         partial = self._partial(match, n_input, hit, tokens, learn=learn, store=store)
         if partial is not None and partial not in held:

@@ -24,6 +24,11 @@ And a guard: while the live cache's own record (counted from its hit tokens) tra
 `sglang+`'s shadow by more than `lead`, `sglang+`'s configuration runs, so marconi+ does
 not stay below its own LRU configuration (docs/architecture.md, "marconi+'s regret",
 states the bounds).
+With `hedge` (`marconi+-hedge`: its first 32 requests, until a commit is refused) the
+live cache admits at every expert's positions at once, whichever expert runs, so that an
+early switch finds the winner's first checkpoints in place (a switch cannot take them
+after the fact); not marconi+'s default (experiments/RESULTS.md: on the agent
+trajectories at a contended capacity the extra states cost a point).
 `half_life` (off by default) decides on totals that forget: each request's saving
 weighted 2^(-age / half_life), so a leader of long ago is not followed for ever.
 A model without SSM layers runs one expert and no shadows (`ATTENTION_ONLY`).
@@ -92,6 +97,7 @@ class Boundaries(Enum):
 
 MESSAGE_BOUNDARIES = (Boundaries.NONE, Boundaries.FIRST, Boundaries.LAST)
 OVERLAP_MEMORY = 1 << 24  # tokens of sequences marconi+'s overlap planner keeps
+HEDGE = 32  # `marconi+-hedge`'s first requests admitted at every expert's positions
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +216,11 @@ class ShadowConfig:
     # tokens of the sequences seen the overlap planner keeps (None: every one; a replay's
     # `marconi+-overlap`): older ones are forgotten, so a server's memory stays bounded
     overlap_memory: int | None = OVERLAP_MEMORY
+    # requests during which the live cache admits at every position any expert's
+    # admission would (their union), whichever expert runs, until a commit is refused:
+    # until the shadows tell which admission pays, a switch finds the winner's early
+    # checkpoints in place (0: never, marconi+; `marconi+-hedge`: HEDGE)
+    hedge: int = 0
 
     def decides(self, seen: int) -> bool:
         """Whether the leader is looked for after `seen` requests."""
@@ -223,9 +234,10 @@ class ShadowConfig:
         if self.every < 1 or self.early_every < 1:
             raise ValueError(f"ShadowConfig.every and early_every must be >= 1, got "
                              f"{self.every!r}, {self.early_every!r}")
-        if self.warmup < 0 or self.early_threshold < 0 or self.settle < 0:
-            raise ValueError("ShadowConfig.warmup, early_threshold and settle must be >= 0, "
-                             f"got {self.warmup!r}, {self.early_threshold!r}, {self.settle!r}")
+        if self.warmup < 0 or self.early_threshold < 0 or self.settle < 0 or self.hedge < 0:
+            raise ValueError("ShadowConfig.warmup, early_threshold, settle and hedge must be "
+                             f">= 0, got {self.warmup!r}, {self.early_threshold!r}, "
+                             f"{self.settle!r}, {self.hedge!r}")
         if self.threshold < 0:
             raise ValueError(f"ShadowConfig.threshold must be >= 0, got {self.threshold!r}")
         if not (0 <= self.lead <= 1 and 0 <= self.clear_lead <= 1):
@@ -277,6 +289,10 @@ class ShadowTuner:
     # where an expert is Boundaries.OVERLAP: the overlap planner its admissions share,
     # taught every request observed (`marconi.plus.overlap`)
     planner: OverlapPlanner | None = None
+    # the admissions the experts add to judicious (`config.hedge`): their union runs live
+    # during the first `hedge` requests (empty: one admission, nothing to hedge)
+    union: frozenset[Boundaries] = frozenset()
+    hedging: bool = False  # the union runs now
 
     @property
     def expert(self) -> Expert:
@@ -307,6 +323,9 @@ class ShadowTuner:
             if self.planner is not None:  # every request, sampled or not (after the shadows:
                 self.planner.learn(key, n_input)  # they plan it as the live cache did)
         self.seen += 1
+        if self.hedging and (self.seen >= self.config.hedge or cache.stats.refused_commits):
+            self.hedging = False  # the hedge ends: the running expert's admission alone
+            self._apply(cache)
         self.ran[self.current] += 1
         self._count_live(cache, int(n_input))
         if self.seen == self.config.warmup:
@@ -380,7 +399,15 @@ class ShadowTuner:
         self.ran = np.zeros(len(experts), dtype=np.int64)
         if not self.shadows or self.config.sample_after is None or self.config.sample_rate >= 1:
             self._sessions = None  # never sampled: keep no sessions (a huge trace's names)
-        apply(cache, self.expert)
+        if len(experts) > 1:
+            self.union = frozenset(e.boundaries for e in experts) - {Boundaries.NONE}
+        self.hedging = bool(self.union) and self.config.hedge > 0
+        self._apply(cache)
+
+    def _apply(self, cache: PrefixCache) -> None:
+        """Run the current expert on the live cache, its admission the experts' union
+        while the hedge lasts (`config.hedge`)."""
+        apply(cache, self.expert, self.union if self.hedging else None)
 
     def _part(self, cache: PrefixCache) -> None:
         """The first request that names a message boundary: each boundary expert's shadow
@@ -441,7 +468,7 @@ class ShadowTuner:
         if best != self.current:
             self.current = best
             self.switches.append(Switch(self.seen, self.expert))
-            apply(cache, self.expert)
+            self._apply(cache)
 
     def report(self) -> ShadowReport:
         """What the tuner did so far."""
@@ -533,11 +560,19 @@ def _shadow(cache: PrefixCache, expert: Expert, scale: float = 1.0) -> PrefixCac
                         name=f"{cache.name} shadow {expert}", layout=layout)
 
 
-def apply(cache: PrefixCache, expert: Expert) -> None:
+def apply(cache: PrefixCache, expert: Expert, union: frozenset[Boundaries] | None = None
+          ) -> None:
     """Make `cache` (a marconi+ cache: Structured admission, Switchable eviction) run
-    `expert`. Switching is free: every eviction order is kept up to date all along."""
+    `expert`, or with `union` (not empty) `expert`'s eviction and every admission of
+    `union` at once (each sequence kept whole). Switching is free: every eviction order is
+    kept up to date all along."""
     admission, eviction = _policies(cache)
-    _use_boundaries(admission, expert)
+    if union:
+        admission.use_boundaries(first=Boundaries.FIRST in union,
+                                 last=Boundaries.LAST in union,
+                                 hedge=Boundaries.OVERLAP in union)
+    else:
+        _use_boundaries(admission, expert)
     eviction.set_setting(Setting(expert.mode, expert.alpha))
 
 
@@ -550,13 +585,13 @@ def _use_boundaries(admission: Structured, expert: Expert) -> None:
 
 def shadow_tuner(modes: Sequence[str], boundaries: bool, settings: Mapping[str, object], *,
                  first_boundary: bool = False, overlap: bool = True,
-                 overlap_memory: int | None = OVERLAP_MEMORY) -> ShadowTuner:
+                 overlap_memory: int | None = OVERLAP_MEMORY, hedge: int = 0) -> ShadowTuner:
     """marconi+'s tuner over the experts of these eviction `modes` (with every message
     boundary choice, or none without `boundaries`; with the overlap planner's positions
     too if `overlap`, the planner keeping `overlap_memory` tokens of sequences, None:
     all) and `sglang+`'s configuration (`SGLANG_PLUS`), the first running until a leader
     emerges; with `first_boundary` (a chat server), the first-message boundary expert
-    starts.
+    starts; the live cache hedges its admission for the first `hedge` requests.
 
     From the run's `settings` it takes `objective` and `shadow_sample_after` (absent: the
     `ShadowConfig` defaults, exact shadows)."""
@@ -571,4 +606,5 @@ def shadow_tuner(modes: Sequence[str], boundaries: bool, settings: Mapping[str, 
     sample_after = cast("int | None", settings.get("shadow_sample_after"))
     objective = Objective(settings.get("objective", Objective.FLOPS))
     return ShadowTuner(ShadowConfig(experts=experts, objective=objective,
-                                    sample_after=sample_after, overlap_memory=overlap_memory))
+                                    sample_after=sample_after, overlap_memory=overlap_memory,
+                                    hedge=hedge))

@@ -16,19 +16,21 @@ from marconi.systems.registry import (
 
 
 def shadows(modes: tuple[str, ...] = ("density", "depth", "flop"),
-            boundaries: bool = True, overlap: bool = True, whole_memory: bool = False
-            ) -> TunerFactory:
+            boundaries: bool = True, overlap: bool = True, whole_memory: bool = False,
+            hedge: bool = False) -> TunerFactory:
     """marconi+'s shadow experts over these eviction modes (and every message boundary
     choice, or none when `boundaries` is False; and the overlap planner's positions when
     `overlap`, its planner keeping every sequence seen when `whole_memory`, else the
-    latest `OVERLAP_MEMORY` tokens)."""
+    latest `OVERLAP_MEMORY` tokens); with `hedge`, the live cache admits at every
+    expert's positions for its first `HEDGE` requests."""
 
     def make(options: TunerOptions) -> Tuner:
-        from marconi.plus.shadows import OVERLAP_MEMORY, shadow_tuner
+        from marconi.plus.shadows import HEDGE, OVERLAP_MEMORY, shadow_tuner
 
         return shadow_tuner(modes, boundaries, options.settings,
                             first_boundary=options.first_boundary, overlap=overlap,
-                            overlap_memory=None if whole_memory else OVERLAP_MEMORY)
+                            overlap_memory=None if whole_memory else OVERLAP_MEMORY,
+                            hedge=HEDGE if hedge else 0)
 
     return make
 
@@ -74,3 +76,6 @@ _plus("marconi+-overlap", "marconi+ with its overlap planner keeping every seque
       shadows(whole_memory=True), unbounded=UNBOUNDED_PLANNER)
 _plus("marconi+-no-overlap", "marconi+ without sparse prefix caching's placement (the design "
       "before 2026-12-04)", shadows(overlap=False))
+_plus("marconi+-hedge", "marconi+ whose live cache admits at every expert's positions for its "
+      "first 32 requests, so an early switch finds the winner's checkpoints in place",
+      shadows(hedge=True))
