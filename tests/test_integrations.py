@@ -433,6 +433,20 @@ class TestTunerInItsOwnProcess:
         assert tuning.report()["totals"] == inline.report()["totals"]
         assert order.alpha == inline_order.alpha
 
+    def test_a_request_crosses_the_pipe_as_int32_ids_and_its_input_length(self) -> None:
+        """A list crosses as it is (the child converts it), any other sequence as a list
+        (vLLM's read-only list type is not importable in the child), an array as int32."""
+        import pickle
+
+        from marconi.integrations.tuner_process import pack, unpack
+
+        ids = [3, 70_000, 151_935, 0, 42]
+        for given in (ids, tuple(ids), np.array(ids, dtype=np.int64)):
+            tokens, n_input = unpack(pack(given, 3))
+            assert tokens.dtype == np.int32 and tokens.tolist() == ids and n_input == 3
+            inner = pickle.loads(pack(given, 3))[0]
+            assert type(inner) in (list, np.ndarray)
+
     def test_messages_written_in_parts_arrive_whole_and_in_order(self) -> None:
         """A pipe of one page takes a 20 KB message in parts, the rest at later feeds and
         at the end: the other end reads each request's ids and input length exactly as the
@@ -443,7 +457,7 @@ class TestTunerInItsOwnProcess:
         import threading
         from multiprocessing.connection import Connection
 
-        from marconi.integrations.tuner_process import Remote
+        from marconi.integrations.tuner_process import Remote, unpack
 
         r, w = os.pipe()
         fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
@@ -465,13 +479,14 @@ class TestTunerInItsOwnProcess:
         reader = threading.Thread(target=read)
         reader.start()
         for ids in sent:
-            remote.feed(ids if len(ids) % 2 else list(ids), len(ids) // 2)
+            remote.feed(ids if len(ids) % 2 else ids.tolist(), len(ids) // 2)
         remote.close(timeout=30)
         reader.join(timeout=30)
         assert len(got) == len(sent)
         for raw, ids in zip(got, sent, strict=True):
-            assert int.from_bytes(raw[-8:], "little") == len(ids) // 2
-            assert np.array_equal(np.frombuffer(raw[:-8], dtype=np.int32), ids)
+            tokens, n_input = unpack(raw)
+            assert n_input == len(ids) // 2 and tokens.dtype == np.int32
+            assert np.array_equal(tokens, ids)
 
     def test_the_engine_serves_on_at_its_last_alpha_when_the_child_dies(
             self, caplog: pytest.LogCaptureFixture) -> None:
