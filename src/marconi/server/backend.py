@@ -30,9 +30,10 @@ class Backend:
     tuner_thread: ThreadPoolExecutor | None = None  # where the tuner's replays run
 
     def close(self) -> None:
-        """Stop the tuner's thread (a replay under way finishes first; none starts)."""
+        """Stop the tuner's thread without waiting for it: a replay under way finishes
+        (its result unused), none starts, and the thread ends."""
         if self.tuner_thread is not None:
-            self.tuner_thread.shutdown(wait=True, cancel_futures=True)
+            self.tuner_thread.shutdown(wait=False, cancel_futures=True)
 
     @property
     def max_context(self) -> int:
