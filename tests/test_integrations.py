@@ -274,13 +274,13 @@ class TestShadowsBesideTheEngine:
         assert shadows.totals[1] != shadows.totals[0]  # the two orders differ here
 
     def test_leader_needs_a_decisive_lead(self) -> None:
-        """marconi+'s rule, shared with its simulator tuner: twice as much while warming
+        """marconi+'s rule, shared with its simulator tuner: a quarter more while warming
         up, then 5% more than the running expert."""
         from marconi.plus.shadows import ShadowConfig, leader
 
         config = ShadowConfig(warmup=128)
-        assert leader(np.array([2.0, 3.9]), 0, 16, config) == 0  # warming up: under 2x
-        assert leader(np.array([2.0, 4.1]), 0, 16, config) == 1
+        assert leader(np.array([2.0, 2.45]), 0, 16, config) == 0  # warming up: under 25%
+        assert leader(np.array([2.0, 2.55]), 0, 16, config) == 1
         assert leader(np.array([2.0, 2.09]), 0, 128, config) == 0  # warm: under 5%
         assert leader(np.array([2.0, 2.11]), 0, 128, config) == 1
         assert leader(np.array([2.5, 2.0]), 1, 128, config) == 0

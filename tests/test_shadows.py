@@ -166,10 +166,10 @@ class TestShadowTuner:
         cache = make_cache(SMALL, "1GB", "marconi+")
         _request(cache, _seq(0, 10), tuner=tuner)  # starts the shadows
         tuner.totals[:] = 100.0
-        tuner.totals[3] = 150.0  # leads by 50%: not enough during the warm-up
+        tuner.totals[3] = 120.0  # leads by 20%: not enough during the warm-up
         tuner._decide(cache)
         assert not tuner.switches
-        tuner.totals[3] = 201.0  # saves twice as much: followed at once
+        tuner.totals[3] = 126.0  # saves a quarter more: followed at once
         tuner._decide(cache)
         assert tuner.expert == DEFAULT_EXPERTS[3] and len(tuner.switches) == 1
 

@@ -14,8 +14,10 @@ beats the running one by more than `threshold` (relative): follow the leader, wi
 hysteresis against noise.
 Switching is not free (the live cache keeps what the old expert chose), so the lead must
 be decisive, 5%, and measured on enough requests: in the first 128 only a leader that
-saves twice as much as the running expert is followed (a system prompt's boundary expert
-on its second use, not the noise of a handful of hits); leads of a few tenths of a point
+saves a quarter more than the running expert is followed (a system prompt's boundary
+expert on its second use, or sparse prefix caching's placement once a few documents
+recur, not the noise of a handful of hits: at a tenth, the system-prompt trace at 3%
+lost 1.8 points, experiments/RESULTS.md); leads of a few tenths of a point
 flip between near-equal experts and cost more than they gain (experiments/RESULTS.md).
 Two leads are absolute, as shares of what a cache holding every input would have saved
 (`possible`), each worth at least one average request: any leader 2 points ahead is
@@ -203,7 +205,9 @@ class ShadowConfig:
     # decides before: a few requests' hits are noise)
     settle: int = 32
     warmup: int = 128  # requests before the lead rule applies (early totals: a few hits)
-    early_threshold: float = 1.0  # lead needed during warmup: a leader saving twice as much
+    # lead needed during warmup: a leader saving a quarter more (asking twice as much
+    # followed RAG's placement expert 16 requests late: experiments/RESULTS.md)
+    early_threshold: float = 0.25
     objective: Objective = Objective.FLOPS
     # None: decide on each shadow's whole record; H: on its record with every request's
     # saving weighted 2^(-age / H) (a recent leader is followed; ages in requests)
@@ -483,7 +487,7 @@ class ShadowTuner:
         the objective's unit: how far the live cache may trail the best expert, and
         `sglang+`'s configuration (None: not an expert here). Each is the rule's margin
         (`threshold` of the best's total; `lead` of the possible), plus what that expert
-        saved during the warmup (decided on a 2x lead), plus one decision window at its
+        saved during the warmup (decided on a 25% lead), plus one decision window at its
         average rate. Decayed totals (`half_life`) bound nothing: (None, None)."""
         if self.config.half_life is not None or not self.seen or not len(self.totals):
             return None, None
