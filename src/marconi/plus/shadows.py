@@ -24,8 +24,10 @@ Two leads are absolute, as shares of what a cache holding every input would have
 followed at once (`clear_lead`), and `sglang+`'s configuration 0.1 point ahead (`lead`).
 And a guard: while the live cache's own record (counted from its hit tokens) trails
 `sglang+`'s shadow by more than `lead`, `sglang+`'s configuration runs, so marconi+ does
-not stay below its own LRU configuration (docs/architecture.md, "marconi+'s regret",
-states the bounds).
+not stay below its own LRU configuration; where the guard fires, the records every rule
+reads start again (`since`), so a deficit already paid does not hold marconi+ on
+`sglang+`'s configuration for ever (docs/architecture.md, "marconi+'s regret", states the
+bounds).
 With `hedge` (`marconi+-hedge`: its first 32 requests, until a commit is refused) the
 live cache admits at every expert's positions at once, whichever expert runs, so that an
 early switch finds the winner's first checkpoints in place (a switch cannot take them
@@ -67,9 +69,10 @@ request: no tensors, no snapshots, no pauses. A shadow's memory is its radix tre
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import cast
 
@@ -297,6 +300,15 @@ class ShadowTuner:
     # during the first `hedge` requests (empty: one admission, nothing to hedge)
     union: frozenset[Boundaries] = frozenset()
     hedging: bool = False  # the union runs now
+    # where the rules' record starts (None: the first request): at each time the guard
+    # fires, the totals, the live cache's saving, the possible and the requests seen, so
+    # that a deficit already paid is not held against the live cache for ever (decayed
+    # totals, `half_life`, forget it anyway and keep no start)
+    since: tuple[np.ndarray, float, float, int] | None = None
+    guard_fires: int = 0
+    # the average request of each record the guard closed, summed: what the fires add to
+    # the bound against `sglang+` (`_bounds`)
+    _closed: float = 0.0
 
     @property
     def expert(self) -> Expert:
@@ -464,11 +476,37 @@ class ShadowTuner:
         return self.possible if self.config.half_life is None else self.recent_possible
 
     def _decide(self, cache: PrefixCache) -> None:
-        score = self.totals if self.config.half_life is None else self.recent
+        """Run the leader (`leader`) on the record since the guard last fired. The guard
+        firing starts a new record: the live cache's deficit to `sglang+`'s shadow is paid
+        by then, and running `sglang+`'s configuration cannot earn it back (its shadow
+        earns what it earns), so a record kept from the start would hold the live cache on
+        `sglang+`'s configuration for ever, however far another expert leads after."""
+        config = self.config
         safe = self.experts.index(SGLANG_PLUS) if SGLANG_PLUS in self.experts else None
-        live = self.live if self.config.half_life is None else self.recent_live
-        best = leader(score, self.current, self.seen, self.config, self._possible(), safe,
-                      live)
+        if config.half_life is not None:
+            score, live, possible, seen = self.recent, self.recent_live, self._possible(), \
+                self.seen
+        else:
+            score, live, possible, seen = self.totals, self.live, self.possible, self.seen
+            if self.since is not None:
+                totals, live0, possible0, seen0 = self.since
+                score, live, possible, seen = (score - totals, live - live0,
+                                               possible - possible0, seen - seen0)
+            if safe is not None and seen >= config.settle \
+                    and decisive(score[safe] - live, possible, seen, config.lead):
+                self.guard_fires += 1  # the guard fires (`leader` runs `sglang+` now)
+                self._closed += possible / max(seen, 1)
+                self.since = (self.totals.copy(), self.live, self.possible, self.seen)
+        if self.since is not None and self.current == safe:
+            # held by the guard: left only on a clear lead (`clear_lead` of the possible
+            # and one average request) on the record since, after `settle` requests of it,
+            # twice as many each time the guard fires again (on small records relative
+            # leads are noise, and a switch may cost what the guard just saw: the fires
+            # grow as the log of the stream's length)
+            config = replace(config, threshold=math.inf, early_threshold=math.inf)
+            if seen < config.settle << (self.guard_fires - 1):
+                return
+        best = leader(score, self.current, seen, config, possible, safe, live)
         if best != self.current:
             self.current = best
             self.switches.append(Switch(self.seen, self.expert))
@@ -488,7 +526,9 @@ class ShadowTuner:
         `sglang+`'s configuration (None: not an expert here). Each is the rule's margin
         (`threshold` of the best's total; `lead` of the possible), plus what that expert
         saved during the warmup (decided on a 25% lead), plus one decision window at its
-        average rate. Decayed totals (`half_life`) bound nothing: (None, None)."""
+        average rate; against `sglang+`, each time the guard fired adds the average request
+        of the record it closed and one more window. Decayed totals (`half_life`) bound
+        nothing: (None, None)."""
         if self.config.half_life is not None or not self.seen or not len(self.totals):
             return None, None
         config, totals = self.config, self.totals
@@ -500,7 +540,9 @@ class ShadowTuner:
         if SGLANG_PLUS not in self.experts:
             return float(bound), None
         k = self.experts.index(SGLANG_PLUS)
-        return float(bound), float(config.lead * self.possible + warm[k] + window * totals[k])
+        fires = self.guard_fires
+        return float(bound), float(config.lead * self.possible + warm[k] + self._closed
+                                   + (1 + fires) * window * totals[k])
 
 
 def leader(score: np.ndarray, current: int, seen: int, config: ShadowConfig,
