@@ -598,15 +598,17 @@ class TestSglangExpert:
             tuner.config.lead * tuner.possible + sglang + 100 / 64 + 1 + 3 * window * sglang)
 
     def test_held_by_the_guard_a_relative_lead_is_not_enough(self) -> None:
-        """After the guard fired, an expert saving half as much again as `sglang+`'s, but
-        a tenth of a point of the possible a request, is not followed: on the record
-        since, only a clear lead is (2 points and one average request)."""
+        """After the guard fired, an expert that leads on the whole record but saves, on
+        the record since, half as much again as `sglang+`'s at a tenth of a point of the
+        possible a request, is not followed: on the record since, only a clear lead is
+        (2 points and one average request)."""
         tuner = ShadowTuner(ShadowConfig(every=1))
         cache = make_cache(SMALL, "1GB", "marconi+")
         _request(cache, _seq(0, 10), tuner=tuner)  # starts the shadows
         other = 3
         tuner.seen, tuner.possible = 64, 100.0
         tuner.totals[:] = 30.0
+        tuner.totals[other] = 50.0  # far ahead on the whole record
         tuner.live = 25.0
         tuner._decide(cache)
         assert tuner.expert == SGLANG_PLUS
@@ -648,9 +650,11 @@ class TestSglangExpert:
 
     def test_the_rule_keeps_the_running_expert_within_its_margins(self) -> None:
         """After every decision past the warmup (and `settle`), what the bound is built on
-        holds on the record since the guard last fired: the running expert's shadow trails
-        `sglang+`'s by at most `lead` of the possible, and the best by at most the
-        threshold or the clear lead (each at least one average request)."""
+        holds: the running expert's shadow trails `sglang+`'s by at most `lead` of the
+        possible, and the best by at most the threshold or the clear lead (each at least
+        one average request), unless the guard holds `sglang+`'s configuration (on the
+        record since it last fired, or on the whole record while the live cache trails
+        there)."""
         trace = load_trace("synthetic:branching", options=TraceOptions(sessions=60, seed=7))
         config = ShadowConfig(every=4, warmup=16)
         tuner = ShadowTuner(config)
@@ -661,22 +665,27 @@ class TestSglangExpert:
             cache.lookup(request.input_tokens, boundaries=request.boundaries)
             cache.commit(tokens, request.n_input, boundaries=request.boundaries)
             tuner.observe(cache, tokens, request.n_input, request.boundaries)
-            totals, live, possible, seen = tuner.totals, tuner.live, tuner.possible, tuner.seen
-            if tuner.since is not None:  # the record restarts where the guard fired
-                totals, live = totals - tuner.since[0], live - tuner.since[1]
-                possible, seen = possible - tuner.since[2], seen - tuner.since[3]
-            if tuner.seen % config.every or seen < max(config.warmup, config.settle):
+            if tuner.seen % config.every or tuner.seen < max(config.warmup, config.settle):
                 continue
             decided += 1
-            run = totals[tuner.current]
-            floor = possible / seen  # a lead must be worth a request
-            margin = max(config.lead * possible, floor)
-            assert totals[safe] - run <= margin + 1e-6
-            if totals[safe] - live > margin:  # the guard holds sglang+'s
-                assert tuner.current == safe
+            totals, run = tuner.totals, tuner.totals[tuner.current]
+            floor = tuner.possible / tuner.seen  # a lead must be worth a request
+            margin = max(config.lead * tuner.possible, floor)
+            if tuner.since is not None:  # the guard's record since it last fired
+                at = tuner.since
+                gap, possible = (totals[safe] - at[0][safe]) - (tuner.live - at[1]), \
+                    tuner.possible - at[2]
+                requests = tuner.seen - at[3]
+            else:
+                gap, possible, requests = totals[safe] - tuner.live, tuner.possible, tuner.seen
+            if requests >= config.settle and gap > max(config.lead * possible, possible / requests):
+                assert tuner.current == safe  # the guard holds sglang+'s
                 continue
+            if tuner.current == safe and totals[safe] - tuner.live > margin:
+                continue  # held: a leader must lead on the record since too
+            assert totals[safe] - run <= margin + 1e-6
             assert totals.max() - run <= min(config.threshold * run, max(
-                config.clear_lead * possible, floor)) + 1e-6
+                config.clear_lead * tuner.possible, floor)) + 1e-6
         assert decided > 10 and tuner.switches
         assert tuner.report().ran[SGLANG_PLUS] > 0  # it did fall back on sglang+'s
 

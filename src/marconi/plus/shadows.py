@@ -24,10 +24,10 @@ Two leads are absolute, as shares of what a cache holding every input would have
 followed at once (`clear_lead`), and `sglang+`'s configuration 0.1 point ahead (`lead`).
 And a guard: while the live cache's own record (counted from its hit tokens) trails
 `sglang+`'s shadow by more than `lead`, `sglang+`'s configuration runs, so marconi+ does
-not stay below its own LRU configuration; where the guard fires, the records every rule
-reads start again (`since`), so a deficit already paid does not hold marconi+ on
-`sglang+`'s configuration for ever (docs/architecture.md, "marconi+'s regret", states the
-bounds).
+not stay below its own LRU configuration; once it has fired, it reads the record since
+(`since`), and a leader on the whole record that also leads clearly since is followed
+away, so a deficit already paid does not hold marconi+ on `sglang+`'s configuration for
+ever (docs/architecture.md, "marconi+'s regret", states the rules and the bounds).
 With `hedge` (`marconi+-hedge`: its first 32 requests, until a commit is refused) the
 live cache admits at every expert's positions at once, whichever expert runs, so that an
 early switch finds the winner's first checkpoints in place (a switch cannot take them
@@ -300,10 +300,10 @@ class ShadowTuner:
     # during the first `hedge` requests (empty: one admission, nothing to hedge)
     union: frozenset[Boundaries] = frozenset()
     hedging: bool = False  # the union runs now
-    # where the rules' record starts (None: the first request): at each time the guard
-    # fires, the totals, the live cache's saving, the possible and the requests seen, so
-    # that a deficit already paid is not held against the live cache for ever (decayed
-    # totals, `half_life`, forget it anyway and keep no start)
+    # where the guard's record starts (None: the first request): at each time it fires,
+    # the totals, the live cache's saving, the possible and the requests seen, so that a
+    # deficit already paid is not held against the live cache for ever (`_guarded`;
+    # decayed totals, `half_life`, forget it anyway and keep no start)
     since: tuple[np.ndarray, float, float, int] | None = None
     guard_fires: int = 0
     # the average request of each record the guard closed, summed: what the fires add to
@@ -476,41 +476,54 @@ class ShadowTuner:
         return self.possible if self.config.half_life is None else self.recent_possible
 
     def _decide(self, cache: PrefixCache) -> None:
-        """Run the leader (`leader`) on the record since the guard last fired. The guard
-        firing starts a new record: the live cache's deficit to `sglang+`'s shadow is paid
-        by then, and running `sglang+`'s configuration cannot earn it back (its shadow
-        earns what it earns), so a record kept from the start would hold the live cache on
-        `sglang+`'s configuration for ever, however far another expert leads after."""
         config = self.config
         safe = self.experts.index(SGLANG_PLUS) if SGLANG_PLUS in self.experts else None
-        if config.half_life is not None:
-            score, live, possible, seen = self.recent, self.recent_live, self._possible(), \
-                self.seen
+        if config.half_life is not None:  # decayed records forget a deficit anyway
+            best = leader(self.recent, self.current, self.seen, config, self._possible(),
+                          safe, self.recent_live)
         else:
-            score, live, possible, seen = self.totals, self.live, self.possible, self.seen
-            if self.since is not None:
-                totals, live0, possible0, seen0 = self.since
-                score, live, possible, seen = (score - totals, live - live0,
-                                               possible - possible0, seen - seen0)
-            if safe is not None and seen >= config.settle \
-                    and decisive(score[safe] - live, possible, seen, config.lead):
-                self.guard_fires += 1  # the guard fires (`leader` runs `sglang+` now)
-                self._closed += possible / max(seen, 1)
-                self.since = (self.totals.copy(), self.live, self.possible, self.seen)
-        if self.since is not None and self.current == safe:
-            # held by the guard: left only on a clear lead (`clear_lead` of the possible
-            # and one average request) on the record since, after `settle` requests of it,
-            # twice as many each time the guard fires again (on small records relative
-            # leads are noise, and a switch may cost what the guard just saw: the fires
-            # grow as the log of the stream's length)
-            config = replace(config, threshold=math.inf, early_threshold=math.inf)
-            if seen < config.settle << (self.guard_fires - 1):
-                return
-        best = leader(score, self.current, seen, config, possible, safe, live)
+            best = self._guarded(safe)
         if best != self.current:
             self.current = best
             self.switches.append(Switch(self.seen, self.expert))
             self._apply(cache)
+
+    def _guarded(self, safe: int | None) -> int:
+        """`leader` on the whole record, with the guard on the record since it last fired
+        (`since`). A guard on the whole record, once it has fired, can hold `sglang+`'s
+        configuration for ever: the deficit is paid by then, and running that
+        configuration cannot earn it back (its shadow earns what the live cache earns).
+        So where the live cache still trails on the whole record, a leader is followed
+        away from `sglang+`'s configuration when it leads on the whole record by rule 2
+        and on the record since by the clear lead (`clear_lead` of the possible and one
+        average request), once that record is `settle` requests long, twice as long
+        after each further fire (a switch may cost what the guard saw; the fires grow as
+        the log of the stream's length). Until the guard first fires both records are
+        one, and the rule is `leader`'s."""
+        config, totals, live, possible, seen = (self.config, self.totals, self.live,
+                                                self.possible, self.seen)
+        if safe is None:
+            return leader(totals, self.current, seen, config, possible)
+        since = (totals, live, possible, seen)
+        if self.since is not None:
+            at = self.since
+            since = (totals - at[0], live - at[1], possible - at[2], seen - at[3])
+        s_totals, s_live, s_possible, s_seen = since
+        if s_seen >= config.settle \
+                and decisive(s_totals[safe] - s_live, s_possible, s_seen, config.lead):
+            self.guard_fires += 1  # the guard fires: `sglang+`'s configuration runs
+            self._closed += s_possible / s_seen
+            self.since = (totals.copy(), live, possible, seen)
+            return safe
+        best = leader(totals, self.current, seen, config, possible, safe)  # rules 2-4
+        trails = seen >= config.settle \
+            and decisive(totals[safe] - live, possible, seen, config.lead)
+        if self.current == safe and best != safe and trails:
+            clear = replace(config, threshold=math.inf, early_threshold=math.inf)
+            if s_seen < config.settle << max(self.guard_fires - 1, 0) \
+                    or leader(s_totals, safe, s_seen, clear, s_possible) != best:
+                return safe
+        return best
 
     def report(self) -> ShadowReport:
         """What the tuner did so far."""
