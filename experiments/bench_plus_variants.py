@@ -197,6 +197,8 @@ def _marconi_experts(alphas: tuple[float, ...], boundaries: tuple[Boundaries, ..
 
 GD_FIRST = tuple(sorted(DEFAULT_EXPERTS, key=lambda e: e.mode is not Mode.FLOP))
 DEPTH_FIRST = tuple(sorted(DEFAULT_EXPERTS, key=lambda e: e.mode is not Mode.DEPTH))
+# a bad start: the overlap experts run first (the guard's trap, experiments/RESULTS.md)
+OVERLAP_FIRST = tuple(sorted(DEFAULT_EXPERTS, key=lambda e: e.boundaries is not Boundaries.OVERLAP))
 VARIANTS = (
     "marconi+", "marconi+-density", "marconi+-depth", "marconi+-gd", "marconi+-no-depth",
     "marconi+-no-density", "marconi+-overlap",
@@ -217,6 +219,7 @@ VARIANTS = (
              ShadowConfig(experts=GD_FIRST)),
     _variant("depth runs first", lambda spec, alpha: Switchable(spec, Mode.DEPTH),
              ShadowConfig(experts=DEPTH_FIRST)),
+    _variant("overlap runs first", _switchable, ShadowConfig(experts=OVERLAP_FIRST)),
     _variant("gd level frozen", lambda spec, alpha: FrozenLevel(spec, Mode.DENSITY),
              ShadowConfig()),
     _variant("marconi alpha 1 in place of gd", lambda spec, alpha: marconi_alpha_1(spec),
