@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from common import DATA, MOONCAKE, MOONCAKE_SYNTHETIC, TRAJS
+from common import DATA, MOONCAKE, MOONCAKE_SYNTHETIC, TRAJS, load_variants
 
 from marconi.core.spec import PAPER_7B
 from marconi.sim.result import SimConfig
@@ -224,7 +224,8 @@ def main() -> None:
     parser.add_argument("--traces", nargs="+", default=list(TRACES), choices=TRACES)
     parser.add_argument("--out", type=Path, help="append each row as a JSON line")
     parser.add_argument("--plus", default=PLUS, help="the system measured in marconi+'s "
-                        "column (one of its variants: marconi+-overlap, ...)")
+                        "column (one of its variants: marconi+-overlap, ..., or one of "
+                        "bench_plus_variants.py's by name)")
     parser.add_argument("--peers", nargs="+", default=list(ONLINE), choices=ONLINE,
                         help="the online systems it is measured against (default: all)")
     parser.add_argument("--report", type=Path, help="print the table of an earlier --out")
@@ -232,6 +233,7 @@ def main() -> None:
     parser.add_argument("--cores", action="store_true", help="replay the --plus system on "
                         "the Python core and on the compiled core: figures compared, CPU time")
     args = parser.parse_args()
+    load_variants()  # bench_plus_variants.py's variants run by name
     if args.cores:
         sys.exit(1 if cores(tuple(args.traces), args.plus) else 0)
     if args.report:

@@ -220,6 +220,9 @@ VARIANTS = (
     _variant("depth runs first", lambda spec, alpha: Switchable(spec, Mode.DEPTH),
              ShadowConfig(experts=DEPTH_FIRST)),
     _variant("overlap runs first", _switchable, ShadowConfig(experts=OVERLAP_FIRST)),
+    # the warm-up's relative lead (marconi+: 25%; experiments/RESULTS.md)
+    *(_variant(f"warm-up lead {lead:.0%}", _switchable, ShadowConfig(early_threshold=lead))
+      for lead in (1.0, 0.5, 0.1, 0.05)),
     _variant("gd level frozen", lambda spec, alpha: FrozenLevel(spec, Mode.DENSITY),
              ShadowConfig()),
     _variant("marconi alpha 1 in place of gd", lambda spec, alpha: marconi_alpha_1(spec),
