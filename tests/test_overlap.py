@@ -352,3 +352,57 @@ def test_a_hedging_admission_adds_the_planner_positions_to_the_boundaries() -> N
         admission.use_boundaries(first=False, last=False, overlap=True, hedge=True)
     with pytest.raises(ValueError, match="needs an overlap planner"):
         Structured(PLAIN).use_boundaries(first=False, last=False, hedge=True)
+
+
+def test_a_cold_planner_checkpoints_the_first_boundary() -> None:
+    """Where the planner places nothing for an input (nothing learnt overlaps it yet), the
+    overlap expert checkpoints the input's first message boundary in its place, the
+    sequence kept up to it; where it places something, its positions alone. The same in
+    the compiled core's hand-over and the Python core's."""
+    from marconi.core.tree import RadixTree
+
+    key = np.arange(1, 5001, dtype=np.int32).tobytes()
+    bounds = (100, 2500, 4000)
+    cold = Structured(PLAIN, OverlapPlanner()).for_model(SMALL)
+    cold.use_boundaries(first=True, last=False, overlap=True)
+    match = RadixTree().match(key)
+    assert cold.extra_positions(key, 5000, bounds) == ((100,), True)
+    assert cold.checkpoints_at(match, 5000, 0, bounds, key) == (100,)
+    assert cold.positions_at(match, 5000, 5000, bounds, key) == (100,)
+    assert cold.checkpoints_at(match, 5000, 100, bounds, key) == ()  # held: past the hit only
+    cold.use_boundaries(first=False, last=False, overlap=True)
+    assert cold.extra_positions(key, 5000, bounds) == ((), True)
+    warm = Structured(PLAIN, _taught([1000, 1000, 3000, 3000, 3000])).for_model(SMALL)
+    warm.use_boundaries(first=True, last=False, overlap=True)
+    points = warm.planner.points_of(key, 5000)  # type: ignore[union-attr]
+    assert points and 100 not in points
+    assert warm.extra_positions(key, 5000, bounds) == (points, True)
+
+
+@pytest.mark.parametrize("cold_boundary", [True, False], ids=["cold-boundary", "no-boundaries"])
+@pytest.mark.parametrize("core", ["python", "compiled"])
+def test_the_overlap_expert_reuses_a_system_prompt_from_its_second_use(
+        core: str, cold_boundary: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run live from the first request, the overlap expert serves a shared system prompt
+    on its second use: the first request overlaps nothing, so the planner places nothing
+    and the first message boundary is checkpointed (without it the first sequence was not
+    kept at all, and the prompt hit only once the planner had learnt its depth). Not in
+    `marconi+-no-boundaries`, which checkpoints no message boundary."""
+    from marconi.core import compiled
+
+    monkeypatch.setenv(compiled.CORE_ENV, core)
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(1000, 30_000, 500)
+    tuner = ShadowTuner(ShadowConfig(experts=(OVERLAP_GD,), cold_boundary=cold_boundary))
+    cache = make_cache(SMALL, "1GB", "marconi+")
+    tuner.start(cache)
+    hits = []
+    for _ in range(3):
+        tail = rng.integers(40_000, 60_000, 80)
+        tokens = np.concatenate([prompt, tail, rng.integers(40_000, 60_000, 10)])
+        hits.append(serve(cache, tuner, tokens, 580, (500,)))
+    check_integrity(cache)
+    assert hits == ([0, 500, 500] if cold_boundary else [0, 0, 0])
+    ablation = get_system("marconi+-no-boundaries").make_tuner(options=TunerOptions())
+    assert isinstance(ablation, ShadowTuner) and not ablation.config.cold_boundary
+    assert Expert(Boundaries.OVERLAP, Mode.DENSITY) in ablation.config.experts

@@ -8,7 +8,8 @@ and its history say will be reused.
   repeats and the tokens it would save outweigh the state's bytes;
 - with an overlap planner (`marconi.plus.overlap`, the `Boundaries.OVERLAP` expert of
   `marconi+-overlap`), the positions sparse prefix caching would place for the input,
-  from the overlap depths of the requests before it;
+  from the overlap depths of the requests before it, or, where it places none (a cold
+  planner: nothing learnt overlaps the input yet), the input's first message boundary;
 - for a model without SSM layers, a node every 32 tokens (vLLM's blocks).
 
 ```
@@ -37,7 +38,10 @@ ATTENTION_BLOCK = 32  # tokens per node when the model has no SSM layer (vLLM's 
 class StructureConfig:
     """Knobs of `Structured` admission (the ablation turns each off)."""
 
-    boundaries: int = 1  # leading message boundaries to checkpoint (0: off)
+    # leading message boundaries to checkpoint (0: off); under `overlap`, only for an input
+    # the planner places nothing in (a cold planner: a system prompt is checkpointed on its
+    # first use, as the first-boundary expert does, not after the planner learnt its depth)
+    boundaries: int = 1
     tail: bool = False  # checkpoint the input's last message boundary (its reusable end)
     partial: bool = True  # checkpoint repeated partial hits
     repeats: int = 2  # a partial-hit position is admitted on its `repeats`-th sighting
@@ -89,7 +93,7 @@ class Structured(Judicious):
         and False (each admitted where it lies past the hit, inside the input, not
         held)."""
         if self.config.overlap:
-            return self._overlap(key, n_input, 0), True
+            return self._overlap(key, n_input, 0, boundaries), True
         config = self.config
         lead = [*boundaries[: config.boundaries], *(boundaries[-1:] if config.tail else ())]
         if config.hedge:
@@ -130,7 +134,7 @@ class Structured(Judicious):
                        tokens: bytes = b"") -> tuple[int, ...]:
         if self.config.overlap:  # partial hits still counted: a switch back finds them
             self._partial(match, n_input, hit, tokens, learn=True)
-            return self._overlap(tokens, n_input, hit)
+            return self._overlap(tokens, n_input, hit, boundaries)
         extra = self._extra(match, n_input, hit, boundaries, tokens, learn=True)
         if self.blocks is not None:
             extra.update(self.blocks.checkpoints(match, n_input, hit))
@@ -140,7 +144,7 @@ class Structured(Judicious):
                 tokens: bytes = b"") -> tuple[int, ...]:
         """`checkpoints_at` without remembering this sighting of a partial hit (a peek)."""
         if self.config.overlap:
-            return self._overlap(tokens, n_input, hit)
+            return self._overlap(tokens, n_input, hit, boundaries)
         extra = self._extra(match, n_input, hit, boundaries, tokens, learn=True, store=False)
         if self.blocks is not None:
             extra.update(self.blocks.checkpoints(match, n_input, hit))
@@ -149,7 +153,7 @@ class Structured(Judicious):
     def positions_at(self, match: Match, n_total: int, n_input: int, boundaries: Sequence[int],
                      tokens: bytes = b"") -> tuple[int, ...]:
         if self.config.overlap:
-            return self._overlap(tokens, n_input, 0)
+            return self._overlap(tokens, n_input, 0, boundaries)
         hit = max((n.depth for n in match.path if n.has_state and n.depth <= n_input), default=0)
         extra = self._extra(match, n_input, hit, boundaries, tokens, learn=False)
         if self.blocks is not None:
@@ -169,13 +173,23 @@ class Structured(Judicious):
             out.add(partial)
         return out
 
-    def _overlap(self, tokens: bytes, n_input: int, above: int) -> tuple[int, ...]:
+    def _overlap(self, tokens: bytes, n_input: int, above: int,
+                 boundaries: Sequence[int] = ()) -> tuple[int, ...]:
         """The overlap planner's positions for the input, those deeper than `above`:
-        sparse prefix caching's admission, all the overlap expert admits."""
+        sparse prefix caching's admission, all the overlap expert admits. Where the
+        planner places none, the input's first `config.boundaries` message boundaries (of
+        `boundaries`) in their place: the first requests of a trace overlap nothing yet,
+        and a shared system prompt is then reused from its second use, not once the
+        planner has learnt its depth (without it, on the system-prompt trace at 10% the
+        first-boundary expert led to request 26 and marconi+ followed it, 4.4 points
+        lost; experiments/RESULTS.md)."""
         assert self.planner is not None  # `_configure`
         if not tokens:
             raise ValueError("the overlap planner needs the input's tokens (checkpoints_at)")
         points = self.planner.points_of(tokens, n_input)
+        if not points and self.config.boundaries:
+            points = tuple(int(b) for b in boundaries[: self.config.boundaries]
+                           if 0 < b <= n_input)
         return tuple(p for p in points if p > above)
 
     def _partial(self, match: Match, n_input: int, hit: int, tokens: bytes, *,

@@ -228,6 +228,10 @@ class ShadowConfig:
     # until the shadows tell which admission pays, a switch finds the winner's early
     # checkpoints in place (0: never, marconi+; `marconi+-hedge`: HEDGE)
     hedge: int = 0
+    # where its planner places nothing for an input, the overlap expert checkpoints the
+    # input's first message boundary (`Structured._overlap`); off: it never checkpoints a
+    # message boundary (`marconi+-no-boundaries`)
+    cold_boundary: bool = True
 
     def decides(self, seen: int) -> bool:
         """Whether the leader is looked for after `seen` requests."""
@@ -403,7 +407,8 @@ class ShadowTuner:
                 admission.planner = OverlapPlanner(memory=self.config.overlap_memory)
             self.planner = admission.planner  # `_shadow` shares it
         if len(experts) > 1:  # one expert: nothing to compare, no shadows to feed
-            self.shadows = [_shadow(cache, expert) for expert in experts]
+            self.shadows = [_shadow(cache, expert, 1.0, self.config.cold_boundary)
+                            for expert in experts]
             # message-boundary experts only: the overlap expert differs without boundaries
             plain = {(e.mode, e.alpha): k for k, e in enumerate(experts)
                      if e.boundaries is Boundaries.NONE}
@@ -423,7 +428,8 @@ class ShadowTuner:
     def _apply(self, cache: PrefixCache) -> None:
         """Run the current expert on the live cache, its admission the experts' union
         while the hedge lasts (`config.hedge`)."""
-        apply(cache, self.expert, self.union if self.hedging else None)
+        apply(cache, self.expert, self.union if self.hedging else None,
+              self.config.cold_boundary)
 
     def _part(self, cache: PrefixCache) -> None:
         """The first request that names a message boundary: each boundary expert's shadow
@@ -433,7 +439,7 @@ class ShadowTuner:
             expert = self.experts[k]
             shadow = clone(self.shadows[twin], () if self.planner is None else (self.planner,))
             assert isinstance(shadow.admission, Structured)  # built by `_shadow`
-            _use_boundaries(shadow.admission, expert)
+            _use_boundaries(shadow.admission, expert, self.config.cold_boundary)
             shadow.name = f"{cache.name} shadow {expert}"
             self.shadows[k] = shadow
         self._twins = {}
@@ -453,7 +459,8 @@ class ShadowTuner:
         rate = self.config.sample_rate
         self.rate, self.sampled_from = rate, self.seen
         self._cut = int(rate * (1 << 64))
-        self.shadows = [_shadow(cache, expert, rate) for expert in self.experts]
+        self.shadows = [_shadow(cache, expert, rate, self.config.cold_boundary)
+                        for expert in self.experts]
 
     def _count_live(self, cache: PrefixCache, n_input: int) -> None:
         """Add the request to the possible and what the live cache saved on it: its hit
@@ -602,15 +609,16 @@ def _policies(cache: PrefixCache) -> tuple[Structured, Switchable]:
     return admission, cast(Switchable, eviction)
 
 
-def _shadow(cache: PrefixCache, expert: Expert, scale: float = 1.0) -> PrefixCache:
+def _shadow(cache: PrefixCache, expert: Expert, scale: float = 1.0,
+            cold_boundary: bool = True) -> PrefixCache:
     """An empty token-only cache like `cache` (at `scale` of its capacity and state slots)
     that runs `expert` alone: its eviction is the one policy the expert uses, without the
     live cache's other experts (a third of the work and memory; the victims are the same,
-    as the others only watch)."""
+    as the others only watch). `cold_boundary`: `ShadowConfig.cold_boundary`."""
     admission, eviction = _policies(cache)
     # frozen config: shared, then replaced; the planner is shared (`OverlapPlanner`)
     shadow_admission = Structured(admission.config, admission.planner)
-    _use_boundaries(shadow_admission, expert)
+    _use_boundaries(shadow_admission, expert, cold_boundary)
     slots = cache.layout.state_slots
     layout = Layout(page_size=cache.layout.page_size,
                     state_slots=max(1, round(slots * scale)) if slots else 0)
@@ -619,35 +627,39 @@ def _shadow(cache: PrefixCache, expert: Expert, scale: float = 1.0) -> PrefixCac
                         name=f"{cache.name} shadow {expert}", layout=layout)
 
 
-def apply(cache: PrefixCache, expert: Expert, union: frozenset[Boundaries] | None = None
-          ) -> None:
+def apply(cache: PrefixCache, expert: Expert, union: frozenset[Boundaries] | None = None,
+          cold_boundary: bool = True) -> None:
     """Make `cache` (a marconi+ cache: Structured admission, Switchable eviction) run
     `expert`, or with `union` (not empty) `expert`'s eviction and every admission of
     `union` at once (each sequence kept whole). Switching is free: every eviction order is
-    kept up to date all along."""
+    kept up to date all along. `cold_boundary`: `ShadowConfig.cold_boundary`."""
     admission, eviction = _policies(cache)
     if union:
         admission.use_boundaries(first=Boundaries.FIRST in union,
                                  last=Boundaries.LAST in union,
                                  hedge=Boundaries.OVERLAP in union)
     else:
-        _use_boundaries(admission, expert)
+        _use_boundaries(admission, expert, cold_boundary)
     eviction.set_setting(Setting(expert.mode, expert.alpha))
 
 
-def _use_boundaries(admission: Structured, expert: Expert) -> None:
-    """Make `admission` checkpoint the message boundaries `expert` runs with."""
-    admission.use_boundaries(first=expert.boundaries is Boundaries.FIRST,
-                             last=expert.boundaries is Boundaries.LAST,
-                             overlap=expert.boundaries is Boundaries.OVERLAP)
+def _use_boundaries(admission: Structured, expert: Expert, cold_boundary: bool = True) -> None:
+    """Make `admission` checkpoint the message boundaries `expert` runs with (the overlap
+    expert, with `cold_boundary`: the first where its planner places nothing,
+    `Structured._overlap`)."""
+    overlap = expert.boundaries is Boundaries.OVERLAP
+    admission.use_boundaries(first=expert.boundaries is Boundaries.FIRST
+                             or (overlap and cold_boundary),
+                             last=expert.boundaries is Boundaries.LAST, overlap=overlap)
 
 
 def shadow_tuner(modes: Sequence[str], boundaries: bool, settings: Mapping[str, object], *,
                  first_boundary: bool = False, overlap: bool = True,
                  overlap_memory: int | None = OVERLAP_MEMORY, hedge: int = 0) -> ShadowTuner:
     """marconi+'s tuner over the experts of these eviction `modes` (with every message
-    boundary choice, or none without `boundaries`; with the overlap planner's positions
-    too if `overlap`, the planner keeping `overlap_memory` tokens of sequences, None:
+    boundary choice, or none without `boundaries`, the overlap expert's cold start on the
+    first boundary included; with the overlap planner's positions too if `overlap`, the
+    planner keeping `overlap_memory` tokens of sequences, None:
     all) and `sglang+`'s configuration (`SGLANG_PLUS`), the first running until a leader
     emerges; with `first_boundary` (a chat server), the first-message boundary expert
     starts; the live cache hedges its admission for the first `hedge` requests.
@@ -666,4 +678,4 @@ def shadow_tuner(modes: Sequence[str], boundaries: bool, settings: Mapping[str, 
     objective = Objective(settings.get("objective", Objective.FLOPS))
     return ShadowTuner(ShadowConfig(experts=experts, objective=objective,
                                     sample_after=sample_after, overlap_memory=overlap_memory,
-                                    hedge=hedge))
+                                    hedge=hedge, cold_boundary=boundaries))
