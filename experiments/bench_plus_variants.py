@@ -199,6 +199,7 @@ GD_FIRST = tuple(sorted(DEFAULT_EXPERTS, key=lambda e: e.mode is not Mode.FLOP))
 DEPTH_FIRST = tuple(sorted(DEFAULT_EXPERTS, key=lambda e: e.mode is not Mode.DEPTH))
 # a bad start: the overlap experts run first (the guard's trap, experiments/RESULTS.md)
 OVERLAP_FIRST = tuple(sorted(DEFAULT_EXPERTS, key=lambda e: e.boundaries is not Boundaries.OVERLAP))
+FIRST_FIRST = tuple(sorted(DEFAULT_EXPERTS, key=lambda e: e.boundaries is not Boundaries.FIRST))
 VARIANTS = (
     "marconi+", "marconi+-density", "marconi+-depth", "marconi+-gd", "marconi+-no-depth",
     "marconi+-no-density", "marconi+-overlap",
@@ -220,6 +221,8 @@ VARIANTS = (
     _variant("depth runs first", lambda spec, alpha: Switchable(spec, Mode.DEPTH),
              ShadowConfig(experts=DEPTH_FIRST)),
     _variant("overlap runs first", _switchable, ShadowConfig(experts=OVERLAP_FIRST)),
+    # the first message boundary checkpointed from the first request (a chat server's start)
+    _variant("first boundary runs first", _switchable, ShadowConfig(experts=FIRST_FIRST)),
     # the warm-up's relative lead (marconi+: 25%; experiments/RESULTS.md)
     *(_variant(f"warm-up lead {lead:.0%}", _switchable, ShadowConfig(early_threshold=lead))
       for lead in (1.0, 0.5, 0.1, 0.05)),
