@@ -274,13 +274,17 @@ class TestShadowsBesideTheEngine:
         assert shadows.totals[1] != shadows.totals[0]  # the two orders differ here
 
     def test_leader_needs_a_decisive_lead(self) -> None:
-        """marconi+'s rule, shared with its simulator tuner: a quarter more while warming
-        up, then 5% more than the running expert."""
+        """marconi+'s rule, shared with its simulator tuner: in the engine a quarter more
+        while warming up (`ENGINE_WARMUP_LEAD`; the simulator's asks 5% there too), then
+        5% more than the running expert."""
+        from marconi.integrations.common import Shadows
         from marconi.plus.shadows import ShadowConfig, leader
 
-        config = ShadowConfig(warmup=128)
+        config = Shadows().config
+        assert config.warmup == 128
         assert leader(np.array([2.0, 2.45]), 0, 16, config) == 0  # warming up: under 25%
         assert leader(np.array([2.0, 2.55]), 0, 16, config) == 1
+        assert leader(np.array([2.0, 2.45]), 0, 16, ShadowConfig()) == 1  # the simulator's
         assert leader(np.array([2.0, 2.09]), 0, 128, config) == 0  # warm: under 5%
         assert leader(np.array([2.0, 2.11]), 0, 128, config) == 1
         assert leader(np.array([2.5, 2.0]), 1, 128, config) == 0

@@ -107,20 +107,27 @@ class Bootstrap:
 # marconi+'s experts in an engine: the engine's own order (alpha 0) and Marconi's score
 # at marconi+'s fixed alphas; admission stays the engine's (docs/integrations.md)
 ENGINE_ALPHAS = (0.0, 0.5, 1.0, 2.0, 4.0)
+# the lead a leader needs over the running expert in the first 128 requests: a quarter,
+# where marconi+'s simulator tuner asks the same 5% as after them. Its experts here are
+# evictions, free to switch back, and at 5% the engine followed early noise (vLLM on
+# ShareGPT at 1 GB: ratio 1.097 -> 1.091, benchmarks/RESULTS.md)
+ENGINE_WARMUP_LEAD = 0.25
 
 
 class Shadows:
     """marconi+'s shadow experts over mirrors of the engine's cache: one token-only mirror
     per expert (`alphas`), each fed every finished request; every `config.every` requests
     the engine switches to the expert whose mirror saved the most FLOPs so far when it
-    leads the running one decisively (`plus.shadows.leader`, marconi+'s own rule). The
-    first expert (the engine's own order) runs until then."""
+    leads the running one decisively (`plus.shadows.leader`, marconi+'s own rule, with a
+    quarter's lead in the first 128 requests: `ENGINE_WARMUP_LEAD`). The first expert (the
+    engine's own order) runs until then."""
 
     def __init__(self, alphas: tuple[float, ...] = ENGINE_ALPHAS, config: Any = None) -> None:
         from marconi.plus.shadows import ShadowConfig
 
         self.alphas = alphas
-        self.config = config if config is not None else ShadowConfig(sample_after=None)
+        self.config = config if config is not None else ShadowConfig(
+            sample_after=None, early_threshold=ENGINE_WARMUP_LEAD)
         self.mirrors: list[Any] = []
         self.totals = np.zeros(len(alphas))
         self.current, self.seen = 0, 0

@@ -13,12 +13,15 @@ live cache switches to the expert whose shadow has saved the most FLOPs so far, 
 beats the running one by more than `threshold` (relative): follow the leader, with
 hysteresis against noise.
 Switching is not free (the live cache keeps what the old expert chose), so the lead must
-be decisive, 5%, and measured on enough requests: in the first 128 only a leader that
-saves a quarter more than the running expert is followed (a system prompt's boundary
-expert on its second use, or sparse prefix caching's placement once a few documents
-recur, not the noise of a handful of hits: at a tenth, the system-prompt trace at 3%
-lost 1.8 points, experiments/RESULTS.md); leads of a few tenths of a point
-flip between near-equal experts and cost more than they gain (experiments/RESULTS.md).
+be decisive, 5%, from the first request: a switch of admission that comes late cannot
+take the checkpoints the leader took before it (asking a quarter more in the first 128
+requests followed RAG's placement and a Mooncake window's last-boundary expert late, up
+to 1.9 points lost; once the overlap expert's cold start checkpointed the first message
+boundary, the early noise that had asked for it cost nothing, experiments/RESULTS.md);
+leads of a few tenths of a point flip between near-equal experts and cost more than they
+gain (experiments/RESULTS.md). The engines' chooser, whose experts are evictions only
+(free to switch back), keeps a quarter in its first 128
+(`integrations.choosers.ENGINE_WARMUP_LEAD`).
 Two leads are absolute, as shares of what a cache holding every input would have saved
 (`possible`), each worth at least one average request: any leader 2 points ahead is
 followed at once (`clear_lead`), and `sglang+`'s configuration 0.1 point ahead (`lead`).
@@ -208,9 +211,10 @@ class ShadowConfig:
     # decides before: a few requests' hits are noise)
     settle: int = 32
     warmup: int = 128  # requests before the lead rule applies (early totals: a few hits)
-    # lead needed during warmup: a leader saving a quarter more (asking twice as much
-    # followed RAG's placement expert 16 requests late: experiments/RESULTS.md)
-    early_threshold: float = 0.25
+    # lead needed during warmup: the same 5% as after it (a quarter followed RAG's
+    # placement and a Mooncake window's last boundary late; the engines' chooser keeps
+    # `integrations.choosers.ENGINE_WARMUP_LEAD`: experiments/RESULTS.md)
+    early_threshold: float = 0.05
     objective: Objective = Objective.FLOPS
     # None: decide on each shadow's whole record; H: on its record with every request's
     # saving weighted 2^(-age / H) (a recent leader is followed; ages in requests)
@@ -545,7 +549,7 @@ class ShadowTuner:
         the objective's unit: how far the live cache may trail the best expert, and
         `sglang+`'s configuration (None: not an expert here). Each is the rule's margin
         (`threshold` of the best's total; `lead` of the possible), plus what that expert
-        saved during the warmup (decided on a 25% lead), plus one decision window at its
+        saved during the warmup (decided on `early_threshold`), plus one decision window at its
         average rate; against `sglang+`, each time the guard fired adds the average request
         of the record it closed and one more window. Decayed totals (`half_life`) bound
         nothing: (None, None)."""
