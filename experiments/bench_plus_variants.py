@@ -223,9 +223,10 @@ VARIANTS = (
     _variant("overlap runs first", _switchable, ShadowConfig(experts=OVERLAP_FIRST)),
     # the first message boundary checkpointed from the first request (a chat server's start)
     _variant("first boundary runs first", _switchable, ShadowConfig(experts=FIRST_FIRST)),
-    # the warm-up's relative lead (marconi+: 25%; experiments/RESULTS.md)
+    # the warm-up's relative lead (marconi+: 5%, the lead after it; 25% until 2026-12-06:
+    # experiments/RESULTS.md)
     *(_variant(f"warm-up lead {lead:.0%}", _switchable, ShadowConfig(early_threshold=lead))
-      for lead in (1.0, 0.5, 0.1, 0.05)),
+      for lead in (1.0, 0.5, 0.25, 0.1, 0.05)),
     _variant("gd level frozen", lambda spec, alpha: FrozenLevel(spec, Mode.DENSITY),
              ShadowConfig()),
     _variant("marconi alpha 1 in place of gd", lambda spec, alpha: marconi_alpha_1(spec),
