@@ -83,6 +83,10 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         void set_pages(i64) except +
         void set_radix(cbool, i64, i64, i64) except +
         void set_pool(i64, i64, double) except +
+        cbool reserve(i64, i64) except +
+        void release(i64, i64) except +
+        i64 reserved_kv()
+        i64 reserved_states()
         void set_flop_states(const Spec&)
         void set_flop_terms(cbool, double) except +
         void set_tlru(i64, i64) except +
@@ -255,6 +259,19 @@ cdef class NativeCore:
     def set_pool(self, i64 slots, i64 kv_capacity, double state_share):
         """A state pool beside the KV (`Core::set_pool`; 0 slots: one byte budget)."""
         self.core.set_pool(slots, kv_capacity, state_share)
+
+    def reserve(self, i64 kv, i64 states):
+        """Hold `kv` bytes and `states` states beside the tree (`Core::reserve`)."""
+        return self.core.reserve(kv, states)
+
+    def release(self, i64 kv, i64 states):
+        """Give back what `reserve` held (`Core::release`)."""
+        self.core.release(kv, states)
+
+    @property
+    def reserved(self):
+        """(KV bytes, states) held beside the tree."""
+        return self.core.reserved_kv(), self.core.reserved_states()
 
     def set_pages(self, i64 page):
         """KV in pages of `page` tokens (`Core::set_pages`)."""

@@ -439,6 +439,20 @@ class CompiledCache:
                              f"merged into its child, before it was pinned)")
         return node.slot
 
+    def reserve(self, kv: int, states: int = 0) -> bool:
+        """`Evicting.reserve`: hold `kv` bytes and `states` states beside the tree."""
+        return bool(self._core.reserve(int(kv), int(states)))
+
+    def release(self, kv: int, states: int = 0) -> None:
+        """`Evicting.release`: give back what `reserve` held."""
+        self._core.release(int(kv), int(states))
+
+    @property
+    def reserved(self) -> tuple[int, int]:
+        """(KV bytes, states) held beside the tree by `reserve`."""
+        kv, states = self._core.reserved
+        return int(kv), int(states)
+
     @property
     def alpha(self) -> float:
         return self._core.alpha

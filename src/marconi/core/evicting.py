@@ -49,6 +49,44 @@ class Evicting:
     pinned: set[Node]
     on_evict: Callable[[Freed], None] | None
 
+    # held beside the tree by running requests (`reserve`): KV bytes and working states
+    reserved_kv: int = 0
+    reserved_states: int = 0
+
+    def reserve(self, kv: int, states: int = 0) -> bool:
+        """Hold `kv` bytes of KV and `states` states beside the tree, in the same
+        capacity: what a running request holds before its commit (the serving replay,
+        `marconi.core.serving`). Evicts until the tree fits beside every reservation; False,
+        with nothing reserved or evicted, where the pinned entries and the reservations
+        leave no room even with every unpinned entry gone."""
+        if kv < 0 or states < 0:
+            raise ValueError(f"reserve: kv={kv!r} and states={states!r} must be >= 0")
+        self.reserved_kv += kv
+        self.reserved_states += states
+        if not self._feasible(Need(0, 0), set()):
+            self.reserved_kv -= kv
+            self.reserved_states -= states
+            return False
+        if self._evict_while(self._short_of(Need(0, 0)), set(), Need(0, 0)):
+            return True
+        self.reserved_kv -= kv  # the policy could not reach the floor: give it back
+        self.reserved_states -= states
+        self.stats.evicted_then_refused += 1
+        return False
+
+    def release(self, kv: int, states: int = 0) -> None:
+        """Give back what `reserve` held."""
+        if not (0 <= kv <= self.reserved_kv and 0 <= states <= self.reserved_states):
+            raise ValueError(f"release: kv={kv!r}, states={states!r} is more than was "
+                             f"reserved ({self.reserved_kv}, {self.reserved_states})")
+        self.reserved_kv -= kv
+        self.reserved_states -= states
+
+    @property
+    def reserved(self) -> tuple[int, int]:
+        """(KV bytes, states) held beside the tree by `reserve`."""
+        return self.reserved_kv, self.reserved_states
+
     def evict(self, nbytes: int) -> int:
         """Free at least `nbytes` if possible (may free more); returns bytes freed.
 
@@ -90,17 +128,18 @@ class Evicting:
         worked out once (a round asks it once per victim, and can take a victim per block);
         the one statement of the budgets (`fits` is its negation)."""
         s = self.stats
+        kv_need, states_need = need.kv + self.reserved_kv, need.states + self.reserved_states
         if not self.layout.pooled:
-            limit = self.capacity - need.kv - need.states * self.ssm_bytes
+            limit = self.capacity - kv_need - states_need * self.ssm_bytes
             return lambda: s.kv_bytes + s.ssm_bytes > limit
-        kv_limit = self.kv_capacity - need.kv
-        state_limit = self.layout.state_slots - need.states
+        kv_limit = self.kv_capacity - kv_need
+        state_limit = self.layout.state_slots - states_need
         return lambda: s.kv_bytes > kv_limit or s.states > state_limit
 
     def _feasible(self, need: Need, protected: set[Node]) -> bool:
         kept = self.pinned.union(protected)
-        kv = sum(self.books.kv_bytes(node) for node in kept) + need.kv
-        states = sum(node.has_state for node in kept) + need.states
+        kv = sum(self.books.kv_bytes(node) for node in kept) + need.kv + self.reserved_kv
+        states = sum(node.has_state for node in kept) + need.states + self.reserved_states
         if not self.layout.pooled:
             return kv + states * self.ssm_bytes <= self.capacity
         return kv <= self.kv_capacity and states <= self.layout.state_slots

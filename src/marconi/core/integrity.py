@@ -39,9 +39,13 @@ def _check_books(cache: PrefixCache, nodes: list) -> None:
     assert stats.kv_bytes == kv, f"KV bytes counted {stats.kv_bytes}, held {kv}"
     assert stats.ssm_bytes == ssm, f"SSM bytes counted {stats.ssm_bytes}, held {ssm}"
     assert stats.states == states, f"states counted {stats.states}, held {states}"
-    assert stats.bytes <= cache.capacity, f"{stats.bytes} bytes held over capacity {cache.capacity}"
+    held = stats.bytes + cache.reserved_kv + cache.reserved_states * spec.ssm_bytes
+    assert held <= cache.capacity, f"{held} bytes held (reservations too) over capacity " \
+        f"{cache.capacity}"
     assert stats.peak_bytes >= stats.bytes, "peak below current bytes"
     if layout.pooled:
+        kv += cache.reserved_kv
+        states += cache.reserved_states
         assert kv <= cache.kv_capacity, f"{kv} KV bytes over the KV budget {cache.kv_capacity}"
         assert states <= layout.state_slots, f"{states} states in {layout.state_slots} slots"
     alive = set(nodes)

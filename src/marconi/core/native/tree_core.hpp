@@ -636,8 +636,10 @@ class Core {
             return "the state list holds a state no more";
         if (kv != stats.kv_bytes) return "KV bytes differ";
         if (states != stats.states || states * spec_.ssm_bytes != stats.ssm_bytes) return "states differ";
-        if (stats.kv_bytes + stats.ssm_bytes > capacity_) return "over capacity";
-        if (slots_ > 0 && (stats.kv_bytes > kv_capacity_ || stats.states > slots_))
+        if (stats.kv_bytes + stats.ssm_bytes + reserved_kv_ + reserved_states_ * spec_.ssm_bytes
+            > capacity_) return "over capacity";
+        if (slots_ > 0 && (stats.kv_bytes + reserved_kv_ > kv_capacity_ ||
+                           stats.states + reserved_states_ > slots_))
             return "over the pools";
         return "";
     }
@@ -674,6 +676,7 @@ class Core {
     i64 track_ = 1, decode_interval_ = 1;
     i64 slots_ = 0;                  // a state pool (`set_pool`); 0: one byte budget
     i64 kv_capacity_;                // KV's bytes: the capacity less the pool
+    i64 reserved_kv_ = 0, reserved_states_ = 0;  // held beside the tree (`reserve`)
     double state_share_ = 0;
     i64 need_states_ = 0;  // the states the pending insert needs (SGLang's `Pressure`)
     // SGLang's stateless leaves, an insertion-ordered set popped from its end (a Python
@@ -1034,12 +1037,60 @@ class Core {
     // --- room ------------------------------------------------------------------------------
 
     bool fits(i64 kv_need, i64 states_need) const {
+        kv_need += reserved_kv_;  // what running requests hold beside the tree (`reserve`)
+        states_need += reserved_states_;
         if (slots_ > 0)  // `Evicting._short_of` with a state pool
             return !(stats.kv_bytes > kv_capacity_ - kv_need ||
                      stats.states > slots_ - states_need);
         i64 limit = capacity_ - kv_need - states_need * spec_.ssm_bytes;
         return !(stats.kv_bytes + stats.ssm_bytes > limit);
     }
+
+  public:
+    // Memory held beside the tree (`Evicting.reserve`): a running request's KV and working
+    // states in the same capacity. Evicts until the tree fits beside every reservation;
+    // false, with nothing reserved or evicted, if the pinned entries and the reservations
+    // leave no room even with every unpinned entry gone.
+    bool reserve(i64 kv, i64 states) {
+        if (kv < 0 || states < 0) throw std::invalid_argument("reserve: kv and states >= 0");
+        i64 fkv = reserved_kv_ + kv, fst = reserved_states_ + states;
+        for (int v : pinned_) {
+            fkv += kv_bytes_of(v);
+            fst += nodes_[v].has_state;
+        }
+        if (slots_ > 0 ? (fkv > kv_capacity_ || fst > slots_)
+                       : fkv + fst * spec_.ssm_bytes > capacity_)
+            return false;
+        reserved_kv_ += kv;
+        reserved_states_ += states;
+        protect_round_ += 1;  // nothing protected
+        need_states_ = 0;
+        while (!fits(0, 0)) {
+            int v;
+            Act act;
+            if (!victim(&v, &act)) {  // the policy cannot reach the floor: give it back
+                reserved_kv_ -= kv;
+                reserved_states_ -= states;
+                stats.evicted_then_refused += 1;
+                return false;
+            }
+            evict(v, act);
+            if (radix()) collect_garbage();
+        }
+        return true;
+    }
+
+    void release(i64 kv, i64 states) {
+        if (kv < 0 || states < 0 || kv > reserved_kv_ || states > reserved_states_)
+            throw std::invalid_argument("release: more than was reserved");
+        reserved_kv_ -= kv;
+        reserved_states_ -= states;
+    }
+
+    i64 reserved_kv() const { return reserved_kv_; }
+    i64 reserved_states() const { return reserved_states_; }
+
+  private:
 
     bool protected_(int v) const {
         return v < static_cast<int>(protect_mark_.size()) && protect_mark_[v] == protect_round_;
@@ -1050,7 +1101,7 @@ class Core {
         if (fits(kv_need, states_need)) return true;
         protect_round_ += 1;
         if (protect_mark_.size() < nodes_.size()) protect_mark_.resize(nodes_.size(), 0);
-        i64 kv = kv_need, states = states_need;
+        i64 kv = kv_need + reserved_kv_, states = states_need + reserved_states_;
         for (int v : path_) {
             protect_mark_[v] = protect_round_;
             kv += kv_bytes_of(v);
