@@ -84,6 +84,7 @@ def make_summary(**figures: Any) -> Summary:
     zero = {name: 0 for name in Summary.__dataclass_fields__}
     absent = ("alpha", "alpha_status", "page_size", "state_slots", "kv_bytes_final",
               "ssm_bytes_final", "bounds_dropped_at", "bounds", "hit_rate_by_input_length",
-              "tuning", "engine", "experts")
-    text = {"system": "x", "trace": "t", "capacity": "1GB", "model": "paper-7b"}
+              "tuning", "engine", "experts", "served")
+    text = {"system": "x", "replay": "serving", "trace": "t", "capacity": "1GB",
+            "model": "paper-7b"}
     return Summary(**(zero | dict.fromkeys(absent) | text | figures))

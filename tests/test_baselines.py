@@ -34,7 +34,8 @@ def trace(*inputs: list[int], sessions: list[str] | None = None) -> Trace:
 
 
 def hits(system: str, t: Trace, capacity: int) -> list[int]:
-    config = SimConfig(spec=SMALL, capacity=capacity, system=system, bounds=False)
+    config = SimConfig(spec=SMALL, capacity=capacity, system=system, bounds=False,
+                       replay="sequential")  # the references read a sequential future
     return [int(h) for h in run(t, config, warn=False).records.hit]
 
 

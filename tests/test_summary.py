@@ -23,7 +23,7 @@ from marconi.workload import load_trace
 # `marconi simulate --json` of a run with bounds and a tuner, key by key in order
 # (docs/architecture.md, "Metrics": other tools rely on these keys)
 JSON_KEYS = [
-    "system", "trace", "requests", "input_tokens", "hit_tokens", "token_hit_rate",
+    "system", "replay", "trace", "requests", "input_tokens", "hit_tokens", "token_hit_rate",
     "request_hit_rate", "flops_saved", "flops_total", "flops_saved_rate", "alpha",
     "alpha_status", "states_admitted", "states_evicted", "evictions", "commits",
     "refused_commits", "evicted_then_refused", "peak_bytes", "capacity", "model", "page_size",
@@ -35,12 +35,15 @@ JSON_KEYS = [
 WANTED = {"bootstrap": ("refused 7 of 80 commits",
                         "window of 75 requests, from the first eviction at request 15"),
           "dropped": ("bounds dropped after 2 requests",), "sampled": ("from request 20 on",),
-          "idle": ("never evicted",), "lost": ("refused all the same",)}
-CELL = ("system", "trace", "capacity", "model", "page_size", "state_slots")  # a cell's columns
+          "idle": ("never evicted",), "lost": ("refused all the same",),
+          "served": ("ran without holding it", "raise --capacity")}
+# a cell's columns
+CELL = ("system", "replay", "trace", "capacity", "model", "page_size", "state_slots")
 
 
 def _summary(system: str, capacity: str = "1GB", **config: Any) -> Summary:
     trace = load_trace("synthetic:agent:sessions=4")
+    config = {"replay": "sequential"} | config
     return run(trace, SimConfig(spec=PAPER_7B, capacity=capacity, system=system, **config),
                warn=False).summary()
 
@@ -53,7 +56,9 @@ def runs() -> dict[str, Summary]:
             "dropped": _summary("sglang+", capacity="20GB", bounds_tokens=3000),
             "sampled": _summary("marconi+", capacity="20GB", bounds=False,
                                 shadow_sample_after=20),
-            "idle": _summary("marconi", capacity="20GB")}  # never evicts, never tunes
+            "idle": _summary("marconi", capacity="20GB"),  # never evicts, never tunes
+            # served; some requests too large to hold their memory beside the cache
+            "served": _summary("sglang+", capacity="1GB", replay="serving")}
 
 
 def _flat(summary: dict[str, Any]) -> dict[str, Any]:
@@ -70,6 +75,8 @@ def _flat(summary: dict[str, Any]) -> dict[str, Any]:
             if value.get("sampled_from") is not None:
                 out |= {"shadows_sampled_from": value["sampled_from"],
                         "shadows_sample_rate": value["sample_rate"]}
+        elif key == "served":
+            out |= {f"served_{k}": v for k, v in value.items()}
         elif key == "experts":
             out["experts_saved"] = json.dumps(value["saved"])
             out |= {f"experts_{k}": v for k, v in value.items() if k != "saved"}
@@ -80,7 +87,8 @@ def _flat(summary: dict[str, Any]) -> dict[str, Any]:
 
 def _cell(summary: Summary, name: str) -> dict[str, Any]:
     return {"cell_id": name, "status": "ok", "error": "", "system": summary.system,
-            "trace": summary.trace, "capacity": "1GB", "model": summary.model}
+            "replay": summary.replay, "trace": summary.trace, "capacity": "1GB",
+            "model": summary.model}
 
 
 def _as_read_back(summary: Summary) -> Summary:
@@ -97,8 +105,11 @@ class TestJson:
     def test_keys_are_the_contract(self, runs: dict[str, Summary]) -> None:
         assert list(runs["bootstrap"].to_json()) == JSON_KEYS
         dropped = list(runs["dropped"].to_json())
-        assert dropped == [*JSON_KEYS[:32], "bounds_dropped_at", "hit_rate_by_input_length"]
-        assert list(runs["sampled"].to_json()) == [*JSON_KEYS[:32], *JSON_KEYS[-2:], "experts"]
+        assert dropped == [*JSON_KEYS[:33], "bounds_dropped_at", "hit_rate_by_input_length"]
+        assert list(runs["sampled"].to_json()) == [*JSON_KEYS[:33], *JSON_KEYS[-2:], "experts"]
+        assert list(runs["served"].to_json()) == [*JSON_KEYS[:-1], "served"]
+        assert list(runs["served"].to_json()["served"]) == [
+            "waited", "max_running", "unreserved", "makespan_s", "ttft_p50", "ttft_p95"]
 
     def test_nested_parts(self, runs: dict[str, Summary]) -> None:
         out = runs["bootstrap"].to_json()

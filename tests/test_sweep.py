@@ -76,7 +76,8 @@ class TestCell:
                 assert row["alpha"] is None, (name, row["alpha"])
 
     def test_the_references_run_and_offline_leads(self) -> None:
-        rows = {name: run_cell(Cell.of(trace=TRACE, sessions=6, system=name, capacity="300MB"))
+        rows = {name: run_cell(Cell.of(trace=TRACE, sessions=6, system=name, capacity="300MB",
+                                       replay="sequential"))
                 for name in ("sglang+", *REFERENCES)}
         assert all(row["status"] == "ok" for row in rows.values()), rows
         assert rows[OFFLINE]["flops_saved"] >= rows["sglang+"]["flops_saved"]

@@ -114,14 +114,19 @@ class TestFlags:
     def test_recorded_cell_ids_are_kept(self) -> None:
         """Ids that results files were written with: a setting at its default leaves them
         unchanged, one set off its default changes them."""
-        assert Cell.of(trace=TRACE, system="marconi", capacity="1GB").cell_id == "b6ad38e8ded765ad"
+        old = {"replay": "sequential"}  # every row recorded before the serving replay
+        assert Cell.of(trace=TRACE, system="marconi", capacity="1GB",
+                       **old).cell_id == "b6ad38e8ded765ad"
         assert Cell.of(trace="/work/shared/data/mini-swe-agent/trajs", dataset="swe-agent",
                        system="marconi+", capacity="20GB", sessions=99,
-                       sps=0.5).cell_id == "39cc04e81063417e"
+                       sps=0.5, **old).cell_id == "39cc04e81063417e"
         for changed in ({"min_turns": 2}, {"page_size": 16}, {"bounds": False},
-                        {"concurrent": True}):
+                        {"concurrent": True}, {"replay": "serving"}):
             assert Cell.of(trace=TRACE, system="marconi", capacity="1GB",
-                           **changed).cell_id != "b6ad38e8ded765ad"
+                           **{**old, **changed}).cell_id != "b6ad38e8ded765ad"
+        # the serving replay, the default now, is never read back as a sequential row
+        assert Cell.of(trace=TRACE, system="marconi", capacity="1GB").cell_id != \
+            "b6ad38e8ded765ad"
 
     def test_progress_in_a_log_file_is_lines_not_frames(self, tmp_path: Path) -> None:
         log = tmp_path / "sweep.log"

@@ -33,7 +33,8 @@ from tests.helpers import SMALL, ListStore
 def agent_runs() -> dict[str, Summary]:
     """vLLM+ keeps a state every 32 tokens: at 2 GB no agent call fits, all are refused."""
     trace = load_trace("synthetic:agent:sessions=10")
-    return {s: run(trace, SimConfig(spec=PAPER_7B, capacity="2GB", system=s, bounds=False),
+    return {s: run(trace, SimConfig(spec=PAPER_7B, capacity="2GB", system=s, bounds=False,
+                                    replay="sequential"),
                    warn=False).summary() for s in ("vllm+", "sglang+")}
 
 

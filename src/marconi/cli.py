@@ -24,8 +24,9 @@ from marconi.core.units import parse_size
 from marconi.report.table import experts, table
 from marconi.settings import RUN, add_arguments, argument_type, values_of
 from marconi.sim.config import configure
+from marconi.sim.replay import describe_replay
 from marconi.sim.result import REFERENCES, REPLAY_SETTINGS, SimConfig
-from marconi.sim.run import run
+from marconi.sim.run import check_reference, run
 from marconi.sim.summary import Summary
 from marconi.systems import SYSTEMS, get_system, split_systems
 from marconi.workload import Trace, TraceOptions, load_trace, summarize
@@ -169,7 +170,14 @@ def _preflight(args: argparse.Namespace, systems: Sequence[str]) -> None:
     if records is not None and records.suffix == ".parquet":
         require("traces", "pyarrow")
     for system in systems:
-        _say_layout(_config(args, system, None))
+        config = _config(args, system, None)
+        check_reference(config)
+        if config.replay == "serving" and system not in REFERENCES \
+                and get_system(system).engine is not None:
+            raise ValueError(f"{system} replays through the engine's own code with its own "
+                             "schedule, not the serving replay: give --replay sequential "
+                             "(--concurrent: the engine's overlap schedule)")
+        _say_layout(config)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -182,7 +190,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     summary = result.summary()
     if args.records is not None:
         write_records(result, args.records)
-    print(json.dumps(summary.to_json(), indent=2) if args.json else _with_experts([summary]))
+    print(json.dumps(summary.to_json(), indent=2) if args.json else
+          f"{describe_replay(config)}\n{_with_experts([summary])}")
     return 0
 
 
@@ -207,12 +216,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(f"{trace.name}: {len(trace)} requests, {trace.input_tokens} input tokens, "
               f"model {args.model}, capacity {args.capacity}")
+        print(describe_replay(_config(args, names[0], None)))
         print(_with_experts(summaries))
     if args.plot is not None:
         from marconi.report.plot import compare_plot
 
         out = compare_plot([s.to_json() for s in summaries], args.plot,
-                           f"{trace.name} | {args.model} | {args.capacity}")
+                           f"{trace.name} | {args.model} | {args.capacity} | "
+                           f"{_config(args, names[0], None).replay} replay")
         print(f"plot written to {out}", file=sys.stderr)
     return 0
 

@@ -37,9 +37,12 @@ class Objective(Enum):
 
 class Tuner(Protocol):
     def observe(self, cache: PrefixCache, tokens: np.ndarray, n_input: int,
-                boundaries: Sequence[int] = (), session: str | None = None) -> None:
+                boundaries: Sequence[int] = (), session: str | None = None, *,
+                arrival: float | None = None) -> None:
         """Called by the driver after `cache.commit(tokens, n_input)`; `session` names the
-        request's session where the driver knows it (the simulator does, the engine not)."""
+        request's session where the driver knows it (the simulator does, the engine not);
+        `arrival`, the time the request was issued, where the driver serves overlapping
+        requests (the serving replay: a tuner replays its window the same way)."""
 
     def report(self) -> TuningReport | None:
         """What the tuner did so far (None if nothing yet)."""

@@ -30,6 +30,7 @@ from marconi.core.cache import PrefixCache
 from marconi.core.compiled import replay_cache
 from marconi.core.orphans import die_with_parent
 from marconi.core.policy import Admission, Eviction
+from marconi.core.serving import Serving, replay_serving
 from marconi.core.snapshot import Snapshot, rebuild, take
 from marconi.core.tuning import Objective, hit_worth
 
@@ -56,13 +57,62 @@ class Policies:
 
 def replay(snapshot: Snapshot, policies: Policies, requests: Sequence[Replay],
            alphas: Sequence[float], objective: Objective) -> dict[float, float]:
-    """Objective reached by each alpha when `requests` run from `snapshot`."""
+    """Objective reached by each alpha when `requests` run from `snapshot`, one after
+    another (the sequential replay's protocol)."""
     out = {}
     for alpha in alphas:
         cache = policies.cache(snapshot, alpha)
         out[alpha] = sum(hit_worth(cache, tokens, n_input, (), objective)
                          for tokens, n_input in requests)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A request of the window as the serving replay reads it: its tokens, its input's
+    length and boundaries, its session and the time the live run issued it."""
+
+    all_tokens: np.ndarray
+    n_input: int
+    boundaries: tuple[int, ...]
+    session_id: Any
+    arrival: float
+
+    @property
+    def input_tokens(self) -> np.ndarray:
+        return self.all_tokens[: self.n_input]
+
+    @property
+    def n_output(self) -> int:
+        return len(self.all_tokens) - self.n_input
+
+    def tokens(self) -> np.ndarray:
+        return self.all_tokens
+
+
+def replay_served(snapshot: Snapshot, policies: Policies, jobs: Sequence[Job],
+                  alphas: Sequence[float], objective: Objective,
+                  serving: Serving) -> dict[float, float]:
+    """Objective reached by each alpha when `jobs` are served from `snapshot` as the live
+    cache is (`marconi.core.serving`): overlapping, each issued when the live run issued
+    it, looked up when scheduled."""
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i].arrival)
+    ordered = [jobs[i] for i in order]
+    out = {}
+    for alpha in alphas:
+        cache = policies.cache(snapshot, alpha)
+        hits: list[int] = []
+        replay_serving(ordered, cache, serving, _appender(hits), closed_loop=False)
+        out[alpha] = (float(snapshot.spec.flops_array(np.array(hits, dtype=np.int64)).sum())
+                      if objective is Objective.FLOPS else float(sum(hits)))
+    return out
+
+
+def _appender(hits: list[int]) -> Callable[[int, Any, int], None]:
+    def record(i: int, job: Any, hit: int) -> None:
+        hits.append(hit)
+
+    return record
 
 
 @dataclass(slots=True)
@@ -86,7 +136,7 @@ class BootstrapTuner:
 
     def __init__(self, *, grid: Sequence[float] = GRID, multiplier: int = 5,
                  objective: Objective | str = Objective.FLOPS, executor: Executor | None = None,
-                 wait: bool = False) -> None:
+                 wait: bool = False, serving: Serving | None = None) -> None:
         if not grid or any(a < 0 for a in grid):
             raise ValueError(f"alpha grid must be non-empty and >= 0, got {list(grid)!r}")
         if not isinstance(multiplier, int) or multiplier < 1:
@@ -96,9 +146,11 @@ class BootstrapTuner:
         self.objective = Objective(objective)
         self.executor = executor
         self.wait = wait
+        self.serving = serving  # replay windows as the live cache is served; None: in turn
         self.result: Tuning | None = None
         self._snapshot: Snapshot | None = None
         self._recorded: list[Replay] = []
+        self._jobs: list[Job] = []
         self._futures: list[Future[dict[float, float]]] = []
 
     @property
@@ -106,8 +158,11 @@ class BootstrapTuner:
         return self.result is not None and bool(self.result.scores) and not self._futures
 
     def observe(self, cache: PrefixCache, tokens: np.ndarray, n_input: int,
-                boundaries: Sequence[int] = (), session: str | None = None) -> None:
-        """Called by the driver after every commit (`boundaries`, `session` unused here)."""
+                boundaries: Sequence[int] = (), session: str | None = None, *,
+                arrival: float | None = None) -> None:
+        """Called by the driver after every commit. Serving (`self.serving`), each request
+        of the window is kept with its session and the time it was issued (`arrival`),
+        to be served again as the live cache served it; else its tokens alone."""
         if self.done:
             return
         if self._futures:
@@ -118,6 +173,12 @@ class BootstrapTuner:
                 self.result = Tuning(n0=n0, window=self.multiplier * n0)
                 self._snapshot = take(cache)
         else:
+            if self.serving is not None:
+                if arrival is None:
+                    raise ValueError("the bootstrap tuner of a serving replay needs each "
+                                     "request's issue time (observe(..., arrival=))")
+                self._jobs.append(Job(np.asarray(tokens), n_input, tuple(boundaries),
+                                      session, float(arrival)))
             self._recorded.append((tokens, n_input))
             if self.result is not None and len(self._recorded) >= self.result.window:
                 self._launch(cache)
@@ -131,10 +192,15 @@ class BootstrapTuner:
         policies = Policies(copy.deepcopy(cache.admission), eviction.fresh(0.0))
         executor = self.executor or _local_executor(len(self.grid), self.wait)
         chunks = [self.grid[i :: _workers(executor)] for i in range(_workers(executor))]
-        self._futures = [executor.submit(replay, self._snapshot, policies,
-                                         self._recorded, chunk, self.objective)
-                         for chunk in chunks if chunk]
-        self._snapshot, self._recorded = None, []
+        if self.serving is not None:
+            self._futures = [executor.submit(replay_served, self._snapshot, policies,
+                                             self._jobs, chunk, self.objective, self.serving)
+                             for chunk in chunks if chunk]
+        else:
+            self._futures = [executor.submit(replay, self._snapshot, policies,
+                                             self._recorded, chunk, self.objective)
+                             for chunk in chunks if chunk]
+        self._snapshot, self._recorded, self._jobs = None, [], []
         if self.wait:
             self._adopt(cache)
         if self.executor is None:
@@ -213,9 +279,10 @@ class Background(Executor):
 
 
 def bootstrap_tuner(settings: Mapping[str, object], *, executor: Executor | None = None,
-                    wait: bool = False) -> BootstrapTuner:
+                    wait: bool = False, serving: Serving | None = None) -> BootstrapTuner:
     """A `BootstrapTuner` with the run's `multiplier` and `objective` among `settings`
-    (absent: its defaults)."""
+    (absent: its defaults); `serving`: the live cache's server, whose way its windows are
+    replayed."""
     return BootstrapTuner(multiplier=cast(int, settings.get("multiplier", 5)),
                           objective=Objective(settings.get("objective", Objective.FLOPS)),
-                          executor=executor, wait=wait)
+                          executor=executor, wait=wait, serving=serving)

@@ -323,10 +323,14 @@ class ShadowTuner:
         return (self.experts or self.config.experts)[self.current]
 
     def observe(self, cache: PrefixCache, tokens: np.ndarray, n_input: int,
-                boundaries: Sequence[int] = (), session: str | None = None) -> None:
+                boundaries: Sequence[int] = (), session: str | None = None, *,
+                arrival: float | None = None) -> None:
         """Called by the driver after each commit of the live cache. `session`: the
         request's session (conversation, agent run), where the driver knows it; with it,
-        a long stream's shadows are sampled by session (module docstring).
+        a long stream's shadows are sampled by session (module docstring). `arrival` is
+        not read: each shadow replays the requests in the order they finish, one at a
+        time, whatever the live cache's replay (the serving replay's shadows are not yet
+        served as the live cache is).
 
         In order: start-up (the first call builds the shadows), decay of the recent
         totals, sampling (count the session, settle), twins (part at the first boundary),

@@ -77,9 +77,11 @@ class Cell:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def id_params(self) -> dict[str, Any]:
-        """What `cell_id` hashes: `ALWAYS_IN_ID`, and every other parameter off its default."""
+        """What `cell_id` hashes: `ALWAYS_IN_ID`, and every other parameter off its default
+        (off its `LEGACY` value for those whose default changed since results were first
+        recorded)."""
         return {k: v for k, v in self.params().items()
-                if k in ALWAYS_IN_ID or v != DEFAULTS[k]}
+                if k in ALWAYS_IN_ID or v != LEGACY.get(k, DEFAULTS[k])}
 
     def params(self) -> dict[str, Any]:
         """Every parameter by name: the fields, then the settings."""
@@ -118,6 +120,13 @@ ALWAYS_IN_ID = frozenset({
     "dataset", "trace", "system", "capacity", "model", "sessions", "max_requests", "sps",
     "response_time", "mean_gap", "seed", "tokenizer", "alpha", "multiplier", "objective",
     "records"})
+
+
+# The value a setting had in every row recorded before its default changed: hashed only
+# off it, so that those rows keep their ids and a row of the new default gets a new one
+# (every result before the serving replay was sequential: docs/architecture.md, "Replay
+# protocols").
+LEGACY = {"replay": "sequential"}
 
 
 def expand(grid: Mapping[str, Any]) -> list[Cell]:

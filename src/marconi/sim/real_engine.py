@@ -103,6 +103,11 @@ def replay(trace: Trace | Sequence[Request], config: SimConfig, system: System, 
         raise PeerError(f"{system.name}: a real-engine replay needs the whole trace, not a "
                         "stream")
     assert system.engine is not None
+    if config.replay == "serving":
+        raise PeerError(f"{system.name}: the serving replay does not drive the engine's own "
+                        "code; replay it with --replay sequential (--concurrent: the engine's "
+                        "own overlap schedule), or compare its in-process emulation under "
+                        "the serving replay")
     engine = ENGINES[system.engine]
     make = sglang_options if engine.name == "sglang" else vllm_options
     options = make(config, system)

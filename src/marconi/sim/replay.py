@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from marconi.core.cache import PrefixCache
 from marconi.core.layout import Layout
+from marconi.core.serving import Serving, ServingStats, Visibility, replay_serving
 from marconi.core.tuning import Tuner
 from marconi.sim.bounds import UNBOUNDED, SeenTree, keep_all
 from marconi.sim.concurrent import replay_concurrent
@@ -39,12 +40,16 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
     `system` overrides the registered one (references built per trace, e.g. `offline`);
     `before(i)` is called before request `i` is served.
     """
-    if config.concurrent and not isinstance(trace, Sized):
-        raise ValueError("a concurrent replay needs the whole trace, not a stream")
+    serving = config.replay == "serving"
+    if (config.concurrent or serving) and not isinstance(trace, Sized):
+        raise ValueError(f"a {'serving' if serving else 'concurrent'} replay needs the whole "
+                         "trace, not a stream (--replay sequential streams one)")
     trace = with_inputs(trace)
     system = system or get_system(config.system)
     # waits for its replays: a deterministic run
-    tuner = system.make_tuner(config.alpha, TunerOptions(wait=True, settings=config.settings()))
+    tuner = system.make_tuner(config.alpha, TunerOptions(
+        wait=True, settings=config.settings(),
+        serving=serving_of(config, system) if serving else None))
     # token-only: on the compiled core where it runs the system (a concurrent replay's
     # pins too)
     cache = system.cache(config.spec, config.capacity, alpha=config.alpha,
@@ -60,18 +65,24 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
     start = time.perf_counter()
     bar = tqdm(trace, desc=config.system, unit="req", leave=False,
                disable=None if progress else True)  # None: only on a terminal
+    overlapping = config.concurrent or serving
+    served_by: ServingStats | None = None
     if config.concurrent:
         _concurrent(trace, config, cache, tuner, records, before)
+    elif serving:
+        bounds = _ServedBounds(bound, seen, records, config.bounds_tokens)
+        served_by = _serving(trace, config, system, cache, tuner, records, before, bounds)
+        bound, dropped = None, bounds.dropped  # measured on the server's own timeline
     # once nothing but the cache sees each request (no tuner left to feed, no bounds, no
     # callback), requests are served in batches: the compiled core runs their loop
-    batchable = not config.concurrent and before is None and not cache.admission.per_session
+    batchable = not overlapping and before is None and not cache.admission.per_session
     requests, served = iter(bar), 0
     for i, request in enumerate(requests):
         records, arrivals = _room(records, arrivals, i + 1)
         sessions.append(request.session_id)
         arrivals[i] = request.arrival
         served = i + 1
-        if not config.concurrent:
+        if not overlapping:
             if before is not None:
                 before(i)
             _step(request, i, cache, tuner, records)
@@ -98,7 +109,7 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
         config=config, trace=trace.name if isinstance(trace, Trace) else "stream", records=records,
         sessions=sessions, arrivals=arrivals, stats=cache.stats.copy(), alpha=alpha,
         seconds=seconds, tuning=tuner.report() if tuner is not None else None,
-        bounds_dropped=dropped, alpha_status=status)
+        bounds_dropped=dropped, alpha_status=status, serving=served_by)
 
 
 def _room(records: Records, arrivals: np.ndarray, rows: int) -> tuple[Records, np.ndarray]:
@@ -172,6 +183,84 @@ def _concurrent(trace: Iterable[Request], config: SimConfig, cache: PrefixCache,
 
     replay_concurrent(trace, cache, config.spec, config.latency_model(), config.decode_s_per_token,
                       record, before, tuner)
+
+
+DEFAULT_CHUNK_TOKENS = 8192  # a step's tokens where the system's engine names none
+
+
+def serving_of(config: SimConfig, system: System) -> Serving:
+    """How the serving replay runs `system` under `config`: the batch limit, the step's
+    tokens (given, else the system's engine's, else `DEFAULT_CHUNK_TOKENS`), the decode
+    step, the latency model and the engine's visibility rule."""
+    chunk = config.chunk_tokens or system.chunk_tokens or DEFAULT_CHUNK_TOKENS
+    return Serving(max_running=config.max_running, chunk_tokens=chunk,
+                   decode_s=config.decode_s_per_token, latency=config.latency_model(),
+                   visibility=Visibility(system.visibility), hold=config.hold_running)
+
+
+def describe_replay(config: SimConfig) -> str:
+    """One line naming the replay protocol and its settings (every table's header)."""
+    if config.replay == "sequential":
+        how = "concurrent arrivals, " if config.concurrent else ""
+        return (f"replay sequential ({how}the paper's protocol: each request committed "
+                "before the next is looked up)")
+    chunk = (f"{config.chunk_tokens}-token steps" if config.chunk_tokens else
+             f"steps of each engine's prefill chunk, else {DEFAULT_CHUNK_TOKENS} tokens")
+    held = "running requests hold memory" if config.hold_running else \
+        "running requests hold no memory"
+    return (f"replay serving (up to {config.max_running} running, {chunk}, "
+            f"{config.decode_s_per_token:g} s per decode step, {held})")
+
+
+class _ServedBounds:
+    """The bounds of a serving replay, on its own timeline: each request looked up in
+    the unbounded cache and the tree of every prefix when it is scheduled, and committed
+    to both when it finishes. A prefix that a running request is still computing is
+    neither seen nor in the bound: no cache could have served it then."""
+
+    def __init__(self, bound: PrefixCache | None, seen: SeenTree, records: Records,
+                 limit: int) -> None:
+        self.bound, self.seen, self.records, self.limit = bound, seen, records, limit
+        self.dropped: int | None = None
+        self.finished = 0
+
+    def lookup(self, i: int, request: Request) -> None:
+        if self.bound is None:
+            return
+        salt = request.session_id if self.bound.admission.per_session else None
+        self.records.bound[i] = self.bound.lookup(request.input_tokens,
+                                                  boundaries=request.boundaries,
+                                                  salt=salt).hit
+        found = self.seen.lookup(request.input_tokens)
+        self.records.seen[i] = found.seen
+        self.records.from_inputs[i] = found.from_inputs
+
+    def commit(self, i: int, request: Request, n: int, whole: bool) -> None:
+        """Request `i`'s first `n` tokens committed: its finish (`whole`), or what it
+        made visible while running."""
+        self.finished += whole
+        if self.bound is None:
+            return
+        salt = request.session_id if self.bound.admission.per_session else None
+        tokens, n_input = (request.tokens(), request.n_input) if whole else \
+            (request.input_tokens[:n], n)
+        self.bound.commit(tokens, n_input, boundaries=tuple(
+            b for b in request.boundaries if b <= n_input), salt=salt)
+        self.seen.commit(tokens, n_input)
+        if self.seen.tokens > self.limit:  # they would grow with the trace
+            self.bound, self.seen, self.dropped = None, SeenTree(), self.finished
+
+
+def _serving(trace: Trace | Iterable[Request], config: SimConfig, system: System,
+             cache: PrefixCache, tuner: Tuner | None, records: Records,
+             before: Callable[[int], None] | None, bounds: _ServedBounds) -> ServingStats:
+    def record(i: int, request: Request, hit: int) -> None:
+        _record(records, i, request, hit, cache)
+        bounds.lookup(i, request)
+
+    requests = trace.requests if isinstance(trace, Trace) else tuple(trace)
+    return replay_serving(requests, cache, serving_of(config, system), record, before, tuner,
+                          on_commit=bounds.commit)
 
 
 def _step(request: Request, i: int, cache: PrefixCache, tuner: Tuner | None,

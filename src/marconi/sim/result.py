@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from marconi.core.layout import Layout
+from marconi.core.serving import ServingStats
 from marconi.core.spec import ModelSpec
 from marconi.core.stats import CacheStats
 from marconi.core.tuning import TuningReport
@@ -26,6 +27,7 @@ from marconi.sim.summary import (
     LengthBin,
     MissTokens,
     ReuseTaxonomy,
+    Served,
     Summary,
     Tuning,
 )
@@ -76,9 +78,25 @@ class SimConfig:
     state_slots: int | None = setting(
         None, "SSM states in a pool of their own carved out of the capacity (0: states "
         "share the byte budget; default: the system's engine layout)", minimum=0)
+    replay: str = setting(
+        "serving", "how the trace is replayed: serving (as a server runs it: requests "
+        "overlap in a bounded batch, running requests hold memory, lookups at scheduling, "
+        "closed-loop sessions) or sequential (each request committed before the next is "
+        "looked up: the paper's protocol)", choices=("serving", "sequential"))
+    max_running: int = setting(
+        256, "serving: requests running at once, the rest wait (vLLM's --max-num-seqs)",
+        positive=True)
+    chunk_tokens: int | None = setting(
+        None, "serving: tokens one step prefills and decodes (vLLM's "
+        "--max-num-batched-tokens; default: the system's engine's, else 8192)",
+        positive=True)
+    hold_running: bool = setting(
+        True, "serving: running requests hold their KV and a working state in the cache's "
+        "capacity (--no-hold-running: they hold nothing, as in the sequential replay)")
     concurrent: bool = setting(
-        False, "requests overlap: a request's states enter when it finishes (arrival + "
-        "TTFT + decode), not before the next arrives")
+        False, "sequential only: requests overlap as they arrive, with no batch limit and no "
+        "memory for running requests; a request's states enter when it finishes (arrival + "
+        "TTFT + decode)")
     decode_s_per_token: float = setting(
         0.02, "decode seconds per output token (the concurrent replay)", minimum=0)
     flops_rate: float = setting(DEFAULT_FLOPS_RATE, "achieved prefill FLOP/s of the TTFT model",
@@ -92,6 +110,10 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         check_all(self, REPLAY_SETTINGS)
+        if self.concurrent and self.replay == "serving":
+            raise ValueError("concurrent: the earlier overlap replay runs with replay="
+                             "sequential only (--replay sequential --concurrent); the serving "
+                             "replay already overlaps requests, as a server does")
         object.__setattr__(self, "layout", _layout(self))  # frozen: set once, here
         self.layout.kv_capacity(self.spec, parse_size(self.capacity))  # fits the capacity
         if self.latency_profile is not None:
@@ -181,6 +203,7 @@ class SimResult:
     # a FLOP-aware system's alpha: "fixed" (by the user), "tuned" (the tuner finished),
     # "untuned" (it never did: alpha is None); None for systems without an alpha
     alpha_status: str | None = None
+    serving: ServingStats | None = None  # the serving replay's server (None: another replay)
 
     def summary(self) -> Summary:
         """Every figure of the run, typed; `.to_json()` is `marconi simulate --json`."""
@@ -196,7 +219,8 @@ def summarize(result: SimResult) -> Summary:
     capacity = result.config.capacity
     dropped, measured = result.bounds_dropped is not None, result.config.bounds
     return Summary(
-        system=result.config.system, trace=result.trace, requests=len(r.n_input),
+        system=result.config.system, replay=result.config.replay, trace=result.trace,
+        requests=len(r.n_input),
         input_tokens=int(r.n_input.sum()), hit_tokens=int(r.hit.sum()),
         token_hit_rate=rate(r.hit.sum(), r.n_input.sum()),
         request_hit_rate=rate((r.hit > 0).sum(), len(r.hit)),
@@ -219,7 +243,19 @@ def summarize(result: SimResult) -> Summary:
                                        hit_rate_by_length(r.n_input, r.hit)),
         tuning=None if result.tuning is None else Tuning.from_report(result.tuning.to_json()),
         engine=None if result.engine is None else _engine(result.engine),
-        experts=_experts(result, rate(flops_saved, flops_total)))
+        experts=_experts(result, rate(flops_saved, flops_total)), served=_served(result))
+
+
+def _served(result: SimResult) -> Served | None:
+    """The serving replay's server: its counters, TTFT from issue to first token."""
+    s = result.serving
+    if s is None:
+        return None
+    ttft = s.first_token - s.issued
+    ttft = ttft[~np.isnan(ttft)]
+    p50, p95 = (float(x) for x in np.percentile(ttft, [50, 95])) if ttft.size else (0.0, 0.0)
+    return Served(waited=s.waited, max_running=s.max_running, unreserved=s.unreserved,
+                  makespan_s=s.makespan, ttft_p50=p50, ttft_p95=p95)
 
 
 def _experts(result: SimResult, flops_rate: float) -> Experts | None:

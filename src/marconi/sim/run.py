@@ -13,6 +13,17 @@ from marconi.systems import get_system
 from marconi.workload.types import Trace
 
 
+def check_reference(config: SimConfig) -> None:
+    """ValueError for a reference that reads the trace's future (`offline`,
+    `reuse-oracle`) under the serving replay: the future it reads is the sequential
+    replay's (each request committed before the next), not what a schedule of
+    overlapping requests lets a lookup see."""
+    if config.system in (OFFLINE, REUSE_ORACLE) and config.replay == "serving":
+        raise ValueError(f"{config.system} is a reference of the sequential replay (it "
+                         "reads which later request reuses what, one request at a time); "
+                         "run it with --replay sequential, beside systems replayed so too")
+
+
 def run(trace: Trace, config: SimConfig, *, progress: bool = False,
         warn: bool = True) -> SimResult:
     """`simulate`, or a reference (`marconi-oracle`, `offline`, `reuse-oracle`) when
@@ -23,6 +34,7 @@ def run(trace: Trace, config: SimConfig, *, progress: bool = False,
     is replayed through the engine's own code (marconi.realpeers). Requests with an
     empty input are dropped, and said (`replay.with_inputs`)."""
     trace = with_inputs(trace)  # type: ignore[assignment]  # a Trace stays a Trace
+    check_reference(config)
     if config.system == ORACLE:
         result = oracle(trace, config)
     elif config.system == OFFLINE:

@@ -154,10 +154,29 @@ class Engine:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Served:
+    """What the serving replay's server did (`marconi.core.serving`): requests that waited
+    to be scheduled, the most running at once, requests too large to hold their memory
+    beside the cache (they ran without it), the time the last finished, and TTFT from
+    issue to first token (queueing included)."""
+
+    waited: int
+    max_running: int
+    unreserved: int
+    makespan_s: float
+    ttft_p50: float
+    ttft_p95: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in _SERVED}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Summary:
     """Every figure of one run, in the order of `marconi simulate --json`."""
 
     system: str
+    replay: str | None  # "serving" or "sequential" (None: a row written before replays were named)
     trace: str
     requests: int
     input_tokens: int
@@ -195,6 +214,7 @@ class Summary:
     tuning: Tuning | None  # None: no tuner, or nothing yet
     engine: Engine | None  # None: not a real engine's replay, or read back from a row
     experts: Experts | None = None  # marconi+'s experts and regret (None: another system)
+    served: Served | None = None  # the serving replay's server (None: another replay)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON of `marconi simulate --json`: the contract's keys first, then extras."""
@@ -213,6 +233,8 @@ class Summary:
             out["engine"] = self.engine.to_json()
         if self.experts is not None:
             out["experts"] = self.experts.to_json()
+        if self.served is not None:
+            out["served"] = self.served.to_json()
         return out
 
     def to_row(self) -> dict[str, Any]:
@@ -232,6 +254,8 @@ class Summary:
         if self.experts is not None:  # each expert's share as JSON text: one column
             out |= {"experts_saved": json.dumps(dict(self.experts.saved))}
             out |= {f"experts_{key}": getattr(self.experts, key) for key in _EXPERTS}
+        if self.served is not None:
+            out |= {f"served_{key}": getattr(self.served, key) for key in _SERVED}
         return {key: _plain(value) for key, value in out.items()}
 
     def _optional_scalars(self) -> dict[str, Any]:
@@ -260,7 +284,8 @@ class Summary:
                    ssm_bytes_final=_maybe(row, "ssm_bytes_final", int),
                    bounds_dropped_at=_maybe(row, "bounds_dropped_at", int),
                    bounds=_bounds_from_row(row), hit_rate_by_input_length=None,
-                   tuning=_tuning_from_row(row), engine=None, experts=_experts_from_row(row))
+                   tuning=_tuning_from_row(row), engine=None, experts=_experts_from_row(row),
+                   served=_served_from_row(row))
 
 
 def _maybe(row: Mapping[str, Any], key: str, kind: Callable[[Any], T]) -> T | None:
@@ -284,6 +309,17 @@ def gap_to_none(value: Any) -> Any:
     if isinstance(value, float | np.floating) and value != value:  # NaN
         return None
     return value
+
+
+def _served_from_row(row: Mapping[str, Any]) -> Served | None:
+    if gap_to_none(row.get("served_waited")) is None:
+        return None
+    return Served(waited=_need(row, "served_waited", int),
+                  max_running=_need(row, "served_max_running", int),
+                  unreserved=_need(row, "served_unreserved", int),
+                  makespan_s=_need(row, "served_makespan_s", float),
+                  ttft_p50=_need(row, "served_ttft_p50", float),
+                  ttft_p95=_need(row, "served_ttft_p95", float))
 
 
 def _bounds_from_row(row: Mapping[str, Any]) -> Bounds | None:
@@ -345,14 +381,17 @@ _HEAD_KINDS: dict[str, Callable[[Any], Any]] = {
     "model": str, "seconds": float, "ttft_p5": float, "ttft_p50": float, "ttft_p95": float,
     "ttft_mean": float, "kv_bytes_mean": float, "ssm_bytes_mean": float}
 _MAYBE_KINDS: dict[str, Callable[[Any], Any]] = {
-    "alpha": float, "alpha_status": str, "commits": int, "evicted_then_refused": int}
-_HEAD = ("system", "trace", "requests", "input_tokens", "hit_tokens", "token_hit_rate",
+    "alpha": float, "alpha_status": str, "commits": int, "evicted_then_refused": int,
+    "replay": str}
+_HEAD = ("system", "replay", "trace", "requests", "input_tokens", "hit_tokens", "token_hit_rate",
          "request_hit_rate", "flops_saved", "flops_total", "flops_saved_rate", "alpha",
          "alpha_status", "states_admitted", "states_evicted", "evictions", "commits",
          "refused_commits", "evicted_then_refused", "peak_bytes", "capacity", "model",
          "page_size", "state_slots", "seconds", "ttft_p5", "ttft_p50", "ttft_p95", "ttft_mean",
          "kv_bytes_mean", "ssm_bytes_mean")
-_CELL = frozenset({"system", "trace", "capacity", "model", "page_size", "state_slots"})
+_CELL = frozenset({"system", "replay", "trace", "capacity", "model", "page_size",
+                   "state_slots"})
+_SERVED = ("waited", "max_running", "unreserved", "makespan_s", "ttft_p50", "ttft_p95")
 _MISSES = ("cold", "not_admitted", "evicted")
 _TAXONOMY = ("purely_input", "input_and_output", "none")
 _BIN = ("min_tokens", "max_tokens", "requests", "token_hit_rate")

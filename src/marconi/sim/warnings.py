@@ -82,18 +82,43 @@ def regret_warning(summary: Summary) -> str | None:
     "marconi+'s regret"): what the experts it ran before admitted and evicted cost more
     than the rule allows for. Not for sampled shadows (their totals are estimates)."""
     experts = summary.experts
-    if experts is None or experts.sampled:
-        return None
+    if experts is None or experts.sampled or summary.replay == "serving":
+        return None  # served: `shadow_note` says why its bounds do not apply
     over = experts.over()
     if not over:
         return None
     return f"warning: {summary.system}: {'; '.join(over)}"
 
 
+def shadow_note(summary: Summary) -> str | None:
+    """A note on marconi+ under the serving replay: its shadows replay each request once
+    it finishes, one after another, so their totals (and its regret against them) are
+    not figures of the serving replay."""
+    if summary.experts is None or summary.replay != "serving":
+        return None
+    return (f"note: {summary.system}: its shadow experts replay the requests one after "
+            "another as they finish, not as the server overlapped them; their totals, its "
+            "regret and its margin to sglang+'s configuration are not figures of the "
+            "serving replay (no regret bound is checked)")
+
+
+def unreserved_warning(summary: Summary) -> str | None:
+    """A warning when the serving replay ran requests larger than the cache alone: they
+    could not hold their memory beside it, so the server modelled is not the one asked
+    for (a real one would refuse them)."""
+    served = summary.served
+    if served is None or not served.unreserved:
+        return None
+    return (f"warning: {summary.system}: {served.unreserved} requests need more memory "
+            f"than the whole {_size(summary.capacity)} cache to run (their KV and working "
+            "state); they ran without holding it, which no server can: raise --capacity")
+
+
 def run_warnings(summary: Summary) -> list[str]:
     """Every warning and note `summary` calls for, in a fixed order."""
     found = (refusal_warning(summary), policy_warning(summary), bounds_warning(summary),
-             sampling_note(summary), untuned_warning(summary), regret_warning(summary))
+             sampling_note(summary), untuned_warning(summary), regret_warning(summary),
+             shadow_note(summary), unreserved_warning(summary))
     return [message for message in found if message is not None]
 
 

@@ -109,7 +109,8 @@ def sglang(name: str, description: str, settings: Settings, real: bool) -> Syste
         return sglang_memory(spec, capacity)
 
     return System(name=name, policies=policies, description=description, engine_layout=layout,
-                  engine_memory=memory, engine=environment(name) if real else None)
+                  engine_memory=memory, engine=environment(name) if real else None,
+                  visibility="chunk", chunk_tokens=int(settings["chunked_prefill_size"]))  # type: ignore[call-overload]
 
 
 def _sglang_marconi(name: str, description: str, settings: Settings, real: bool) -> System:
@@ -178,7 +179,8 @@ def _vllm(name: str, description: str, settings: Settings, real: bool) -> System
         return vllm_memory(spec, capacity, _vllm_config(settings))  # type: ignore[arg-type]
 
     return System(name=name, policies=policies, description=description, engine_layout=layout,
-                  engine_memory=memory, engine=environment(name) if real else None)
+                  engine_memory=memory, engine=environment(name) if real else None,
+                  visibility="block", chunk_tokens=int(settings["max_num_batched_tokens"]))  # type: ignore[call-overload]
 
 
 def _vllm_marconi(name: str, description: str, settings: Settings, real: bool) -> System:

@@ -12,7 +12,8 @@ def bootstrap(options: TunerOptions) -> Tuner:
     """Marconi's bootstrap alpha tuner."""
     from marconi.paper.tuner import bootstrap_tuner
 
-    return bootstrap_tuner(options.settings, executor=options.executor, wait=options.wait)
+    return bootstrap_tuner(options.settings, executor=options.executor, wait=options.wait,
+                           serving=options.serving)  # type: ignore[arg-type]
 
 
 # --- the paper's systems --------------------------------------------------------------------

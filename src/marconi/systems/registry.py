@@ -43,6 +43,10 @@ class TunerOptions:
     first_boundary: bool = False
     # the run settings by name (`SimConfig.settings()`); a name absent: the tuner's default
     settings: Mapping[str, object] = field(default_factory=dict)
+    # the live cache's server (`marconi.core.serving.Serving`) where the driver serves
+    # overlapping requests: a tuner that replays windows replays them the same way; None:
+    # one request after another
+    serving: object | None = None
 
 
 TunerFactory = Callable[[TunerOptions], Tuner]
@@ -136,6 +140,13 @@ class System:
     # why its memory grows with the stream beyond the cache's capacity (a server refuses
     # it: it is for replays); "": it keeps no more than its cache
     unbounded: str = ""
+    # when a running request's computed tokens become visible to others in its engine
+    # (the serving replay, `marconi.core.serving.Visibility`): "finish" (marconi's engine),
+    # "chunk" (SGLang: after each prefill chunk), "block" (vLLM: as blocks fill)
+    visibility: str = "finish"
+    # its engine's prefill step in tokens (SGLang's chunked prefill size, vLLM's
+    # --max-num-batched-tokens); None: the serving replay's default
+    chunk_tokens: int | None = None
 
     @property
     def tuned(self) -> bool:

@@ -1,0 +1,365 @@
+"""The serving replay: a trace replayed as a server runs it (docs/architecture.md, "Replay
+protocols").
+
+```
+issue --> waiting (FCFS) --schedule: lookup, pin, reserve--> prefill in chunks --> decode
+  ^                                                                                   |
+  +---- the session's next turn: finish + the trace's think gap <--commit, unpin------+
+```
+A server runs steps. Each step spends a token budget (`chunk_tokens`, vLLM's
+`--max-num-batched-tokens`, SGLang's chunked prefill size): one token for each running
+request that decodes, then prefill chunks for the running requests still prefilling, then
+new requests taken from the waiting queue in order while fewer than `max_running` run
+(vLLM's `--max-num-seqs`). A request is looked up when it is scheduled, not when it
+arrives; it then holds, beside the cache and in the same capacity (`cache.reserve`), the
+KV of every token it will compute and one working state: a busy server caches less. A
+request whose footprint does not fit waits (and those behind it) until running ones
+finish; one that cannot fit even in an empty cache runs without its reservation, counted.
+A step lasts the prefill time of its chunks (the latency model, per chunk, with the
+tokens already computed as its cached context) plus `decode_s` when a request decodes in
+it; a request's first token comes at the end of its last prefill chunk, its last after
+`n_output - 1` more steps, and then it commits and unpins. What a running request has
+computed is visible to others when the system's engine makes it so (`Visibility`).
+
+A session's turn whose input extends its previous turn's input and output (chat, agents:
+the next turn depends on the answer) is issued when that turn finishes plus the trace's
+gap between the two stamps (the user's typing, the tool's run), not at its own stamp: a
+closed loop. Every other request (Mooncake's, a session's first turn, a turn that does
+not extend the last) is issued at its stamp.
+
+With one request running at a time and no two requests overlapping, it commits each
+request before the next is looked up: the sequential replay's figures (tests/test_serving).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+import numpy as np
+
+from marconi.core.cache import PrefixCache
+from marconi.core.tuning import Tuner
+
+
+class Request(Protocol):
+    """What the server reads of a request (`marconi.workload.Request` is one)."""
+
+    @property
+    def session_id(self) -> Any: ...
+
+    @property
+    def arrival(self) -> float: ...
+
+    @property
+    def input_tokens(self) -> np.ndarray: ...
+
+    @property
+    def boundaries(self) -> Sequence[int]: ...
+
+    @property
+    def n_input(self) -> int: ...
+
+    @property
+    def n_output(self) -> int: ...
+
+    def tokens(self) -> np.ndarray: ...
+
+
+class LatencyModel(Protocol):
+    """Seconds to prefill (`marconi.sim.latency`'s models are ones)."""
+
+    def ttft(self, n_input: np.ndarray, hit: np.ndarray) -> np.ndarray: ...
+
+
+class Visibility(StrEnum):
+    """When what a running request computed becomes visible to the others."""
+
+    FINISH = "finish"  # at its finish, the whole sequence (marconi's engine)
+    CHUNK = "chunk"  # its input so far after each prefill chunk but the last (SGLang)
+    BLOCK = "block"  # its input so far after every prefill step, as blocks fill (vLLM)
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """How the server runs: its batch limit, its step's token budget, a decode step's
+    seconds, the latency model of a prefill chunk, and its engine's visibility rule."""
+
+    max_running: int
+    chunk_tokens: int
+    decode_s: float
+    latency: LatencyModel
+    visibility: Visibility = Visibility.FINISH
+    hold: bool = True  # running requests hold memory beside the cache (`cache.reserve`)
+
+    def __post_init__(self) -> None:
+        if self.max_running < 1 or self.chunk_tokens < 1 or self.decode_s < 0:
+            raise ValueError(f"serving: max_running={self.max_running!r} and chunk_tokens="
+                             f"{self.chunk_tokens!r} must be >= 1, decode_s="
+                             f"{self.decode_s!r} >= 0")
+
+
+@dataclass(slots=True)
+class ServingStats:
+    """What the server did: requests that waited (left in the queue by a step, for the
+    batch limit, the step's budget or memory), the most running at once, requests that ran
+    without their reservation (larger than the cache), and the time the last finished."""
+
+    waited: int = 0
+    max_running: int = 0
+    unreserved: int = 0
+    makespan: float = 0.0
+    issued: np.ndarray = field(default_factory=lambda: np.zeros(0))  # issue time per request
+    scheduled: np.ndarray = field(default_factory=lambda: np.zeros(0))  # lookup time
+    first_token: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    finished: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+@dataclass(slots=True, eq=False)
+class _Running:
+    i: int
+    request: Request
+    node: Any  # the node it pinned (its lookup's, then its visible prefix's)
+    hit: int
+    done: int  # input tokens computed (cached ones included)
+    left: int  # decode steps left once its prefill is done
+    kv: int  # bytes reserved beside the cache
+    states: int  # states reserved beside the cache
+    shown: int  # input tokens made visible before its finish
+
+
+# (index, request, hit) at each lookup; the request as the caller gave it
+Record = Callable[[int, Any, int], None]
+
+
+def dependents(requests: Sequence[Request]) -> list[int]:
+    """For each request, the index of the earlier request it waits for (its session's
+    previous turn, when its input extends that turn's input and output), or -1."""
+    last: dict[Any, int] = {}
+    out = [-1] * len(requests)
+    for i, r in enumerate(requests):
+        j = last.get(r.session_id)
+        if j is not None:
+            prev = requests[j]
+            n = prev.n_input + prev.n_output
+            if r.n_input > n and np.array_equal(r.input_tokens[:n], prev.tokens()):
+                out[i] = j
+        last[r.session_id] = i
+    return out
+
+
+def replay_serving(requests: Sequence[Request], cache: PrefixCache, serving: Serving,
+                   record: Record, before: Callable[[int], None] | None = None,
+                   tuner: Tuner | None = None, *, closed_loop: bool = True,
+                   on_commit: Callable[[int, Any, int, bool], None] | None = None
+                   ) -> ServingStats:
+    """Serve `requests` (arrival order) as `serving` says; `record(i, request, hit)` at each
+    lookup, `before(i)` before it; `tuner` observes each commit (told the request's issue
+    time). `closed_loop=False`: every request issued at its own stamp (a tuner's window,
+    stamped with the live run's issue times). `on_commit(i, request, n, done)` after each
+    commit of its first `n` tokens (`done`: its finish, n its whole length; else what it
+    made visible while running); the simulator's bounds commit there, on the same timeline."""
+    server = _Server(requests, cache, serving, record, before, tuner, closed_loop)
+    server.on_commit = on_commit
+    return server.run()
+
+
+class _Server:
+    def __init__(self, requests: Sequence[Request], cache: PrefixCache, serving: Serving,
+                 record: Record, before: Callable[[int], None] | None,
+                 tuner: Tuner | None, closed_loop: bool) -> None:
+        self.requests, self.cache, self.s = requests, cache, serving
+        self.record, self.before, self.tuner = record, before, tuner
+        self.after = dependents(requests) if closed_loop else [-1] * len(requests)
+        self.next_of: dict[int, int] = {j: i for i, j in enumerate(self.after) if j >= 0}
+        n = len(requests)
+        self.stats = ServingStats(issued=np.full(n, np.nan), scheduled=np.full(n, np.nan),
+                                  first_token=np.full(n, np.nan), finished=np.full(n, np.nan))
+        self.pending: list[tuple[float, int]] = [
+            (r.arrival, i) for i, r in enumerate(requests) if self.after[i] < 0]
+        heapq.heapify(self.pending)
+        self.waiting: deque[int] = deque()
+        self.held = np.zeros(n, dtype=bool)  # left waiting by a step that scheduled others
+        self.running: list[_Running] = []
+        self.now = 0.0
+        self.kv_token = cache.spec.kv_bytes_per_token
+        self.page = cache.layout.page_size
+        self.per_session = cache.admission.per_session
+        self.on_commit: Callable[[int, Any, int, bool], None] | None = None
+
+    # --- the loop ----------------------------------------------------------------------
+
+    def run(self) -> ServingStats:
+        while self.pending or self.waiting or self.running:
+            self._issue()
+            if not self.running and not self.waiting:
+                self.now = max(self.now, self.pending[0][0])
+                continue
+            chunks, blocked = self._schedule()
+            self.stats.max_running = max(self.stats.max_running, len(self.running))
+            if not chunks and not self.running:  # nothing runs, nothing could start
+                raise AssertionError("serving replay: a request could not be scheduled")
+            if chunks:
+                self._step(chunks)
+            else:
+                self._decode_until_event(blocked)
+        self.stats.makespan = self.now
+        return self.stats
+
+    def _issue(self) -> None:
+        """Move what has been issued by now into the waiting queue, in issue order."""
+        while self.pending and self.pending[0][0] <= self.now:
+            t, i = heapq.heappop(self.pending)
+            self.stats.issued[i] = t
+            self.waiting.append(i)
+
+    def _schedule(self) -> tuple[list[tuple[_Running, int]], bool]:
+        """This step's prefill chunks (running requests first, then new ones while the
+        budget, the batch limit and memory allow), and whether the waiting queue is held
+        back (by the batch limit or memory) rather than empty."""
+        budget = self.s.chunk_tokens - sum(1 for r in self.running if self._decoding(r))
+        chunks = []
+        for r in self.running:
+            if budget <= 0:
+                break
+            if not self._decoding(r):
+                c = min(r.request.n_input - r.done, budget)
+                chunks.append((r, c))
+                budget -= c
+        while self.waiting and budget > 0 and len(self.running) < self.s.max_running:
+            started = self._start(self.waiting[0])
+            if started is None:
+                break
+            self.waiting.popleft()
+            c = min(started.request.n_input - started.done, budget)
+            chunks.append((started, c))
+            budget -= c
+        for i in self.waiting:  # held back: by the batch limit, the budget or memory
+            self.held[i] = True
+        return chunks, bool(self.waiting)
+
+    @staticmethod
+    def _decoding(r: _Running) -> bool:
+        return r.done >= r.request.n_input
+
+    def _start(self, i: int) -> _Running | None:
+        """Look request `i` up, pin its hit and reserve its footprint; None (nothing
+        kept) when it does not fit beside the running ones yet."""
+        request, cache = self.requests[i], self.cache
+        if self.before is not None:
+            self.before(i)
+        plan = cache.lookup(request.input_tokens, boundaries=request.boundaries,
+                            salt=self._salt(request))
+        cache.pin(plan.node)
+        kv, states = self._kv_bytes(request.n_input + request.n_output - plan.hit), 1
+        if not self.s.hold:
+            kv, states = 0, 0
+        elif not cache.reserve(kv, states):
+            if self.running:
+                cache.unpin(plan.node)
+                return None  # its lookup is asked again when it is scheduled
+            kv, states = 0, 0  # larger than the cache even alone: it runs, counted
+            self.stats.unreserved += 1
+        self.record(i, request, plan.hit)
+        self.stats.scheduled[i] = self.now
+        self.stats.waited += int(self.held[i])
+        # a full hit still computes its last token (the logits of the first output)
+        done = min(plan.hit, request.n_input - 1)
+        run = _Running(i=i, request=request, node=plan.node, hit=plan.hit, done=done,
+                       left=request.n_output - 1, kv=kv, states=states, shown=plan.hit)
+        self.running.append(run)
+        return run
+
+    def _kv_bytes(self, tokens: int) -> int:
+        return math.ceil(max(tokens, 0) / self.page) * self.page * self.kv_token
+
+    # --- steps -------------------------------------------------------------------------
+
+    def _step(self, chunks: list[tuple[_Running, int]]) -> None:
+        """One step: the chunks prefill, every running request past its prefill decodes
+        one token; then what finished commits."""
+        decoding = [r for r in self.running if self._decoding(r)]
+        done = np.array([r.done for r, _ in chunks], dtype=np.int64)
+        size = np.array([c for _, c in chunks], dtype=np.int64)
+        seconds = float(self.s.latency.ttft(done + size, done).sum()) if chunks else 0.0
+        self.now += seconds + (self.s.decode_s if decoding else 0.0)
+        for r in decoding:
+            r.left -= 1
+        for r, c in chunks:
+            r.done += c
+            if self._decoding(r):
+                self.stats.first_token[r.i] = self.now
+                if self.s.visibility is Visibility.BLOCK:
+                    self._show(r)
+            elif self.s.visibility is not Visibility.FINISH:
+                self._show(r)
+        self._finish_done()
+
+    def _decode_until_event(self, blocked: bool) -> None:
+        """Steps in which every running request only decodes: jump to the first finish,
+        or to the next issue when a waiting request could then start."""
+        k = min(r.left for r in self.running)
+        if not blocked and self.pending and self.s.decode_s > 0:
+            k = min(k, max(1, math.ceil((self.pending[0][0] - self.now) / self.s.decode_s)))
+        k = max(k, 1)
+        self.now += k * self.s.decode_s
+        for r in self.running:
+            r.left -= k
+        self._finish_done()
+
+    def _show(self, r: _Running) -> None:
+        """Commit `r`'s input computed so far, so that later lookups may use it; its pin
+        moves to what the commit kept, and the tokens kept leave its reservation."""
+        request, n = r.request, r.done
+        if n <= r.shown:
+            return
+        result = self.cache.commit(request.input_tokens[:n], n,
+                                   boundaries=tuple(b for b in request.boundaries if b <= n),
+                                   salt=self._salt(request))
+        if self.on_commit is not None:
+            self.on_commit(r.i, request, n, False)
+        if result.node is None:
+            return
+        self.cache.pin(result.node)
+        self.cache.unpin(r.node)
+        r.node = result.node
+        kept = min(self._kv_bytes(n - r.shown), r.kv)
+        self.cache.release(kept, 0)
+        r.kv -= kept
+        r.shown = n
+
+    def _finish_done(self) -> None:
+        for r in [r for r in self.running if self._decoding(r) and r.left <= 0]:
+            self.running.remove(r)
+            self._finish(r)
+
+    def _finish(self, r: _Running) -> None:
+        cache, request = self.cache, r.request
+        # its memory and its pin go back first (an engine frees a finished request's
+        # blocks, which stay cached), then its sequence is committed
+        cache.release(r.kv, r.states)
+        cache.unpin(r.node)
+        tokens = request.tokens()
+        cache.commit(tokens, request.n_input, boundaries=request.boundaries,
+                     salt=self._salt(request))
+        if self.tuner is not None:
+            self.tuner.observe(cache, tokens, request.n_input, request.boundaries,
+                               request.session_id, arrival=float(self.stats.issued[r.i]))
+        if self.on_commit is not None:
+            self.on_commit(r.i, request, len(tokens), True)
+        self.stats.finished[r.i] = self.now
+        if math.isnan(self.stats.first_token[r.i]):
+            self.stats.first_token[r.i] = self.now
+        nxt = self.next_of.get(r.i)
+        if nxt is not None:
+            think = self.requests[nxt].arrival - request.arrival
+            heapq.heappush(self.pending, (self.now + max(think, 0.0), nxt))
+
+    def _salt(self, request: Request) -> str | None:
+        """The request's session, where the system keeps a namespace per session."""
+        return request.session_id if self.per_session else None

@@ -1,0 +1,283 @@
+"""The serving replay (marconi.core.serving): what a server does with a trace."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+from marconi.core.compiled import built
+from marconi.core.serving import Serving, Visibility, dependents, replay_serving
+from marconi.core.spec import PAPER_7B
+from marconi.sim import SimConfig, simulate
+from marconi.sim.latency import FlopsLatency
+from marconi.systems import get_system
+from marconi.workload import Trace, TraceOptions, load_trace
+from marconi.workload.types import Request
+from tests.helpers import CACHES
+
+KV = PAPER_7B.kv_bytes_per_token
+SSM = PAPER_7B.ssm_bytes
+
+
+def _apart(trace: Trace, gap: float = 1e7) -> Trace:
+    """`trace` with every request stamped `gap` seconds after the one before: no two
+    overlap, and a closed-loop turn issued after its previous one's finish plus the gap
+    still comes in trace order."""
+    requests = tuple(dataclasses.replace(r, arrival=i * gap)
+                     for i, r in enumerate(trace.requests))
+    return Trace(trace.name, requests, dict(trace.meta))
+
+
+def _request(session: str, turn: int, arrival: float, tokens: list[int], n_output: int,
+             output: int = 7) -> Request:
+    return Request(session_id=session, turn=turn, arrival=arrival,
+                   input_tokens=np.array(tokens, dtype=np.int32),
+                   output_tokens=np.full(n_output, output, dtype=np.int32))
+
+
+class TestOneAtATime:
+    """With a batch of one, no two requests overlapping and no memory held by the
+    running request, the serving replay is the sequential one, figure for figure, for
+    every registered in-process system. (Holding a running request's memory is what
+    the sequential replay leaves out: with it, a contended cache evicts earlier.)"""
+
+    @pytest.mark.parametrize("system", sorted(CACHES))
+    @pytest.mark.parametrize("capacity", ["600MB", "3GB"])
+    def test_equals_the_sequential_replay(self, system: str, capacity: str) -> None:
+        trace = _apart(load_trace("synthetic:multi-turn", options=TraceOptions(sessions=6,
+                                                                               seed=3)))
+        base = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=False)
+        seq = simulate(trace, dataclasses.replace(base, replay="sequential")).summary()
+        srv = simulate(trace, dataclasses.replace(base, replay="serving", max_running=1,
+                                                  hold_running=False)).summary()
+        assert srv.replay == "serving" and seq.replay == "sequential"
+        for key in ("hit_tokens", "flops_saved", "states_admitted", "evictions",
+                    "refused_commits", "alpha"):
+            assert getattr(srv, key) == getattr(seq, key), key
+        assert srv.served is not None and srv.served.waited == 0
+
+    @pytest.mark.parametrize("system", ["sglang+", "marconi", "vllm-2026", "marconi+"])
+    def test_held_memory_alone_changes_nothing_where_nothing_is_evicted(
+            self, system: str) -> None:
+        trace = _apart(load_trace("synthetic:multi-turn", options=TraceOptions(sessions=6,
+                                                                               seed=3)))
+        base = SimConfig(spec=PAPER_7B, capacity="60GB", system=system, bounds=False)
+        seq = simulate(trace, dataclasses.replace(base, replay="sequential")).summary()
+        srv = simulate(trace, dataclasses.replace(base, max_running=1)).summary()
+        assert seq.evictions == srv.evictions == 0
+        assert (srv.hit_tokens, srv.states_admitted) == (seq.hit_tokens, seq.states_admitted)
+
+    @pytest.mark.skipif(not built(), reason="the compiled core is not built")
+    @pytest.mark.parametrize("system", ["sglang+", "marconi", "vllm-2026", "sglang-2026",
+                                        "marconi+"])
+    def test_both_cores_agree_under_load(self, system: str) -> None:
+        """The serving replay with overlap, on the compiled core and on the Python core."""
+        code = ("import json,sys;from marconi.core.spec import PAPER_7B;"
+                "from marconi.sim import SimConfig, simulate;"
+                "from marconi.workload import TraceOptions, load_trace;"
+                "t=load_trace('synthetic:agent',options=TraceOptions(sessions=12,seed=1));"
+                f"s=simulate(t,SimConfig(spec=PAPER_7B,capacity='3GB',system='{system}',"
+                "bounds=False,max_running=4)).summary();"
+                "print(json.dumps([s.hit_tokens,s.states_admitted,s.evictions,"
+                "s.served.waited,s.served.makespan_s]))")
+        out = {}
+        for core in ("python", "compiled"):
+            env = {**os.environ, "MARCONI_CORE": core}
+            got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                 text=True, check=True)
+            out[core] = got.stdout.strip()
+        assert out["python"] == out["compiled"]
+        assert int(out["python"].strip("[]").split(",")[3]) > 0  # requests did wait
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.hits: dict[int, int] = {}
+
+    def __call__(self, i: int, request: Request, hit: int) -> None:
+        self.hits[i] = hit
+
+
+def _serve(system: str, requests: list[Request], *, capacity: str = "10GB",
+           max_running: int = 8, chunk: int = 8192, decode_s: float = 0.01,
+           visibility: Visibility | None = None) -> tuple[_Log, Any, Any]:
+    s = get_system(system)
+    cache = s.cache(PAPER_7B, capacity, alpha=0.0, layout=s.layout(PAPER_7B, capacity),
+                    as_engine=True, replay=True)
+    serving = Serving(max_running=max_running, chunk_tokens=chunk, decode_s=decode_s,
+                      latency=FlopsLatency(PAPER_7B),
+                      visibility=visibility or Visibility(s.visibility))
+    log = _Log()
+    stats = replay_serving(requests, cache, serving, log)
+    return log, stats, cache
+
+
+class TestTimeline:
+    def test_a_request_is_looked_up_when_scheduled_not_when_it_arrives(self) -> None:
+        """A second request (another session) that extends the first's whole sequence,
+        arriving while the first runs: with room for both it misses (the first has not
+        finished); with a batch of one it waits, is looked up after the first's commit,
+        and hits its whole sequence."""
+        first = _request("a", 0, 0.0, list(range(1, 1001)), 50)
+        reqs = [first, _request("b", 0, 0.01, [*first.tokens().tolist(), 6000], 50)]
+        both, stats, _ = _serve("sglang+", reqs, max_running=8)
+        assert both.hits == {0: 0, 1: 0}
+        assert stats.waited == 0 and stats.max_running == 2
+        one, stats, _ = _serve("sglang+", reqs, max_running=1)
+        assert one.hits[1] == 1050  # the first's input and output, its last state
+        assert stats.waited == 1 and stats.max_running == 1
+        assert stats.scheduled[1] == pytest.approx(stats.finished[0])
+
+    def test_a_session_turn_is_issued_after_the_answer_plus_the_gap(self) -> None:
+        """Closed loop: turn 2 extends turn 1's input and output, so it is issued at
+        turn 1's finish plus the 3 s between their stamps, whatever its own stamp."""
+        first = _request("s", 0, 0.0, list(range(1, 501)), 100)
+        second = _request("s", 1, 3.0, [*range(1, 501), *[7] * 100, 900, 901], 10)
+        other = _request("t", 0, 100.0, list(range(2000, 2100)), 10)
+        assert dependents([first, second, other]) == [-1, 0, -1]
+        log, stats, _ = _serve("marconi", [first, second, other], decode_s=0.05)
+        # turn 1: prefill 500 tokens, then 99 decode steps of 0.05 s
+        prefill = float(FlopsLatency(PAPER_7B).ttft(np.array([500]), np.array([0]))[0])
+        assert stats.finished[0] == pytest.approx(prefill + 99 * 0.05)
+        assert stats.issued[1] == pytest.approx(stats.finished[0] + 3.0)
+        assert stats.issued[2] == pytest.approx(100.0)  # open loop: its own stamp
+        assert log.hits[1] == 600  # the whole previous turn
+
+    def test_a_turn_that_does_not_extend_the_last_is_open_loop(self) -> None:
+        first = _request("s", 0, 0.0, list(range(1, 501)), 100)
+        fresh = _request("s", 1, 3.0, list(range(1, 400)), 10)  # not first + its answer
+        assert dependents([first, fresh]) == [-1, -1]
+
+    def test_chunked_prefill_shares_the_step_budget(self) -> None:
+        """A 2,500-token prompt at 1,000 tokens a step takes three steps, each timed by
+        the latency model with the tokens already computed as its context."""
+        big = _request("a", 0, 0.0, list(range(1, 2501)), 1)
+        _, stats, _ = _serve("sglang+", [big], chunk=1000, decode_s=0.0)
+        lat = FlopsLatency(PAPER_7B)
+        steps = sum(float(lat.ttft(np.array([d + c]), np.array([d]))[0])
+                    for d, c in ((0, 1000), (1000, 1000), (2000, 500)))
+        assert stats.first_token[0] == pytest.approx(steps)
+        assert stats.finished[0] == pytest.approx(steps)  # one output token: the first
+
+
+class TestMemory:
+    def test_running_requests_hold_memory_beside_the_cache(self) -> None:
+        """A cache that holds one 10,000-token sequence, and two such requests running:
+        the second waits for the first to finish (its footprint does not fit beside the
+        first's), and the cache never holds more than its capacity with both counted."""
+        cap = 10_500 * KV + 2 * SSM
+        reqs = [_request("a", 0, 0.0, list(range(1, 10_001)), 10),
+                _request("b", 0, 0.0, list(range(20_001, 30_001)), 10)]
+        peak: list[int] = []
+        s = get_system("sglang+")
+        cache = s.cache(PAPER_7B, cap, replay=True, as_engine=True)
+        serving = Serving(max_running=8, chunk_tokens=8192, decode_s=0.01,
+                          latency=FlopsLatency(PAPER_7B))
+
+        def record(i: int, request: Request, hit: int) -> None:
+            kv, states = cache.reserved
+            peak.append(cache.stats.bytes + kv + states * SSM)
+
+        stats = replay_serving(reqs, cache, serving, record)
+        assert stats.waited == 1
+        assert stats.scheduled[1] == pytest.approx(stats.finished[0])
+        assert max(peak) <= cap
+        assert cache.reserved == (0, 0)
+
+    @pytest.mark.parametrize("system", ["sglang+", "marconi", "vllm-2026", "sglang-2026",
+                                        "marconi+", "vllm+"])
+    def test_held_memory_never_exceeds_the_capacity(self, system: str) -> None:
+        trace = load_trace("synthetic:agent", options=TraceOptions(sessions=10, seed=2))
+        cap = 1_500_000_000
+        s = get_system(system)
+        cache = s.cache(PAPER_7B, cap, alpha=0.5, layout=s.layout(PAPER_7B, cap),
+                        as_engine=True, replay=True)
+        ssm = cache.spec.ssm_bytes
+        over: list[int] = []
+
+        def record(i: int, request: Request, hit: int) -> None:
+            kv, states = cache.reserved
+            held = cache.stats.bytes + kv + states * ssm
+            if held > cache.capacity:
+                over.append(held)
+
+        stats = replay_serving(list(trace.requests), cache, Serving(
+            max_running=16, chunk_tokens=2048, decode_s=0.02, latency=FlopsLatency(PAPER_7B),
+            visibility=Visibility(s.visibility)), record)
+        assert not over
+        assert stats.max_running > 1
+        assert cache.reserved == (0, 0)
+
+    def test_reserve_refuses_what_pins_leave_no_room_for(self) -> None:
+        s = get_system("sglang+")
+        for core in (s.cache(PAPER_7B, 1000 * KV + SSM, replay=True),
+                     s.cache(PAPER_7B, 1000 * KV + SSM)):
+            core.commit(np.arange(1, 801, dtype=np.int32), 800)
+            plan = core.lookup(np.arange(1, 802, dtype=np.int32))
+            core.pin(plan.node)
+            assert not core.reserve(300 * KV, 0)  # 800 pinned + 300 > 1000
+            assert core.reserved == (0, 0) and core.stats.bytes == 800 * KV + SSM
+            core.unpin(plan.node)
+            assert core.reserve(300 * KV, 0)  # now the sequence may go
+            assert core.stats.bytes == 0
+            core.release(300 * KV, 0)
+            with pytest.raises(ValueError):
+                core.release(1, 0)
+
+
+class TestVisibility:
+    """Two requests sharing a 1,500-token prompt, the second arriving while the first
+    prefills it in 1,000-token steps: it is scheduled in the second step, with the budget
+    the first's last 501 tokens leave."""
+
+    PROMPT = tuple(range(1, 1501))
+
+    def _pair(self) -> list[Request]:
+        return [_request("a", 0, 0.0, [*self.PROMPT, 5000], 20),
+                _request("b", 0, 1e-6, [*self.PROMPT, 6000], 20)]
+
+    def test_finish_shows_nothing_before_the_commit(self) -> None:
+        log, _, _ = _serve("sglang+", self._pair(), chunk=1000, max_running=8)
+        assert log.hits[1] == 0
+
+    def test_sglang_shows_each_chunk_but_the_last(self) -> None:
+        """SGLang: after each prefill chunk the request's tokens so far enter the tree
+        with a state at the chunk's end, so the second request resumes from the first
+        chunk's 1,000 tokens."""
+        log, _, _ = _serve("sglang-2026", self._pair(), chunk=1000, max_running=8,
+                               capacity="20GB")
+        assert log.hits[1] == 1000
+
+    def test_vllm_shows_blocks_as_they_fill(self) -> None:
+        """vLLM: blocks become visible as they fill; the second request resumes from the
+        last block boundary whose state the first kept of its first 1,000 tokens."""
+        log, _, cache = _serve("vllm-2026", self._pair(), chunk=1000, max_running=8,
+                               capacity="20GB")
+        block = cache.admission.block
+        assert 0 < log.hits[1] <= 1000 and log.hits[1] % block == 0
+
+
+class TestLoops:
+    """Which formats are closed loops (docs/architecture.md, "Replay protocols")."""
+
+    @pytest.mark.parametrize(("name", "closed"), [
+        ("synthetic:multi-turn", True), ("synthetic:agent", True),
+        ("synthetic:branching", True), ("synthetic:rag", False),
+        ("synthetic:system-prompt", False), ("sharegpt", True)])
+    def test_a_later_turn_waits_for_the_answer_it_extends(self, name: str,
+                                                          closed: bool) -> None:
+        trace = load_trace(name, options=TraceOptions(sessions=5))
+        after = dependents(trace.requests)
+        later = [i for i, r in enumerate(trace.requests) if r.turn > 0]
+        if closed:
+            assert later and all(after[i] >= 0 for i in later)
+            assert all(trace.requests[after[i]].session_id == trace.requests[i].session_id
+                       for i in later)
+        else:
+            assert all(j < 0 for j in after)
