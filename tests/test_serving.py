@@ -281,3 +281,50 @@ class TestLoops:
                        for i in later)
         else:
             assert all(j < 0 for j in after)
+
+
+class TestTunerWindow:
+    """The bootstrap tuner of a served run replays its window served (overlapping, each
+    request looked up when scheduled), not one request after another."""
+
+    def test_an_overlapping_window_scores_what_a_server_would_hit(self) -> None:
+        from marconi.core.snapshot import take
+        from marconi.paper.tuner import Job, Policies, replay, replay_served
+        from marconi.core.tuning import Objective
+
+        system = get_system("marconi")
+        cache = system.cache(PAPER_7B, "10GB", replay=True)
+        first = np.arange(1, 2001, dtype=np.int32)
+        whole = np.concatenate([first, np.full(50, 7, dtype=np.int32)])
+        second = np.concatenate([whole, np.arange(5000, 5100, dtype=np.int32)])
+        jobs = [Job(whole, 2000, (), "a", 0.0),
+                Job(np.concatenate([second, [9]]).astype(np.int32), len(second), (), "b", 0.01)]
+        policies = Policies(cache.admission, cache.eviction.fresh(0.0))
+        serving = Serving(max_running=8, chunk_tokens=8192, decode_s=0.01,
+                          latency=FlopsLatency(PAPER_7B))
+        snap = take(cache)
+        served = replay_served(snap, policies, jobs, [0.0], Objective.TOKENS, serving)
+        in_turn = replay(snap, policies, [(j.all_tokens, j.n_input) for j in jobs], [0.0],
+                         Objective.TOKENS)
+        assert in_turn[0.0] == 2050  # one after another, the second resumes the first
+        assert served[0.0] == 0  # served, the second is scheduled while the first runs
+        one = Serving(max_running=1, chunk_tokens=8192, decode_s=0.01,
+                      latency=FlopsLatency(PAPER_7B))
+        assert replay_served(snap, policies, jobs, [0.0], Objective.TOKENS, one)[0.0] == 2050
+
+    def test_a_served_run_tunes_on_served_windows(self, monkeypatch: pytest.MonkeyPatch
+                                                  ) -> None:
+        import marconi.paper.tuner as tuner
+
+        calls: list[str] = []
+        real_served, real_replay = tuner.replay_served, tuner.replay
+        monkeypatch.setattr(tuner, "_local_executor", lambda tasks, wait: tuner.Inline())
+        monkeypatch.setattr(tuner, "replay_served",
+                            lambda *a: (calls.append("served"), real_served(*a))[1])
+        monkeypatch.setattr(tuner, "replay", lambda *a: (calls.append("turn"), real_replay(*a))[1])
+        trace = load_trace("synthetic:multi-turn", options=TraceOptions(sessions=20, seed=1))
+        for replay_, want in (("serving", "served"), ("sequential", "turn")):
+            calls.clear()
+            result = simulate(trace, SimConfig(spec=PAPER_7B, capacity="1GB", system="marconi",
+                                               bounds=False, replay=replay_))
+            assert result.alpha_status == "tuned" and set(calls) == {want}
