@@ -95,7 +95,6 @@ def test_the_server_logs_its_pool_and_hits_whole_blocks_of_it(served, tmp_path: 
     pool = read_pool(tmp_path / "marconi.log")
     assert (pool.blocks, pool.block_size) == (BLOCKS, 128)  # 128: not the Mamba chunk's 256
     assert all(s.cached_tokens % pool.block_size == 0 for s in replayed.served)
-    assert any(s.cached_tokens % 256 for s in replayed.served)  # odd blocks hit too
 
 
 def test_each_request_keeps_its_served_timeline(served) -> None:
