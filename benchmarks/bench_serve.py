@@ -24,12 +24,23 @@ the scheduling loop from its log), then one line per policy over all traces:
 
 "outputs identical" counts the requests whose greedy output equals, token for token, the
 no-caching server's (and stock's own count is printed beside it). `--out DIR` keeps each
-server's log and a JSON of every request.
+server's log, a JSON of every request (`PLAN.json`: per server, each request's session,
+when it was sent, its first token came and it finished, in seconds on the replay's clock,
+its prompt and cached tokens as the server reported them, its prompt and output), and
+each server's pool (`PLAN.pools.json`).
 
-`--predict 32,64,...` starts no server: per plan and pool it prints what the replay through
-vLLM's cache classes predicts for each policy against stock, cached tokens and FLOPs saved,
-with each session's outputs stood in for (open loop): where a served run could show
-marconi's order, found in minutes rather than hours.
+The block size and the pool are each server's own, read from its log (`kv lcm block sizes
+N`, `Overriding num_gpu_blocks=N with num_gpu_blocks_override=N`;
+marconi.realpeers.vllm_server.read_pool), never assumed: the table's header, the replay
+through vLLM's cache classes and its pool in bytes use them, and a log without those lines
+stops the bench naming the log. (vLLM 0.32's CPU build logs 128-token blocks for the tiny
+model with prefix caching, 2048 without.)
+
+`--predict 32,64,... --block-size N` starts no server: per plan and pool it prints what the
+replay through vLLM's cache classes predicts for each policy against stock, cached tokens
+and FLOPs saved, with each session's outputs stood in for (open loop): where a served run
+could show marconi's order, found in minutes rather than hours. With no server to read it
+from, the block size is given (`--block-size`, required; no default) and the output says so.
 """
 
 from __future__ import annotations
@@ -53,6 +64,7 @@ from marconi.realpeers.vllm_server import (
     FAMILIES,
     NAME,
     VOCAB,
+    Pool,
     Server,
     ServerConfig,
     write_model,
@@ -66,7 +78,7 @@ class Plan:
     trace: str  # a name benchmarks/common.py loads
     stride: int  # every stride-th token
     requests: int  # the first N requests of the trace
-    blocks: int  # the server's pool, in blocks of 256 tokens (contended)
+    blocks: int  # the server's pool in its blocks (contended; the size it logs)
     max_model_len: int = 2048  # longer requests are dropped (counted)
 
 
@@ -96,6 +108,7 @@ class Run:
     before: dict[str, float]
     after: dict[str, float]
     log: str
+    pool: Pool  # as the server logged it
 
     def counter(self, name: str) -> float:
         return self.after.get(name, 0.0) - self.before.get(name, 0.0)
@@ -135,6 +148,7 @@ def serve_one(policy: str, plan: Plan, trace: Scaled, model: Path, out: Path,
     started = time.monotonic()
     with Server(config, log_path) as server:
         up = time.monotonic() - started
+        pool = server.pool()  # logged before /health answers; a log without it stops here
         before = server.metrics()
         done = [0]
 
@@ -148,7 +162,7 @@ def serve_one(policy: str, plan: Plan, trace: Scaled, model: Path, out: Path,
         after = server.metrics()
     print(f"    {label(policy)}: started in {up:.0f} s, replayed in {replayed.seconds:.0f} s",
           file=sys.stderr, flush=True)
-    return Run(policy, replayed, before, after, log_path.read_text(errors="replace"))
+    return Run(policy, replayed, before, after, log_path.read_text(errors="replace"), pool)
 
 
 def share(ours: float, stock: float) -> str:
@@ -164,11 +178,31 @@ def identical(a: Run, b: Run) -> int:
     return sum(1 for s in a.ok if theirs.get(s.index) == s.output)
 
 
+def served_pool(runs: list[Run]) -> Pool:
+    """The pool every caching server of a plan logged (stock's; they must agree)."""
+    caching = {r.pool for r in runs if r.policy != "nocache"}
+    if len(caching) != 1:
+        raise ValueError("the servers of one plan logged different pools: " + "; ".join(
+            f"{label(r.policy)} {r.pool.blocks} blocks of {r.pool.block_size} tokens"
+            for r in runs if r.policy != "nocache"))
+    return caching.pop()
+
+
+def pool_line(runs: list[Run]) -> str:
+    """The header's pool: the caching servers' (as logged), and the no-caching server's
+    where it logged other blocks."""
+    pool = served_pool(runs)
+    other = sorted({(r.pool.blocks, r.pool.block_size) for r in runs
+                    if r.policy == "nocache" and r.pool != pool})
+    return (f"pool {pool.blocks} blocks of {pool.block_size} tokens (as the servers logged "
+            "them" + "".join(f"; {label('nocache')}: {b} blocks of {t}" for b, t in other)
+            + ")")
+
+
 def table(plan: Plan, trace: Scaled, runs: list[Run]) -> None:
     ref = next((r for r in runs if r.policy == "nocache"), None)
     print(f"\n{plan.trace}: {len(trace.turns)} requests (every {trace.stride} token(s), "
-          f"{trace.dropped} past the context dropped), pool {plan.blocks} blocks of 256 "
-          "tokens")
+          f"{trace.dropped} past the context dropped), {pool_line(runs)}")
     print(f"  {'server':34} {'ok':>4} {'cached tok':>10} {'vllm hits':>10} {'TTFT p50':>9} "
           f"{'p95':>7} {'ITL ms':>7} {'= no-cache':>10}  plugin")
     for run in runs:
@@ -239,37 +273,36 @@ def summary(policy: str, all_runs: list[list[Run]]) -> str:
             f"{same}")
 
 
-BLOCK_TOKENS = 256  # the served model's block (vLLM aligns it to the Mamba chunk)
-
-
 def predicted(plan: Plan, trace: Scaled, runs: list[Run], model: Path) -> dict[str, int]:
     """Cached tokens the replay through vLLM's own cache classes predicts for stock and
     each marconi policy (`through_cache_classes`): the requests stock was sent and
-    answered, the server's pool."""
+    answered, the pool and block size the servers logged."""
     from marconi.realpeers.serve_replay import as_trace
 
     sent = as_trace(plan.trace, trace, runs[0].replayed.served)
     policies = [p for p in dict.fromkeys(r.policy for r in runs) if p != "nocache"]
-    return {p: int(s.hit_tokens)
-            for p, s in through_cache_classes(sent, plan.blocks, policies, model).items()}
+    pool = served_pool(runs)
+    return {p: int(s.hit_tokens) for p, s in through_cache_classes(
+        sent, pool.blocks, pool.block_size, policies, model).items()}
 
 
-def through_cache_classes(sent: Any, blocks: int, policies: list[str], model: Path
-                          ) -> dict[str, Any]:
+def through_cache_classes(sent: Any, blocks: int, block_size: int, policies: list[str],
+                          model: Path) -> dict[str, Any]:
     """Each policy's summary replaying `sent` (a marconi Trace) through vLLM's own cache
     classes (marconi.realpeers, one request at a time in arrival order, the tuner inline)
-    at the server's pool: its blocks at one layer's page each, as the plugin's mirror
+    at the server's pool: `blocks` of `block_size` tokens (what a server logged, or
+    `--predict`'s `--block-size`), at one layer's page each, as the plugin's mirror
     counts it."""
     from marconi.core.spec import model_from
     from marconi.sim import SimConfig
     from marconi.sim.run import run
 
     spec = model_from(str(model / "config.json"))
-    memory = blocks * BLOCK_TOKENS * spec.kv_layer_bytes_per_token
+    memory = blocks * block_size * spec.kv_layer_bytes_per_token
     out = {}
     for policy in policies:
         fixed = FIXED.fullmatch(policy)  # marconi@A: alpha A, no tuner
-        system = f"{STOCK}:block_size={BLOCK_TOKENS}" + (
+        system = f"{STOCK}:block_size={block_size}" + (
             "" if policy == "stock" else
             f",integration={'marconi' if fixed else policy},tuner=inline")
         config = SimConfig(spec=spec, capacity=str(memory), system=system, bounds=False,
@@ -316,17 +349,21 @@ def fitted_plans(plans: tuple[Plan, ...]) -> Iterator[tuple[Plan, Scaled]]:
                            span=plan.span)
 
 
-def predict(plans: tuple[Plan, ...], pools: list[int], policies: list[str], out: Path) -> None:
+def predict(plans: tuple[Plan, ...], pools: list[int], block_size: int, policies: list[str],
+            out: Path) -> None:
     """No server: per plan and pool, what the replay through vLLM's cache classes predicts
     for each policy against stock (cached tokens, and FLOPs saved, what marconi's order
-    maximizes), on the open-loop trace (`open_loop`): where the order could show."""
+    maximizes), on the open-loop trace (`open_loop`): where the order could show. The
+    block size is the one given (no server to read it from), and the output says so."""
     model = write_model(out / "model")
     for plan, fitted in fitted_plans(plans):
         sent = open_loop(plan.trace, fitted)
         print(f"\n{plan.trace}: {len(sent)} requests (every {plan.stride} token(s)), "
-              f"{sum(r.n_input for r in sent)} input tokens, open loop", flush=True)
+              f"{sum(r.n_input for r in sent)} input tokens, open loop, blocks of "
+              f"{block_size} tokens (--block-size, given: no server was read)", flush=True)
         for blocks in pools:
-            got = through_cache_classes(sent, blocks, ["stock", *policies], model)
+            got = through_cache_classes(sent, blocks, block_size, ["stock", *policies],
+                                        model)
             stock = got["stock"]
             print(f"  {blocks:4d} blocks: {STOCK} {stock.hit_tokens} tokens; "
                   + "; ".join(_against(label(p), got[p], stock) for p in policies),
@@ -404,12 +441,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--predict", default=None, metavar="BLOCKS,...",
                         help="only: no server; the replay through vLLM's cache classes at "
-                             "each of these pools (in blocks), the plan's traces open loop: "
-                             "where marconi's order could show")
+                             "each of these pools (in blocks of --block-size tokens), the "
+                             "plan's traces open loop: where marconi's order could show")
+    parser.add_argument("--block-size", type=int, default=None, metavar="TOKENS",
+                        help="with --predict (required there, no default): the served block "
+                             "size in tokens, as a server logs it ('kv lcm block sizes N'); "
+                             "a served run reads each server's from its log")
     parser.add_argument("--families", action="store_true",
                         help="only: which tiny model families vLLM's CPU build serves (each "
                              "started stock, asked one prompt twice: its hit, or its error)")
     args = parser.parse_args(argv)
+    if args.predict is not None and args.block_size is None:
+        parser.error("--predict needs --block-size TOKENS: the served block size, which "
+                     "no server is started to log here (a server states it in its log: "
+                     "'kv lcm block sizes N'); there is no default")
+    if args.predict is None and args.block_size is not None:
+        parser.error("--block-size: only with --predict (a served run reads each server's "
+                     "block size from its log)")
+    if args.block_size is not None and args.block_size < 1:
+        parser.error(f"--block-size: a positive number of tokens; got {args.block_size}")
     if not available("vllm"):
         print("bench_serve: skipped, vLLM's environment is missing "
               "(bash scripts/setup-peers.sh vllm)")
@@ -439,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-serve-"))
     if args.predict is not None:
         pools = _pools(parser, args.predict)
-        predict(plans, pools, [p for p in policies if p not in ("stock", "nocache")], out)
+        predict(plans, pools, args.block_size,
+                [p for p in policies if p not in ("stock", "nocache")], out)
         return 0
     model = write_model(out / "model")
     all_runs: list[list[Run]] = []
@@ -460,6 +511,8 @@ def main(argv: list[str] | None = None) -> int:
         all_runs.append(runs)
         (out / f"{plan.trace}.json".replace("/", "_")).write_text(json.dumps(
             {_key(r, runs): [asdict(s) for s in r.replayed.served] for r in runs}))
+        (out / f"{plan.trace}.pools.json".replace("/", "_")).write_text(json.dumps(
+            {_key(r, runs): asdict(r.pool) for r in runs}))
     print()
     for policy in dict.fromkeys(policies):
         if policy not in ("stock", "nocache") and all_runs:

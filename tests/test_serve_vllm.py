@@ -17,16 +17,24 @@ from pathlib import Path
 import pytest
 
 from marconi.realpeers.serve_replay import Replayed, replay, scaled
-from marconi.realpeers.vllm_server import NAME, VOCAB, Server, ServerConfig, write_model
+from marconi.realpeers.vllm_server import (
+    NAME,
+    VOCAB,
+    Server,
+    ServerConfig,
+    read_pool,
+    write_model,
+)
 from marconi.workload import TraceOptions, load_trace
 from tests.test_realpeers import need
 
 pytestmark = pytest.mark.slow
-BLOCKS = 32  # the pool, in blocks of 256 tokens: the conversations below do not fit
+BLOCKS = 32  # the pool, in the server's blocks (128 tokens, as it logs): the conversations
+# below do not fit
 # 24 conversations of 8 turns over a 256-token system prompt, 160-token user messages and
-# 32-token replies: prompts grow to about 1,800 tokens, so hits span whole 256-token
-# blocks; the bootstrap tuner (its mirror evicting from about the 30th request) adopts
-# an alpha near the 180th
+# 32-token replies: prompts grow to about 1,800 tokens, so hits span whole blocks; the
+# bootstrap tuner (its mirror evicting from about the 30th request) adopts an alpha near
+# the 180th
 WORKLOAD = "synthetic:multi-turn:turns=8,user_len=160,output_len=32"
 ADOPTION_WAIT = 90.0  # seconds the bootstrap's replays (in the tuner's process) may take
 
@@ -77,6 +85,23 @@ def test_every_request_succeeds_and_some_hit(served) -> None:
     assert sum(s.cached_tokens for s in replayed.served) >= 20 * 256
     assert sum(s.cached_tokens > 0 for s in replayed.served) >= 10
     assert all(s.cached_tokens < s.prompt_tokens for s in replayed.served)
+
+
+def test_the_server_logs_its_pool_and_hits_whole_blocks_of_it(served, tmp_path: Path) -> None:
+    """The block size and pool are the server's own (read from its log, as
+    benchmarks/bench_serve.py reads them), and every hit it reports is whole blocks."""
+    replayed, log = served["marconi"]
+    (tmp_path / "marconi.log").write_text(log)
+    pool = read_pool(tmp_path / "marconi.log")
+    assert (pool.blocks, pool.block_size) == (BLOCKS, 128)  # 128: not the Mamba chunk's 256
+    assert all(s.cached_tokens % pool.block_size == 0 for s in replayed.served)
+
+
+def test_each_request_keeps_its_served_timeline(served) -> None:
+    replayed, _ = served["marconi"]
+    for s in replayed.served:
+        assert 0 <= s.sent < s.first_token <= s.finished
+        assert s.session and s.prompt_tokens == len(s.prompt)
 
 
 def test_outputs_equal_a_server_without_prefix_caching(served) -> None:

@@ -333,7 +333,7 @@ _split_done = False
 def split_prefills_on_cpu() -> None:
     """vLLM 0.32's Mamba2 layers ask for a mid-prefill state checkpoint that the CPU
     build's scan does not return (`conv_ssm_forward`: IndexError, then the engine dies on
-    the first prompt longer than about two blocks). On the CPU platform, declare the
+    the first prompt longer than one block). On the CPU platform, declare the
     layers' state specs without it, as every other Mamba layer does: the scheduler then
     splits prefills at block boundaries instead, and the same states are cached. Other
     platforms are left alone (logged)."""

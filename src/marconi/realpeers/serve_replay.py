@@ -11,7 +11,9 @@ order, each when its (time-scaled) arrival has come and the previous turn has fi
 Where the trace's next input extends the previous input and output, the client sends the
 previous prompt, the output *the server generated*, and the new part, as a chat client
 does; so the prompts, too, are the server's, and two servers are compared on identical
-prompts only as long as their outputs agree (`Served.prompt_hash` says).
+prompts only as long as their outputs agree (`Served.prompt_hash` says). Each `Served`
+keeps the served timeline (when the request was sent, its first token came and it
+finished, on the replay's clock) and the server's own prompt and cached token counts.
 """
 
 from __future__ import annotations
@@ -95,17 +97,30 @@ def _extends(r: Any, before: Any) -> bool:
 
 @dataclass
 class Served:
-    """What the server answered for one turn."""
+    """What the server did with one turn: when it was sent, answered and finished (the
+    served timeline a replay can follow), its prompt's tokens and how many of them the
+    server said it took from its prefix cache.
+
+    `cached_tokens` is the server's own per-request figure, the `usage.prompt_tokens_details
+    .cached_tokens` of the stream's usage chunk (vLLM 0.32 gives it with
+    `--enable-prompt-tokens-details`, 0 included; a response without it is a failed
+    request, never a silent 0). `sent`, `first_token` and `finished` are seconds after the
+    replay's start, on one clock for every session (`first_token` NaN where no token
+    came)."""
 
     index: int
-    prompt_tokens: int
+    prompt_tokens: int  # as the server counted them (`usage.prompt_tokens`)
     cached_tokens: int
     ttft: float  # seconds from sending to the first streamed token
-    latency: float
+    latency: float  # seconds from sending to the stream's end
     output: list[int]
     prompt_hash: str  # the prompt actually sent (closed loop: depends on earlier outputs)
     error: str | None = None
     prompt: list[int] = field(default_factory=list, repr=False)  # what was sent
+    session: str = ""  # the trace's session the turn belongs to
+    sent: float = float("nan")  # seconds after the replay's start
+    first_token: float = float("nan")  # sent + ttft
+    finished: float = float("nan")  # sent + latency
 
 
 @dataclass
@@ -124,7 +139,7 @@ async def _session(client: Any, model: str, turns: list[Turn], start: float,
             await asyncio.sleep(delay)
         prompt = (prompt if turn.extends else []) + [int(t) for t in turn.fresh]
         async with limit:
-            served = await _one(client, model, turn, prompt)
+            served = await _one(client, model, turn, prompt, start)
         out[turn.index] = served
         progress(served)
         if served.error is not None:
@@ -132,7 +147,9 @@ async def _session(client: Any, model: str, turns: list[Turn], start: float,
         prompt = prompt + served.output
 
 
-async def _one(client: Any, model: str, turn: Turn, prompt: list[int]) -> Served:
+async def _one(client: Any, model: str, turn: Turn, prompt: list[int],
+               start: float) -> Served:
+    """Send one turn; `start` is the replay's start on `time.monotonic`'s clock."""
     sent = time.monotonic()
     first: float | None = None
     output: list[int] = []
@@ -153,13 +170,20 @@ async def _one(client: Any, model: str, turn: Turn, prompt: list[int]) -> Served
             if chunk.usage is not None:
                 usage = chunk.usage
     except Exception as err:  # a failed request is counted and named, never dropped
-        return Served(turn.index, len(prompt), 0, float("nan"), time.monotonic() - sent,
-                      output, digest, _named(err), prompt)
+        latency = time.monotonic() - sent
+        return Served(turn.index, len(prompt), 0, float("nan"), latency, output, digest,
+                      _named(err), prompt, turn.session, sent - start, float("nan"),
+                      sent - start + latency)
+    latency = time.monotonic() - sent
+    ttft = first if first is not None else float("nan")
     details = getattr(usage, "prompt_tokens_details", None)
-    cached = int(getattr(details, "cached_tokens", 0) or 0)
-    return Served(turn.index, int(getattr(usage, "prompt_tokens", len(prompt))), cached,
-                  first if first is not None else float("nan"), time.monotonic() - sent,
-                  output, digest, None, prompt)
+    reported = getattr(details, "cached_tokens", None)
+    error = None if reported is not None else (
+        "the server reported no usage.prompt_tokens_details.cached_tokens (a vLLM server "
+        "gives it, 0 included, with --enable-prompt-tokens-details)")
+    return Served(turn.index, int(getattr(usage, "prompt_tokens", len(prompt))),
+                  int(reported or 0), ttft, latency, output, digest, error, prompt,
+                  turn.session, sent - start, sent - start + ttft, sent - start + latency)
 
 
 def _named(err: BaseException) -> str:

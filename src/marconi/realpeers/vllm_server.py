@@ -224,6 +224,10 @@ class Server:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def pool(self) -> Pool:
+        """The block size and pool the server logged (`read_pool`)."""
+        return read_pool(self.log_path)
+
     def last_error(self) -> str:
         """The log's root cause (its last `XError: ...` line that is not vLLM's "see
         above"), else its last line, for a message."""
@@ -236,6 +240,58 @@ class Server:
         """`/metrics`' samples summed over their labels (`name` -> value)."""
         with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
             return parse_metrics(r.read().decode())
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A server's KV pool as its own log states it (`read_pool`)."""
+
+    block_size: int  # tokens per block: the scheduler's, the lcm of the groups' sizes
+    blocks: int  # blocks in the pool, shared by every KV cache group
+    group_sizes: tuple[int, ...]  # each KV cache group's block size, in tokens
+
+
+# vLLM 0.32's lines (v1/core/kv_cache_utils.py), logged by the engine core at start:
+#   ... [kv_cache_utils.py:854] kv lcm block sizes 128
+#   ... [kv_cache_utils.py:2619] Overriding num_gpu_blocks=8192 with num_gpu_blocks_override=96
+#   ... [kv_cache_utils.py:853] kv cache group sizes (128, 128, 128, 128)
+# each with what the reader is told where a log lacks it
+_POOL_LINES = {
+    "block_size": ("kv lcm block sizes N", re.compile(r"kv lcm block sizes (\d+)\b"),
+                   "vLLM 0.32 logs it where the model has several KV cache groups"),
+    "blocks": ("Overriding num_gpu_blocks=N with num_gpu_blocks_override=N",
+               re.compile(r"Overriding num_gpu_blocks=\d+ with num_gpu_blocks_override=(\d+)"),
+               "logged where the server is given --num-gpu-blocks-override, the pool it then "
+               "has; without one no line states the pool"),
+    "groups": ("kv cache group sizes (N, ...)",
+               re.compile(r"kv cache group sizes \((\d+(?:, *\d+)*),?\)"),
+               "logged beside 'kv lcm block sizes N'"),
+}
+
+
+def read_pool(log_path: str | Path) -> Pool:
+    """The block size and the block count a vLLM server logged at start (real excerpts in
+    tests/fixtures/). ValueError naming the log and the line it lacks, or the lines that
+    disagree (two starts in one log): never a default."""
+    path = Path(log_path)
+    text = path.read_text(errors="replace")
+    found: dict[str, str] = {}
+    for key, (line, pattern, hint) in _POOL_LINES.items():
+        got = set(pattern.findall(text))
+        if not got:
+            raise ValueError(f"{path}: no '{line}' line, and the server's block size and "
+                             f"pool are read from its log, never assumed ({hint}; is the "
+                             "log a vLLM 0.32 server's, past its start?)")
+        if len(got) > 1:
+            raise ValueError(f"{path}: its '{line}' lines disagree: {sorted(got)}")
+        found[key] = got.pop()
+    groups = tuple(int(g) for g in found["groups"].split(","))
+    pool = Pool(block_size=int(found["block_size"]), blocks=int(found["blocks"]),
+                group_sizes=groups)
+    if pool.block_size < 1 or pool.blocks < 1 or min(groups) < 1:
+        raise ValueError(f"{path}: a pool of {pool.blocks} blocks of {pool.block_size} "
+                         f"tokens (groups {groups}) is no pool")
+    return pool
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
