@@ -38,8 +38,10 @@ system, n, capacity, bounds = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.ar
 trace = load_trace(sys.argv[5], options=TraceOptions(sessions=None))
 trace = Trace(trace.name, trace.requests[:n], trace.meta)
 if n:
+    # every revision's sequential replay (those before the serving replay know no other)
+    how = {"replay": "sequential"} if "replay" in SimConfig.__dataclass_fields__ else {}
     r = simulate(trace, SimConfig(spec=PAPER_7B, capacity=capacity, system=system,
-                                  bounds=bounds)).records  # read alike by every revision
+                                  bounds=bounds, **how)).records  # read alike by every revision
     print("token_hit_rate", rate(r.hit.sum(), r.n_input.sum()))
 """
 

@@ -306,7 +306,8 @@ def through_cache_classes(sent: Any, blocks: int, block_size: int, policies: lis
             "" if policy == "stock" else
             f",integration={'marconi' if fixed else policy},tuner=inline")
         config = SimConfig(spec=spec, capacity=str(memory), system=system, bounds=False,
-                           alpha=float(fixed.group(1)) if fixed else None)
+                           alpha=float(fixed.group(1)) if fixed else None,
+                           replay="sequential")  # the engine's code, one at a time
         out[policy] = run(sent, config, warn=False).summary()
     return out
 

@@ -2,13 +2,15 @@
 timed separately and the process's peak memory.
 
     .venv/bin/python benchmarks/bench_sim.py [--no-bounds] [--systems a,b] [--swe-capacity 20GB]
-        [--cores python,compiled] [--concurrent] [--command]
+        [--cores python,compiled] [--replay sequential|serving] [--concurrent] [--command]
 
 ShareGPT: first 100 sessions with >= 10 rounds at 5 GB. SWE-agent: the mini-swe-agent
 trajectories in ../shared/data at 40 GB, or `--swe-capacity` (skipped when absent). Model paper-7b.
 `--cores` replays each system on each core in turn (`MARCONI_CORE`; docs/architecture.md,
-"The compiled core"). `--concurrent`: requests overlap as they arrive (`SimConfig.concurrent`,
-each pinning what it resumes from while it runs). `--command` times the whole command
+"The compiled core"). `--replay`: the protocol timed (docs/architecture.md, "Replay
+protocols"); sequential by default, the one every figure recorded before the serving replay
+was measured under. `--concurrent`: the sequential replay's overlap (`SimConfig.concurrent`,
+each request pinning what it resumes from while it runs). `--command` times the whole command
 instead, start-up included:
 `marconi simulate sharegpt --sessions all --min-turns 1 --system S --capacity 5GB --json
 --quiet` (every conversation of the file, the trace cache warm) on each core, beside a plain
@@ -41,12 +43,13 @@ def peak_rss_mb() -> float:
 
 
 def bench(name: str, source: str, options: TraceOptions, capacity: str, systems: list[str],
-          bounds: bool, cores: list[str | None], concurrent: bool = False) -> None:
+          bounds: bool, cores: list[str | None], concurrent: bool = False,
+          replay: str = "sequential") -> None:
     t0 = time.perf_counter()
     trace = load_trace(source, options=options)
     load = time.perf_counter() - t0
     print(f"\n{name}: {len(trace)} requests, {trace.input_tokens / 1e6:.1f}M input tokens, "
-          f"capacity {capacity}{', concurrent' if concurrent else ''}; "
+          f"capacity {capacity}, replay {replay}{', concurrent' if concurrent else ''}; "
           f"trace loading {load:.2f} s")
     print(f"{'system':20} {'core':>8} {'replay s':>9} {'CPU s':>7} {'token hit':>10} "
           f"{'alpha':>7} {'peak RSS MB':>12}")
@@ -55,7 +58,7 @@ def bench(name: str, source: str, options: TraceOptions, capacity: str, systems:
             if core is not None:
                 os.environ["MARCONI_CORE"] = core
             config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=bounds,
-                               concurrent=concurrent)
+                               concurrent=concurrent, replay=replay)
             t0, cpu = time.perf_counter(), time.process_time()
             s = run(trace, config).summary()
             print(f"{system:20} {chosen():>8} {time.perf_counter() - t0:9.2f} "
@@ -93,7 +96,7 @@ print(n)
 """
 
 
-def command(systems: list[str], cores: list[str | None]) -> None:
+def command(systems: list[str], cores: list[str | None], replay: str) -> None:
     """The whole `marconi simulate` command on ShareGPT, against a JSON parse of it."""
     from marconi.workload.readers.sharegpt import default_path
 
@@ -104,7 +107,7 @@ def command(systems: list[str], cores: list[str | None]) -> None:
     print(f"{'a JSON parse of the file':34} {wall:8.2f} s wall {cpu:8.2f} s CPU  "
           f"({out.strip()} conversations)")
     base = [sys.executable, "-m", "marconi", "simulate", "sharegpt", "--sessions", "all",
-            "--min-turns", "1", "--capacity", "5GB", "--json", "--quiet"]
+            "--min-turns", "1", "--capacity", "5GB", "--json", "--quiet", "--replay", replay]
     timed([*base, "--system", "vanilla"])  # warms the trace cache
     for system in systems:
         for core in cores:
@@ -123,6 +126,8 @@ def main() -> None:
                         help="capacity of the SWE-agent replays (20GB: the vLLM+ speed target)")
     parser.add_argument("--cores", default=None, metavar="python,compiled",
                         help="replay each system on each of these cores in turn")
+    parser.add_argument("--replay", choices=("sequential", "serving"), default="sequential",
+                        help="the replay protocol timed (default: sequential)")
     parser.add_argument("--concurrent", action="store_true",
                         help="requests overlap as they arrive (each pins what it resumes from)")
     parser.add_argument("--command", action="store_true",
@@ -136,13 +141,15 @@ def main() -> None:
     print(f"machine: {platform.machine()}, {platform.python_version()}, "
           f"bounds {'off' if args.no_bounds else 'on'}")
     if args.command:
-        command(systems, cores)
+        command(systems, cores, args.replay)
         return
+    if args.concurrent and args.replay == "serving":
+        parser.error("--concurrent is the sequential replay's overlap: not with --replay serving")
     bench("ShareGPT", "sharegpt", TraceOptions(min_turns=10), "5GB", systems,
-          not args.no_bounds, cores, args.concurrent)
+          not args.no_bounds, cores, args.concurrent, args.replay)
     if TRAJS.is_dir():
         bench("SWE-agent", str(TRAJS), TraceOptions(sessions=None), args.swe_capacity, systems,
-              not args.no_bounds, cores, args.concurrent)
+              not args.no_bounds, cores, args.concurrent, args.replay)
     else:
         print(f"\nSWE-agent: skipped, {TRAJS} not present")
 

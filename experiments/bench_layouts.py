@@ -46,7 +46,8 @@ def layouts(system: str, capacity: int) -> dict[str, Layout]:
 
 
 def replay(trace: Trace, system: str, capacity: int, layout: Layout) -> dict:
-    config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=False,
+    config = SimConfig(replay="sequential",
+                       spec=PAPER_7B, capacity=capacity, system=system, bounds=False,
                        page_size=layout.page_size, state_slots=layout.state_slots)
     return run(trace, config).summary().to_json()
 

@@ -85,12 +85,14 @@ def _absent(name: str, path: Path) -> Trace | None:
 
 def footprint(trace: Trace) -> int:
     """The peak bytes `sglang+` holds on `trace` when nothing is evicted."""
-    config = SimConfig(spec=PAPER_7B, capacity=1 << 50, system=LRU, bounds=False)
+    config = SimConfig(replay="sequential",
+                       spec=PAPER_7B, capacity=1 << 50, system=LRU, bounds=False)
     return int(run(trace, config).summary().peak_bytes)
 
 
 def one(trace: Trace, capacity: int, system: str) -> dict[str, Any]:
-    config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=False)
+    config = SimConfig(replay="sequential",
+                       spec=PAPER_7B, capacity=capacity, system=system, bounds=False)
     start = time.process_time()
     summary = run(trace, config).summary()
     out: dict[str, Any] = {"saved": float(summary.flops_saved_rate),
@@ -147,7 +149,8 @@ def cores(names: tuple[str, ...], plus: str) -> int:
     print("| --- | --- | --- | --- | --- | --- | --- |")
     differ, spent = 0, {core: 0.0 for core in compiled.CORES}
     for name, trace, label, capacity in configurations(names):
-        config = SimConfig(spec=PAPER_7B, capacity=capacity, system=plus, bounds=False)
+        config = SimConfig(replay="sequential",
+                           spec=PAPER_7B, capacity=capacity, system=plus, bounds=False)
         got = {}
         for core in compiled.CORES:
             os.environ[compiled.CORE_ENV] = core

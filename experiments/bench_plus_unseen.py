@@ -56,7 +56,8 @@ def saved(config: str, system: str) -> tuple[float, float]:
     """(FLOPs saved rate, seconds) of `system` (`name@alpha` fixes alpha) on `config`."""
     key, capacity, *model = config.split("|")
     name, _, alpha = system.partition("@")
-    sim = SimConfig(spec=resolve_model(model[0] if model else "paper-7b"), capacity=capacity,
+    sim = SimConfig(replay="sequential",
+                    spec=resolve_model(model[0] if model else "paper-7b"), capacity=capacity,
                     system=name, bounds=False, alpha=float(alpha) if alpha else None)
     start = time.perf_counter()
     rate = float(run(unseen_trace(key), sim).summary().flops_saved_rate)

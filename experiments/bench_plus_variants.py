@@ -300,7 +300,8 @@ def _one(job: tuple[str, str, str, str]) -> float:
         return saved(job)
     system, _, alpha = system.partition("@")
     loaded = load_trace(name, options=TraceOptions(sessions=200))
-    config = SimConfig(spec=resolve_model(model), capacity=capacity, system=system,
+    config = SimConfig(replay="sequential",
+                       spec=resolve_model(model), capacity=capacity, system=system,
                        bounds=False, alpha=float(alpha) if alpha else None)
     return float(simulate(loaded, config).summary().flops_saved_rate)
 
@@ -317,7 +318,8 @@ def one_table(name: str, capacity: str, model: str, workers: int) -> None:
         alphas = (0.0, 0.5, 1.0, 1.5, 2.0)
         loaded = trace(name)
         for alpha in alphas:
-            config = SimConfig(spec=resolve_model(model), capacity=capacity, system="marconi",
+            config = SimConfig(replay="sequential",
+                               spec=resolve_model(model), capacity=capacity, system="marconi",
                                alpha=alpha, bounds=False)
             value = simulate(loaded, config).summary().flops_saved_rate
             print(f"{f'marconi, alpha {alpha:g}':34s} {100 * value:6.2f}")

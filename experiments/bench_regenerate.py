@@ -61,7 +61,8 @@ def with_repeats(trace: Trace, rate: float, seed: int = 0) -> Trace:
 
 def row(trace: Trace, rate: float, capacity: str, systems: Sequence[tuple[str, System]]) -> None:
     for name, system in systems:  # the registered name configures the cache's layout
-        config = SimConfig(spec=PAPER_7B, capacity=capacity, system=name, bounds=False)
+        config = SimConfig(replay="sequential",
+                           spec=PAPER_7B, capacity=capacity, system=name, bounds=False)
         summary = simulate(trace, config, system=system).summary()
         print(f"{rate:>5}  {capacity:>8}  {system.name:<20}  {summary.token_hit_rate:9.4f}  "
               f"{summary.states_admitted:>6}", flush=True)

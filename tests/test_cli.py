@@ -178,7 +178,7 @@ class TestShadowSampling:
     """`--shadow-sample-after`: marconi+'s shadows sampled on long replays, said on stderr."""
 
     ARGS = ("simulate", "synthetic:multi-turn", "--sessions", "30", "--system", "marconi+",
-            "--capacity", "2GB", "--no-bounds", "--json", "--quiet")
+            "--capacity", "2GB", "--no-bounds", "--json", "--quiet", "--replay", "sequential")
 
     def test_sampled_after_n_requests_and_said(self, capsys: pytest.CaptureFixture) -> None:
         assert main([*self.ARGS, "--shadow-sample-after", "100"]) == 0

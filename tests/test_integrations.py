@@ -80,7 +80,7 @@ class TestWithoutTheEngine:
     def test_the_rust_core_is_refused_before_any_work(self) -> None:
         with pytest.raises(PeerError, match="Python tree core"):
             run(_small(), SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False,
-                                    system=f"{WITH},core=rust"))
+                                    system=f"{WITH},core=rust", replay="sequential"))
 
 
 def _small():
@@ -111,7 +111,8 @@ class TestInsideSGLang:
         need("sglang")
         from marconi.sim.real_engine import replay
 
-        config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=WITH,
+        config = SimConfig(replay="sequential",
+                           spec=PAPER_7B, capacity="1GB", bounds=False, system=WITH,
                            alpha=2.0)
         ours = replay(chat, config, get_system(WITH), check=True).summary().to_json()
         hook = ours["engine"]["integration"]
@@ -122,7 +123,8 @@ class TestInsideSGLang:
 
     def test_the_tuner_tunes_off_the_scheduling_loop(self, chat) -> None:
         need("sglang")
-        ours = run(chat, SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=WITH),
+        ours = run(chat, SimConfig(replay="sequential",
+                                   spec=PAPER_7B, capacity="1GB", bounds=False, system=WITH),
                    warn=False).summary().to_json()
         hook = ours["engine"]["integration"]
         assert ours["alpha_status"] == "tuned" and ours["alpha"] == hook["alpha"] > 0
@@ -178,7 +180,8 @@ class TestInsideSGLang:
         from marconi.sim.real_engine import replay
         from marconi.workload import TraceOptions, load_trace
 
-        config = SimConfig(spec=PAPER_7B, capacity=capacity, bounds=False, system=WITH,
+        config = SimConfig(replay="sequential",
+                           spec=PAPER_7B, capacity=capacity, bounds=False, system=WITH,
                            alpha=2.0)
         requests = load_trace(trace, options=TraceOptions(seed=seed))
         ours = replay(requests, config, get_system(WITH), check=True).summary().to_json()
@@ -197,7 +200,8 @@ class TestInsideSGLang:
         from marconi.workload import TraceOptions, load_trace
 
         system = f"{STOCK}:integration=marconi+,tuner=inline"
-        config = SimConfig(spec=PAPER_7B, capacity=capacity, bounds=False, system=system)
+        config = SimConfig(replay="sequential",
+                           spec=PAPER_7B, capacity=capacity, bounds=False, system=system)
         requests = load_trace(trace, options=TraceOptions(seed=seed))
         hook = replay(requests, config, get_system(system), check=True).summary().to_json()[
             "engine"]["integration"]
@@ -212,7 +216,8 @@ class TestInsideSGLang:
         from marconi.sim.real_engine import replay
 
         system = f"{STOCK}:integration=marconi+,tuner=inline"
-        config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=system)
+        config = SimConfig(replay="sequential",
+                           spec=PAPER_7B, capacity="1GB", bounds=False, system=system)
         ours = replay(chat, config, get_system(system), check=True).summary().to_json()
         hook = ours["engine"]["integration"]
         assert hook["policy"] == "marconi+" and hook["victims"] > 0 and hook["switches"]
@@ -222,7 +227,8 @@ class TestInsideSGLang:
     def test_a_fixed_alpha_of_zero_is_the_stock_engine(self, chat, stock) -> None:
         """At alpha 0 Marconi's order is SGLang's LRU: every hit is the stock engine's."""
         need("sglang")
-        ours = run(chat, SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=WITH,
+        ours = run(chat, SimConfig(replay="sequential",
+                                   spec=PAPER_7B, capacity="1GB", bounds=False, system=WITH,
                                    alpha=0.0), warn=False)
         assert (ours.records.hit == stock.records.hit).all()
         assert ours.alpha_status == "fixed" and ours.stats.evictions > 0
@@ -241,7 +247,8 @@ def stock(chat):
     need("sglang")
     from marconi.sim.real_engine import replay
 
-    config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=STOCK)
+    config = SimConfig(replay="sequential",
+                       spec=PAPER_7B, capacity="1GB", bounds=False, system=STOCK)
     return replay(chat, config, get_system(STOCK), check=True)
 
 
@@ -268,7 +275,7 @@ class TestShadowsBesideTheEngine:
             tuning.feed(r.tokens(), r.n_input)
         for alpha, total in zip(shadows.alphas, shadows.totals, strict=True):
             config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=mirror,
-                               alpha=alpha)
+                               alpha=alpha, replay="sequential")  # the mirror's, in turn
             assert total == pytest.approx(run(chat, config, warn=False).summary().flops_saved,
                                           rel=1e-12)
         assert shadows.totals[1] != shadows.totals[0]  # the two orders differ here
@@ -545,7 +552,8 @@ class TestVLLMWithoutTheEngine:
         chat = load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=20))
 
         def hits(system: str, alpha: float | None) -> list[int]:
-            config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=system,
+            config = SimConfig(replay="sequential",
+                               spec=PAPER_7B, capacity="1GB", bounds=False, system=system,
                                alpha=alpha)
             return run(chat, config, warn=False).records.hit.tolist()
 
@@ -616,7 +624,8 @@ class TestInsideVLLM:
         got = {}
         for version in ("0.32", "0.33"):
             name = system.replace("vllm-0.32", f"vllm-{version}")
-            config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=name)
+            config = SimConfig(replay="sequential",
+                               spec=PAPER_7B, capacity="1GB", bounds=False, system=name)
             got[version] = replay(chat, config, get_system(name), check=True)
         assert got["0.33"].engine is not None and got["0.33"].engine["version"] == "0.33.0"
         assert got["0.32"].stats.evictions > 0
@@ -638,7 +647,8 @@ class TestInsideVLLM:
         from marconi.sim.real_engine import replay
         from marconi.workload import TraceOptions, load_trace
 
-        config = SimConfig(spec=PAPER_7B, capacity=capacity, bounds=False, system=VLLM_WITH,
+        config = SimConfig(replay="sequential",
+                           spec=PAPER_7B, capacity=capacity, bounds=False, system=VLLM_WITH,
                            alpha=2.0)
         requests = load_trace(trace, options=TraceOptions(seed=seed))
         ours = replay(requests, config, get_system(VLLM_WITH), check=True).summary().to_json()
@@ -656,7 +666,8 @@ class TestInsideVLLM:
         from marconi.sim.real_engine import replay
 
         system = f"{VLLM_WITH},tuner=inline"
-        config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=system)
+        config = SimConfig(replay="sequential",
+                           spec=PAPER_7B, capacity="1GB", bounds=False, system=system)
         ours = replay(chat, config, get_system(system), check=True).summary().to_json()
         hook = ours["engine"]["integration"]
         # alpha left 0 when the tuner adopted one (its guard restores 0 later on this trace)
@@ -665,7 +676,7 @@ class TestInsideVLLM:
 
     def test_alpha_zero_keeping_orphans_is_the_stock_engine(self, chat, vllm_stock) -> None:
         need("vllm")
-        ours = run(chat, SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False,
+        ours = run(chat, SimConfig(replay="sequential", spec=PAPER_7B, capacity="1GB", bounds=False,
                                    system=f"{VLLM_WITH},orphans=keep", alpha=0.0), warn=False)
         assert (ours.records.hit == vllm_stock.records.hit).all()
         assert ours.alpha_status == "fixed" and ours.stats.evictions > 0
@@ -678,7 +689,8 @@ class TestInsideVLLM:
         need("vllm")
         from marconi.sim.real_engine import replay
 
-        config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=VLLM_WITH,
+        config = SimConfig(replay="sequential",
+                           spec=PAPER_7B, capacity="1GB", bounds=False, system=VLLM_WITH,
                            alpha=0.0)
         ours = replay(chat, config, get_system(VLLM_WITH), check=True)
         hook = ours.summary().to_json()["engine"]["integration"]
@@ -694,7 +706,8 @@ class TestInsideVLLM:
         from marconi.sim.real_engine import replay
 
         system = f"{VLLM_WITH},orphans=keep"  # the state order alone
-        config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=system,
+        config = SimConfig(replay="sequential",
+                           spec=PAPER_7B, capacity="1GB", bounds=False, system=system,
                            alpha=2.0)
         ours = replay(chat, config, get_system(system), check=True)
         hook = ours.summary().to_json()["engine"]["integration"]
@@ -710,7 +723,8 @@ class TestInsideVLLM:
         from marconi.sim.real_engine import replay
 
         system = f"{VLLM_STOCK}:integration=marconi+,tuner=inline"
-        config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=system)
+        config = SimConfig(replay="sequential",
+                           spec=PAPER_7B, capacity="1GB", bounds=False, system=system)
         ours = replay(chat, config, get_system(system), check=True).summary().to_json()
         hook = ours["engine"]["integration"]
         chosen = hook["switches"][-1][1] if hook["switches"] else 0.0
@@ -720,7 +734,7 @@ class TestInsideVLLM:
 
     def test_the_tuner_tunes_off_the_scheduling_loop(self, chat) -> None:
         need("vllm")
-        ours = run(chat, SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False,
+        ours = run(chat, SimConfig(replay="sequential", spec=PAPER_7B, capacity="1GB", bounds=False,
                                    system=VLLM_WITH), warn=False).summary().to_json()
         hook = ours["engine"]["integration"]
         assert ours["alpha_status"] == "tuned" and ours["alpha"] == hook["alpha"]
@@ -734,5 +748,6 @@ def vllm_stock(chat):
     need("vllm")
     from marconi.sim.real_engine import replay
 
-    config = SimConfig(spec=PAPER_7B, capacity="1GB", bounds=False, system=VLLM_STOCK)
+    config = SimConfig(replay="sequential",
+                       spec=PAPER_7B, capacity="1GB", bounds=False, system=VLLM_STOCK)
     return replay(chat, config, get_system(VLLM_STOCK), check=True)

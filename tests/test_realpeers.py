@@ -155,7 +155,8 @@ class TestRealEngine:
         from marconi.sim.real_engine import replay
 
         system = get_system(ENGINES[engine].system)
-        config = SimConfig(spec=PAPER_7B, capacity="1GB", system=system.name, bounds=False)
+        config = SimConfig(replay="sequential",
+                           spec=PAPER_7B, capacity="1GB", system=system.name, bounds=False)
         summary = replay(chat, config, system, check=True).summary().to_json()
         assert summary["evictions"] > 0 and summary["token_hit_rate"] > 0
         assert summary["engine"]["version"] == ENGINES[engine].version
@@ -191,7 +192,7 @@ class TestRealEngine:
         need(engine)
         long = load_trace("synthetic:multi-turn:sessions=2,turns=3,user_len=6000")
         with pytest.raises(PeerError) as err:
-            run(long, SimConfig(spec=PAPER_7B, capacity="400MB",
+            run(long, SimConfig(replay="sequential", spec=PAPER_7B, capacity="400MB",
                                 system=ENGINES[engine].system, bounds=False))
         assert re.search(r"request \d+: needs \d+", str(err.value)), str(err.value)
 
@@ -207,7 +208,8 @@ class TestRealEngine:
 
         system = f"{ENGINES[engine].system}:max_num_batched_tokens=4096" if is_vllm(engine) \
             else f"{ENGINES[engine].system}:chunked_prefill_size=4096"
-        row = run_cell(Cell.of(trace=TRACE, sessions=3, system=system, capacity="1GB"))
+        row = run_cell(Cell.of(trace=TRACE, sessions=3, system=system, capacity="1GB",
+                               replay="sequential"))  # the engine's code runs its own
         assert row["status"] == "ok", row["error"]
         assert row["system"] == system and row["token_hit_rate"] > 0
 
@@ -215,6 +217,7 @@ class TestRealEngine:
                                              capsys: pytest.CaptureFixture) -> None:
         need(engine)
         system = ENGINES[engine].system
-        assert main(["compare", TRACE, "--systems", f"sglang+,{system}", "--quiet"]) == 0
+        assert main(["compare", TRACE, "--systems", f"sglang+,{system}", "--quiet",
+                     "--replay", "sequential"]) == 0
         out = capsys.readouterr().out
         assert system in out

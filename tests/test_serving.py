@@ -289,8 +289,8 @@ class TestTunerWindow:
 
     def test_an_overlapping_window_scores_what_a_server_would_hit(self) -> None:
         from marconi.core.snapshot import take
-        from marconi.paper.tuner import Job, Policies, replay, replay_served
         from marconi.core.tuning import Objective
+        from marconi.paper.tuner import Job, Policies, replay, replay_served
 
         system = get_system("marconi")
         cache = system.cache(PAPER_7B, "10GB", replay=True)
@@ -328,3 +328,36 @@ class TestTunerWindow:
             result = simulate(trace, SimConfig(spec=PAPER_7B, capacity="1GB", system="marconi",
                                                bounds=False, replay=replay_))
             assert result.alpha_status == "tuned" and set(calls) == {want}
+
+
+class TestRefusals:
+    """What the serving replay cannot drive says so and names the way out."""
+
+    def test_the_real_engines_own_code_refuses_it(self) -> None:
+        from marconi.realpeers.envs import PeerError
+        from marconi.sim.real_engine import replay
+
+        trace = load_trace("synthetic:multi-turn", options=TraceOptions(sessions=2))
+        system = get_system("vllm-0.32")
+        with pytest.raises(PeerError, match="--replay sequential"):
+            replay(trace, SimConfig(spec=PAPER_7B, capacity="1GB", system=system.name,
+                                    bounds=False), system)
+
+    @pytest.mark.parametrize("reference", ["offline", "reuse-oracle"])
+    def test_the_references_of_the_sequential_replay_refuse_it(self, reference: str) -> None:
+        from marconi.sim.run import run
+
+        trace = load_trace("synthetic:multi-turn", options=TraceOptions(sessions=2))
+        with pytest.raises(ValueError, match="--replay sequential"):
+            run(trace, SimConfig(spec=PAPER_7B, capacity="1GB", system=reference))
+        done = run(trace, SimConfig(spec=PAPER_7B, capacity="1GB", system=reference,
+                                    replay="sequential"), warn=False)
+        assert done.summary().replay == "sequential"
+
+    def test_a_stream_is_refused_and_concurrent_needs_sequential(self) -> None:
+        trace = load_trace("synthetic:multi-turn", options=TraceOptions(sessions=2))
+        with pytest.raises(ValueError, match="whole trace"):
+            simulate(iter(trace.requests), SimConfig(spec=PAPER_7B, capacity="1GB",
+                                                     system="sglang+"))
+        with pytest.raises(ValueError, match="--replay sequential --concurrent"):
+            SimConfig(spec=PAPER_7B, capacity="1GB", system="sglang+", concurrent=True)

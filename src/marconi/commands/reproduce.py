@@ -47,6 +47,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     experiments = load_experiments(args.configs or [CONFIGS], only,
                                    data=None if args.data is None else Path(args.data))
     args.out.mkdir(parents=True, exist_ok=True)
+    print("reproduce: the paper's figures under its own protocol, the sequential replay (each "
+          "request committed before the next is looked up; a grid may name replay = "
+          "\"serving\"); docs/architecture.md, \"Replay protocols\"", file=sys.stderr)
     try:
         with sweep_executor(args.scheduler, args.workers) as executor:
             outcome = reproduce(experiments, args.out, quick=args.quick, executor=executor,

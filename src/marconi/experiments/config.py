@@ -101,6 +101,8 @@ class Experiment:
         out = {k: v for k, v in grid.items() if k != "quick"}
         if quick:
             out |= dict(grid.get("quick", {}))
+        # the paper's figures are reproduced under its own protocol unless a grid says
+        out.setdefault("replay", "sequential")
         traces = [self._trace_path(t) for t in _as_list(out["trace"])]
         missing = [t for t in traces if t is None]
         if missing or not traces:

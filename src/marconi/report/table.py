@@ -41,8 +41,14 @@ def _row_cell(summary: Summary, context: Mapping[str, Any], key: str, fmt: str) 
             return "untuned"  # its tuner never finished (never "0.0" as if tuned to zero)
         if summary.alpha_status is None:
             return "-"  # a system without an alpha
+    if key in _SERVED_TTFT and summary.served is not None:
+        # served: from issue to first token, queueing and batching included
+        return _cell(getattr(summary.served, key), fmt)
     value = getattr(summary, key) if key in Summary.__dataclass_fields__ else context.get(key)
     return _cell(value, fmt)
+
+
+_SERVED_TTFT = ("ttft_p50", "ttft_p95")  # what a served run's table shows of its server
 
 
 def _rows(summaries: Sequence[Summary], columns: Sequence[tuple[str, str, str]],
@@ -76,6 +82,8 @@ def experts(summaries: Sequence[Summary]) -> str:
             f"; against sglang+'s configuration {100 * e.sglang_margin:+.2f} points (bound "
             f"{_points(e.sglang_bound)})")
         estimated = " (sampled shadows: estimates)" if e.sampled else ""
+        if summary.replay == "serving":
+            estimated += " (its shadows replay in turn, not served: no bound applies)"
         lines.append(f"  ran most {e.ran_most}; best {e.best}; regret {100 * e.regret:.2f} "
                      f"points (bound {_points(e.bound)}){sglang}{estimated}")
     return "\n".join(lines)

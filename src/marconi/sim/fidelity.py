@@ -80,7 +80,9 @@ def agreement(requests: Sequence[Request], spec: ModelSpec, capacity: int | str,
 
 def _run(requests: Sequence[Request], spec: ModelSpec, capacity: int | str, system: str,
          progress: bool) -> SimResult:
-    config = SimConfig(spec=spec, capacity=capacity, system=system, bounds=False)
+    # the real engines' code runs its own schedule: both replayed one request at a time
+    config = SimConfig(spec=spec, capacity=capacity, system=system, bounds=False,
+                       replay="sequential")
     return run(requests, config, progress=progress, warn=False)  # type: ignore[arg-type]
 
 

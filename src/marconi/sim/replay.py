@@ -209,7 +209,8 @@ def describe_replay(config: SimConfig) -> str:
     held = "running requests hold memory" if config.hold_running else \
         "running requests hold no memory"
     return (f"replay serving (up to {config.max_running} running, {chunk}, "
-            f"{config.decode_s_per_token:g} s per decode step, {held})")
+            f"{config.decode_s_per_token:g} s per decode step, {held}; TTFT from issue to "
+            "first token)")
 
 
 class _ServedBounds:
