@@ -56,6 +56,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from common import load
 
 from marconi.realpeers.envs import available
@@ -286,6 +287,71 @@ def predicted(plan: Plan, trace: Scaled, runs: list[Run], model: Path) -> dict[s
         sent, pool.blocks, pool.block_size, policies, model).items()}
 
 
+def check(name: str, runs: dict[str, list[dict[str, Any]]], pools: dict[str, dict[str, int]],
+          model: Path, max_num_seqs: int, chunk_tokens: int, out: Path,
+          engine: bool = True) -> list[str]:
+    """Each caching server's run checked request by request (marconi.sim.served): its
+    requests replayed on the server's own timeline and under the latency model fitted to
+    stock's TTFTs, through vLLM's cache classes (`engine`) and through our emulation, at
+    the pool and block size the server logged. One line each."""
+    from marconi.core.spec import model_from
+    from marconi.sim import served as sv
+
+    spec = model_from(str(model / "config.json"))
+    stock = sv.read_served(runs["stock"])
+    profile = sv.profile_of(stock, out / f"{name}.profile.csv".replace("/", "_"))
+    decode = sv.decode_step(stock)
+    lines = []
+    for key, records in runs.items():
+        policy = key.split("#")[0]
+        if policy == "nocache":
+            continue
+        pool = pools[key]
+        block, blocks = int(pool["block_size"]), int(pool["blocks"])
+        capacity = blocks * block * spec.kv_layer_bytes_per_token  # a layer's page a block
+        served = sv.read_served(records)
+        cached = np.array([s.cached for s in served])
+        fixed = FIXED.fullmatch(policy)
+        systems = []
+        if engine:
+            systems.append((label(policy), sv.replace_system(STOCK, block) + (
+                "" if policy == "stock" else
+                f",integration={'marconi' if fixed else policy},tuner=inline")))
+        emulation = {"stock": "vllm-2026", "marconi": "vllm-2026+marconi"}.get(
+            "marconi" if fixed else policy)
+        if emulation is not None:
+            systems.append((emulation, sv.replace_system(emulation, block)))
+        for shown, system in systems:
+            real = system.startswith(STOCK)
+            timeline = (sv.engine_timeline_hits if real else sv.timeline_hits)(
+                served, system, spec, capacity, max_num_seqs)
+            lines.append(sv.Check(shown, name, "server timeline", cached, timeline).line())
+            if not real:
+                modelled = sv.model_hits(served, system, spec, capacity, profile, decode,
+                                         max_num_seqs, chunk_tokens)
+                lines.append(sv.Check(shown, name, "latency model", cached, modelled).line())
+    return lines
+
+
+def checked(out: Path, engine: bool) -> int:
+    """`--check DIR`: the lines of `check` for every plan a served run kept in DIR."""
+    model = out / "model"
+    found = sorted(p for p in out.glob("*.json") if not p.name.endswith(".pools.json"))
+    if not found:
+        raise SystemExit(f"--check {out}: no served run's records (PLAN.json) there")
+    for path in found:
+        name = path.stem
+        pools = path.with_name(f"{name}.pools.json")
+        if not pools.exists():
+            raise SystemExit(f"--check {out}: {pools.name} missing beside {path.name}")
+        for line in check(name, json.loads(path.read_text()), json.loads(pools.read_text()),
+                          model, ServerConfig(model=model).max_num_seqs,
+                          ServerConfig(model=model).max_num_batched_tokens, out, engine):
+            print(line, flush=True)
+    return 0
+
+
+
 def through_cache_classes(sent: Any, blocks: int, block_size: int, policies: list[str],
                           model: Path) -> dict[str, Any]:
     """Each policy's summary replaying `sent` (a marconi Trace) through vLLM's own cache
@@ -448,6 +514,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --predict (required there, no default): the served block "
                              "size in tokens, as a server logs it ('kv lcm block sizes N'); "
                              "a served run reads each server's from its log")
+    parser.add_argument("--check", default=None, metavar="DIR",
+                        help="only: no server; the served runs kept in DIR (an earlier "
+                             "--out) checked request by request against their replays")
+    parser.add_argument("--no-engine-check", action="store_true",
+                        help="check through our emulation only, not vLLM's cache classes")
     parser.add_argument("--families", action="store_true",
                         help="only: which tiny model families vLLM's CPU build serves (each "
                              "started stock, asked one prompt twice: its hit, or its error)")
@@ -461,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
                      "block size from its log)")
     if args.block_size is not None and args.block_size < 1:
         parser.error(f"--block-size: a positive number of tokens; got {args.block_size}")
+    if args.check is not None and args.no_engine_check:  # in process only: no vLLM needed
+        return checked(Path(args.check), False)
     if not available("vllm"):
         print("bench_serve: skipped, vLLM's environment is missing "
               "(bash scripts/setup-peers.sh vllm)")
@@ -468,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.families:
         families(Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="families-")))
         return 0
+    if args.check is not None:
+        return checked(Path(args.check), not args.no_engine_check)
     policies = ["stock", *[p for p in args.policies.split(",") if p != "stock"]]
     bad = [p for p in policies if p not in POLICIES and not FIXED.fullmatch(p)]
     if bad:
@@ -514,6 +589,12 @@ def main(argv: list[str] | None = None) -> int:
             {_key(r, runs): [asdict(s) for s in r.replayed.served] for r in runs}))
         (out / f"{plan.trace}.pools.json".replace("/", "_")).write_text(json.dumps(
             {_key(r, runs): asdict(r.pool) for r in runs}))
+        for line in check(plan.trace, {_key(r, runs): [asdict(s) for s in r.replayed.served]
+                                       for r in runs},
+                          {_key(r, runs): asdict(r.pool) for r in runs}, model,
+                          ServerConfig(model=model).max_num_seqs,
+                          ServerConfig(model=model).max_num_batched_tokens, out):
+            print("  " + line, flush=True)
     print()
     for policy in dict.fromkeys(policies):
         if policy not in ("stock", "nocache") and all_runs:

@@ -361,3 +361,89 @@ class TestRefusals:
                                                      system="sglang+"))
         with pytest.raises(ValueError, match="--replay sequential --concurrent"):
             SimConfig(spec=PAPER_7B, capacity="1GB", system="sglang+", concurrent=True)
+
+
+class TestGivenTimeline:
+    """`replay_timeline`: lookups, shows and commits at a served run's own times."""
+
+    def test_a_lookup_sees_only_what_finished_before_it(self) -> None:
+        from marconi.core.serving import replay_timeline
+
+        a = _request("a", 0, 0.0, list(range(1, 1001)), 20)
+        b = _request("b", 0, 0.0, [*a.tokens().tolist(), 7000, 7001], 5)
+        hits = {}
+        for b_at in (2.0, 5.0, 6.0):  # while A runs, as A finishes, after
+            cache = get_system("sglang+").cache(PAPER_7B, "10GB", replay=True)
+            log = _Log()
+            replay_timeline([a, b], cache, np.array([0.0, b_at]), np.array([1.0, b_at + 1]),
+                            np.array([5.0, b_at + 2]), log)
+            hits[b_at] = log.hits[1]
+            assert cache.reserved == (0, 0)
+        assert hits == {2.0: 0, 5.0: 1020, 6.0: 1020}  # at 5.0 A's commit comes first
+
+    def test_vllm_blocks_are_visible_once_prefilled(self) -> None:
+        from marconi.core.serving import replay_timeline
+
+        a = _request("a", 0, 0.0, list(range(1, 1001)), 20)
+        b = _request("b", 0, 0.0, [*range(1, 1001), 7000], 5)
+        got = {}
+        for visibility in (Visibility.BLOCK, Visibility.FINISH):
+            system = get_system("vllm-2026")
+            cache = system.cache(PAPER_7B, "10GB", layout=system.layout(PAPER_7B, "10GB"),
+                                 replay=True, as_engine=True)
+            log = _Log()
+            replay_timeline([a, b], cache, np.array([0.0, 2.0]), np.array([1.0, 3.0]),
+                            np.array([5.0, 4.0]), log, visibility=visibility)
+            got[visibility] = log.hits[1]
+        block = cache.admission.block
+        assert got[Visibility.FINISH] == 0
+        assert got[Visibility.BLOCK] == (1000 - 1) // block * block > 0
+
+    def test_times_out_of_order_are_refused(self) -> None:
+        from marconi.core.serving import replay_timeline
+
+        a = _request("a", 0, 0.0, list(range(1, 101)), 2)
+        cache = get_system("sglang+").cache(PAPER_7B, "1GB", replay=True)
+        with pytest.raises(ValueError, match="request 0 is scheduled at 2.0"):
+            replay_timeline([a], cache, np.array([2.0]), np.array([1.0]), np.array([3.0]),
+                            _Log())
+
+
+class TestServedCheck:
+    """marconi.sim.served: a served run's records read back, its schedule reconstructed."""
+
+    @staticmethod
+    def _record(i: int, sent: float, first: float, done: float, **more: Any) -> dict:
+        return {"index": i, "session": f"s{i}", "sent": sent, "first_token": first,
+                "finished": done, "prompt": [1, 2, 3], "output": [4, 5],
+                "cached_tokens": 0, "error": None} | more
+
+    def test_the_server_schedules_first_come_first_served(self) -> None:
+        from marconi.sim.served import read_served, scheduled
+
+        records = [self._record(0, 0.0, 0.5, 4.0), self._record(1, 1.0, 1.2, 2.0),
+                   self._record(2, 1.5, 4.5, 5.0), self._record(3, 3.0, 3.1, 3.5)]
+        served = read_served(records)
+        # two slots: request 2 waits for request 1's finish (2.0); request 3 would wait
+        # for request 0's (4.0), but its first token came at 3.1, so it ran by then
+        assert scheduled(served, 2).tolist() == [0.0, 1.0, 2.0, 3.1]
+        assert scheduled(served, 8).tolist() == [0.0, 1.0, 1.5, 3.0]
+
+    def test_a_record_without_its_timeline_is_named(self) -> None:
+        from marconi.sim.served import read_served
+
+        old = self._record(7, 0.0, 0.1, 0.2)
+        del old["first_token"]
+        with pytest.raises(ValueError, match="request 7.*first_token.*rerun bench_serve"):
+            read_served([old])
+        failed = self._record(8, 0.0, 0.1, 0.2, error="ConnectionError")
+        assert read_served([failed]) == []
+
+    def test_a_check_line_says_what_the_issue_asks(self) -> None:
+        from marconi.sim.served import Check
+
+        line = Check("vllm-0.32+marconi", "sharegpt(12)", "server timeline",
+                     np.array([128, 0, 256]), np.array([128, 0, 128])).line()
+        assert line == ("predict vllm-0.32+marconi on sharegpt(12) (server timeline): served "
+                        "384 cached tokens, predicted 256 (ratio 0.67), requests with the "
+                        "served hit 2/3")

@@ -363,3 +363,70 @@ class _Server:
     def _salt(self, request: Request) -> str | None:
         """The request's session, where the system keeps a namespace per session."""
         return request.session_id if self.per_session else None
+
+
+def replay_timeline(requests: Sequence[Request], cache: PrefixCache, scheduled: np.ndarray,
+                    prefilled: np.ndarray, finished: np.ndarray, record: Record, *,
+                    visibility: Visibility = Visibility.FINISH, hold: bool = True) -> None:
+    """Replay `requests` on a given timeline instead of a modelled one (a served run's:
+    what `bench_serve` reads from the server): request i is looked up at `scheduled[i]`
+    (its hit pinned and, `hold`, its footprint reserved as `replay_serving` reserves it),
+    its input made visible at `prefilled[i]` where the engine shows blocks as they fill
+    (`Visibility.BLOCK`; CHUNK and FINISH wait for the finish), and committed whole at
+    `finished[i]`. At equal times commits come before lookups (an engine frees and caches
+    a finished request's blocks before it schedules the next step), and each request's own
+    events keep their order."""
+    n = len(requests)
+    if not (len(scheduled) == len(prefilled) == len(finished) == n):
+        raise ValueError(f"replay_timeline: {n} requests but {len(scheduled)}, "
+                         f"{len(prefilled)} and {len(finished)} times")
+    bad = [i for i in range(n) if not scheduled[i] <= prefilled[i] <= finished[i]]
+    if bad:
+        raise ValueError(f"replay_timeline: request {bad[0]} is scheduled at "
+                         f"{scheduled[bad[0]]}, prefilled at {prefilled[bad[0]]} and finished "
+                         f"at {finished[bad[0]]}: not in that order")
+    # (time, rank, i, kind): at one time shows, then finishes, then lookups, then the
+    # shows and finishes of requests looked up at that very time
+    events = [(float(scheduled[i]), 1.0, i, "lookup") for i in range(n)]
+    events += [(float(finished[i]), 0.0 if finished[i] > scheduled[i] else 3.0, i, "finish")
+               for i in range(n)]
+    if visibility is Visibility.BLOCK:
+        events += [(float(prefilled[i]), -1.0 if prefilled[i] > scheduled[i] else 2.0, i,
+                    "show") for i in range(n)]
+    events.sort()
+    kv_token, page = cache.spec.kv_bytes_per_token, cache.layout.page_size
+    held: dict[int, tuple[Any, int, int]] = {}  # i -> (pinned node, KV bytes, states)
+
+    def kv_bytes(tokens: int) -> int:
+        return math.ceil(max(tokens, 0) / page) * page * kv_token
+
+    salt = (lambda r: r.session_id) if cache.admission.per_session else (lambda r: None)
+    for _, _, i, kind in events:
+        request = requests[i]
+        if kind == "lookup":
+            plan = cache.lookup(request.input_tokens, boundaries=request.boundaries,
+                                salt=salt(request))
+            cache.pin(plan.node)
+            kv = kv_bytes(request.n_input + request.n_output - plan.hit) if hold else 0
+            states = 1 if hold else 0
+            if not cache.reserve(kv, states):
+                kv, states = 0, 0  # the server ran it: so does its replay, unreserved
+            held[i] = (plan.node, kv, states)
+            record(i, request, plan.hit)
+        elif kind == "show":
+            node, kv, states = held[i]
+            n_in = request.n_input
+            result = cache.commit(request.input_tokens, n_in, boundaries=request.boundaries,
+                                  salt=salt(request))
+            if result.node is not None:
+                cache.pin(result.node)
+                cache.unpin(node)
+                moved = min(kv_bytes(n_in), kv)
+                cache.release(moved, 0)
+                held[i] = (result.node, kv - moved, states)
+        else:
+            node, kv, states = held.pop(i)
+            cache.release(kv, states)
+            cache.unpin(node)
+            cache.commit(request.tokens(), request.n_input, boundaries=request.boundaries,
+                         salt=salt(request))

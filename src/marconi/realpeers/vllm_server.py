@@ -122,6 +122,9 @@ class ServerConfig:
     blocks: int | None = None
     alpha: float | None = None  # policy marconi: fixed instead of tuned
     max_num_seqs: int = 4
+    # a step's tokens, given so that a replay models the step the server ran (its log
+    # does not state it)
+    max_num_batched_tokens: int = 2048
     max_model_len: int = 4096
     cpu_split: bool = True  # MARCONI_VLLM_CPU_SPLIT=1 (the CPU build's crash; see plugin)
     tuner: str = "process"
@@ -132,7 +135,8 @@ class ServerConfig:
                "--model", str(self.model), "--served-model-name", NAME,
                "--load-format", "dummy", "--dtype", "float32", "--seed", "0",
                "--max-model-len", str(self.max_model_len),
-               "--max-num-seqs", str(self.max_num_seqs), "--enforce-eager",
+               "--max-num-seqs", str(self.max_num_seqs),
+               "--max-num-batched-tokens", str(self.max_num_batched_tokens), "--enforce-eager",
                "--enable-prompt-tokens-details", "--host", "127.0.0.1", "--port", str(port)]
         if self.policy == "nocache":
             cmd += ["--no-enable-prefix-caching"]

@@ -94,11 +94,15 @@ def vllm_options(config: SimConfig, system: System) -> dict[str, Any]:
 
 
 def replay(trace: Trace | Sequence[Request], config: SimConfig, system: System, *,
-           progress: bool = False, check: bool = False) -> SimResult:
+           progress: bool = False, check: bool = False,
+           ttft: Callable[[int, int], float] | None = None) -> SimResult:
     """Replay `trace` through `system`'s engine (one request running at a time, or
     overlapping as they arrive with `config.concurrent`). `check`: the engine's own
-    integrity checks after every request (concurrent: whenever none runs). PeerError when the
-    environment is missing or the replay fails; never a partial result."""
+    integrity checks after every request (concurrent: whenever none runs). `ttft(i, hit)`:
+    the seconds from request i's start to its finish, instead of the latency model's TTFT
+    plus its decode (a served run's own timeline, `sim.served`; concurrent only, with no
+    decode time). PeerError when the environment is missing or the replay fails; never a
+    partial result."""
     if not isinstance(trace, Sequence):
         raise PeerError(f"{system.name}: a real-engine replay needs the whole trace, not a "
                         "stream")
@@ -114,11 +118,13 @@ def replay(trace: Trace | Sequence[Request], config: SimConfig, system: System, 
     if engine.name == "sglang":
         options["model"] = model_options(config.spec)
     options["check"] = check
-    ttft = None
+    if ttft is not None and not config.concurrent:
+        raise PeerError(f"{system.name}: a given TTFT times an overlapping replay "
+                        "(config.concurrent), not one request at a time")
     if config.concurrent:
         options["concurrent"] = True
         options["decode_s_per_token"] = config.decode_s_per_token
-        ttft = _ttft(trace, config)
+        ttft = ttft or _ttft(trace, config)
     start = time.perf_counter()
     columns, meta = run_worker(engine, trace, options, progress=progress, label=system.name,
                                ttft=ttft)
