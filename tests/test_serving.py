@@ -404,7 +404,7 @@ class TestGivenTimeline:
 
         a = _request("a", 0, 0.0, list(range(1, 101)), 2)
         cache = get_system("sglang+").cache(PAPER_7B, "1GB", replay=True)
-        with pytest.raises(ValueError, match="request 0 is scheduled at 2.0"):
+        with pytest.raises(ValueError, match=r"request 0 is scheduled at 2\.0"):
             replay_timeline([a], cache, np.array([2.0]), np.array([1.0]), np.array([3.0]),
                             _Log())
 
@@ -434,7 +434,7 @@ class TestServedCheck:
 
         old = self._record(7, 0.0, 0.1, 0.2)
         del old["first_token"]
-        with pytest.raises(ValueError, match="request 7.*first_token.*rerun bench_serve"):
+        with pytest.raises(ValueError, match=r"request 7.*first_token.*rerun bench_serve"):
             read_served([old])
         failed = self._record(8, 0.0, 0.1, 0.2, error="ConnectionError")
         assert read_served([failed]) == []
