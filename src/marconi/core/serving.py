@@ -123,11 +123,11 @@ class ServingStats:
 @dataclass(slots=True, eq=False)
 class _Running:
     i: int
+    seq: int  # admission order (ties between finishes at one step)
     request: Request
     node: Any  # the node it pinned (its lookup's, then its visible prefix's)
     hit: int
     done: int  # input tokens computed (cached ones included)
-    left: int  # decode steps left once its prefill is done
     kv: int  # bytes reserved beside the cache
     states: int  # states reserved beside the cache
     shown: int  # input tokens made visible before its finish
@@ -170,6 +170,10 @@ def replay_serving(requests: Sequence[Request], cache: PrefixCache, serving: Ser
 
 
 class _Server:
+    """The step loop. Decoding requests are not walked each step: each has the step its
+    last token comes at (`ends`, a heap), and a stretch of steps in which nothing
+    prefills is jumped over to the next finish or issue."""
+
     def __init__(self, requests: Sequence[Request], cache: PrefixCache, serving: Serving,
                  record: Record, before: Callable[[int], None] | None,
                  tuner: Tuner | None, closed_loop: bool) -> None:
@@ -184,8 +188,14 @@ class _Server:
             (r.arrival, i) for i, r in enumerate(requests) if self.after[i] < 0]
         heapq.heapify(self.pending)
         self.waiting: deque[int] = deque()
-        self.held = np.zeros(n, dtype=bool)  # left waiting by a step that scheduled others
-        self.running: list[_Running] = []
+        self.queued_at = np.zeros(n, dtype=np.int64)  # schedule rounds before it queued
+        self.rounds = 0  # schedule rounds done
+        self.blocked = False  # the queue's head did not fit: no retry before memory frees
+        self.prefilling: list[_Running] = []  # in admission order
+        self.ends: list[tuple[int, int, _Running]] = []  # (last token's step, seq, request)
+        self.running = 0
+        self.steps = 0  # steps run so far
+        self.seq = 0
         self.now = 0.0
         self.kv_token = cache.spec.kv_bytes_per_token
         self.page = cache.layout.page_size
@@ -201,13 +211,13 @@ class _Server:
                 self.now = max(self.now, self.pending[0][0])
                 continue
             chunks, blocked = self._schedule()
-            self.stats.max_running = max(self.stats.max_running, len(self.running))
-            if not chunks and not self.running:  # nothing runs, nothing could start
-                raise AssertionError("serving replay: a request could not be scheduled")
+            self.stats.max_running = max(self.stats.max_running, self.running)
             if chunks:
                 self._step(chunks)
-            else:
+            elif self.ends:
                 self._decode_until_event(blocked)
+            else:  # nothing runs, nothing could start
+                raise AssertionError("serving replay: a request could not be scheduled")
         self.stats.makespan = self.now
         return self.stats
 
@@ -216,36 +226,33 @@ class _Server:
         while self.pending and self.pending[0][0] <= self.now:
             t, i = heapq.heappop(self.pending)
             self.stats.issued[i] = t
+            self.queued_at[i] = self.rounds
             self.waiting.append(i)
 
     def _schedule(self) -> tuple[list[tuple[_Running, int]], bool]:
         """This step's prefill chunks (running requests first, then new ones while the
         budget, the batch limit and memory allow), and whether the waiting queue is held
-        back (by the batch limit or memory) rather than empty."""
-        budget = self.s.chunk_tokens - sum(1 for r in self.running if self._decoding(r))
+        back (by the batch limit, the budget or memory) rather than empty."""
+        budget = self.s.chunk_tokens - (self.running - len(self.prefilling))
         chunks = []
-        for r in self.running:
+        for r in self.prefilling:
             if budget <= 0:
                 break
-            if not self._decoding(r):
-                c = min(r.request.n_input - r.done, budget)
-                chunks.append((r, c))
-                budget -= c
-        while self.waiting and budget > 0 and len(self.running) < self.s.max_running:
+            c = min(r.request.n_input - r.done, budget)
+            chunks.append((r, c))
+            budget -= c
+        while (self.waiting and budget > 0 and self.running < self.s.max_running
+               and not self.blocked):
             started = self._start(self.waiting[0])
-            if started is None:
+            if started is None:  # asked again once a running request frees memory
+                self.blocked = True
                 break
             self.waiting.popleft()
             c = min(started.request.n_input - started.done, budget)
             chunks.append((started, c))
             budget -= c
-        for i in self.waiting:  # held back: by the batch limit, the budget or memory
-            self.held[i] = True
+        self.rounds += 1
         return chunks, bool(self.waiting)
-
-    @staticmethod
-    def _decoding(r: _Running) -> bool:
-        return r.done >= r.request.n_input
 
     def _start(self, i: int) -> _Running | None:
         """Look request `i` up, pin its hit and reserve its footprint; None (nothing
@@ -267,12 +274,14 @@ class _Server:
             self.stats.unreserved += 1
         self.record(i, request, plan.hit)
         self.stats.scheduled[i] = self.now
-        self.stats.waited += int(self.held[i])
+        self.stats.waited += int(self.rounds > self.queued_at[i])  # left by an earlier round
         # a full hit still computes its last token (the logits of the first output)
         done = min(plan.hit, request.n_input - 1)
-        run = _Running(i=i, request=request, node=plan.node, hit=plan.hit, done=done,
-                       left=request.n_output - 1, kv=kv, states=states, shown=plan.hit)
-        self.running.append(run)
+        run = _Running(i=i, seq=self.seq, request=request, node=plan.node, hit=plan.hit,
+                       done=done, kv=kv, states=states, shown=plan.hit)
+        self.seq += 1
+        self.running += 1
+        self.prefilling.append(run)
         return run
 
     def _kv_bytes(self, tokens: int) -> int:
@@ -283,33 +292,41 @@ class _Server:
     def _step(self, chunks: list[tuple[_Running, int]]) -> None:
         """One step: the chunks prefill, every running request past its prefill decodes
         one token; then what finished commits."""
-        decoding = [r for r in self.running if self._decoding(r)]
-        done = np.array([r.done for r, _ in chunks], dtype=np.int64)
-        size = np.array([c for _, c in chunks], dtype=np.int64)
-        seconds = float(self.s.latency.ttft(done + size, done).sum()) if chunks else 0.0
+        decoding = self.running - len(self.prefilling)
+        each = getattr(self.s.latency, "chunk_seconds", None)  # a scalar form, if it has one
+        if each is not None:
+            seconds = sum(each(r.done, c) for r, c in chunks)
+        else:
+            done = np.array([r.done for r, _ in chunks], dtype=np.int64)
+            size = np.array([c for _, c in chunks], dtype=np.int64)
+            seconds = float(self.s.latency.ttft(done + size, done).sum())
         self.now += seconds + (self.s.decode_s if decoding else 0.0)
-        for r in decoding:
-            r.left -= 1
+        self.steps += 1
+        prefilled = False
         for r, c in chunks:
             r.done += c
-            if self._decoding(r):
+            if r.done >= r.request.n_input:  # its first token: the rest decode from here
+                prefilled = True
                 self.stats.first_token[r.i] = self.now
+                heapq.heappush(self.ends, (self.steps + max(r.request.n_output - 1, 0),
+                                           r.seq, r))
                 if self.s.visibility is Visibility.BLOCK:
                     self._show(r)
             elif self.s.visibility is not Visibility.FINISH:
                 self._show(r)
+        if prefilled:
+            self.prefilling = [r for r in self.prefilling if r.done < r.request.n_input]
         self._finish_done()
 
     def _decode_until_event(self, blocked: bool) -> None:
         """Steps in which every running request only decodes: jump to the first finish,
         or to the next issue when a waiting request could then start."""
-        k = min(r.left for r in self.running)
+        k = self.ends[0][0] - self.steps
         if not blocked and self.pending and self.s.decode_s > 0:
             k = min(k, max(1, math.ceil((self.pending[0][0] - self.now) / self.s.decode_s)))
         k = max(k, 1)
         self.now += k * self.s.decode_s
-        for r in self.running:
-            r.left -= k
+        self.steps += k
         self._finish_done()
 
     def _show(self, r: _Running) -> None:
@@ -332,14 +349,16 @@ class _Server:
         self.cache.release(kept, 0)
         r.kv -= kept
         r.shown = n
+        self.blocked = False
 
     def _finish_done(self) -> None:
-        for r in [r for r in self.running if self._decoding(r) and r.left <= 0]:
-            self.running.remove(r)
-            self._finish(r)
+        while self.ends and self.ends[0][0] <= self.steps:
+            self._finish(heapq.heappop(self.ends)[2])
 
     def _finish(self, r: _Running) -> None:
         cache, request = self.cache, r.request
+        self.running -= 1
+        self.blocked = False
         # its memory and its pin go back first (an engine frees a finished request's
         # blocks, which stay cached), then its sequence is committed
         cache.release(r.kv, r.states)
@@ -353,8 +372,6 @@ class _Server:
         if self.on_commit is not None:
             self.on_commit(r.i, request, len(tokens), True)
         self.stats.finished[r.i] = self.now
-        if math.isnan(self.stats.first_token[r.i]):
-            self.stats.first_token[r.i] = self.now
         nxt = self.next_of.get(r.i)
         if nxt is not None:
             think = self.requests[nxt].arrival - request.arrival

@@ -35,6 +35,12 @@ class FlopsLatency:
         left = self.spec.flops_array(n_input) - self.spec.flops_array(hit)
         return self.overhead_s + left / self.rate
 
+    def chunk_seconds(self, done: int, size: int) -> float:
+        """`ttft` of one chunk of `size` tokens after `done` computed ones, in plain
+        floats (the serving replay asks it per step)."""
+        flops = self.spec.flops
+        return self.overhead_s + (flops(done + size) - flops(done)) / self.rate
+
 
 class ProfileLatency:
     """A measured profile (the reference engine writes one): CSV with columns
