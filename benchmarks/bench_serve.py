@@ -321,15 +321,19 @@ def check(name: str, runs: dict[str, list[dict[str, Any]]], pools: dict[str, dic
             "marconi" if fixed else policy)
         if emulation is not None:
             systems.append((emulation, sv.replace_system(emulation, block)))
+        # the serving replay's timeline of these requests, modelled (our emulation's: the
+        # engine's own code has no scheduler of ours to run it)
+        model = sv.replace_system(emulation or "vllm-2026", block)
+        modelled, times = sv.model_hits(served, model, spec, capacity, profile, decode,
+                                        max_num_seqs, chunk_tokens)
         for shown, system in systems:
             real = system.startswith(STOCK)
             timeline = (sv.engine_timeline_hits if real else sv.timeline_hits)(
                 served, system, spec, capacity, max_num_seqs)
             lines.append(sv.Check(shown, name, "server timeline", cached, timeline).line())
-            if not real:
-                modelled = sv.model_hits(served, system, spec, capacity, profile, decode,
-                                         max_num_seqs, chunk_tokens)
-                lines.append(sv.Check(shown, name, "latency model", cached, modelled).line())
+            predicted = sv.engine_timeline_hits(served, system, spec, capacity, max_num_seqs,
+                                                times) if real else modelled
+            lines.append(sv.Check(shown, name, "latency model", cached, predicted).line())
     return lines
 
 

@@ -125,15 +125,24 @@ def timeline_hits(served: Sequence[ServedRequest], system: str, spec: ModelSpec,
 
 
 def engine_timeline_hits(served: Sequence[ServedRequest], system: str, spec: ModelSpec,
-                         capacity: int, max_num_seqs: int) -> np.ndarray:
+                         capacity: int, max_num_seqs: int,
+                         times: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Each request's hit replayed through the engine's own cache code on the served
-    timeline: started when the server scheduled it (prompt blocks cached at the start, as
-    its worker admits and prefills), freed and cached when it finished."""
+    timeline (or on `times`, (start, finish) per request: a modelled one): started when
+    the server scheduled it (prompt blocks cached at the start, as its worker admits and
+    prefills), freed and cached when it finished."""
     from marconi.sim.real_engine import replay
 
-    start = scheduled(served, max_num_seqs)
+    start, finish = times if times is not None else (
+        scheduled(served, max_num_seqs), np.array([s.finished for s in served]))
+    order = np.argsort(start, kind="stable")  # the worker serves in arrival order
+    if (order != np.arange(len(order))).any():
+        hits = engine_timeline_hits([served[i] for i in order], system, spec, capacity,
+                                    max_num_seqs, (start[order], finish[order]))
+        out = np.empty_like(hits)
+        out[order] = hits
+        return out
     trace = Trace("served", tuple(as_requests(served, start)))
-    finish = np.array([s.finished for s in served])
     config = SimConfig(spec=spec, capacity=capacity, system=system, bounds=False,
                        replay="sequential", concurrent=True, decode_s_per_token=0.0)
 
@@ -163,34 +172,28 @@ def decode_step(served: Sequence[ServedRequest]) -> float:
 
 def model_hits(served: Sequence[ServedRequest], system: str, spec: ModelSpec, capacity: int,
                profile: Path, decode_s: float, max_num_seqs: int,
-               chunk_tokens: int) -> np.ndarray:
+               chunk_tokens: int) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """Each request's hit under the serving replay of `system` (in process): issued when
-    the run sent it, the rest modelled (`profile`, `decode_s`, the server's batch limit
-    and step)."""
+    the run sent it (what the client sent when: an open loop), the rest modelled
+    (`profile`, `decode_s`, the server's batch limit and step); and the modelled
+    timeline, (scheduled, finished) per request, to drive the engine's own code by."""
+    from marconi.core.serving import replay_serving
+    from marconi.sim.replay import serving_of
+
     trace = Trace("served", tuple(as_requests(served, np.array([s.sent for s in served]))))
     config = SimConfig(spec=spec, capacity=capacity, system=system, bounds=False,
                        max_running=max_num_seqs, chunk_tokens=chunk_tokens,
                        decode_s_per_token=decode_s, latency_profile=str(profile))
-    return _open_loop(trace, config)
-
-
-def _open_loop(trace: Trace, config: SimConfig) -> np.ndarray:
-    """The serving replay with every request issued at its own stamp (what the client
-    sent when), not a closed loop: the client's sends are the run's."""
-    from marconi.core.serving import Serving, replay_serving
-    from marconi.sim.replay import serving_of
-
-    system = get_system(config.system)
-    cache = system.cache(config.spec, config.capacity, layout=config.layout,
-                         as_engine=True, replay=True)
+    sys_ = get_system(system)
+    cache = sys_.cache(spec, capacity, layout=config.layout, as_engine=True, replay=True)
     hits = np.zeros(len(trace), dtype=np.int64)
 
     def record(i: int, request: Request, hit: int) -> None:
         hits[i] = hit
 
-    serving: Serving = serving_of(config, system)
-    replay_serving(list(trace.requests), cache, serving, record, closed_loop=False)
-    return hits
+    stats = replay_serving(list(trace.requests), cache, serving_of(config, sys_), record,
+                           closed_loop=False)
+    return hits, (stats.scheduled, stats.finished)
 
 
 @dataclass(frozen=True, slots=True)
