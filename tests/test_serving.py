@@ -447,3 +447,19 @@ class TestServedCheck:
         assert line == ("predict vllm-0.32+marconi on sharegpt(12) (server timeline): served "
                         "384 cached tokens, predicted 256 (ratio 0.67), requests with the "
                         "served hit 2/3")
+
+
+def test_an_overloaded_server_is_said() -> None:
+    from marconi.sim.summary import Served
+    from marconi.sim.warnings import overload_warning
+    from tests.helpers import make_summary
+
+    def served(waited: int) -> Any:
+        return make_summary(requests=100, served=Served(
+            waited=waited, max_running=8, unreserved=0, makespan_s=10.0, ttft_p50=1.0,
+            ttft_p95=4.0))
+
+    message = overload_warning(served(51))
+    assert message is not None and "51 of 100 requests waited" in message
+    assert overload_warning(served(50)) is None
+    assert overload_warning(make_summary(requests=100)) is None  # not served

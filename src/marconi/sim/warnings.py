@@ -114,11 +114,28 @@ def unreserved_warning(summary: Summary) -> str | None:
             "state); they ran without holding it, which no server can: raise --capacity")
 
 
+OVERLOADED = 0.5  # share of requests that waited above which a served run is flagged
+
+
+def overload_warning(summary: Summary) -> str | None:
+    """A warning when most requests of a served run waited to be scheduled: the server
+    could not keep up with the trace's arrivals, its running requests held most of the
+    memory, and its figures describe a queue as much as the trace's reuse."""
+    served = summary.served
+    if served is None or not served.waited > OVERLOADED * summary.requests:
+        return None
+    return (f"warning: {summary.system}: the server was overloaded: {served.waited} of "
+            f"{summary.requests} requests waited to be scheduled (TTFT p95 "
+            f"{served.ttft_p95:.1f} s from issue), and its running requests held much of "
+            "the memory; lower the load (--sps, --mean-gap), or model a faster server "
+            "(--flops-rate, --latency-profile)")
+
+
 def run_warnings(summary: Summary) -> list[str]:
     """Every warning and note `summary` calls for, in a fixed order."""
     found = (refusal_warning(summary), policy_warning(summary), bounds_warning(summary),
              sampling_note(summary), untuned_warning(summary), regret_warning(summary),
-             shadow_note(summary), unreserved_warning(summary))
+             shadow_note(summary), unreserved_warning(summary), overload_warning(summary))
     return [message for message in found if message is not None]
 
 
