@@ -19,9 +19,10 @@ def refusal_warning(summary: Summary) -> str | None:
     if not (commits > 0 and refused > REFUSAL_WARNING * commits):
         return None
     commits, refused = int(commits), int(refused)
+    beside = " beside what its running requests held" if summary.served is not None else ""
     return (f"warning: {summary.system} refused {refused} of {commits} commits "
             f"({100 * refused / commits:.1f}%): sequences too big for a "
-            f"{_size(summary.capacity)} cache were not cached")
+            f"{_size(summary.capacity)} cache{beside} were not cached")
 
 
 def policy_warning(summary: Summary) -> str | None:
