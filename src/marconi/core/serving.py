@@ -14,7 +14,8 @@ new requests taken from the waiting queue in order while fewer than `max_running
 arrives; it then holds, beside the cache and in the same capacity (`cache.reserve`), the
 KV of every token it will compute and one working state: a busy server caches less. A
 request whose footprint does not fit waits (and those behind it) until running ones
-finish; one that cannot fit even in an empty cache runs without its reservation, counted.
+finish or free memory, and is looked up again then; one that cannot fit even in an empty
+cache runs without its reservation, counted.
 A step lasts the prefill time of its chunks (the latency model, per chunk, with the
 tokens already computed as its cached context) plus `decode_s` when a request decodes in
 it; a request's first token comes at the end of its last prefill chunk, its last after
@@ -27,8 +28,9 @@ gap between the two stamps (the user's typing, the tool's run), not at its own s
 closed loop. Every other request (Mooncake's, a session's first turn, a turn that does
 not extend the last) is issued at its stamp.
 
-With one request running at a time and no two requests overlapping, it commits each
-request before the next is looked up: the sequential replay's figures (tests/test_serving).
+With one request running at a time, no two requests overlapping and no memory held by the
+running request (`Serving.hold` off), it commits each request before the next is looked
+up: the sequential replay's figures (tests/test_serving.py).
 """
 
 from __future__ import annotations
