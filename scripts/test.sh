@@ -12,5 +12,6 @@ bash scripts/setup.sh dev
 if [ $# -eq 0 ]; then
     MARCONI_CORE=python .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_sim.py \
         tests/test_tuner.py tests/test_tuner_background.py tests/test_metrics.py tests/test_api.py \
-        tests/test_plus.py tests/test_shadows.py tests/test_overlap.py tests/test_density.py
+        tests/test_plus.py tests/test_shadows.py tests/test_overlap.py tests/test_density.py \
+        tests/test_serving.py
 fi
