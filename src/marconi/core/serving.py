@@ -135,6 +135,50 @@ class _Running:
     shown: int  # input tokens made visible before its finish
 
 
+def _salt(cache: PrefixCache, request: Request) -> Any:
+    """The request's session, where the system keeps a namespace per session."""
+    return request.session_id if cache.admission.per_session else None
+
+
+def _page_bytes(cache: PrefixCache, tokens: int) -> int:
+    """The KV bytes of `tokens` tokens in the cache's whole pages."""
+    page = cache.layout.page_size
+    return math.ceil(max(tokens, 0) / page) * page * cache.spec.kv_bytes_per_token
+
+
+def _show(cache: PrefixCache, r: _Running, n: int) -> bool:
+    """Commit `r`'s first `n` input tokens, so that later lookups may use them; its pin
+    moves to what the commit kept, and the tokens kept leave its reservation. False when
+    the commit kept nothing (refused)."""
+    request = r.request
+    result = cache.commit(request.input_tokens[:n], n,
+                          boundaries=tuple(b for b in request.boundaries if b <= n),
+                          salt=_salt(cache, request))
+    if result.node is None:
+        return False
+    cache.pin(result.node)
+    cache.unpin(r.node)
+    r.node = result.node
+    kept = min(_page_bytes(cache, n - r.shown), r.kv)
+    cache.release(kept, 0)
+    r.kv -= kept
+    r.shown = n
+    return True
+
+
+def _commit_whole(cache: PrefixCache, r: _Running) -> np.ndarray:
+    """`r` finished: its memory and its pin go back first (an engine frees a finished
+    request's blocks, which stay cached), then its whole sequence is committed; its
+    tokens."""
+    request = r.request
+    cache.release(r.kv, r.states)
+    cache.unpin(r.node)
+    tokens = request.tokens()
+    cache.commit(tokens, request.n_input, boundaries=request.boundaries,
+                 salt=_salt(cache, request))
+    return tokens
+
+
 # (index, request, hit) at each lookup; the request as the caller gave it
 Record = Callable[[int, Any, int], None]
 
@@ -199,9 +243,6 @@ class _Server:
         self.steps = 0  # steps run so far
         self.seq = 0
         self.now = 0.0
-        self.kv_token = cache.spec.kv_bytes_per_token
-        self.page = cache.layout.page_size
-        self.per_session = cache.admission.per_session
         self.on_commit: Callable[[int, Any, int, bool], None] | None = None
 
     # --- the loop ----------------------------------------------------------------------
@@ -263,9 +304,9 @@ class _Server:
         if self.before is not None:
             self.before(i)
         plan = cache.lookup(request.input_tokens, boundaries=request.boundaries,
-                            salt=self._salt(request))
+                            salt=_salt(cache, request))
         cache.pin(plan.node)
-        kv, states = self._kv_bytes(request.n_input + request.n_output - plan.hit), 1
+        kv, states = _page_bytes(cache, request.n_input + request.n_output - plan.hit), 1
         if not self.s.hold:
             kv, states = 0, 0
         elif not cache.reserve(kv, states):
@@ -285,9 +326,6 @@ class _Server:
         self.running += 1
         self.prefilling.append(run)
         return run
-
-    def _kv_bytes(self, tokens: int) -> int:
-        return math.ceil(max(tokens, 0) / self.page) * self.page * self.kv_token
 
     # --- steps -------------------------------------------------------------------------
 
@@ -332,26 +370,15 @@ class _Server:
         self._finish_done()
 
     def _show(self, r: _Running) -> None:
-        """Commit `r`'s input computed so far, so that later lookups may use it; its pin
-        moves to what the commit kept, and the tokens kept leave its reservation."""
-        request, n = r.request, r.done
+        """Make `r`'s input computed so far visible (`_show`, above)."""
+        n = r.done
         if n <= r.shown:
             return
-        result = self.cache.commit(request.input_tokens[:n], n,
-                                   boundaries=tuple(b for b in request.boundaries if b <= n),
-                                   salt=self._salt(request))
+        kept = _show(self.cache, r, n)
         if self.on_commit is not None:
-            self.on_commit(r.i, request, n, False)
-        if result.node is None:
-            return
-        self.cache.pin(result.node)
-        self.cache.unpin(r.node)
-        r.node = result.node
-        kept = min(self._kv_bytes(n - r.shown), r.kv)
-        self.cache.release(kept, 0)
-        r.kv -= kept
-        r.shown = n
-        self.blocked = False
+            self.on_commit(r.i, r.request, n, False)
+        if kept:
+            self.blocked = False  # its reservation shrank
 
     def _finish_done(self) -> None:
         while self.ends and self.ends[0][0] <= self.steps:
@@ -361,13 +388,7 @@ class _Server:
         cache, request = self.cache, r.request
         self.running -= 1
         self.blocked = False
-        # its memory and its pin go back first (an engine frees a finished request's
-        # blocks, which stay cached), then its sequence is committed
-        cache.release(r.kv, r.states)
-        cache.unpin(r.node)
-        tokens = request.tokens()
-        cache.commit(tokens, request.n_input, boundaries=request.boundaries,
-                     salt=self._salt(request))
+        tokens = _commit_whole(cache, r)
         if self.tuner is not None:
             self.tuner.observe(cache, tokens, request.n_input, request.boundaries,
                                request.session_id, arrival=float(self.stats.issued[r.i]))
@@ -378,10 +399,6 @@ class _Server:
         if nxt is not None:
             think = self.requests[nxt].arrival - request.arrival
             heapq.heappush(self.pending, (self.now + max(think, 0.0), nxt))
-
-    def _salt(self, request: Request) -> str | None:
-        """The request's session, where the system keeps a namespace per session."""
-        return request.session_id if self.per_session else None
 
 
 def replay_timeline(requests: Sequence[Request], cache: PrefixCache, scheduled: np.ndarray,
@@ -413,39 +430,22 @@ def replay_timeline(requests: Sequence[Request], cache: PrefixCache, scheduled: 
         events += [(float(prefilled[i]), -1.0 if prefilled[i] > scheduled[i] else 2.0, i,
                     "show") for i in range(n)]
     events.sort()
-    kv_token, page = cache.spec.kv_bytes_per_token, cache.layout.page_size
-    held: dict[int, tuple[Any, int, int]] = {}  # i -> (pinned node, KV bytes, states)
-
-    def kv_bytes(tokens: int) -> int:
-        return math.ceil(max(tokens, 0) / page) * page * kv_token
-
-    salt = (lambda r: r.session_id) if cache.admission.per_session else (lambda r: None)
+    running: dict[int, _Running] = {}
     for _, _, i, kind in events:
         request = requests[i]
         if kind == "lookup":
             plan = cache.lookup(request.input_tokens, boundaries=request.boundaries,
-                                salt=salt(request))
+                                salt=_salt(cache, request))
             cache.pin(plan.node)
-            kv = kv_bytes(request.n_input + request.n_output - plan.hit) if hold else 0
+            kv = _page_bytes(cache, request.n_input + request.n_output - plan.hit) if hold else 0
             states = 1 if hold else 0
             if not cache.reserve(kv, states):
                 kv, states = 0, 0  # the server ran it: so does its replay, unreserved
-            held[i] = (plan.node, kv, states)
+            running[i] = _Running(i=i, seq=i, request=request, node=plan.node, hit=plan.hit,
+                                  done=request.n_input, kv=kv, states=states, shown=plan.hit)
             record(i, request, plan.hit)
         elif kind == "show":
-            node, kv, states = held[i]
-            n_in = request.n_input
-            result = cache.commit(request.input_tokens, n_in, boundaries=request.boundaries,
-                                  salt=salt(request))
-            if result.node is not None:
-                cache.pin(result.node)
-                cache.unpin(node)
-                moved = min(kv_bytes(n_in), kv)
-                cache.release(moved, 0)
-                held[i] = (result.node, kv - moved, states)
+            if request.n_input > running[i].shown:
+                _show(cache, running[i], request.n_input)
         else:
-            node, kv, states = held.pop(i)
-            cache.release(kv, states)
-            cache.unpin(node)
-            cache.commit(request.tokens(), request.n_input, boundaries=request.boundaries,
-                         salt=salt(request))
+            _commit_whole(cache, running.pop(i))
