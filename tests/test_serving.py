@@ -330,6 +330,42 @@ class TestTunerWindow:
             assert result.alpha_status == "tuned" and set(calls) == {want}
 
 
+class TestServedShadows:
+    """marconi+'s shadows are served on the live server's timeline: each looks a request
+    up when the live server scheduled it, holds its memory while it runs and commits it
+    when it finished, so the shadow of the expert that runs is the live cache itself."""
+
+    @staticmethod
+    def _run(capacity: str) -> tuple[Any, Any]:
+        from marconi.core.tuning import Objective
+        from marconi.plus.shadows import SGLANG_PLUS, Boundaries, Expert, ShadowConfig, ShadowTuner
+        from marconi.plus.switchable import Mode
+
+        trace = load_trace("synthetic:agent", options=TraceOptions(sessions=12, seed=5))
+        cache = get_system("marconi+").cache(PAPER_7B, capacity, replay=True)
+        # the first expert (sglang+'s configuration) never leaves: no lead is enough
+        tuner = ShadowTuner(ShadowConfig(
+            experts=(SGLANG_PLUS, Expert(Boundaries.NONE, Mode.DENSITY)),
+            objective=Objective.TOKENS, threshold=1e9, early_threshold=1e9,
+            clear_lead=1.0, lead=1.0))
+        serving = Serving(max_running=8, chunk_tokens=2048, decode_s=0.02,
+                          latency=FlopsLatency(PAPER_7B))
+        hits: dict[int, int] = {}
+        stats = replay_serving(trace.requests, cache, serving,
+                               lambda i, r, hit: hits.__setitem__(i, hit), tuner=tuner)
+        return cache, (tuner, stats, hits)
+
+    @pytest.mark.parametrize("capacity", ["2GB", "6GB"])
+    def test_the_running_experts_shadow_saves_what_the_live_cache_saves(
+            self, capacity: str) -> None:
+        cache, (tuner, stats, hits) = self._run(capacity)
+        assert stats.waited > 0 and tuner.switches == []  # requests overlapped
+        assert tuner.totals[0] == sum(hits.values()) > 0
+        # what the guard compares with that shadow: the live cache's kept lookups, not its
+        # lookup counter (a request that did not fit yet was looked up again)
+        assert tuner.live == tuner.totals[0] < cache.stats.hit_tokens
+
+
 class TestRefusals:
     """What the serving replay cannot drive says so and names the way out."""
 

@@ -427,7 +427,6 @@ class TestSampling:
         sessions, in order and concurrent); the default leaves short traces exact."""
         from marconi.sim.result import SHADOW_SAMPLE_AFTER
         from marconi.sim.summary import Summary
-        from marconi.sim.warnings import run_warnings
 
         trace = self._trace()
         default = SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi+")
@@ -716,10 +715,15 @@ class TestSglangExpert:
         behind = dataclasses.replace(experts, sglang_margin=-(experts.sglang_bound or 0) - 0.01)
         message = regret_warning(dataclasses.replace(summary, experts=behind))
         assert message is not None and "trails sglang+'s configuration" in message
-        # served, the shadows are not the serving replay's: no bound is checked, a note
-        served = dataclasses.replace(summary, experts=over, replay="serving")
-        assert regret_warning(served) is None
-        assert any("not figures of the serving replay" in m for m in run_warnings(served))
+        # served, the shadows are served too (`ShadowTuner.scheduled`): the bound is checked
+        served = simulate(trace, SimConfig(spec=PAPER_7B, capacity="500MB",
+                                           system="marconi+", bounds=False)).summary()
+        assert served.replay == "serving" and served.experts is not None
+        assert served.experts.regret == pytest.approx(
+            served.experts.saved[served.experts.best] - served.flops_saved_rate)
+        over = dataclasses.replace(served.experts, regret=served.experts.bound + 0.01)
+        message = regret_warning(dataclasses.replace(served, experts=over))
+        assert message is not None and "above the" in message
         sampled = dataclasses.replace(over, sampled=True)
         assert regret_warning(dataclasses.replace(summary, experts=sampled)) is None
         assert isinstance(Experts.from_report({"totals": {}}, 0.5), type(None))

@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -77,6 +77,18 @@ class LatencyModel(Protocol):
     """Seconds to prefill (`marconi.sim.latency`'s models are ones)."""
 
     def ttft(self, n_input: np.ndarray, hit: np.ndarray) -> np.ndarray: ...
+
+
+class Follower(Protocol):
+    """A tuner whose own caches are served on the live server's timeline (marconi+'s
+    shadows, each through a `Mirror`): told of each lookup, show and finish as it happens,
+    the finish before the tuner's `observe`."""
+
+    def scheduled(self, cache: PrefixCache, i: int, request: Request, hit: int) -> None: ...
+
+    def shown(self, i: int, request: Request, n: int) -> None: ...
+
+    def finished(self, i: int, request: Request) -> None: ...
 
 
 class Visibility(StrEnum):
@@ -244,6 +256,8 @@ class _Server:
         self.seq = 0
         self.now = 0.0
         self.on_commit: Callable[[int, Any, int, bool], None] | None = None
+        # a tuner whose own caches follow the server's events (marconi+'s shadows)
+        self.follower = cast("Follower | None", tuner if hasattr(tuner, "scheduled") else None)
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -316,6 +330,8 @@ class _Server:
             kv, states = 0, 0  # larger than the cache even alone: it runs, counted
             self.stats.unreserved += 1
         self.record(i, request, plan.hit)
+        if self.follower is not None:
+            self.follower.scheduled(cache, i, request, plan.hit)
         self.stats.scheduled[i] = self.now
         self.stats.waited += int(self.rounds > self.queued_at[i])  # left by an earlier round
         # a full hit still computes its last token (the logits of the first output)
@@ -375,6 +391,8 @@ class _Server:
         if n <= r.shown:
             return
         kept = _show(self.cache, r, n)
+        if self.follower is not None:
+            self.follower.shown(r.i, r.request, n)
         if self.on_commit is not None:
             self.on_commit(r.i, r.request, n, False)
         if kept:
@@ -389,6 +407,8 @@ class _Server:
         self.running -= 1
         self.blocked = False
         tokens = _commit_whole(cache, r)
+        if self.follower is not None:
+            self.follower.finished(r.i, request)
         if self.tuner is not None:
             self.tuner.observe(cache, tokens, request.n_input, request.boundaries,
                                request.session_id, arrival=float(self.stats.issued[r.i]))
@@ -399,6 +419,50 @@ class _Server:
         if nxt is not None:
             think = self.requests[nxt].arrival - request.arrival
             heapq.heappush(self.pending, (self.now + max(think, 0.0), nxt))
+
+
+class Mirror:
+    """Another cache served on a live server's timeline, event by event: each request
+    looked up when the live one was scheduled (its hit pinned and, `hold`, its footprint
+    reserved as the server reserves it; a footprint that does not fit runs unreserved, as
+    the live request ran), its input made visible when the live one showed it, and
+    committed whole when the live one finished. What `replay_timeline` and marconi+'s
+    served shadows replay with."""
+
+    def __init__(self, cache: PrefixCache, hold: bool = True) -> None:
+        self.cache, self.hold = cache, hold
+        self.running: dict[int, _Running] = {}
+
+    def lookup(self, i: int, request: Request) -> int:
+        """Request `i` is scheduled: its hit here."""
+        cache = self.cache
+        plan = cache.lookup(request.input_tokens, boundaries=request.boundaries,
+                            salt=_salt(cache, request))
+        cache.pin(plan.node)
+        kv = _page_bytes(cache, request.n_input + request.n_output - plan.hit) if self.hold \
+            else 0
+        states = 1 if self.hold else 0
+        if not cache.reserve(kv, states):
+            kv, states = 0, 0  # the server ran it: so does its mirror, unreserved
+        self.running[i] = _Running(i=i, seq=i, request=request, node=plan.node, hit=plan.hit,
+                                   done=request.n_input, kv=kv, states=states, shown=plan.hit)
+        return plan.hit
+
+    def show(self, i: int, n: int) -> None:
+        """Request `i`'s first `n` input tokens are visible (`_show`)."""
+        r = self.running.get(i)
+        if r is not None and n > r.shown:
+            _show(self.cache, r, n)
+
+    def finish(self, i: int, request: Request) -> None:
+        """Request `i` finished: its memory and pin go back and it commits whole; one this
+        cache never looked up (built after its lookup) just commits."""
+        r = self.running.pop(i, None)
+        if r is not None:
+            _commit_whole(self.cache, r)
+        else:
+            self.cache.commit(request.tokens(), request.n_input, boundaries=request.boundaries,
+                              salt=_salt(self.cache, request))
 
 
 def replay_timeline(requests: Sequence[Request], cache: PrefixCache, scheduled: np.ndarray,
@@ -430,22 +494,12 @@ def replay_timeline(requests: Sequence[Request], cache: PrefixCache, scheduled: 
         events += [(float(prefilled[i]), -1.0 if prefilled[i] > scheduled[i] else 2.0, i,
                     "show") for i in range(n)]
     events.sort()
-    running: dict[int, _Running] = {}
+    mirror = Mirror(cache, hold)
     for _, _, i, kind in events:
         request = requests[i]
         if kind == "lookup":
-            plan = cache.lookup(request.input_tokens, boundaries=request.boundaries,
-                                salt=_salt(cache, request))
-            cache.pin(plan.node)
-            kv = _page_bytes(cache, request.n_input + request.n_output - plan.hit) if hold else 0
-            states = 1 if hold else 0
-            if not cache.reserve(kv, states):
-                kv, states = 0, 0  # the server ran it: so does its replay, unreserved
-            running[i] = _Running(i=i, seq=i, request=request, node=plan.node, hit=plan.hit,
-                                  done=request.n_input, kv=kv, states=states, shown=plan.hit)
-            record(i, request, plan.hit)
+            record(i, request, mirror.lookup(i, request))
         elif kind == "show":
-            if request.n_input > running[i].shown:
-                _show(cache, running[i], request.n_input)
+            mirror.show(i, request.n_input)
         else:
-            _commit_whole(cache, running.pop(i))
+            mirror.finish(i, request)

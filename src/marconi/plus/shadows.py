@@ -57,6 +57,12 @@ requests (Mooncake's, a session per request: its reuse is across sessions, which
 of sessions would split). Streams shorter than `sample_after` are replayed exactly as
 without sampling.
 
+Under the serving replay the shadows are served as the live cache is: each follows the
+live server's lookups, shows and finishes (`scheduled`, `shown`, `finished`; a
+`core.serving.Mirror` each), holding its running requests' memory, and is credited at the
+lookup; every shadow is fed from the first request (no twins: a twin's running requests
+would not move to its copy).
+
 ```
 request -> live cache (lookup, prefill, commit) -> observe -> every shadow: lookup + commit
                  ^                                                  | totals
@@ -84,6 +90,7 @@ import numpy as np
 from marconi.core.cache import PrefixCache
 from marconi.core.compiled import replay_cache
 from marconi.core.layout import Layout
+from marconi.core.serving import Mirror, Request
 from marconi.core.snapshot import clone
 from marconi.core.tokens import as_tokens
 from marconi.core.tuning import DECIDE_EVERY, DECISIVE_LEAD, Objective, decisive, hit_worth
@@ -317,6 +324,11 @@ class ShadowTuner:
     # the average request of each record the guard closed, summed: what the fires add to
     # the bound against `sglang+` (`_bounds`)
     _closed: float = 0.0
+    # served (a serving replay's driver calls `scheduled`): each shadow follows the live
+    # server's lookups, shows and finishes through its `Mirror`, credited at its lookup
+    served: bool = False
+    mirrors: list[Mirror] = field(default_factory=list)
+    _served_hits: int = 0  # served: the live cache's hit tokens at its kept lookups
 
     @property
     def expert(self) -> Expert:
@@ -328,9 +340,9 @@ class ShadowTuner:
         """Called by the driver after each commit of the live cache. `session`: the
         request's session (conversation, agent run), where the driver knows it; with it,
         a long stream's shadows are sampled by session (module docstring). `arrival` is
-        not read: each shadow replays the requests in the order they finish, one at a
-        time, whatever the live cache's replay (the serving replay's shadows are not yet
-        served as the live cache is).
+        not read: in turn, each shadow serves the request now, after the live cache's
+        commit; served (the serving replay calls `scheduled`, `shown`, `finished`), the
+        shadows were fed on the live server's timeline and this only counts and decides.
 
         In order: start-up (the first call builds the shadows), decay of the recent
         totals, sampling (count the session, settle), twins (part at the first boundary),
@@ -339,11 +351,13 @@ class ShadowTuner:
         start = time.perf_counter()
         if not self.experts:
             self._start(cache)
+        elif not self.seen and self.served:
+            self._apply(cache)  # built at the first lookup (`scheduled`), applied now
         self._decay()
         self._note_session(cache, session)
         if self._twins and len(boundaries):
             self._part(cache)
-        sees = self._sees(session)
+        sees = self._sees(session) and not self.served  # served: fed by their mirrors
         if sees or self.planner is not None:
             key = as_tokens(tokens, what="observe: tokens").tobytes()  # once, not per shadow
             if sees:
@@ -361,6 +375,50 @@ class ShadowTuner:
         if self.config.decides(self.seen):
             self._decide(cache)
         self.seconds += time.perf_counter() - start
+
+    # --- served shadows (`marconi.core.serving.Follower`) ---------------------------------
+
+    def scheduled(self, cache: PrefixCache, i: int, request: Request, hit: int) -> None:
+        """The live server scheduled request `i`, its hit `hit`: every shadow that sees
+        it looks it up now, on its own memory, and its hit is credited now, as the live
+        cache's is (a lookup the server asked again, the request not fitting yet, is not
+        in `hit`: the live record counts the one it kept, not `cache.stats`)."""
+        start = time.perf_counter()
+        if not self.experts:
+            self.served = True  # before the shadows are built: no twins (`_start`)
+            # the live cache keeps its own policies until its first commit is observed,
+            # as in turn (the simulator's drivers call no `start`)
+            self._start(cache, apply=False)
+        self._served_hits += hit
+        if self.served and self._sees(request.session_id):
+            weight, flops = 1.0 / self.rate, self.config.objective is Objective.FLOPS
+            for k, mirror in enumerate(self.mirrors):
+                hit = mirror.lookup(i, request)
+                gain = (mirror.cache.spec.flops(hit) if flops else float(hit)) * weight
+                self.totals[k] += gain
+                if self.config.half_life is not None:
+                    self.recent[k] += gain
+        self.seconds += time.perf_counter() - start
+
+    def shown(self, i: int, request: Request, n: int) -> None:
+        """The live server made request `i`'s first `n` input tokens visible."""
+        if self.served and self._sees(request.session_id):
+            for mirror in self.mirrors:
+                mirror.show(i, n)
+
+    def finished(self, i: int, request: Request) -> None:
+        """Request `i` finished on the live server (before `observe`)."""
+        start = time.perf_counter()
+        if self.served and self._sees(request.session_id):
+            for mirror in self.mirrors:
+                mirror.finish(i, request)
+        self.seconds += time.perf_counter() - start
+
+    def _build(self, shadows: list[PrefixCache]) -> None:
+        """Make `shadows` the shadows (served: each with its mirror, holding the running
+        requests' memory as the live server's reservations do)."""
+        self.shadows = shadows
+        self.mirrors = [Mirror(shadow) for shadow in shadows] if self.served else []
 
     def _decay(self) -> None:
         """Age the decayed totals by one request (`half_life`; none: nothing to age)."""
@@ -406,7 +464,7 @@ class ShadowTuner:
         if not self.experts:
             self._start(cache)
 
-    def _start(self, cache: PrefixCache) -> None:
+    def _start(self, cache: PrefixCache, apply: bool = True) -> None:
         experts = self.config.experts if cache.spec.ssm_layers else ATTENTION_ONLY
         self.experts = experts
         if any(e.boundaries is Boundaries.OVERLAP for e in experts):
@@ -415,14 +473,16 @@ class ShadowTuner:
                 admission.planner = OverlapPlanner(memory=self.config.overlap_memory)
             self.planner = admission.planner  # `_shadow` shares it
         if len(experts) > 1:  # one expert: nothing to compare, no shadows to feed
-            self.shadows = [_shadow(cache, expert, 1.0, self.config.cold_boundary)
-                            for expert in experts]
-            # message-boundary experts only: the overlap expert differs without boundaries
+            self._build([_shadow(cache, expert, 1.0, self.config.cold_boundary)
+                         for expert in experts])
+            # message-boundary experts only: the overlap expert differs without boundaries;
+            # served shadows are all fed (a twin's running requests would not move with it)
             plain = {(e.mode, e.alpha): k for k, e in enumerate(experts)
                      if e.boundaries is Boundaries.NONE}
-            self._twins = {k: plain[e.mode, e.alpha] for k, e in enumerate(experts)
-                           if e.boundaries in (Boundaries.FIRST, Boundaries.LAST)
-                           and (e.mode, e.alpha) in plain}
+            self._twins = {} if self.served else {
+                k: plain[e.mode, e.alpha] for k, e in enumerate(experts)
+                if e.boundaries in (Boundaries.FIRST, Boundaries.LAST)
+                and (e.mode, e.alpha) in plain}
         self.totals = np.zeros(len(experts))
         self.recent = np.zeros(len(experts))
         self.ran = np.zeros(len(experts), dtype=np.int64)
@@ -431,7 +491,8 @@ class ShadowTuner:
         if len(experts) > 1:
             self.union = frozenset(e.boundaries for e in experts) - {Boundaries.NONE}
         self.hedging = bool(self.union) and self.config.hedge > 0
-        self._apply(cache)
+        if apply:
+            self._apply(cache)
 
     def _apply(self, cache: PrefixCache) -> None:
         """Run the current expert on the live cache, its admission the experts' union
@@ -467,8 +528,8 @@ class ShadowTuner:
         rate = self.config.sample_rate
         self.rate, self.sampled_from = rate, self.seen
         self._cut = int(rate * (1 << 64))
-        self.shadows = [_shadow(cache, expert, rate, self.config.cold_boundary)
-                        for expert in self.experts]
+        self._build([_shadow(cache, expert, rate, self.config.cold_boundary)
+                     for expert in self.experts])
 
     def _count_live(self, cache: PrefixCache, n_input: int) -> None:
         """Add the request to the possible and what the live cache saved on it: its hit
@@ -476,7 +537,7 @@ class ShadowTuner:
         replay's interleaved lookups are summed, which is exact for the tokens objective
         and close for FLOPs)."""
         flops = self.config.objective is Objective.FLOPS
-        hits = cache.stats.hit_tokens
+        hits = self._served_hits if self.served else cache.stats.hit_tokens
         hit, self._hit_tokens = max(0, hits - self._hit_tokens), hits
         whole = cache.spec.flops(n_input) if flops else float(n_input)
         saved = cache.spec.flops(hit) if flops else float(hit)

@@ -82,8 +82,6 @@ def experts(summaries: Sequence[Summary]) -> str:
             f"; against sglang+'s configuration {100 * e.sglang_margin:+.2f} points (bound "
             f"{_points(e.sglang_bound)})")
         estimated = " (sampled shadows: estimates)" if e.sampled else ""
-        if summary.replay == "serving":
-            estimated += " (its shadows replay in turn, not served: no bound applies)"
         lines.append(f"  ran most {e.ran_most}; best {e.best}; regret {100 * e.regret:.2f} "
                      f"points (bound {_points(e.bound)}){sglang}{estimated}")
     return "\n".join(lines)

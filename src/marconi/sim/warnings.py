@@ -83,24 +83,12 @@ def regret_warning(summary: Summary) -> str | None:
     "marconi+'s regret"): what the experts it ran before admitted and evicted cost more
     than the rule allows for. Not for sampled shadows (their totals are estimates)."""
     experts = summary.experts
-    if experts is None or experts.sampled or summary.replay == "serving":
-        return None  # served: `shadow_note` says why its bounds do not apply
+    if experts is None or experts.sampled:
+        return None
     over = experts.over()
     if not over:
         return None
     return f"warning: {summary.system}: {'; '.join(over)}"
-
-
-def shadow_note(summary: Summary) -> str | None:
-    """A note on marconi+ under the serving replay: its shadows replay each request once
-    it finishes, one after another, so their totals (and its regret against them) are
-    not figures of the serving replay."""
-    if summary.experts is None or summary.replay != "serving":
-        return None
-    return (f"note: {summary.system}: its shadow experts replay the requests one after "
-            "another as they finish, not as the server overlapped them; their totals, its "
-            "regret and its margin to sglang+'s configuration are not figures of the "
-            "serving replay (no regret bound is checked)")
 
 
 def unreserved_warning(summary: Summary) -> str | None:
@@ -136,7 +124,7 @@ def run_warnings(summary: Summary) -> list[str]:
     """Every warning and note `summary` calls for, in a fixed order."""
     found = (refusal_warning(summary), policy_warning(summary), bounds_warning(summary),
              sampling_note(summary), untuned_warning(summary), regret_warning(summary),
-             shadow_note(summary), unreserved_warning(summary), overload_warning(summary))
+             unreserved_warning(summary), overload_warning(summary))
     return [message for message in found if message is not None]
 
 
