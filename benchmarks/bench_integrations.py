@@ -196,7 +196,8 @@ def emulated_splits(capacity: str = "20GB") -> None:
 
 def replay(trace: Trace, capacity: str, system: str) -> dict:
     config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=False,
-                       replay="sequential")  # the figures recorded in benchmarks/RESULTS.md
+                       # the figures recorded in benchmarks/RESULTS.md
+                       replay="sequential", retune=False)
     return run(trace, config, warn=False).summary().to_json()
 
 

@@ -39,7 +39,7 @@ QUICK = {"sharegpt(40)": ("1GB", "2GB")}
 def marconi_us(trace: Trace, capacity: str) -> float:
     start = time.perf_counter()
     run(trace, SimConfig(spec=PAPER_7B, capacity=capacity, system="marconi", bounds=False,
-                         replay="sequential"), warn=False)
+                         replay="sequential", retune=False), warn=False)
     return 1e6 * (time.perf_counter() - start) / len(trace)
 
 

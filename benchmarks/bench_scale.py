@@ -73,7 +73,8 @@ def stream(requests: int, chunk: int, every: float) -> Iterator[Request]:
 def one(system: str, requests: int, chunk: int, capacity: str, every: float,
         sample_after: int | None) -> None:
     config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=False,
-                       shadow_sample_after=sample_after, replay="sequential")  # a stream
+                       shadow_sample_after=sample_after,  # a stream: sequential
+                       replay="sequential", retune=False)
     start, cpu = time.perf_counter(), time.process_time()
     s = simulate(stream(requests, chunk, every), config).summary()
     total = time.process_time() - cpu

@@ -377,7 +377,7 @@ def through_cache_classes(sent: Any, blocks: int, block_size: int, policies: lis
             f",integration={'marconi' if fixed else policy},tuner=inline")
         config = SimConfig(spec=spec, capacity=str(memory), system=system, bounds=False,
                            alpha=float(fixed.group(1)) if fixed else None,
-                           replay="sequential")  # the engine's code, one at a time
+                           replay="sequential", retune=False)  # the engine's code, one at a time
         out[policy] = run(sent, config, warn=False).summary()
     return out
 

@@ -27,7 +27,7 @@ from marconi.workload.types import Trace
 
 def shadows(system: str, name: str, capacity: str, trace: Trace) -> None:
     config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=False,
-                       replay="sequential")  # its shadows replay in turn
+                       replay="sequential", retune=False)  # its shadows replay in turn
     result = simulate(trace, config)
     tuning = result.tuning
     assert isinstance(tuning, ShadowReport)

@@ -46,7 +46,7 @@ def layouts(system: str, capacity: int) -> dict[str, Layout]:
 
 
 def replay(trace: Trace, system: str, capacity: int, layout: Layout) -> dict:
-    config = SimConfig(replay="sequential",
+    config = SimConfig(replay="sequential", retune=False,
                        spec=PAPER_7B, capacity=capacity, system=system, bounds=False,
                        page_size=layout.page_size, state_slots=layout.state_slots)
     return run(trace, config).summary().to_json()

@@ -85,13 +85,13 @@ def _absent(name: str, path: Path) -> Trace | None:
 
 def footprint(trace: Trace) -> int:
     """The peak bytes `sglang+` holds on `trace` when nothing is evicted."""
-    config = SimConfig(replay="sequential",
+    config = SimConfig(replay="sequential", retune=False,
                        spec=PAPER_7B, capacity=1 << 50, system=LRU, bounds=False)
     return int(run(trace, config).summary().peak_bytes)
 
 
 def one(trace: Trace, capacity: int, system: str) -> dict[str, Any]:
-    config = SimConfig(replay="sequential",
+    config = SimConfig(replay="sequential", retune=False,
                        spec=PAPER_7B, capacity=capacity, system=system, bounds=False)
     start = time.process_time()
     summary = run(trace, config).summary()
@@ -149,7 +149,7 @@ def cores(names: tuple[str, ...], plus: str) -> int:
     print("| --- | --- | --- | --- | --- | --- | --- |")
     differ, spent = 0, {core: 0.0 for core in compiled.CORES}
     for name, trace, label, capacity in configurations(names):
-        config = SimConfig(replay="sequential",
+        config = SimConfig(replay="sequential", retune=False,
                            spec=PAPER_7B, capacity=capacity, system=plus, bounds=False)
         got = {}
         for core in compiled.CORES:

@@ -56,7 +56,7 @@ def saved(config: str, system: str) -> tuple[float, float]:
     """(FLOPs saved rate, seconds) of `system` (`name@alpha` fixes alpha) on `config`."""
     key, capacity, *model = config.split("|")
     name, _, alpha = system.partition("@")
-    sim = SimConfig(replay="sequential",
+    sim = SimConfig(replay="sequential", retune=False,
                     spec=resolve_model(model[0] if model else "paper-7b"), capacity=capacity,
                     system=name, bounds=False, alpha=float(alpha) if alpha else None)
     start = time.perf_counter()

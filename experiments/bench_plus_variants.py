@@ -300,7 +300,7 @@ def _one(job: tuple[str, str, str, str]) -> float:
         return saved(job)
     system, _, alpha = system.partition("@")
     loaded = load_trace(name, options=TraceOptions(sessions=200))
-    config = SimConfig(replay="sequential",
+    config = SimConfig(replay="sequential", retune=False,
                        spec=resolve_model(model), capacity=capacity, system=system,
                        bounds=False, alpha=float(alpha) if alpha else None)
     return float(simulate(loaded, config).summary().flops_saved_rate)
@@ -318,7 +318,7 @@ def one_table(name: str, capacity: str, model: str, workers: int) -> None:
         alphas = (0.0, 0.5, 1.0, 1.5, 2.0)
         loaded = trace(name)
         for alpha in alphas:
-            config = SimConfig(replay="sequential",
+            config = SimConfig(replay="sequential", retune=False,
                                spec=resolve_model(model), capacity=capacity, system="marconi",
                                alpha=alpha, bounds=False)
             value = simulate(loaded, config).summary().flops_saved_rate

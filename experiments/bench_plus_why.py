@@ -197,7 +197,7 @@ def main() -> None:
     for system in ("why/density", "why/no prior exposure"):
         for key in RECORDS:
             RECORDS[key].clear()
-        config = SimConfig(replay="sequential",
+        config = SimConfig(replay="sequential", retune=False,
                            spec=spec, capacity=args.capacity, system=system, bounds=False)
         saved = simulate(loaded, config).summary().flops_saved_rate
         victims = np.array(RECORDS["victims"]) if RECORDS["victims"] else np.zeros((1, 2))
@@ -212,7 +212,7 @@ def main() -> None:
               f"(prior {prior:.3g})")
     for key in RECORDS:
         RECORDS[key].clear()
-    config = SimConfig(replay="sequential",
+    config = SimConfig(replay="sequential", retune=False,
                        spec=spec, capacity=args.capacity, system="why/marconi+",
                        bounds=False)
     result = simulate(loaded, config)
@@ -227,7 +227,7 @@ def main() -> None:
           "last decisions " + ", ".join(f"{100 * d:+.1f}% ({s})" for s, d in leads[-3:]))
     print(f"  final totals: best / worst expert {totals.max() / totals.min() - 1:+.2%}; "
           + ", ".join(f"{e} {v / totals.max():.3f}" for e, v in tuning["totals"].items()))
-    config = SimConfig(replay="sequential",
+    config = SimConfig(replay="sequential", retune=False,
                        spec=spec, capacity=args.capacity, system="sglang+", bounds=False)
     lru = simulate(loaded, config).summary().flops_saved_rate
     print(f"headroom: sglang+ (LRU) {100 * lru:.2f}%; told whether an entry is used again: "

@@ -61,7 +61,7 @@ def with_repeats(trace: Trace, rate: float, seed: int = 0) -> Trace:
 
 def row(trace: Trace, rate: float, capacity: str, systems: Sequence[tuple[str, System]]) -> None:
     for name, system in systems:  # the registered name configures the cache's layout
-        config = SimConfig(replay="sequential",
+        config = SimConfig(replay="sequential", retune=False,
                            spec=PAPER_7B, capacity=capacity, system=name, bounds=False)
         summary = simulate(trace, config, system=system).summary()
         print(f"{rate:>5}  {capacity:>8}  {system.name:<20}  {summary.token_hit_rate:9.4f}  "

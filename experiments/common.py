@@ -77,7 +77,7 @@ def saved(job: tuple[str, ...], concurrent: bool = False) -> float:
     """FLOPs saved for (trace, capacity, system[, model])."""
     name, capacity, system, *model = job
     spec = resolve_model(model[0]) if model else PAPER_7B
-    config = SimConfig(replay="sequential",
+    config = SimConfig(replay="sequential", retune=False,
                        spec=spec, capacity=capacity, system=system, bounds=False,
                        concurrent=concurrent)
     return float(run(trace(name), config).summary().flops_saved_rate)
@@ -156,7 +156,7 @@ def unseen_saved(config: str, system: str, hybrid: Hybrid | None = None) -> floa
     by the registered `system`, or by `hybrid`'s system built for the trace."""
     key, capacity, *model = config.split("|")
     trace = unseen_trace(key)
-    sim = SimConfig(replay="sequential",
+    sim = SimConfig(replay="sequential", retune=False,
                     spec=resolve_model(model[0] if model else "paper-7b"), capacity=capacity,
                     system="sglang+" if hybrid else system, bounds=False)
     if hybrid is None:
@@ -190,7 +190,8 @@ def configurations() -> list[tuple[dict[str, str], float]]:
 
 def cell(p: dict[str, str], system: str) -> Cell:
     """The sweep cell of configuration `p` (a `configurations` entry) running `system`."""
-    return Cell.of(replay="sequential",  # the protocol every recorded row was written with
+    # the protocol (and tuner) every recorded row was written with
+    return Cell.of(replay="sequential", retune=False,
                    dataset=p["dataset"], trace=p["trace"], system=system, capacity=p["capacity"],
                    model=p["model"], sessions=int(p["sessions"]) if p["sessions"] else None,
                    max_requests=int(p["max_requests"]) if p["max_requests"] else None,

@@ -73,7 +73,7 @@ def test_the_settings_are_the_declared_fields() -> None:
         "tokenizer", "sessions", "min_turns", "sps", "typing_wpm", "response_time",
         "mean_gap", "max_input_tokens", "collapse_observations", "seed", "vocab_size",
         "block_size", "session_field"]
-    assert {"multiplier", "objective", "bounds", "bounds_tokens", "shadow_sample_after",
+    assert {"multiplier", "objective", "retune", "bounds", "bounds_tokens", "shadow_sample_after",
             "page_size", "state_slots", "replay", "max_running", "chunk_tokens",
             "hold_running", "concurrent", "decode_s_per_token", "flops_rate",
             "latency_profile"} == {s.name for s in REPLAY_SETTINGS}

@@ -62,6 +62,24 @@ class TestBootstrap:
         assert tuner.result.scores[tuner.result.alpha] == best
         assert cache.alpha == tuner.result.alpha
 
+    def test_retune_tunes_each_following_window(self) -> None:
+        """`retune`: after each adoption a new window of the same length is recorded from
+        a snapshot taken then, replayed and adopted; its first window is the paper's."""
+        once = BootstrapTuner(executor=InlineExecutor(), wait=True)
+        again = BootstrapTuner(executor=InlineExecutor(), wait=True, retune=True)
+        _run(once, 400)
+        cache = _run(again, 400)
+        assert once.result is not None and again.result is not None
+        first, window = once.result.adopted[0], once.result.window
+        assert len(once.result.adopted) == 1 and once.done
+        adopted = again.result.adopted
+        assert adopted[0] == first and len(adopted) >= 3 and not again.done and again.tuned
+        # each next window: the snapshot at the adoption's observe, then `window` more
+        assert all(b[0] - a[0] == window + 1 for a, b in zip(adopted, adopted[1:]))
+        assert cache.alpha == adopted[-1][1]
+        scores = again.result.scores
+        assert scores[again.result.alpha] == max(scores.values())
+
     def test_local_processes_when_waiting_and_deterministic(self) -> None:
         first, second = BootstrapTuner(wait=True), BootstrapTuner(wait=True)
         _run(first)

@@ -21,7 +21,7 @@ def _until_launch(tuner: BootstrapTuner):
     work = _workload(200)
     for i, (inp, reply) in enumerate(work):
         serve(cache, tuner, inp + reply, len(inp))
-        if tuner._futures or tuner.done:
+        if tuner._futures or tuner.tuned:
             return cache, work[i + 1 :]
     raise AssertionError("the tuner never launched")
 
@@ -48,7 +48,7 @@ def test_a_commit_returns_while_the_replays_wait_behind_a_busy_executor():
         f.result(timeout=60)
     for inp, reply in rest[:1]:
         serve(cache, tuner, inp + reply, len(inp))
-    assert tuner.done and tuner.result is not None and cache.alpha == tuner.result.alpha
+    assert tuner.tuned and tuner.result is not None and cache.alpha == tuner.result.alpha
     release.cancel()
 
 

@@ -101,8 +101,10 @@ class Experiment:
         out = {k: v for k, v in grid.items() if k != "quick"}
         if quick:
             out |= dict(grid.get("quick", {}))
-        # the paper's figures are reproduced under its own protocol unless a grid says
+        # the paper's figures are reproduced under its own protocol and with its own tuner
+        # (tuned once) unless a grid says
         out.setdefault("replay", "sequential")
+        out.setdefault("retune", False)
         traces = [self._trace_path(t) for t in _as_list(out["trace"])]
         missing = [t for t in traces if t is None]
         if missing or not traces:

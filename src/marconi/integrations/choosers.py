@@ -48,7 +48,9 @@ class Bootstrap:
         from marconi.systems import TunerOptions
 
         self.mirror = system.cache(spec, capacity, replay=True, **layout)
-        self.tuner = system.make_tuner(None, TunerOptions(wait=wait))
+        # tuned once: the guard judges the one alpha adopted (`retune` would move it)
+        self.tuner = system.make_tuner(None, TunerOptions(wait=wait,
+                                                          settings={"retune": False}))
         if self.guard:
             self.stock = system.cache(spec, capacity, alpha=0.0, replay=True, **layout)
 

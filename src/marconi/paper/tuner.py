@@ -3,7 +3,14 @@
 alpha = 0 until the cache first evicts. Then, with `n0` the requests seen so far, the
 tuner snapshots the tree, records the next `multiplier * n0` requests, replays them
 from the snapshot under every alpha of the grid (in parallel, on any
-`concurrent.futures.Executor`) and adopts the best.
+`concurrent.futures.Executor`) and adopts the best. That is the paper's tuner
+(`retune=False`). With `retune` (marconi's default, `--no-retune` for the paper's) it
+goes on: from each adoption it snapshots the tree again, records the next window of the
+same length, replays it and adopts its best, and so on to the end of the trace, so that
+the alpha that won one window is not kept for ever once the trace moves on (on the
+demo's ShareGPT served at 4 GB the first window's 1.7 is the worst alpha for the rest of
+the trace: experiments/RESULTS.md). Its cost: every request is replayed once per alpha
+of the grid, in the background.
 
 By default a replay never blocks the driver: it runs on one background (daemon) thread,
 or on the executor the caller passes, and its alpha is adopted by a later `observe`, on
@@ -121,14 +128,18 @@ class Tuning:
 
     n0: int  # requests before the first eviction
     window: int  # requests replayed
-    scores: dict[float, float] = field(default_factory=dict)
+    scores: dict[float, float] = field(default_factory=dict)  # the last window's
     alpha: float = 0.0
+    # (requests committed when adopted, alpha) for each window tuned (retune: many)
+    adopted: list[tuple[int, float]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
-        """When tuning started, the window, every alpha's score and the winner."""
+        """When tuning started, the window, the last window's scores and winner, and
+        every adoption."""
         return {"n0": self.n0, "window": self.window,
                 "alpha": self.alpha if self.scores else None,
-                "scores": {str(a): s for a, s in sorted(self.scores.items())}}
+                "scores": {str(a): s for a, s in sorted(self.scores.items())},
+                "adopted": [[at, alpha] for at, alpha in self.adopted]}
 
 
 class BootstrapTuner:
@@ -136,7 +147,8 @@ class BootstrapTuner:
 
     def __init__(self, *, grid: Sequence[float] = GRID, multiplier: int = 5,
                  objective: Objective | str = Objective.FLOPS, executor: Executor | None = None,
-                 wait: bool = False, serving: Serving | None = None) -> None:
+                 wait: bool = False, serving: Serving | None = None,
+                 retune: bool = False) -> None:
         if not grid or any(a < 0 for a in grid):
             raise ValueError(f"alpha grid must be non-empty and >= 0, got {list(grid)!r}")
         if not isinstance(multiplier, int) or multiplier < 1:
@@ -147,6 +159,7 @@ class BootstrapTuner:
         self.executor = executor
         self.wait = wait
         self.serving = serving  # replay windows as the live cache is served; None: in turn
+        self.retune = retune  # tune again on each following window (module docstring)
         self.result: Tuning | None = None
         self._snapshot: Snapshot | None = None
         self._recorded: list[Replay] = []
@@ -154,8 +167,14 @@ class BootstrapTuner:
         self._futures: list[Future[dict[float, float]]] = []
 
     @property
+    def tuned(self) -> bool:
+        """An alpha has been adopted (its first window replayed)."""
+        return self.result is not None and bool(self.result.adopted)
+
+    @property
     def done(self) -> bool:
-        return self.result is not None and bool(self.result.scores) and not self._futures
+        """Nothing more to observe: tuned once, and not retuning."""
+        return self.tuned and not self._futures and not self.retune
 
     def observe(self, cache: PrefixCache, tokens: np.ndarray, n_input: int,
                 boundaries: Sequence[int] = (), session: str | None = None, *,
@@ -168,7 +187,9 @@ class BootstrapTuner:
         if self._futures:
             self._adopt_if_ready(cache)
         elif self._snapshot is None:
-            if cache.stats.evictions:
+            if self.result is not None and self.result.adopted:  # retune: the next window
+                self._snapshot = take(cache)
+            elif cache.stats.evictions:
                 n0 = cache.stats.commits
                 self.result = Tuning(n0=n0, window=self.multiplier * n0)
                 self._snapshot = take(cache)
@@ -212,12 +233,14 @@ class BootstrapTuner:
 
     def _adopt(self, cache: PrefixCache) -> None:
         assert self.result is not None
+        scores: dict[float, float] = {}
         for future in self._futures:
-            self.result.scores.update(future.result())
+            scores.update(future.result())
         self._futures = []
         # best score; among ties the smallest alpha (closest to plain LRU)
-        best = max(self.result.scores.items(), key=lambda kv: (kv[1], -kv[0]))
-        self.result.alpha = best[0]
+        best = max(scores.items(), key=lambda kv: (kv[1], -kv[0]))
+        self.result.scores, self.result.alpha = scores, best[0]
+        self.result.adopted.append((cache.stats.commits, best[0]))
         cache.eviction.set_alpha(best[0])
 
     def start(self, cache: PrefixCache) -> None:
@@ -280,9 +303,10 @@ class Background(Executor):
 
 def bootstrap_tuner(settings: Mapping[str, object], *, executor: Executor | None = None,
                     wait: bool = False, serving: Serving | None = None) -> BootstrapTuner:
-    """A `BootstrapTuner` with the run's `multiplier` and `objective` among `settings`
-    (absent: its defaults); `serving`: the live cache's server, whose way its windows are
-    replayed."""
+    """A `BootstrapTuner` with the run's `multiplier`, `objective` and `retune` among
+    `settings` (absent: its defaults; `retune` absent: on, marconi's default); `serving`:
+    the live cache's server, whose way its windows are replayed."""
     return BootstrapTuner(multiplier=cast(int, settings.get("multiplier", 5)),
                           objective=Objective(settings.get("objective", Objective.FLOPS)),
-                          executor=executor, wait=wait, serving=serving)
+                          executor=executor, wait=wait, serving=serving,
+                          retune=bool(settings.get("retune", True)))

@@ -124,9 +124,9 @@ ALWAYS_IN_ID = frozenset({
 
 # The value a setting had in every row recorded before its default changed: hashed only
 # off it, so that those rows keep their ids and a row of the new default gets a new one
-# (every result before the serving replay was sequential: docs/architecture.md, "Replay
-# protocols").
-LEGACY = {"replay": "sequential"}
+# (every result before the serving replay was sequential, and every marconi tuned once:
+# docs/architecture.md, "Replay protocols" and "Tuner").
+LEGACY = {"replay": "sequential", "retune": False}
 
 
 def expand(grid: Mapping[str, Any]) -> list[Cell]:

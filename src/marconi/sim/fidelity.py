@@ -82,7 +82,7 @@ def _run(requests: Sequence[Request], spec: ModelSpec, capacity: int | str, syst
          progress: bool) -> SimResult:
     # the real engines' code runs its own schedule: both replayed one request at a time
     config = SimConfig(spec=spec, capacity=capacity, system=system, bounds=False,
-                       replay="sequential")
+                       replay="sequential", retune=False)
     return run(requests, config, progress=progress, warn=False)  # type: ignore[arg-type]
 
 

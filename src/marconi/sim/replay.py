@@ -171,7 +171,7 @@ def alpha_in_force(system: System, config: SimConfig, tuner: Tuner | None,
         return None, None
     if config.alpha is not None or system.tuner is None:
         return alpha, "fixed"
-    finished = tuner is not None and bool(getattr(tuner, "done", True))
+    finished = tuner is not None and bool(getattr(tuner, "tuned", getattr(tuner, "done", True)))
     return (alpha, "tuned") if finished else (None, "untuned")
 
 

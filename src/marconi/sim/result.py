@@ -61,6 +61,9 @@ class SimConfig:
         5, "bootstrap window = this x requests before the first eviction (5..15)", minimum=1)
     objective: str = setting("flops", "what the bootstrap tuner maximizes",
                              choices=("flops", "tokens"))
+    retune: bool = setting(
+        True, "marconi's bootstrap tuner tunes alpha again on each following window, to the "
+        "end of the trace (--no-retune: once, on its first window, the paper's tuner)")
     bounds: bool = setting(
         True, "also replay the infinite caches for the bounds and the miss attribution "
         "(--no-bounds skips them: faster)")

@@ -144,7 +144,7 @@ def engine_timeline_hits(served: Sequence[ServedRequest], system: str, spec: Mod
         return out
     trace = Trace("served", tuple(as_requests(served, start)))
     config = SimConfig(spec=spec, capacity=capacity, system=system, bounds=False,
-                       replay="sequential", concurrent=True, decode_s_per_token=0.0)
+                       replay="sequential", retune=False, concurrent=True, decode_s_per_token=0.0)
 
     def ttft(i: int, hit: int) -> float:
         return float(finish[i] - start[i])
