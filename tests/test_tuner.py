@@ -80,7 +80,20 @@ class TestBootstrap:
         scores = again.result.scores
         assert scores[again.result.alpha] == max(scores.values())
 
-    def test_local_processes_when_waiting_and_deterministic(self) -> None:
+    def test_a_retuning_window_is_capped_so_the_tuner_finishes(
+            self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import marconi.paper.tuner as tuner_module
+
+        monkeypatch.setattr(tuner_module, "MAX_WINDOW", 7)
+        once = BootstrapTuner(executor=InlineExecutor(), wait=True)
+        again = BootstrapTuner(executor=InlineExecutor(), wait=True, retune=True)
+        _run(once, 120)
+        _run(again, 120)
+        assert once.result is not None and again.result is not None
+        assert once.result.window == 5 * once.result.n0 > 7  # the paper's: not capped
+        assert again.result.window == 7 and again.result.adopted[0][0] == again.result.n0 + 7
+
+
         first, second = BootstrapTuner(wait=True), BootstrapTuner(wait=True)
         _run(first)
         _run(second)

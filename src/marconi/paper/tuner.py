@@ -9,8 +9,10 @@ goes on: from each adoption it snapshots the tree again, records the next window
 same length, replays it and adopts its best, and so on to the end of the trace, so that
 the alpha that won one window is not kept for ever once the trace moves on (on the
 demo's ShareGPT served at 4 GB the first window's 1.7 is the worst alpha for the rest of
-the trace: experiments/RESULTS.md). Its cost: every request is replayed once per alpha
-of the grid, in the background.
+the trace: experiments/RESULTS.md), and its windows are at most `MAX_WINDOW` requests, so
+that it finishes on the traces operators replay (on the agent trajectories at 80 GB the
+cache fills after some 800 requests, and 5 x 800 outlasts their 3,562). Its cost: every
+request is replayed once per alpha of the grid, in the background.
 
 By default a replay never blocks the driver: it runs on one background (daemon) thread,
 or on the executor the caller passes, and its alpha is adopted by a later `observe`, on
@@ -42,6 +44,7 @@ from marconi.core.snapshot import Snapshot, rebuild, take
 from marconi.core.tuning import Objective, hit_worth
 
 GRID = tuple(round(0.1 * i, 1) for i in range(21))  # 0, 0.1, ..., 2.0
+MAX_WINDOW = 1000  # requests a re-tuning tuner's window holds at most (module docstring)
 
 Replay = tuple[np.ndarray, int]  # input + output tokens, input length
 
@@ -191,7 +194,9 @@ class BootstrapTuner:
                 self._snapshot = take(cache)
             elif cache.stats.evictions:
                 n0 = cache.stats.commits
-                self.result = Tuning(n0=n0, window=self.multiplier * n0)
+                window = self.multiplier * n0
+                self.result = Tuning(n0=n0, window=min(window, MAX_WINDOW) if self.retune
+                                     else window)
                 self._snapshot = take(cache)
         else:
             if self.serving is not None:

@@ -63,7 +63,8 @@ class SimConfig:
                              choices=("flops", "tokens"))
     retune: bool = setting(
         True, "marconi's bootstrap tuner tunes alpha again on each following window, to the "
-        "end of the trace (--no-retune: once, on its first window, the paper's tuner)")
+        "end of the trace, each window at most 1000 requests (--no-retune: once, on its "
+        "first window of multiplier x n0 requests, the paper's tuner)")
     bounds: bool = setting(
         True, "also replay the infinite caches for the bounds and the miss attribution "
         "(--no-bounds skips them: faster)")
