@@ -499,3 +499,58 @@ def test_an_overloaded_server_is_said() -> None:
     assert message is not None and "51 of 100 requests waited" in message
     assert overload_warning(served(50)) is None
     assert overload_warning(make_summary(requests=100)) is None  # not served
+
+
+class TestGuard:
+    """marconi's re-tuning tuner is guarded by an alpha-0 twin of the live cache, fed the
+    same requests as the live cache is (served on its timeline, or in turn)."""
+
+    @pytest.mark.parametrize("replay", ["serving", "sequential"])
+    def test_the_twin_saves_what_an_alpha_0_live_cache_saves(self, replay: str) -> None:
+        from marconi.core.tuning import Objective
+        from marconi.paper.tuner import Guard
+
+        trace = load_trace("synthetic:agent", options=TraceOptions(sessions=12, seed=5))
+        cache = get_system("marconi").cache(PAPER_7B, "2GB", alpha=0.0, replay=True)
+        guard = Guard(cache, Objective.TOKENS)
+        guard.arm(True)
+        hits: dict[int, int] = {}
+
+        class Driver:  # what the tuner hands its guard
+            def scheduled(self, cache: Any, i: int, request: Any, hit: int) -> None:
+                guard.scheduled(i, request, hit)
+
+            def shown(self, i: int, request: Any, n: int) -> None:
+                guard.mirror.show(i, n)
+
+            def finished(self, i: int, request: Any) -> None:
+                guard.mirror.finish(i, request)
+
+            def observe(self, cache: Any, tokens: Any, n_input: int, boundaries: Any = (),
+                        session: Any = None, *, arrival: Any = None) -> None:
+                assert not guard.observe(cache, tokens, n_input, boundaries)
+
+        if replay == "serving":
+            serving = Serving(max_running=8, chunk_tokens=2048, decode_s=0.02,
+                              latency=FlopsLatency(PAPER_7B))
+            stats = replay_serving(trace.requests, cache, serving,
+                                   lambda i, r, hit: hits.__setitem__(i, hit), tuner=Driver())
+            assert stats.waited > 0
+        else:
+            for i, r in enumerate(trace.requests):
+                hits[i] = cache.lookup(r.input_tokens).hit
+                cache.commit(r.tokens(), r.n_input)
+                Driver().observe(cache, r.tokens(), r.n_input, r.boundaries)
+        assert guard.books is not None
+        assert guard.books[0] == guard.books[1] == sum(hits.values()) > 0
+
+    def test_a_collapsing_alpha_is_replaced_by_alpha_0(self) -> None:
+        """ShareGPT served at 3 GB: the windows adopt alpha 1.3, whose hits later collapse;
+        the guard restores alpha 0, and re-tuning saves more than tuning once."""
+        trace = load_trace("sharegpt", options=TraceOptions(min_turns=10))
+        base = SimConfig(spec=PAPER_7B, capacity="3GB", system="marconi", bounds=False)
+        guarded = simulate(trace, base).summary()
+        once = simulate(trace, dataclasses.replace(base, retune=False)).summary()
+        assert guarded.tuning is not None and guarded.tuning.report is not None
+        assert guarded.tuning.report["restored"]
+        assert guarded.flops_saved_rate > once.flops_saved_rate + 0.05

@@ -339,8 +339,16 @@ class TestAlphaReport:
     def test_a_finished_tuning_and_a_fixed_alpha_are_numbers(
             self, capsys: pytest.CaptureFixture) -> None:
         out, err = self._json(capsys, "1GB")
-        assert out["alpha_status"] == "tuned" and out["alpha"] == out["tuning"]["alpha"]
-        assert isinstance(out["alpha"], float) and "never finished" not in err
+        tuning = out["tuning"]
+        assert out["alpha_status"] == "tuned" and isinstance(out["alpha"], float)
+        # in force at the end: the last window's winner, or 0 where the guard restored it
+        # since (the last adoption came before the last restore)
+        last_adopted, restored = tuning["adopted"][-1][0], tuning["restored"]
+        restored_since = bool(restored) and restored[-1] > last_adopted
+        assert out["alpha"] == (0.0 if restored_since else tuning["alpha"])
+        assert "never finished" not in err
+        out, err = self._json(capsys, "1GB", "--no-retune")
+        assert out["alpha"] == out["tuning"]["alpha"] and not out["tuning"]["restored"]
         out, err = self._json(capsys, "4GB", "--alpha", "0")
         assert out["alpha"] == 0.0 and out["alpha_status"] == "fixed"
         assert "never finished" not in err

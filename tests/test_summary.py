@@ -117,7 +117,7 @@ class TestJson:
         assert list(out["reuse_taxonomy"]) == ["purely_input", "input_and_output", "none"]
         assert list(out["hit_rate_by_input_length"][0]) == ["min_tokens", "max_tokens",
                                                             "requests", "token_hit_rate"]
-        assert list(out["tuning"]) == ["n0", "window", "alpha", "scores", "adopted"]
+        assert list(out["tuning"]) == ["n0", "window", "alpha", "scores", "adopted", "restored"]
         assert sum(out["miss_tokens"].values()) == out["input_tokens"] - out["hit_tokens"]
 
     def test_row_is_the_json_flattened(self, runs: dict[str, Summary]) -> None:

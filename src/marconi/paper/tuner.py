@@ -12,7 +12,14 @@ demo's ShareGPT served at 4 GB the first window's 1.7 is the worst alpha for the
 the trace: experiments/RESULTS.md), and its windows are at most `MAX_WINDOW` requests, so
 that it finishes on the traces operators replay (on the agent trajectories at 80 GB the
 cache fills after some 800 requests, and 5 x 800 outlasts their 3,562). Its cost: every
-request is replayed once per alpha of the grid, in the background.
+request is replayed once per alpha of the grid, in the background. And it is guarded
+(`Guard`): a token-only twin of the live cache runs alpha 0 on the same requests (served
+as the live cache is), and when, since the last adoption of an alpha other than 0, the
+twin has saved decisively more than the live cache (`core.tuning.decisive`, checked every
+`DECIDE_EVERY` requests, as marconi+'s shadows decide), alpha 0 is restored until the next
+adoption: a window's best alpha can keep the long prefixes of finished sessions for ever
+and collapse the hits of the windows after it (ShareGPT served at 3 GB: alpha 1.3 wins
+requests 438-804 and then saves a fifth of what alpha 0 does; experiments/RESULTS.md).
 
 By default a replay never blocks the driver: it runs on one background (daemon) thread,
 or on the executor the caller passes, and its alpha is adopted by a later `observe`, on
@@ -39,9 +46,9 @@ from marconi.core.cache import PrefixCache
 from marconi.core.compiled import replay_cache
 from marconi.core.orphans import die_with_parent
 from marconi.core.policy import Admission, Eviction
-from marconi.core.serving import Serving, replay_serving
+from marconi.core.serving import Mirror, Request, Serving, replay_serving
 from marconi.core.snapshot import Snapshot, rebuild, take
-from marconi.core.tuning import Objective, hit_worth
+from marconi.core.tuning import DECIDE_EVERY, DECISIVE_LEAD, Objective, decisive, hit_worth
 
 GRID = tuple(round(0.1 * i, 1) for i in range(21))  # 0, 0.1, ..., 2.0
 MAX_WINDOW = 1000  # requests a re-tuning tuner's window holds at most (module docstring)
@@ -135,6 +142,8 @@ class Tuning:
     alpha: float = 0.0
     # (requests committed when adopted, alpha) for each window tuned (retune: many)
     adopted: list[tuple[int, float]] = field(default_factory=list)
+    restored: list[int] = field(default_factory=list)  # requests committed when the guard
+    # restored alpha 0
 
     def to_json(self) -> dict[str, object]:
         """When tuning started, the window, the last window's scores and winner, and
@@ -142,7 +151,8 @@ class Tuning:
         return {"n0": self.n0, "window": self.window,
                 "alpha": self.alpha if self.scores else None,
                 "scores": {str(a): s for a, s in sorted(self.scores.items())},
-                "adopted": [[at, alpha] for at, alpha in self.adopted]}
+                "adopted": [[at, alpha] for at, alpha in self.adopted],
+                "restored": list(self.restored)}
 
 
 class BootstrapTuner:
@@ -168,6 +178,7 @@ class BootstrapTuner:
         self._recorded: list[Replay] = []
         self._jobs: list[Job] = []
         self._futures: list[Future[dict[float, float]]] = []
+        self.guard: Guard | None = None  # retune: built with the first request seen
 
     @property
     def tuned(self) -> bool:
@@ -187,6 +198,13 @@ class BootstrapTuner:
         to be served again as the live cache served it; else its tokens alone."""
         if self.done:
             return
+        if self.retune:
+            if self.guard is None:
+                self.guard = Guard(cache, self.objective)
+            if self.guard.observe(cache, tokens, n_input, boundaries):
+                assert self.result is not None  # guarding: an alpha was adopted
+                self.result.restored.append(cache.stats.commits)
+                cache.eviction.set_alpha(0.0)
         if self._futures:
             self._adopt_if_ready(cache)
         elif self._snapshot is None:
@@ -247,6 +265,24 @@ class BootstrapTuner:
         self.result.scores, self.result.alpha = scores, best[0]
         self.result.adopted.append((cache.stats.commits, best[0]))
         cache.eviction.set_alpha(best[0])
+        if self.guard is not None:
+            self.guard.arm(best[0] != 0.0)
+
+    # --- a served run's events (`marconi.core.serving.Follower`): the guard's twin -------
+
+    def scheduled(self, cache: PrefixCache, i: int, request: Request, hit: int) -> None:
+        if self.retune:
+            if self.guard is None:
+                self.guard = Guard(cache, self.objective)
+            self.guard.scheduled(i, request, hit)
+
+    def shown(self, i: int, request: Request, n: int) -> None:
+        if self.guard is not None:
+            self.guard.mirror.show(i, n)
+
+    def finished(self, i: int, request: Request) -> None:
+        if self.guard is not None:
+            self.guard.mirror.finish(i, request)
 
     def start(self, cache: PrefixCache) -> None:
         """Nothing to set up: alpha stays as the cache has it until a replay is adopted."""
@@ -254,6 +290,61 @@ class BootstrapTuner:
     def report(self) -> Tuning | None:
         """The finished tuning, if any (`Tuning.to_json` for the summary)."""
         return self.result
+
+
+class Guard:
+    """A token-only twin of the live cache at alpha 0, fed the same requests (in turn, or
+    served on the live server's timeline through a `Mirror`), and the books since the
+    last adoption of an alpha other than 0 (module docstring)."""
+
+    def __init__(self, cache: PrefixCache, objective: Objective) -> None:
+        self.twin = replay_cache(cache.spec, cache.capacity, copy.deepcopy(cache.admission),
+                                 cache.eviction.fresh(0.0), name=f"{cache.name} alpha-0 twin",
+                                 layout=cache.layout)
+        self.mirror = Mirror(self.twin)
+        self.objective = objective
+        self.served = False  # fed by a serving replay's events
+        self.books: list[float] | None = None  # [live, twin, possible, requests] since
+        self._hits = 0  # the live cache's hit tokens at the last observe (in turn)
+
+    def _worth(self, hit: int) -> float:
+        return float(self.twin.spec.flops(hit)) if self.objective is Objective.FLOPS \
+            else float(hit)
+
+    def arm(self, on: bool) -> None:
+        """An alpha was adopted: guard it from now (`on`: not alpha 0), books from zero."""
+        self.books = [0.0, 0.0, 0.0, 0.0] if on else None
+
+    def scheduled(self, i: int, request: Request, hit: int) -> None:
+        """A served run looked request `i` up, the live cache's hit `hit`."""
+        self.served = True
+        twin = self.mirror.lookup(i, request)
+        if self.books is not None:
+            self.books[0] += self._worth(hit)
+            self.books[1] += self._worth(twin)
+
+    def observe(self, cache: PrefixCache, tokens: np.ndarray, n_input: int,
+                boundaries: Sequence[int]) -> bool:
+        """After each commit of the live cache: in turn, the twin serves the request too;
+        True when alpha 0 is to be restored now (and guarding stops until the next
+        adoption)."""
+        if not self.served:
+            twin = hit_worth(self.twin, tokens, n_input, boundaries, self.objective)
+            hits = cache.stats.hit_tokens
+            hit, self._hits = max(hits - self._hits, 0), hits  # this request's (one lookup)
+            if self.books is not None:
+                self.books[0] += self._worth(hit)
+                self.books[1] += twin
+        if self.books is None:
+            return False
+        self.books[2] += self._worth(n_input)
+        self.books[3] += 1
+        live, twin_saved, possible, seen = self.books
+        if seen % DECIDE_EVERY or not decisive(twin_saved - live, possible, int(seen),
+                                               DECISIVE_LEAD):
+            return False
+        self.books = None
+        return True
 
 
 def _workers(executor: Executor) -> int:
