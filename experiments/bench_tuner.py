@@ -8,8 +8,10 @@ most 1,000 requests, guarded by an alpha-0 twin), by the paper's tuner (`--no-re
 one window of 5 x n0 requests), by `marconi-oracle` (the best fixed alpha in hindsight,
 each alpha served) and by sglang+; then the shipped tuner's first window (`n0`, its
 length), the alphas it adopted in order, how often its guard restored alpha 0, and
-whether the paper's tuner finished. The agent trajectories and Mooncake come from the
-shared data folder and are skipped without it. `--quick`: ShareGPT at two capacities.
+whether the paper's tuner finished, and the seconds each replay took (the re-tuning
+tuner's replays run in the simulator's own processes, as it waits for each). The agent
+trajectories and Mooncake come from the shared data folder and are skipped without it.
+`--quick`: ShareGPT at two capacities.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ def one(job: tuple[str, str, str]) -> dict[str, Any]:
     if run_name == "once":
         config = dataclasses.replace(config, retune=False)
     s = run(_trace(name), config, warn=False).summary()
-    out: dict[str, Any] = {"saved": 100 * s.flops_saved_rate, "status": s.alpha_status}
+    out: dict[str, Any] = {"saved": 100 * s.flops_saved_rate, "status": s.alpha_status,
+                           "seconds": s.seconds}
     report = s.tuning.report if s.tuning is not None else None
     if report is not None and "adopted" in report:
         out |= {"n0": report["n0"], "window": report["window"],
@@ -88,8 +91,8 @@ def main() -> None:
     print("FLOPs saved %, serving replay (paper-7b)")
     print("| trace | capacity | marconi | paper's tuner | marconi-oracle | sglang+ "
           "| marconi - sglang+ | n0 / window | alphas adopted | guard restored 0 "
-          "| paper's tuner |")
-    print("|---" * 11 + "|")
+          "| paper's tuner | seconds: marconi / paper's tuner / sglang+ |")
+    print("|---" * 12 + "|")
     for name, capacities in grid:
         for c in capacities:
             m, once, oracle, lru = (rows[name, c, r] for r in RUNS)
@@ -98,7 +101,8 @@ def main() -> None:
             print(f"| {name} | {c} | {m['saved']:.2f} | {once['saved']:.2f} | "
                   f"{oracle['saved']:.2f} | {lru['saved']:.2f} | "
                   f"{m['saved'] - lru['saved']:+.2f} | {window} | {adopted} | "
-                  f"{m.get('restored', 0)} | {once['status']} |")
+                  f"{m.get('restored', 0)} | {once['status']} | {m['seconds']:.1f} / "
+                  f"{once['seconds']:.1f} / {lru['seconds']:.1f} |")
 
 
 if __name__ == "__main__":
