@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -114,14 +115,15 @@ class TestFlags:
     def test_recorded_cell_ids_are_kept(self) -> None:
         """Ids that results files were written with: a setting at its default leaves them
         unchanged, one set off its default changes them."""
-        old = {"replay": "sequential"}  # every row recorded before the serving replay
+        # every row recorded before the serving replay and the re-tuning tuner
+        old: dict[str, Any] = {"replay": "sequential", "retune": False}
         assert Cell.of(trace=TRACE, system="marconi", capacity="1GB",
                        **old).cell_id == "b6ad38e8ded765ad"
         assert Cell.of(trace="/work/shared/data/mini-swe-agent/trajs", dataset="swe-agent",
                        system="marconi+", capacity="20GB", sessions=99,
                        sps=0.5, **old).cell_id == "39cc04e81063417e"
         for changed in ({"min_turns": 2}, {"page_size": 16}, {"bounds": False},
-                        {"concurrent": True}, {"replay": "serving"}):
+                        {"concurrent": True}, {"replay": "serving"}, {"retune": True}):
             assert Cell.of(trace=TRACE, system="marconi", capacity="1GB",
                            **{**old, **changed}).cell_id != "b6ad38e8ded765ad"
         # the serving replay, the default now, is never read back as a sequential row
