@@ -682,8 +682,9 @@ def test_marconi_plus_is_the_same_on_both_cores(trace: str, replay: str,
     assert runs["compiled"] == runs["python"]
     summary = runs["python"][0]
     assert summary["evictions"] > 0  # the capacity binds
-    # the experts differ (served, the multi-turn trace leaves three kinds apart)
-    assert len(set(summary["tuning"]["totals"].values())) > (2 if replay == "serving" else 3)
+    # the experts differ (served, with the shadows held to the live server's timeline,
+    # the agent trace leaves two kinds apart)
+    assert len(set(summary["tuning"]["totals"].values())) > (1 if replay == "serving" else 3)
 
 
 def test_marconi_plus_runs_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
