@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
@@ -75,7 +76,7 @@ class TestBootstrap:
         adopted = again.result.adopted
         assert adopted[0] == first and len(adopted) >= 3 and not again.done and again.tuned
         # each next window: the snapshot at the adoption's observe, then `window` more
-        assert all(b[0] - a[0] == window + 1 for a, b in zip(adopted, adopted[1:]))
+        assert all(b[0] - a[0] == window + 1 for a, b in itertools.pairwise(adopted))
         assert cache.alpha == adopted[-1][1]
         scores = again.result.scores
         assert scores[again.result.alpha] == max(scores.values())
