@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import pytest
 
@@ -101,9 +101,9 @@ class TestSummarize:
 class TestForcedFormat:
     """A format given for a file of another says so, and names the one the file looks like."""
 
-    REQUESTS = [{"messages": [{"role": "user", "content": "hi there"}]},
+    REQUESTS: ClassVar = [{"messages": [{"role": "user", "content": "hi there"}]},
                 {"messages": [{"role": "user", "content": "hi"}]}]
-    SHAREGPT = [{"id": "a", "conversations": [{"from": "human", "value": "hi"},
+    SHAREGPT: ClassVar = [{"id": "a", "conversations": [{"from": "human", "value": "hi"},
                                               {"from": "gpt", "value": "yo"}]}]
 
     @pytest.mark.parametrize(("name", "forced", "looks"), [
