@@ -55,6 +55,49 @@ class TestQueueAndDisconnect:
         assert metrics["marconi:num_requests_running"] == 0
         assert log.errors == []
 
+    def test_queued_clients_that_leave_free_their_slots_at_once(
+            self, model: HybridModel) -> None:
+        """Four queued chat requests whose clients close their sockets leave the queue
+        within the handler's poll (POLL_S), while the request before them still runs:
+        the next request is queued, not refused with 429."""
+        with serve(model, capacity="64MB", max_queue=4) as server, logged() as log:
+            client = server.client()
+            long = client.chat.completions.create(  # runs until its client leaves
+                model=server.model, messages=[{"role": "user", "content": "go"}],
+                max_tokens=3000, stream=True)
+            chunks = iter(long)
+            while not next(chunks).choices[0].delta.content:
+                pass
+            where = urlsplit(server.url)
+            body = json.dumps({"model": server.model, "max_tokens": 2,
+                               "messages": [{"role": "user", "content": "wait"}]})
+            socks = [socket.create_connection((where.hostname, where.port), timeout=10)
+                     for _ in range(4)]
+            for sock in socks:
+                sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                             f"Content-Type: application/json\r\nContent-Length: "
+                             f"{len(body)}\r\n\r\n{body}".encode())
+            wait_for(lambda: scrape(server.url)["marconi:num_requests_waiting"] == 4,
+                     what="four queued requests")
+            for sock in socks:
+                sock.close()
+            wait_for(lambda: scrape(server.url)["marconi:num_requests_waiting"] == 0,
+                     timeout=3.0, what="the queue to empty")
+            assert _running(server) == 1  # the long request runs on: it freed nothing
+            queued: list[Any] = []
+            waiter = threading.Thread(target=lambda: queued.append(client.completions.create(
+                model=server.model, prompt="next", max_tokens=2)))
+            waiter.start()  # queued behind the long one, not refused
+            wait_for(lambda: scrape(server.url)["marconi:num_requests_waiting"] == 1,
+                     what="the next request queued")
+            long.close()
+            waiter.join(60)
+            assert queued and queued[0].usage.completion_tokens == 2
+            metrics = scrape(server.url)
+        assert metrics[ABORTED] == 5  # the four that left waiting, and the long one
+        assert not metrics.get("marconi:request_rejected_total{reason=queue_full}")
+        assert log.errors == []
+
     def test_a_waiting_client_that_leaves_is_cancelled_quietly(
             self, model: HybridModel, monkeypatch: pytest.MonkeyPatch) -> None:
         """Non-streaming: the handler notices the client is gone, cancels the request and
