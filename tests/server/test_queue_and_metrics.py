@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,6 +18,7 @@ from marconi.server import service
 from tests.server.harness import Served, logged, post, scrape, serve, wait_for
 
 ABORTED = "marconi:request_success_total{finished_reason=abort}"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _running(server: Served) -> float:
@@ -173,7 +175,8 @@ class TestMetricsAddUp:
             statuses = [post(server.url, "/v1/completions", json.dumps(b))[0] for b in refused]
             unparseable = [b'{"model": "\xff"}', b"[" * 50_000 + b"]" * 50_000]  # 400s
             statuses += [post(server.url, "/v1/completions", b)[0] for b in unparseable]
-            assert statuses == [400, 404, 400, 413, 400, 400]
+            statuses.append(post(server.url, "/v1/nope", "{}")[0])  # no such route
+            assert statuses == [400, 404, 400, 413, 400, 400, 404]
             wait_for(lambda: scrape(server.url).get(ABORTED) == 1, what="the abort")
             metrics = scrape(server.url)
         counted = {k: v for k, v in metrics.items() if v and k.startswith((
@@ -184,7 +187,14 @@ class TestMetricsAddUp:
             "marconi:request_rejected_total{reason=invalid_request}": 3,
             "marconi:request_rejected_total{reason=model_not_found}": 1,
             "marconi:request_rejected_total{reason=context_length_exceeded}": 1,
-            "marconi:request_rejected_total{reason=body_too_large}": 1}
+            "marconi:request_rejected_total{reason=body_too_large}": 1,
+            "marconi:request_rejected_total{reason=not_found}": 1}
+        row = next(line for line in README.read_text().splitlines()
+                   if line.startswith("| `marconi:request_rejected_total{reason}`"))
+        for key in counted:  # the README's metrics table lists every reason refused for
+            if key.startswith("marconi:request_rejected_total"):
+                reason = key.partition("reason=")[2].rstrip("}")
+                assert f"`{reason}`" in row, reason
 
 
 def test_a_crashed_generation_is_answered_logged_and_counted(model: HybridModel) -> None:
