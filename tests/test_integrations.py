@@ -519,6 +519,26 @@ class TestTunerInItsOwnProcess:
         tuning.close(timeout=5)
 
 
+    def test_a_killed_child_is_reaped_at_once(self) -> None:
+        """Not left `<defunct>` under the engine's process until the tuner is closed."""
+        import os
+        import signal
+        import time
+        from pathlib import Path
+
+        tuning, _ = self._fed(True, "bootstrap", n=3)
+        pid = tuning.remote.pid
+        try:
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)  # a zombie keeps its /proc entry until it is waited for
+            assert not Path(f"/proc/{pid}").exists(), "the killed tuner process is <defunct>"
+            assert tuning.remote.dead == "exit code -9"
+        finally:
+            tuning.close(timeout=5)
+
+
 class TestVLLMWithoutTheEngine:
     def test_the_entry_point_names_the_plugin(self) -> None:
         meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
