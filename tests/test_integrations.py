@@ -539,6 +539,32 @@ class TestTunerInItsOwnProcess:
             tuning.close(timeout=5)
 
 
+    def test_a_child_whose_engine_is_gone_exits_quietly(self) -> None:
+        """The engine core's shutdown ends without closing the tuner: the child's last
+        word then finds no reader, and it exits 0 without a traceback in the engine's log."""
+        import dataclasses
+        import os
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        down_r, down_w = os.pipe()
+        up_r, up_w = os.pipe()
+        child = subprocess.Popen(
+            [sys.executable, "-m", "marconi.integrations.tuner_process", str(down_r),
+             str(up_w)], pass_fds=(down_r, up_w), stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL)
+        os.close(down_r)
+        os.close(up_w)
+        os.close(up_r)  # the engine is gone: nobody reads what the child says
+        with Connection(down_w, readable=False) as down:
+            down.send(("Bootstrap", dataclasses.asdict(PAPER_7B),
+                       "vllm-2026+marconi:block_size=16,retention_interval=none",
+                       parse_size("1GB"), {}))
+        _, err = child.communicate(timeout=120)
+        assert child.returncode == 0 and b"Traceback" not in err, err.decode()[-2000:]
+
+
 class TestVLLMWithoutTheEngine:
     def test_the_entry_point_names_the_plugin(self) -> None:
         meta = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -244,20 +244,23 @@ def main(argv: list[str]) -> int:
     chooser = _chooser(name)
     chooser.build(get_system(system), ModelSpec(**spec), capacity, layout, True)
     spent = seen = 0
-    while True:
-        try:
-            raw = down.recv_bytes()
-        except (EOFError, OSError):
-            break
-        start = time.perf_counter_ns()
-        tokens, n_input = unpack(raw)
-        alpha = chooser.observe(tokens, n_input)
-        spent += time.perf_counter_ns() - start
-        seen += 1
-        if alpha is not None or seen % STATUS_EVERY == 0:  # (few: the engine reads them
-            up.send(("alpha" if alpha is not None else "seen", alpha,  # at its pace)
-                     chooser.status(), chooser.report(), spent))
-    up.send(("seen", None, chooser.status(), chooser.report(), spent))  # the last word
+    try:
+        while True:
+            try:
+                raw = down.recv_bytes()
+            except (EOFError, OSError):
+                break
+            start = time.perf_counter_ns()
+            tokens, n_input = unpack(raw)
+            alpha = chooser.observe(tokens, n_input)
+            spent += time.perf_counter_ns() - start
+            seen += 1
+            if alpha is not None or seen % STATUS_EVERY == 0:  # (few: the engine reads them
+                up.send(("alpha" if alpha is not None else "seen", alpha,  # at its pace)
+                         chooser.status(), chooser.report(), spent))
+        up.send(("seen", None, chooser.status(), chooser.report(), spent))  # the last word
+    except BrokenPipeError:  # the engine exited without closing us (its shutdown): no one
+        pass  # is left to hear, and no traceback is owed to its log
     return 0
 
 
