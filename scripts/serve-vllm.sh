@@ -6,6 +6,8 @@
 #   bash scripts/serve-vllm.sh marconi+         # marconi+'s shadow experts choose alpha
 #   bash scripts/serve-vllm.sh stock --num-gpu-blocks-override 64   # any vLLM flag after
 # MARCONI_SERVE_MODEL names another model folder (written there if it has no config.json).
+# The model takes chat requests (its template puts each message on a line) and token ids;
+# SIGTERM or Ctrl-C stops every vLLM process cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 policy="${1:-marconi}"
@@ -22,4 +24,20 @@ model="${MARCONI_SERVE_MODEL:-$PWD/.venv-peers/models/granitemoehybrid}"
 read -r -a cmd <<< "$("$py" -m marconi.realpeers.vllm_server command "$model" \
     --policy "$policy" --port "${PORT:-8000}")"
 echo "serve-vllm: ${cmd[*]} $*" >&2
-exec env "${cmd[@]}" "$@"
+# Stopped as vLLM stops cleanly: SIGTERM to its API server alone, which drains its engine
+# core (the command's --shutdown-timeout; SIGINT to every process, or no timeout, kills
+# the core: EngineDeadError's traceback, shared-memory objects leaked). vLLM runs in a
+# process group of its own, so a terminal's Ctrl-C reaches this script only, which passes
+# it on as that SIGTERM.
+set -m
+env "${cmd[@]}" "$@" </dev/null &
+server=$!
+set +m
+trap 'kill -TERM "$server" 2>/dev/null || true' INT TERM
+status=0
+wait "$server" || status=$?
+while kill -0 "$server" 2>/dev/null; do  # a trapped signal ends `wait` early
+    status=0
+    wait "$server" || status=$?
+done
+exit "$status"

@@ -1,6 +1,16 @@
 #!/usr/bin/env bash
 # Set up .venv, then lint, type-check and run the whole test suite.
 set -euo pipefail
+case "${1:-}" in
+    -h|--help)
+        cat <<'USAGE'
+usage: bash scripts/test.sh [PYTEST-ARGS...]
+Sets up .venv (scripts/setup.sh dev), runs ruff and mypy, then pytest with PYTEST-ARGS.
+With no arguments: the whole suite, then the simulator's tests again on the Python core.
+Pytest's own help: .venv/bin/python -m pytest --help
+USAGE
+        exit 0;;
+esac
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
 .venv/bin/ruff check src tests benchmarks $(test -d experiments && echo experiments)

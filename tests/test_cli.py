@@ -64,15 +64,26 @@ class TestValueErrors:
          "unrecognized argument --capcity (did you mean --capacity?)"),
         (["simulate", TRACE, "--system", "sglang-0.5.23:integraton=marconi"],
          "unknown option 'integraton' (did you mean integration?)"),
+        (["simulate", TRACE, "--system", "marconi-orcle"],  # the references are systems too
+         "(did you mean marconi-oracle?); known systems: vanilla, "),
+        (["compare", TRACE, "--systems", "vanilla,ofline"],
+         "marconi-oracle, offline, reuse-oracle (or load your own with --plugin)"),
+        (["simulate", "synthetic:multiturn"],
+         "unknown trace format 'synthetic:multiturn' (did you mean synthetic:multi-turn?); "
+         "known: artifact, sharegpt, "),
+        (["compare", TRACE, "--quiet", "--plot", "out/x.pdff"],  # before any replay
+         "--plot: out/x.pdff: matplotlib writes no '.pdff' files; end it in "),
     ])
     def test_one_line_with_the_nearest_choice(self, capsys: pytest.CaptureFixture,
                                               argv: list[str], said: str) -> None:
         with pytest.raises(SystemExit) as exit_:
             code = main(argv)
             raise SystemExit(code)
-        err = capsys.readouterr().err
+        captured = capsys.readouterr()
+        err = captured.err
         assert exit_.value.code == 2 and said in err, err
         assert len(err.strip().splitlines()) == 1 and "usage:" not in err, err
+        assert captured.out == ""  # nothing replayed
 
     def test_a_bare_command_lists_the_subcommands(self, capsys: pytest.CaptureFixture) -> None:
         assert main([]) == 0
@@ -87,6 +98,30 @@ class TestValueErrors:
         text = " ".join(sub.format_help().split())
         assert "--no-bounds" in text and "(default: True)" not in text
         assert "(default: False)" not in text
+
+    @pytest.mark.parametrize("command", ["simulate", "compare", "sweep"])
+    def test_a_no_flag_says_what_it_turns_off(self, command: str) -> None:
+        """`--no-bounds` skips the infinite caches: its help says so, not what they do."""
+        sub = parser()._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
+        helps = {a.option_strings[0]: " ".join((a.help or "").split())
+                 for a in sub._actions if a.option_strings}
+        assert helps["--no-bounds"].startswith("skip the infinite caches' replay"), helps
+        assert "also replay" not in helps["--no-bounds"]
+        for flag, text in helps.items():
+            if flag.startswith("--no-"):
+                assert f"({flag}" not in text, (flag, text)  # never names itself as the other
+
+    def test_alpha_beyond_the_tuners_grid_is_said_loudly(self, capsys: pytest.CaptureFixture
+                                                         ) -> None:
+        sub = parser()._subparsers._group_actions[0].choices["simulate"]  # type: ignore[union-attr]
+        assert "the tuner picks from 0 to 2" in " ".join(sub.format_help().split())
+        assert main(["simulate", "synthetic:multi-turn:sessions=1", "--quiet", "--alpha", "5",
+                     "--no-bounds", "--json"]) == 0
+        err = capsys.readouterr().err
+        assert err.startswith("marconi: warning: --alpha 5 is beyond the tuner's grid (0 to 2)")
+        assert main(["simulate", "synthetic:multi-turn:sessions=1", "--quiet", "--alpha", "2",
+                     "--no-bounds", "--json"]) == 0
+        assert "warning" not in capsys.readouterr().err
 
 
 def _block(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:

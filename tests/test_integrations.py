@@ -519,6 +519,52 @@ class TestTunerInItsOwnProcess:
         tuning.close(timeout=5)
 
 
+    def test_a_killed_child_is_reaped_at_once(self) -> None:
+        """Not left `<defunct>` under the engine's process until the tuner is closed."""
+        import os
+        import signal
+        import time
+        from pathlib import Path
+
+        tuning, _ = self._fed(True, "bootstrap", n=3)
+        pid = tuning.remote.pid
+        try:
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)  # a zombie keeps its /proc entry until it is waited for
+            assert not Path(f"/proc/{pid}").exists(), "the killed tuner process is <defunct>"
+            assert tuning.remote.dead == "exit code -9"
+        finally:
+            tuning.close(timeout=5)
+
+
+    def test_a_child_whose_engine_is_gone_exits_quietly(self) -> None:
+        """The engine core's shutdown ends without closing the tuner: the child's last
+        word then finds no reader, and it exits 0 without a traceback in the engine's log."""
+        import dataclasses
+        import os
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        down_r, down_w = os.pipe()
+        up_r, up_w = os.pipe()
+        child = subprocess.Popen(
+            [sys.executable, "-m", "marconi.integrations.tuner_process", str(down_r),
+             str(up_w)], pass_fds=(down_r, up_w), stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL)
+        os.close(down_r)
+        os.close(up_w)
+        os.close(up_r)  # the engine is gone: nobody reads what the child says
+        with Connection(down_w, readable=False) as down:
+            down.send(("Bootstrap", dataclasses.asdict(PAPER_7B),
+                       "vllm-2026+marconi:block_size=16,retention_interval=none",
+                       parse_size("1GB"), {}))
+        _, err = child.communicate(timeout=120)
+        assert child.returncode == 0 and b"Traceback" not in err, err.decode()[-2000:]
+
+
 class TestVLLMWithoutTheEngine:
     def test_the_entry_point_names_the_plugin(self) -> None:
         meta = tomllib.loads((ROOT / "pyproject.toml").read_text())

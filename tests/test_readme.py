@@ -22,7 +22,7 @@ SECTIONS = ("### Library", "### Reference engine", "### Simulator", "### Traces"
 SHOWN = {"### Library": ("turn 1: 0 of 2000 input tokens from the cache",
                          "turn 2: 2016 of 2019 input tokens from the cache"),
          "### Reference engine": ("0 265",),
-         "### Traces": ("trace requests.jsonl (openai): kept 1 sessions, 2 requests, 83 input "
+         "### Traces": ("trace requests.jsonl (openai): kept 1 session, 2 requests, 83 input "
                         "tokens; read 2 requests; dropped none",)}
 _FENCE = re.compile(r"^```(bash|python)\n(.*?)^```", re.M | re.S)
 

@@ -154,3 +154,16 @@ def test_unseen_report_refuses_runs_that_disagree(tmp_path: Path) -> None:
     out = _report(tmp_path, [json.dumps(line)], [json.dumps({**line, "saved": 0.2})])
     assert out.returncode != 0
     assert "more1.jsonl:1: sglang+ on c|1GB saved 0.2 here and 0.1" in out.stderr
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_test_sh_help_prints_its_usage_at_once(flag: str, tmp_path: Path) -> None:
+    """`--help` answers before anything is installed or linted: run from a copy with no
+    setup.sh beside it, so reaching setup would fail, and under a short timeout."""
+    script = tmp_path / "scripts" / "test.sh"
+    script.parent.mkdir()
+    script.write_text((REPO / "scripts" / "test.sh").read_text())
+    done = subprocess.run(["bash", str(script), flag], capture_output=True, text=True,
+                          timeout=10)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: bash scripts/test.sh"), done.stdout

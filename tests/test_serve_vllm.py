@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,7 @@ ADOPTION_WAIT = 90.0  # seconds the bootstrap's replays (in the tuner's process)
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Replayed, str]]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Replayed, str, Any]]:
     need("vllm")
     out = tmp_path_factory.mktemp("serve")
     model = write_model(out / "model")
@@ -49,13 +50,14 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Replayed
     servers = {policy: Server(ServerConfig(model=model, policy=policy, blocks=BLOCKS,
                                            max_model_len=2048), out / f"{policy}.log")
                for policy in ("nocache", "marconi")}
-    runs = {}
+    runs, chats = {}, {}
     try:
         for server in servers.values():  # both start at once (a minute, not two)
             server.start()
         for policy, server in servers.items():
             server.wait()
             replayed = replay(server.url, NAME, trace, concurrency=4)
+            chats[policy] = _chat(server.url)
             deadline = time.monotonic() + (ADOPTION_WAIT if policy == "marconi" else 0)
             while time.monotonic() < deadline and "adopted" not in server.log():
                 time.sleep(1.0)
@@ -64,22 +66,51 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Replayed
     finally:
         for server in servers.values():
             server.stop()
-    return runs
+    return {policy: (*run, chats[policy]) for policy, run in runs.items()}
+
+
+def _chat(url: str) -> Any:
+    """One chat request through the `openai` client (the model's chat template renders
+    it; `<i>` words are token i)."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=120)
+    return client.chat.completions.create(
+        model=NAME, messages=[{"role": "user", "content": "<5> <6> <7>"}], max_tokens=4,
+        temperature=0)
+
+
+def test_chat_requests_are_served(served) -> None:
+    """The tiny model has a chat template (vLLM answers 400 without one)."""
+    ours, reference = served["marconi"][2], served["nocache"][2]
+    assert ours.usage.prompt_tokens == 4  # <5> <6> <7>, a line break, then <2>
+    assert ours.usage.completion_tokens == 4 and ours.choices[0].message.content
+    assert ours.choices[0].message.content == reference.choices[0].message.content
+
+
+def test_a_stop_drains_the_engine_and_leaves_nothing_behind(served) -> None:
+    """SIGTERM to the API server alone with a shutdown timeout: the engine core drains
+    (killed, it left two shared-memory objects), and the tuner's process, finding the
+    engine gone, exits without a traceback."""
+    for policy in ("marconi", "nocache"):
+        log = served[policy][1]
+        assert "stopping engine client mode=drain" in log, log[-3000:]
+        assert "leaked shared_memory" not in log and "tuner_process.py" not in log, log[-3000:]
 
 
 def test_the_plugin_says_it_is_on_in_the_engine_core(served) -> None:
-    _, log = served["marconi"]
+    _, log, _ = served["marconi"]
     on = re.findall(r"\((EngineCore|VllmWorker-0)[^)]*\).*marconi: on in this process", log)
     assert "EngineCore" in on, log[-3000:]
     assert "policy marconi, model granitemoehybrid, alpha bootstrap-tuned (tuner in a " \
            "process)" in log
     assert "mid-prefill Mamba checkpoint is off" in log
-    _, stock_log = served["nocache"]
+    _, stock_log, _ = served["nocache"]
     assert "marconi: on" not in stock_log  # without MARCONI_VLLM nothing is installed
 
 
 def test_every_request_succeeds_and_some_hit(served) -> None:
-    replayed, _ = served["marconi"]
+    replayed, _, _ = served["marconi"]
     failed = [s.error for s in replayed.served if s.error is not None]
     assert not failed and len(replayed.served) > 50
     assert sum(s.cached_tokens for s in replayed.served) >= 20 * 256
@@ -90,7 +121,7 @@ def test_every_request_succeeds_and_some_hit(served) -> None:
 def test_the_server_logs_its_pool_and_hits_whole_blocks_of_it(served, tmp_path: Path) -> None:
     """The block size and pool are the server's own (read from its log, as
     benchmarks/bench_serve.py reads them), and every hit it reports is whole blocks."""
-    replayed, log = served["marconi"]
+    replayed, log, _ = served["marconi"]
     (tmp_path / "marconi.log").write_text(log)
     pool = read_pool(tmp_path / "marconi.log")
     assert (pool.blocks, pool.block_size) == (BLOCKS, 128)  # 128: not the Mamba chunk's 256
@@ -98,15 +129,15 @@ def test_the_server_logs_its_pool_and_hits_whole_blocks_of_it(served, tmp_path: 
 
 
 def test_each_request_keeps_its_served_timeline(served) -> None:
-    replayed, _ = served["marconi"]
+    replayed, _, _ = served["marconi"]
     for s in replayed.served:
         assert 0 <= s.sent < s.first_token <= s.finished
         assert s.session and s.prompt_tokens == len(s.prompt)
 
 
 def test_outputs_equal_a_server_without_prefix_caching(served) -> None:
-    ours, _ = served["marconi"]
-    reference, _ = served["nocache"]
+    ours, _, _ = served["marconi"]
+    reference, _, _ = served["nocache"]
     assert [s.prompt_hash for s in ours.served] == [s.prompt_hash for s in reference.served]
     differ = [s.index for s, r in zip(ours.served, reference.served, strict=True)
               if s.output != r.output]
@@ -115,7 +146,7 @@ def test_outputs_equal_a_server_without_prefix_caching(served) -> None:
 
 
 def test_the_tuner_adopts_an_alpha_off_the_scheduling_loop(served) -> None:
-    _, log = served["marconi"]
+    _, log, _ = served["marconi"]
     started = re.search(r"marconi: tuner started in \d+ ms \(process (\d+)\)", log)
     assert started is not None, log[-3000:]
     adopted = re.findall(r"\(EngineCore[^)]*\).*marconi: alpha (\S+) adopted", log)

@@ -17,12 +17,12 @@ from typing import Any
 from marconi import __version__
 from marconi.api import write_records
 from marconi.commands.extras import require, require_for_trace
-from marconi.commands.parsing import Parser, add_plugin_argument, load_plugins
+from marconi.commands.parsing import Parser, add_plugin_argument, load_plugins, warn_alpha
 from marconi.core.layout import Layout
 from marconi.core.spec import ModelSpec, model_from
 from marconi.core.units import parse_size
 from marconi.report.table import experts, table
-from marconi.settings import RUN, add_arguments, argument_type, values_of
+from marconi.settings import RUN, add_arguments, argument_type, nearest, values_of
 from marconi.sim.config import configure
 from marconi.sim.replay import describe_replay
 from marconi.sim.result import REFERENCES, REPLAY_SETTINGS, SimConfig
@@ -45,7 +45,14 @@ def system_name(text: str) -> str:
     """A registered system (with its options, `sglang-2026:strategy=extra_buffer`) or a
     reference, canonically named; ValueError naming what is wrong."""
     text = text.strip()
-    return text if text in REFERENCES else get_system(text).name
+    if text in REFERENCES:
+        return text
+    base = text.partition(":")[0]
+    if base not in SYSTEMS:
+        names = _system_names()
+        raise ValueError(f"unknown system {text!r}{nearest(base, names)}; known systems: "
+                         f"{', '.join(names)} (or load your own with --plugin)")
+    return get_system(text).name
 
 
 def _system_arg(text: str) -> str:
@@ -99,7 +106,8 @@ def _register_compare(sub: Any) -> None:
     p.add_argument("--systems", default=DEFAULT_COMPARE,
                    help="comma-separated (options after a colon, ';' between systems that "
                         f"have them), from: {', '.join(_system_names())}")
-    p.add_argument("--plot", type=Path, help="write a PNG comparing the systems")
+    p.add_argument("--plot", type=Path, help="write a figure comparing the systems "
+                   "(.png, .pdf, .svg, ...: any file type matplotlib writes)")
     p.add_argument("--seeds", type=int, default=1, metavar="K",
                    help="replay under K seeds (--seed, --seed + 1, ...), each redrawing "
                         "the trace's random choices: arrival gaps, and for a synthetic "
@@ -164,6 +172,9 @@ def _preflight(args: argparse.Namespace, systems: Sequence[str]) -> None:
             python_of(ENGINES[engine])
     if getattr(args, "plot", None) is not None:
         require("plot", "matplotlib")
+        from marconi.report.plot import check_plot_path
+
+        check_plot_path(args.plot)
     records = getattr(args, "records", None)
     if records is not None and records.suffix not in (".csv", ".parquet"):
         raise ValueError(f"--records: {records} must end in .csv or .parquet")
@@ -184,6 +195,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.alpha is not None and args.system not in REFERENCES \
             and not get_system(args.system).uses_alpha:
         raise ValueError(f"--alpha: system {args.system!r} has no alpha")
+    warn_alpha(args.alpha)
     _preflight(args, [args.system])
     config = _config(args, args.system, args.alpha)
     result = run(_trace(args), config, progress=not args.quiet)

@@ -50,6 +50,9 @@ class Setting:
     positive: bool = False  # > 0 (float kinds: `minimum` is inclusive)
     none_words: tuple[str, ...] = NONE_WORDS  # the words that mean None, where optional
     metavar: str | None = None
+    # the help of the `--no-NAME` flag of a bool setting on by default: what the flag does
+    # (`help` says what the setting does when on, for a sweep's key and the API's keyword)
+    off: str | None = None
 
     @property
     def flag(self) -> str:
@@ -119,10 +122,15 @@ class Setting:
 
 def setting(default: Any, help: str, *, choices: tuple[str, ...] = (),
             minimum: float | None = None, positive: bool = False,
-            none_words: tuple[str, ...] = NONE_WORDS, metavar: str | None = None) -> Any:
-    """A dataclass field declaring a setting (`declared` reads it back)."""
+            none_words: tuple[str, ...] = NONE_WORDS, metavar: str | None = None,
+            off: str | None = None) -> Any:
+    """A dataclass field declaring a setting (`declared` reads it back). `off`: the help
+    of the `--no-NAME` flag, for a bool setting on by default (required there)."""
+    if (default is True) != (off is not None):
+        raise TypeError("`off` (the --no-NAME flag's help) goes with a bool setting on by "
+                        "default, and only there")
     meta = {"help": help, "choices": choices, "minimum": minimum, "positive": positive,
-            "none_words": none_words, "metavar": metavar}
+            "none_words": none_words, "metavar": metavar, "off": off}
     return field(default=default, metadata={SETTING: meta})
 
 
@@ -167,8 +175,10 @@ def add_arguments(group: Any, settings: Iterable[Setting], *,
     for s in settings:
         default = (defaults or {}).get(s.name, s.default)
         if s.kind is bool:
-            group.add_argument(s.flag, dest=s.name, default=default, help=s.help,
-                               action="store_false" if s.default is True else "store_true")
+            on = s.default is True
+            group.add_argument(s.flag, dest=s.name, default=default,
+                               help=s.off if on else s.help,
+                               action="store_false" if on else "store_true")
             continue
         group.add_argument(s.flag, dest=s.name, default=default, type=argument_type(s),
                            help=s.help, metavar=s.metavar,
@@ -205,7 +215,9 @@ class RunChoice:
     capacity: str = setting("2GB", "bytes for KV + SSM states: 2GB, 2GiB, 1e9")
     system: str = setting("marconi", "the caching system, with its options where it has "
                           "them (SYSTEM:K=V,...)")
-    alpha: float | None = setting(None, "fix alpha (FLOP-aware systems); none: the "
+    # 0 to 2: the bootstrap tuner's grid (paper.tuner.GRID); beyond it the CLI warns
+    alpha: float | None = setting(None, "fix alpha (FLOP-aware systems), >= 0; the tuner "
+                                  "picks from 0 to 2 (beyond 2: a warning); none: the "
                                   "system's own (bootstrap-tuned)", minimum=0.0)
 
 

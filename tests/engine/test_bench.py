@@ -49,8 +49,15 @@ class TestBench:
 
         monkeypatch.setattr(module, "workloads", lambda model, agent_dir: {
             "conversation": conversation(256, turns=3, user=20, reply=4)})
+        said: list[str] = []
         rows = bench(get_model("bamba"), None, ["vanilla", "sglang+"], "1GB", True,
-                     tmp_path / "profile.csv", repeat=2)
+                     tmp_path / "profile.csv", repeat=2, say=said.append)
+        # progress: a line as each of the 6 steps starts, between warming up and done
+        assert said[0].startswith("engine-bench: warming up (")
+        assert said[1].startswith("engine-bench: step 1 of 6, run 1 of 2: conversation ")
+        assert said[6].startswith("engine-bench: step 6 of 6, run 2 of 2: conversation, "
+                                  "sglang+, chunk-boundary capture (")
+        assert said[7].startswith("engine-bench: done (") and len(said) == 8
         assert [r.system for r in rows] == ["vanilla", "sglang+", "sglang+/chunk"] * 2
         assert [r.repeat for r in rows] == [0, 0, 0, 1, 1, 1]
         assert rows[0].hit_tokens == 0 and rows[1].hit_tokens > 0
@@ -60,6 +67,26 @@ class TestBench:
             table = list(csv.DictReader(handle))
         assert set(table[0]) == {"tokens_to_prefill", "cached_tokens", "seconds"}
         assert len(table) == 12  # both repetitions' exact runs
+
+    def test_the_command_tells_its_progress_on_stderr(self, get_model, tmp_path, monkeypatch,
+                                                      capsys):
+        import marconi.engine.bench as module
+        from marconi.cli import main
+
+        monkeypatch.setattr(module, "workloads", lambda model, agent_dir: {
+            "conversation": conversation(256, turns=2, user=20, reply=4)})
+        assert main(["engine-bench", "--systems", "vanilla", "--repeat", "1", "--no-chunk",
+                     "--profile", str(tmp_path / "p.csv")]) == 0
+        err = capsys.readouterr().err.splitlines()
+        assert err[0].startswith("engine-bench: warming up (")
+        assert err[1].startswith("engine-bench: step 1 of 1, run 1 of 1: conversation (2 "
+                                 "requests), vanilla (")
+
+    def test_help_says_what_the_command_does_not_how_it_is_wired(self):
+        parser = argparse.ArgumentParser()
+        register(parser.add_subparsers(dest="command"))
+        text = parser._subparsers._group_actions[0].choices["engine-bench"].format_help()
+        assert "TTFT" in text and "register(" not in text and "Wired" not in text
 
     def test_register(self):
         parser = argparse.ArgumentParser()

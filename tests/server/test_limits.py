@@ -187,6 +187,57 @@ class TestBodyTimeout:
         assert "marconi:request_rejected_total{reason=body_timeout}" not in metrics
 
 
+class TestUnreadBody:
+    """A body dripped into a route that reads none is answered, then the connection is
+    closed: kept open, a drip faster than the keep-alive timeout would hold it forever."""
+
+    @pytest.mark.parametrize("head", [
+        b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n",
+        b"GET /v1/models HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"186a0\r\n",
+        b"POST /nope HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n",
+        b"POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n",
+    ], ids=["health", "models", "metrics-chunked", "not-found", "post-health"])
+    def test_the_connection_closes_after_the_answer(self, server: Served,
+                                                    head: bytes) -> None:
+        with _raw(server) as sock:
+            sock.sendall(head + b"x")
+            sock.settimeout(3.0)  # the keep-alive timeout is 5 s: a drip every 0.3 s beats it
+            with _dripping(sock, every=0.3):
+                answer = _read_all(sock)  # socket.timeout if the connection is held open
+        assert answer.startswith((b"HTTP/1.1 200", b"HTTP/1.1 404", b"HTTP/1.1 405")), answer
+
+    def test_a_body_sent_whole_keeps_the_connection(self, server: Served) -> None:
+        with _raw(server) as sock:
+            for _ in range(2):  # the same connection answers twice
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n"
+                             b"{}")
+                answer = b""
+                while not answer.endswith(b'{"status":"ok"}'):
+                    answer += sock.recv(65536)
+                assert answer.startswith(b"HTTP/1.1 200")
+
+
+@contextmanager
+def _dripping(sock: socket.socket, every: float) -> Iterator[None]:
+    """A byte sent every `every` seconds while inside (errors once it is closed ignored)."""
+    stop = threading.Event()
+
+    def drip() -> None:
+        while not stop.wait(every):
+            with contextlib.suppress(OSError):
+                sock.sendall(b"x")
+
+    dripper = threading.Thread(target=drip)
+    dripper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        dripper.join()
+
+
 class TestHalfClose:
     def test_a_client_that_half_closes_after_its_request_gets_its_answer(
             self, model: HybridModel) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,6 +18,7 @@ from marconi.server import service
 from tests.server.harness import Served, logged, post, scrape, serve, wait_for
 
 ABORTED = "marconi:request_success_total{finished_reason=abort}"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _running(server: Served) -> float:
@@ -53,6 +55,49 @@ class TestQueueAndDisconnect:
         assert metrics["marconi:generation_tokens_total"] < 1500  # stopped early
         assert metrics["marconi:request_rejected_total{reason=queue_full}"] == 1
         assert metrics["marconi:num_requests_running"] == 0
+        assert log.errors == []
+
+    def test_queued_clients_that_leave_free_their_slots_at_once(
+            self, model: HybridModel) -> None:
+        """Four queued chat requests whose clients close their sockets leave the queue
+        within the handler's poll (POLL_S), while the request before them still runs:
+        the next request is queued, not refused with 429."""
+        with serve(model, capacity="64MB", max_queue=4) as server, logged() as log:
+            client = server.client()
+            long = client.chat.completions.create(  # runs until its client leaves
+                model=server.model, messages=[{"role": "user", "content": "go"}],
+                max_tokens=3000, stream=True)
+            chunks = iter(long)
+            while not next(chunks).choices[0].delta.content:
+                pass
+            where = urlsplit(server.url)
+            body = json.dumps({"model": server.model, "max_tokens": 2,
+                               "messages": [{"role": "user", "content": "wait"}]})
+            socks = [socket.create_connection((where.hostname, where.port), timeout=10)
+                     for _ in range(4)]
+            for sock in socks:
+                sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                             f"Content-Type: application/json\r\nContent-Length: "
+                             f"{len(body)}\r\n\r\n{body}".encode())
+            wait_for(lambda: scrape(server.url)["marconi:num_requests_waiting"] == 4,
+                     what="four queued requests")
+            for sock in socks:
+                sock.close()
+            wait_for(lambda: scrape(server.url)["marconi:num_requests_waiting"] == 0,
+                     timeout=3.0, what="the queue to empty")
+            assert _running(server) == 1  # the long request runs on: it freed nothing
+            queued: list[Any] = []
+            waiter = threading.Thread(target=lambda: queued.append(client.completions.create(
+                model=server.model, prompt="next", max_tokens=2)))
+            waiter.start()  # queued behind the long one, not refused
+            wait_for(lambda: scrape(server.url)["marconi:num_requests_waiting"] == 1,
+                     what="the next request queued")
+            long.close()
+            waiter.join(60)
+            assert queued and queued[0].usage.completion_tokens == 2
+            metrics = scrape(server.url)
+        assert metrics[ABORTED] == 5  # the four that left waiting, and the long one
+        assert not metrics.get("marconi:request_rejected_total{reason=queue_full}")
         assert log.errors == []
 
     def test_a_waiting_client_that_leaves_is_cancelled_quietly(
@@ -130,7 +175,8 @@ class TestMetricsAddUp:
             statuses = [post(server.url, "/v1/completions", json.dumps(b))[0] for b in refused]
             unparseable = [b'{"model": "\xff"}', b"[" * 50_000 + b"]" * 50_000]  # 400s
             statuses += [post(server.url, "/v1/completions", b)[0] for b in unparseable]
-            assert statuses == [400, 404, 400, 413, 400, 400]
+            statuses.append(post(server.url, "/v1/nope", "{}")[0])  # no such route
+            assert statuses == [400, 404, 400, 413, 400, 400, 404]
             wait_for(lambda: scrape(server.url).get(ABORTED) == 1, what="the abort")
             metrics = scrape(server.url)
         counted = {k: v for k, v in metrics.items() if v and k.startswith((
@@ -141,7 +187,14 @@ class TestMetricsAddUp:
             "marconi:request_rejected_total{reason=invalid_request}": 3,
             "marconi:request_rejected_total{reason=model_not_found}": 1,
             "marconi:request_rejected_total{reason=context_length_exceeded}": 1,
-            "marconi:request_rejected_total{reason=body_too_large}": 1}
+            "marconi:request_rejected_total{reason=body_too_large}": 1,
+            "marconi:request_rejected_total{reason=not_found}": 1}
+        row = next(line for line in README.read_text().splitlines()
+                   if line.startswith("| `marconi:request_rejected_total{reason}`"))
+        for key in counted:  # the README's metrics table lists every reason refused for
+            if key.startswith("marconi:request_rejected_total"):
+                reason = key.partition("reason=")[2].rstrip("}")
+                assert f"`{reason}`" in row, reason
 
 
 def test_a_crashed_generation_is_answered_logged_and_counted(model: HybridModel) -> None:

@@ -60,6 +60,15 @@ class TestTopP:
         assert [_text(shared, temperature=1.5, top_p=1.0, seed=s) for s in range(3)] == sampled
         assert len(set(sampled)) > 1  # the seeds really sample
 
+    @pytest.mark.parametrize("top_p", [1e-46, 1e-300, 5e-324])
+    def test_a_nucleus_below_float32_is_greedy_not_an_error(self, shared: Served,
+                                                           top_p: float) -> None:
+        """1e-46 and below are 0 in float32: the nucleus still keeps its first token."""
+        assert _text(shared, temperature=1, top_p=top_p, max_tokens=4) \
+            == _text(shared, temperature=0, max_tokens=4)
+        assert (_streamed_chat(shared, temperature=1, top_p=top_p)
+                == _streamed_chat(shared, temperature=0))
+
 
 def _engine_logprobs(model: HybridModel, prompt: list[int], n: int) -> torch.Tensor:
     """The log-softmax of the logits that chose each greedy token, from a fresh engine."""

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import pytest
 
@@ -96,3 +96,41 @@ class TestSummarize:
     def test_empty(self) -> None:
         s = summarize(Trace("empty", ()))
         assert s["requests"] == 0 and s["mean_input_tokens"] == 0.0
+
+
+class TestForcedFormat:
+    """A format given for a file of another says so, and names the one the file looks like."""
+
+    REQUESTS: ClassVar = [{"messages": [{"role": "user", "content": "hi there"}]},
+                {"messages": [{"role": "user", "content": "hi"}]}]
+    SHAREGPT: ClassVar = [{"id": "a", "conversations": [{"from": "human", "value": "hi"},
+                                              {"from": "gpt", "value": "yo"}]}]
+
+    @pytest.mark.parametrize(("name", "forced", "looks"), [
+        ("requests.jsonl", "swe-agent", "openai"),
+        ("requests.jsonl", "mooncake", "openai"),
+        ("sharegpt.json", "openai", "sharegpt"),
+    ])
+    def test_the_error_names_both_formats(self, files: Files, name: str, forced: str,
+                                          looks: str) -> None:
+        path = files.jsonl(name, self.REQUESTS) if name.endswith("l") \
+            else files.json(name, self.SHAREGPT)
+        with pytest.raises(TraceError) as err:
+            load_trace(path, format=forced, options=TraceOptions(use_cache=False))
+        assert str(err.value).startswith(f"{path}:")
+        assert str(err.value).endswith(
+            f"(format '{forced}' was forced; the file looks like '{looks}')"), err.value
+
+    def test_a_file_of_the_forced_format_says_nothing_more(self, files: Files) -> None:
+        path = files.text("bad.jsonl", '{"messages": [{"role": "user", "content": "x"}]}\n[1]\n')
+        with pytest.raises(TraceError) as err:
+            load_trace(path, format="openai", options=TraceOptions(use_cache=False))
+        assert str(err.value) == f"{path}:2: each line must be a JSON object"
+
+
+def test_an_unknown_synthetic_trace_names_the_nearest() -> None:
+    with pytest.raises(ValueError) as err:
+        load_trace("synthetic:multiturn")
+    message = str(err.value)
+    assert "unknown trace format 'synthetic:multiturn' (did you mean synthetic:multi-turn?)" \
+        in message and "[" not in message and "known: artifact, sharegpt, " in message

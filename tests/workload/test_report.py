@@ -11,7 +11,7 @@ import pytest
 
 from marconi.cli import main
 from marconi.workload import TraceOptions, load_trace
-from marconi.workload.report import describe
+from marconi.workload.report import counted, describe
 
 if TYPE_CHECKING:
     from tests.workload.conftest import Files
@@ -46,6 +46,22 @@ class TestDescribe:
         assert "2 conversations with fewer than 10 rounds (--min-turns 10)" in text
         assert "everything after the first 2 sessions, not read (--sessions 2" in text
 
+    def test_one_of_a_kind_is_singular(self, files: Files) -> None:
+        text = describe(load_trace(files.json("c.json", _chats([2])), options=OPTS.with_(
+            min_turns=1)))
+        assert text.startswith("trace c.json (sharegpt): kept 1 session, 2 requests, ")
+        assert "; read 1 conversation; " in text
+
+    @pytest.mark.parametrize(("n", "unit", "said"), [
+        (1, "trajectories", "1 trajectory"), (1, "input tokens", "1 input token"),
+        (2, "trajectories", "2 trajectories"), (1234, "requests", "1,234 requests")])
+    def test_counted(self, n: int, unit: str, said: str) -> None:
+        assert counted(n, unit) == said
+
+    def test_a_trace_named_by_its_format_is_named_once(self) -> None:
+        trace = load_trace("synthetic:multi-turn:sessions=1", options=OPTS.with_(min_turns=1))
+        assert describe(trace).startswith("trace synthetic:multi-turn: kept 1 session, ")
+
     def test_nothing_dropped_says_so(self, files: Files) -> None:
         text = describe(load_trace(files.json("c.json", _chats([2])), options=OPTS.with_(
             min_turns=1)))
@@ -55,7 +71,7 @@ class TestDescribe:
         path = files.jsonl("mc.jsonl", _mooncake(1))
         assert main(["simulate", str(path), "--quiet", "--json"]) == 0
         err = capsys.readouterr().err
-        assert "1 requests over 32,768 input tokens" in err
+        assert "1 request over 32,768 input tokens" in err
 
 
 class TestEmpty:
@@ -153,8 +169,8 @@ class TestEmptyInputs:
         path = getattr(self, reader)(files)
         trace = load_trace(path, options=OPTS.with_(min_turns=1))
         assert len(trace) == 1 and all(r.n_input > 0 for r in trace)
-        assert "dropped 1 requests with an empty input" in describe(trace)
+        assert "dropped 1 request with an empty input" in describe(trace)
         chats = reader in ("_sharegpt", "_lmsys")
         turns = ["--min-turns", "1"] if chats else []  # chats' setting only
         assert main(["simulate", str(path), *turns, "--quiet", "--json"]) == 0
-        assert "1 requests with an empty input" in capsys.readouterr().err
+        assert "1 request with an empty input" in capsys.readouterr().err

@@ -6,13 +6,14 @@ TTFT percentiles, bytes held, the summed TTFT against vanilla's on the same requ
 the cache's own overhead as a share of it (lookup, restore, the split prefill's extra
 time, snapshots), then each part in ms. `--profile` writes a latency profile CSV
 (`tokens_to_prefill, cached_tokens, seconds`) that `marconi simulate --latency-profile`
-loads. (Wired into `marconi.cli` through `register(subparsers)`.)
+loads. Progress goes to stderr, a line as each step starts.
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,8 @@ def run_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--agent-data {args.agent_data}: no such folder")
     agent_dir = args.agent_data
     rows = bench(model, agent_dir, [s.strip() for s in args.systems.split(",")],
-                 args.capacity, not args.no_chunk, args.profile, args.repeat)
+                 args.capacity, not args.no_chunk, args.profile, args.repeat,
+                 say=lambda line: print(line, file=sys.stderr, flush=True))
     print(f"# engine-bench: model={args.model} ({model.spec.name}), capacity={args.capacity}, "
           f"torch threads={torch.get_num_threads()}, {platform.processor() or platform.machine()}"
           f", {args.repeat} run{'s' * (args.repeat != 1)} of each")

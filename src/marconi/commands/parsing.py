@@ -125,3 +125,13 @@ def load_plugins(argv: Sequence[str]) -> list[str]:
     for plugin in plugins:
         load_plugin(plugin)
     return [str(Path(p).resolve()) if p.endswith(".py") else p for p in plugins]
+
+
+def warn_alpha(alpha: float | None) -> None:
+    """A loud line on stderr for an alpha beyond the bootstrap tuner's grid: a value no
+    tuned run would pick (the FLOP term then outweighs recency wholesale), often a typo."""
+    from marconi.paper.tuner import GRID
+
+    if alpha is not None and alpha > max(GRID):
+        print(f"marconi: warning: --alpha {alpha:g} is beyond the tuner's grid ({min(GRID):g} "
+              f"to {max(GRID):g}); the run goes on with it", file=sys.stderr)

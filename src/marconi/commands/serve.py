@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from marconi.commands.extras import require
+from marconi.commands.parsing import warn_alpha
 from marconi.settings import DEFAULT, RUN, argument_type
 from marconi.systems import SYSTEMS
 
@@ -92,6 +93,7 @@ def _positive(text: str) -> int:
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     from marconi.server.config import ServerConfig
 
+    warn_alpha(args.alpha)
     return ServerConfig(model=args.model, served_name=args.served_model_name,
                         capacity=args.capacity, system=args.system, alpha=args.alpha,
                         host=args.host, port=args.port, max_queue=args.max_queue,

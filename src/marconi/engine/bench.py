@@ -17,7 +17,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,23 +190,48 @@ def warm_up(model: HybridModel) -> None:
 
 
 def bench(model: HybridModel, agent_dir: Path | None, systems: Sequence[str], capacity: str,
-          chunk_too: bool, profile_path: Path | None, repeat: int = 1) -> list[Row]:
+          chunk_too: bool, profile_path: Path | None, repeat: int = 1,
+          say: Callable[[str], None] | None = None) -> list[Row]:
     """Run every workload under every system, `repeat` times over (the systems interleaved
     within each repetition, so a slow spell of the machine falls on all of them);
-    optionally also chunk-boundary capture."""
+    optionally also chunk-boundary capture. `say` hears one line as each step starts (the
+    CLI's progress on stderr: a whole bench takes minutes)."""
     if repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {repeat}")
+    progress = _Progress(say, repeat * len(workloads(model, agent_dir)) * sum(
+        1 + (chunk_too and s != "vanilla" and model.chunk_size is not None) for s in systems))
+    progress.note("warming up")
     warm_up(model)
     rows: list[Row] = []
     profile: list[tuple[int, int, float]] = []
     for k in range(repeat):
         for name, requests in workloads(model, agent_dir).items():
             for system in systems:
+                progress.step(f"run {k + 1} of {repeat}: {name} ({len(requests)} requests), "
+                              f"{system}")
                 rows.append(dataclasses.replace(run(model, name, requests, system, capacity,
                                                     Capture.EXACT, profile), repeat=k))
                 if chunk_too and system != "vanilla" and model.chunk_size is not None:
+                    progress.step(f"run {k + 1} of {repeat}: {name}, {system}, "
+                                  "chunk-boundary capture")
                     rows.append(dataclasses.replace(run(model, name, requests, system,
                                                         capacity, Capture.CHUNK, []), repeat=k))
+    progress.note("done")
     if profile_path is not None:
         write_profile(profile_path, profile)
     return rows
+
+
+class _Progress:
+    """The bench's steps, numbered, with the time spent so far, told to `say`."""
+
+    def __init__(self, say: Callable[[str], None] | None, total: int) -> None:
+        self.say, self.total, self.done, self.start = say, total, 0, time.perf_counter()
+
+    def step(self, what: str) -> None:
+        self.done += 1
+        self.note(f"step {self.done} of {self.total}, {what}")
+
+    def note(self, what: str) -> None:
+        if self.say is not None:
+            self.say(f"engine-bench: {what} ({time.perf_counter() - self.start:.0f} s)")

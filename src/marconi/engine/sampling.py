@@ -50,4 +50,9 @@ def _nucleus(scaled: torch.Tensor, top_p: float) -> torch.Tensor:
     order of probability until the ones before them hold `top_p` (the first always is)."""
     probs, order = torch.sort(torch.softmax(scaled, dim=-1), descending=True)
     before = torch.cumsum(probs, dim=0) - probs
-    return scaled.index_fill(0, order[before >= top_p], float("-inf"))
+    # compared in float32, a top_p below its smallest number (1e-46) is 0, which every
+    # `before` reaches, the first's too: it is kept by position, never by the comparison
+    # (masking every token would make softmax NaN and multinomial fail)
+    outside = before >= top_p
+    outside[0] = False
+    return scaled.index_fill(0, order[outside], float("-inf"))

@@ -12,7 +12,8 @@ pipe (so holding no GIL), which hands each alpha the child adopts to `on_alpha`.
 thread that looked at a deque every 10 ms took the GIL from the scheduler a hundred
 times a second: with it, a quick served run's TTFT p95 was 1.6-2.4x stock's, while the
 plugin without a tuner was within stock's spread.) If the child dies, the engine keeps its
-last alpha and says so once. `feed_ns` counts the packing and writing.
+last alpha and says so once, and the reader reaps it (no `<defunct>` child left behind).
+`feed_ns` counts the packing and writing.
 
     python -m marconi.integrations.tuner_process READ_FD WRITE_FD   # started by Remote
 """
@@ -46,6 +47,7 @@ CHOOSERS = ("Bootstrap", "Shadows")
 NICE = 19  # the child's niceness where SCHED_IDLE is not available
 STATUS_EVERY = 64  # requests between the child's status messages (besides each alpha)
 PICKLE = 5  # the protocol of `pack`
+REAP_S = 10.0  # how long the reader waits for a child whose pipe closed to exit
 
 
 def pack(tokens: Sequence[int], n_input: int) -> bytes:
@@ -164,7 +166,16 @@ class Remote:
                 if kind == "alpha":
                     self.on_alpha(float(value))
         except (EOFError, OSError):
+            self._reap()
             self._died()
+
+    def _reap(self) -> None:
+        """Collect the child, whose end of the pipe closed as it exited: unwaited for, it
+        would stay `<defunct>` under the engine's process until `close`. On the reader
+        thread, which may wait (the scheduling loop never does)."""
+        if self._proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(REAP_S)
 
     def _died(self) -> None:
         with self._lock:  # the reader and the writer may both find it gone
@@ -233,20 +244,23 @@ def main(argv: list[str]) -> int:
     chooser = _chooser(name)
     chooser.build(get_system(system), ModelSpec(**spec), capacity, layout, True)
     spent = seen = 0
-    while True:
-        try:
-            raw = down.recv_bytes()
-        except (EOFError, OSError):
-            break
-        start = time.perf_counter_ns()
-        tokens, n_input = unpack(raw)
-        alpha = chooser.observe(tokens, n_input)
-        spent += time.perf_counter_ns() - start
-        seen += 1
-        if alpha is not None or seen % STATUS_EVERY == 0:  # (few: the engine reads them
-            up.send(("alpha" if alpha is not None else "seen", alpha,  # at its pace)
-                     chooser.status(), chooser.report(), spent))
-    up.send(("seen", None, chooser.status(), chooser.report(), spent))  # the last word
+    try:
+        while True:
+            try:
+                raw = down.recv_bytes()
+            except (EOFError, OSError):
+                break
+            start = time.perf_counter_ns()
+            tokens, n_input = unpack(raw)
+            alpha = chooser.observe(tokens, n_input)
+            spent += time.perf_counter_ns() - start
+            seen += 1
+            if alpha is not None or seen % STATUS_EVERY == 0:  # (few: the engine reads them
+                up.send(("alpha" if alpha is not None else "seen", alpha,  # at its pace)
+                         chooser.status(), chooser.report(), spent))
+        up.send(("seen", None, chooser.status(), chooser.report(), spent))  # the last word
+    except BrokenPipeError:  # the engine exited without closing us (its shutdown): no one
+        pass  # is left to hear, and no traceback is owed to its log
     return 0
 
 

@@ -4,8 +4,9 @@ starts one, waits for it and stops it (benchmarks/bench_serve.py, tests/test_ser
 
 The model is random weights (`--load-format dummy`: nothing comes from a hub) over a
 config this module writes, with a word-level tokenizer of `<i>` tokens written by the
-`tokenizers` library, so that any token id below the vocabulary size round-trips. Clients
-send token ids and read token ids back (`return_token_ids`), so the text never matters.
+`tokenizers` library, so that any token id below the vocabulary size round-trips, and a
+chat template (`CHAT_TEMPLATE`), so that chat requests are served too. The benchmarks send
+token ids and read token ids back (`return_token_ids`), so the text never matters.
 
     python -m marconi.realpeers.vllm_server model DIR [--family granitemoehybrid]
     python -m marconi.realpeers.vllm_server command DIR [--policy marconi] [--blocks 48]
@@ -14,6 +15,7 @@ send token ids and read token ids back (`return_token_ids`), so the text never m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -31,7 +33,15 @@ from marconi.realpeers.envs import ENGINES, python_of
 
 VOCAB = 8192  # token ids of a trace are taken modulo this (the bench does)
 NAME = "tiny-hybrid"  # the model name clients address
+# chat requests: each message's text on a line of its own, then the reply (vLLM refuses a
+# chat request to a model with no template); `<i>` words are token i, any other word <0>
+CHAT_TEMPLATE = ("{% for message in messages %}{{ message['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}<2>{% endif %}")
 START_TIMEOUT = 300.0  # seconds a server may take to answer /health (40-90 s here)
+# a stop drains the engine core for up to this long (`--shutdown-timeout`); without it
+# vLLM kills the core: EngineDeadError's traceback in the log, two shared-memory objects
+# leaked
+SHUTDOWN_S = 10
 
 _SHARED = {"vocab_size": VOCAB, "hidden_size": 256, "intermediate_size": 512,
            "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 4096,
@@ -106,8 +116,8 @@ def write_model(folder: str | Path, family: str = "granitemoehybrid") -> Path:
     tokenizer.save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps(
         {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096,
-         "unk_token": "<0>", "eos_token": "<1>", "bos_token": "<2>", "pad_token": "<0>"},
-        indent=1) + "\n")
+         "unk_token": "<0>", "eos_token": "<1>", "bos_token": "<2>", "pad_token": "<0>",
+         "chat_template": CHAT_TEMPLATE}, indent=1) + "\n")
     return out
 
 
@@ -137,7 +147,8 @@ class ServerConfig:
                "--max-model-len", str(self.max_model_len),
                "--max-num-seqs", str(self.max_num_seqs),
                "--max-num-batched-tokens", str(self.max_num_batched_tokens), "--enforce-eager",
-               "--enable-prompt-tokens-details", "--host", "127.0.0.1", "--port", str(port)]
+               "--enable-prompt-tokens-details", "--host", "127.0.0.1", "--port", str(port),
+               "--shutdown-timeout", str(SHUTDOWN_S)]
         if self.policy == "nocache":
             cmd += ["--no-enable-prefix-caching"]
         else:
@@ -216,14 +227,17 @@ class Server:
         self.stop()
 
     def stop(self) -> None:
+        """As vLLM stops cleanly (and scripts/serve-vllm.sh stops it): SIGTERM to the API
+        server alone, which drains its engine core and ends its processes; whatever of its
+        process group is left after that (or after 60 s) is killed."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        os.killpg(self.proc.pid, signal.SIGINT)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
+        self.proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(SHUTDOWN_S + 50)
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        self.proc.wait()
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -22,6 +22,18 @@ def compare_plot(rows: Sequence[dict[str, Any]], path: str | Path, title: str,
     return out
 
 
+def check_plot_path(path: str | Path) -> None:
+    """ValueError unless matplotlib writes files named like `path` (checked before any
+    replay: the figure comes after them all). No suffix: matplotlib's default, PNG."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(path).suffix
+    if suffix and suffix[1:].lower() not in kinds:
+        raise ValueError(f"--plot: {path}: matplotlib writes no {suffix!r} files; end it in "
+                         f"{', '.join('.' + k for k in sorted(kinds))}")
+
+
 def compare_figure(rows: Sequence[dict[str, Any]], title: str,
                    spread: Sequence[dict[str, tuple[float, float]]] | None = None) -> Any:
     """The figure `compare_plot` writes (the caller closes it)."""

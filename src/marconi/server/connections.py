@@ -19,6 +19,11 @@ for a disconnect while that request is answered, and the connection closes after
 From any other client the end of input is its leaving, as before (a request still
 waiting is then cancelled: the two cannot be told apart at the socket).
 
+A response sent before its request's body has arrived whole (a route that reads no body,
+given one) closes the connection: the body's timeouts run only while a route waits for
+it, and uvicorn's keep-alive timeout restarts with every byte, so a body dripped into
+`GET /health` would hold the connection forever.
+
 A stalled body is the ASGI middleware's to time out (`guard.py`): the protocol sees bytes,
 the middleware sees what the application is waiting for. So is a body too large, with one
 thing only the protocol sees: the bytes a chunked body's current chunk still promises (its
@@ -94,6 +99,20 @@ class _Guarded(H11Protocol):
         h11 keeps the count in its chunked reader (`_bytes_in_chunk`, h11 0.14-0.16); a
         test fails if a new h11 moves it."""
         return int(getattr(getattr(self.conn, "_reader", None), "_bytes_in_chunk", 0))
+
+    def on_response_complete(self) -> None:
+        """A response sent while its request's body is still arriving (a route that reads
+        no body: `GET /health` with a `Content-Length`) ends the connection. Kept open,
+        a client dripping the body faster than the keep-alive timeout would hold it (and
+        a connection slot) forever: uvicorn drops the bytes but restarts that timeout
+        on each of them, and no route waits for them, so no body timeout runs."""
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            client = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
+            log.info("closed the connection of %s after answering %s %s: its request's "
+                     "body, which the route does not read, was still arriving", client,
+                     self.scope.get("method", ""), self.scope.get("path", ""))
+            self.transport.close()
+        super().on_response_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

@@ -6,17 +6,18 @@ handler --submit--> [ queue (max_queue) ] --> worker thread: engine.generate(on_
    +------ events (Token..., Done | Failed), thread-safe ---+
 ```
 A full queue raises `QueueFull` (the app answers 429). A job whose client went away is
-marked `cancelled`: skipped if still waiting, stopped at its next token if running
-(either way counted as finished with reason `abort`). A generation that raises is
+`cancel`led: taken out of the queue at once if still waiting (its slot is free for the
+next request), stopped at its next token if running (either way counted as finished with
+reason `abort`). A generation that raises is
 counted as a failure and reported to its client; the worker lives on.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -49,7 +50,7 @@ class Failed:
 Event = Token | Done | Failed
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, eq=False)  # compared by identity (`cancel`)
 class Job:
     """One request as the worker sees it."""
 
@@ -69,13 +70,16 @@ class Scheduler:
     def __init__(self, engine: Engine, metrics: ServerMetrics, max_queue: int) -> None:
         self.engine = engine
         self.metrics = metrics
-        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
+        self.max_queue = max_queue
+        self._waiting: deque[Job] = deque()  # guarded by `_changed`
+        self._changed = threading.Condition()
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="marconi-engine", daemon=True)
         self.running = 0
 
     @property
     def waiting(self) -> int:
-        return self._queue.qsize()
+        return len(self._waiting)
 
     @property
     def alive(self) -> bool:
@@ -86,27 +90,43 @@ class Scheduler:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Let the running request finish, drop the waiting ones, end the thread."""
-        while True:
-            try:
-                job = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
+        with self._changed:
+            for job in self._waiting:
                 job.cancelled.set()
-        self._queue.put(None)
+            self._waiting.clear()
+            self._stopping = True
+            self._changed.notify()
         self._thread.join(timeout)
 
     def submit(self, job: Job) -> None:
         """Queue `job`; QueueFull if `max_queue` requests already wait."""
-        try:
-            self._queue.put_nowait(job)
-        except queue.Full:
-            raise QueueFull(f"the server's queue is full ({self._queue.maxsize} requests "
-                            "waiting); retry later") from None
+        with self._changed:
+            if len(self._waiting) >= self.max_queue:
+                raise QueueFull(f"the server's queue is full ({self.max_queue} requests "
+                                "waiting); retry later")
+            self._waiting.append(job)
+            self._changed.notify()
+
+    def cancel(self, job: Job) -> None:
+        """`job`'s client has gone: a waiting job leaves the queue now (counted as an
+        abort), a running one stops at its next token; a finished one is left as it is."""
+        job.cancelled.set()
+        with self._changed:
+            if job not in self._waiting:
+                return
+            self._waiting.remove(job)
+        self.metrics.success.labels(finished_reason="abort").inc()
+
+    def _next(self) -> Job | None:
+        """The next waiting job, once there is one; None when stopping."""
+        with self._changed:
+            while not self._waiting and not self._stopping:
+                self._changed.wait()
+            return None if self._stopping else self._waiting.popleft()
 
     def _run(self) -> None:
-        while (job := self._queue.get()) is not None:
-            if job.cancelled.is_set():  # its client left while it waited
+        while (job := self._next()) is not None:
+            if job.cancelled.is_set():  # cancelled (`job.cancelled`) but not through `cancel`
                 self.metrics.success.labels(finished_reason="abort").inc()
                 continue
             self.running = 1

@@ -154,7 +154,7 @@ class Service:
                 if event is not None and (done := self._step(sub, event)) is not None:
                     return done
         finally:
-            sub.job.cancelled.set()  # a no-op once finished
+            self.scheduler.cancel(sub.job)  # a no-op once finished
 
     async def deltas(self, sub: Submission) -> AsyncIterator[str | Finished]:
         """Text deltas, then the `Finished` record; the caller cancels on disconnect."""
@@ -172,7 +172,7 @@ class Service:
                 yield done
                 return
         finally:
-            sub.job.cancelled.set()
+            self.scheduler.cancel(sub.job)
 
     async def logprobs(self, sub: Submission, done: Finished, top: int) -> list[TokenLogprob]:
         """Log probabilities of the output's text tokens (computed off the event loop)."""

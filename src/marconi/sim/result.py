@@ -63,11 +63,12 @@ class SimConfig:
                              choices=("flops", "tokens"))
     retune: bool = setting(
         True, "marconi's bootstrap tuner tunes alpha again on each following window, to the "
-        "end of the trace, each window at most 1000 requests (--no-retune: once, on its "
-        "first window of multiplier x n0 requests, the paper's tuner)")
+        "end of the trace, each window at most 1000 requests, guarded by an alpha-0 twin",
+        off="marconi's bootstrap tuner tunes alpha once, on its first window of multiplier "
+        "x n0 requests (the paper's tuner), not again on each following one")
     bounds: bool = setting(
-        True, "also replay the infinite caches for the bounds and the miss attribution "
-        "(--no-bounds skips them: faster)")
+        True, "also replay the infinite caches for the bounds and the miss attribution",
+        off="skip the infinite caches' replay: no bounds and no miss attribution (faster)")
     bounds_tokens: int = setting(
         BOUND_TOKENS, "distinct tokens the bounds may hold; past it they are dropped, with "
         "a warning, so that memory stays bounded on huge traces", minimum=0, metavar="N")
@@ -96,7 +97,9 @@ class SimConfig:
         positive=True)
     hold_running: bool = setting(
         True, "serving: running requests hold their KV and a working state in the cache's "
-        "capacity (--no-hold-running: they hold nothing, as in the sequential replay)")
+        "capacity",
+        off="serving: running requests hold nothing in the cache's capacity, as in the "
+        "sequential replay")
     concurrent: bool = setting(
         False, "sequential only: requests overlap as they arrive, with no batch limit and no "
         "memory for running requests; a request's states enter when it finishes (arrival + "

@@ -80,7 +80,15 @@ def read_json(path: str | Path) -> Any:
     try:
         return json.loads(data.decode("utf-8"))
     except json.JSONDecodeError as err:
-        raise TraceError(f"malformed JSON: {err.msg}", path=path, line=err.lineno) from err
+        raise TraceError(f"malformed JSON: {json_reason(err)}", path=path,
+                         line=err.lineno) from err
+
+
+def json_reason(err: json.JSONDecodeError) -> str:
+    """`json`'s message with its column, the line going before it in the TraceError
+    (`err.msg` alone stops mid-sentence: "Unterminated string starting at")."""
+    joint = " " if err.msg.endswith(" at") else " at "
+    return f"{err.msg}{joint}column {err.colno}"
 
 
 def lines(data: bytes, *, views: bool = True) -> Iterable[memoryview | bytes] | None:
@@ -161,7 +169,8 @@ def _json_line(line: str, path: str | Path, lineno: int) -> Any:
     try:
         return json.loads(line)
     except json.JSONDecodeError as err:
-        raise TraceError(f"malformed JSON line: {err.msg}", path=path, line=lineno) from err
+        raise TraceError(f"malformed JSON line: {json_reason(err)}", path=path,
+                         line=lineno) from err
 
 
 def require(obj: dict[str, Any], key: str, *, path: str | Path, line: int | None = None) -> Any:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from marconi.settings import nearest
 from marconi.workload import diskcache
 from marconi.workload.buffers import Built
 from marconi.workload.errors import TraceError
@@ -155,7 +156,7 @@ def infer_format(source: str | Path) -> str:
         raise TraceError("no requests to replay: the file is empty", path=path)
     raise TraceError(
         f"cannot infer the trace format; name it (--format, or format= in Python): "
-        f"one of {sorted(FORMATS)}", path=path
+        f"one of {', '.join(FORMATS)}", path=path
     )
 
 
@@ -208,11 +209,31 @@ def load_trace(
     source, fmt, params = _resolve(path_or_name, format)
     if params:
         options = options.with_(params={**options.params, **params})
-    trace = _read(FORMATS[fmt], source, options)
+    try:
+        trace = _read(FORMATS[fmt], source, options)
+    except TraceError as err:
+        raise _as_forced(err, source, format, fmt) from err
     if not len(trace):
         raise TraceError(f"no requests to replay: {empty_reason(trace)}",
                          path=source or path_or_name or fmt)
     return trace
+
+
+def _as_forced(err: TraceError, source: Path | None, format: str | None,
+               fmt: str) -> TraceError:
+    """`err`, saying the format was forced and which one the file looks like, when a
+    format was given for a file that sniffs as another (or as none)."""
+    if format is None or source is None:
+        return err
+    try:
+        sniffed: str | None = infer_format(source)
+    except TraceError:
+        sniffed = None
+    if sniffed == fmt:
+        return err
+    looks = "no format it can tell" if sniffed is None else repr(sniffed)
+    return TraceError(f"{err.reason} (format {fmt!r} was forced; the file looks like {looks})",
+                      path=err.path, line=err.line, field=err.field)
 
 
 def trace_format(path_or_name: str | Path | None, format: str | None = None) -> str:
@@ -259,7 +280,7 @@ def _resolve(
         return _named(text, format)
     fmt, params = split_name(format) if format is not None else (infer_format(text), {})
     if fmt not in FORMATS:
-        raise ValueError(f"unknown trace format {fmt!r}; known: {sorted(FORMATS)}")
+        raise ValueError(_unknown(fmt))
     return Path(text), fmt, params
 
 
@@ -267,13 +288,17 @@ def _named(text: str | None, format: str | None) -> tuple[None, str, dict[str, s
     """A source named rather than given as a path: `sharegpt`, `synthetic:NAME`."""
     named, params = split_name(text or format or "")
     if named not in FORMATS:
-        raise ValueError(f"unknown trace format {named!r}; known: {sorted(FORMATS)}")
+        raise ValueError(_unknown(named))
     if text is not None and format is not None and split_name(format)[0] != named:
         raise ValueError(f"format {format!r} reads a trace file; {text!r} names a built-in "
                          f"trace (format {named!r}): give a path, or drop the format")
     if FORMATS[named].needs_path:
         raise ValueError(f"format {named!r} needs a trace path")
     return None, named, params
+
+
+def _unknown(name: str) -> str:
+    return f"unknown trace format {name!r}{nearest(name, FORMATS)}; known: {', '.join(FORMATS)}"
 
 
 def _files(spec: FormatSpec, source: Path | None) -> list[Path]:

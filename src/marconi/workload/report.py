@@ -51,21 +51,21 @@ def drops(stats: LoadStats) -> list[str]:
     """One phrase per filter that dropped something, naming its flag."""
     out, unit = [], stats.session_unit or stats.unit
     if stats.no_call:
-        out.append(f"{stats.no_call:,} {unit} without an assistant reply (no LLM call)")
+        out.append(f"{counted(stats.no_call, unit)} without an assistant reply (no LLM call)")
     if stats.short:
-        out.append(f"{stats.short:,} {unit} with fewer than {stats.min_turns} rounds "
+        out.append(f"{counted(stats.short, unit)} with fewer than {stats.min_turns} rounds "
                    f"(--min-turns {stats.min_turns})")
     if stats.beyond:
-        out.append(f"{stats.beyond:,} {unit} after the first {stats.sessions} "
+        out.append(f"{counted(stats.beyond, unit)} after the first {stats.sessions} "
                    f"(--sessions {stats.sessions}; 'all' keeps every session)")
     if stats.long_requests:
         within = (f" (the first of them and its session's later turns, in "
-                  f"{stats.long_sessions:,} sessions)" if stats.long_sessions else "")
-        out.append(f"{stats.long_requests:,} requests over {stats.max_input_tokens:,} input "
-                   f"tokens{within} (--max-input-tokens {stats.max_input_tokens}; 'none' "
-                   "keeps them)")
+                  f"{counted(stats.long_sessions, 'sessions')})" if stats.long_sessions else "")
+        out.append(f"{counted(stats.long_requests, 'requests')} over "
+                   f"{stats.max_input_tokens:,} input tokens{within} (--max-input-tokens "
+                   f"{stats.max_input_tokens}; 'none' keeps them)")
     if stats.empty_inputs:
-        out.append(f"{stats.empty_inputs:,} requests with an empty input (a conversation "
+        out.append(f"{counted(stats.empty_inputs, 'requests')} with an empty input (a conversation "
                    "opening with an empty message: nothing to prefill; the session's later "
                    "requests kept)")
     if stats.stopped:
@@ -76,15 +76,24 @@ def drops(stats: LoadStats) -> list[str]:
 
 def describe(trace: Trace) -> str:
     """`trace NAME (FORMAT): kept ...; read ...; dropped ...` for stderr."""
-    kept = (f"kept {trace.sessions:,} sessions, {len(trace):,} requests, "
-            f"{trace.input_tokens:,} input tokens")
-    head = f"trace {trace.name} ({trace.meta.get('format', '?')}): {kept}"
+    kept = (f"kept {counted(trace.sessions, 'sessions')}, "
+            f"{counted(len(trace), 'requests')}, {counted(trace.input_tokens, 'input tokens')}")
+    fmt = trace.meta.get("format", "?")
+    head = f"trace {trace.name}{'' if fmt == trace.name else f' ({fmt})'}: {kept}"
     stats = LoadStats.from_meta(trace.meta)
     if stats is None:
         return head
     dropped = drops(stats)
-    read = f"; read {stats.read:,} {stats.unit}"
+    read = f"; read {counted(stats.read, stats.unit)}"
     return head + read + (f"; dropped {'; '.join(dropped)}" if dropped else "; dropped none")
+
+
+def counted(n: int, plural: str) -> str:
+    """`1 session`, `2 sessions`, `1 trajectory`, `1,203 input tokens` (`plural` ends in
+    s)."""
+    if n != 1:
+        return f"{n:,} {plural}"
+    return f"1 {plural[:-3]}y" if plural.endswith("ies") else f"1 {plural.removesuffix('s')}"
 
 
 def empty_reason(trace: Trace) -> str:

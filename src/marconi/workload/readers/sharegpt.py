@@ -18,7 +18,7 @@ import msgspec
 from marconi.workload.buffers import Built
 from marconi.workload.conversation import Conversation
 from marconi.workload.errors import TraceError
-from marconi.workload.io import loads, read_bytes, utf8
+from marconi.workload.io import json_reason, loads, read_bytes, utf8
 from marconi.workload.options import TraceOptions
 from marconi.workload.readers.chat import build_chat_trace
 
@@ -101,7 +101,8 @@ def _iter_text(text: str, path: str | Path) -> Iterator[dict[str, Any]]:
         except json.JSONDecodeError as err:
             if not complete:
                 return  # the cut: everything before it was whole
-            raise TraceError(f"malformed JSON: {err.msg}", path=path, line=err.lineno) from err
+            raise TraceError(f"malformed JSON: {json_reason(err)}", path=path,
+                             line=err.lineno) from err
         yield obj
 
 
