@@ -57,6 +57,17 @@ def one(job: tuple[str, str, str]) -> dict[str, Any]:
     return out
 
 
+def runs(alphas: list[float]) -> str:
+    """The alphas adopted in order, a run of equal ones as `a xN`: `1.7, 0 x9, 1`."""
+    out: list[list[Any]] = []
+    for a in alphas:
+        if out and out[-1][0] == a:
+            out[-1][1] += 1
+        else:
+            out.append([a, 1])
+    return ", ".join(f"{a:g}" + (f" x{n}" if n > 1 else "") for a, n in out) or "-"
+
+
 def _trace(name: str) -> Any:
     if name.startswith("synthetic:"):
         from marconi.workload import load_trace
@@ -96,7 +107,7 @@ def main() -> None:
     for name, capacities in grid:
         for c in capacities:
             m, once, oracle, lru = (rows[name, c, r] for r in RUNS)
-            adopted = ", ".join(f"{a:g}" for a in m.get("adopted", [])) or "-"
+            adopted = runs(m.get("adopted", []))
             window = f"{m['n0']} / {m['window']}" if "n0" in m else "-"
             print(f"| {name} | {c} | {m['saved']:.2f} | {once['saved']:.2f} | "
                   f"{oracle['saved']:.2f} | {lru['saved']:.2f} | "

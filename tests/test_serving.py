@@ -318,7 +318,7 @@ class TestTunerWindow:
 
         calls: list[str] = []
         real_served, real_replay = tuner.replay_served, tuner.replay
-        monkeypatch.setattr(tuner, "_local_executor", lambda tasks, wait: tuner.Inline())
+        monkeypatch.setattr(tuner, "_local_executor", lambda *args: tuner.Inline())
         monkeypatch.setattr(tuner, "replay_served",
                             lambda *a: (calls.append("served"), real_served(*a))[1])
         monkeypatch.setattr(tuner, "replay", lambda *a: (calls.append("turn"), real_replay(*a))[1])

@@ -76,3 +76,15 @@ def test_no_fork_from_a_process_holding_torch():
     _until_launch(threads)
     assert inline.result is not None and threads.result is not None
     assert inline.result.scores == threads.result.scores
+
+
+def test_a_short_window_replays_on_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Processes cost more to start than a short window's replays (a re-tuning tuner on a
+    small cache launches hundreds of them): below `INLINE_WINDOW` requests, inline."""
+    import marconi.paper.tuner as tuner
+
+    monkeypatch.delitem(sys.modules, "torch", raising=False)  # processes otherwise
+    assert isinstance(_local_executor(4, wait=True, window=tuner.INLINE_WINDOW - 1), Inline)
+    pool = _local_executor(4, wait=True, window=tuner.INLINE_WINDOW)
+    assert not isinstance(pool, Inline)
+    pool.shutdown()

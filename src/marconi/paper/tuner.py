@@ -52,6 +52,7 @@ from marconi.core.tuning import DECIDE_EVERY, DECISIVE_LEAD, Objective, decisive
 
 GRID = tuple(round(0.1 * i, 1) for i in range(21))  # 0, 0.1, ..., 2.0
 MAX_WINDOW = 1000  # requests a re-tuning tuner's window holds at most (module docstring)
+INLINE_WINDOW = 128  # a waiting tuner replays shorter windows on its own thread
 
 Replay = tuple[np.ndarray, int]  # input + output tokens, input length
 
@@ -234,7 +235,8 @@ class BootstrapTuner:
             raise ValueError(f"the bootstrap tuner needs FLOP-aware eviction, cache "
                              f"{cache.name!r} runs {type(eviction).__name__}")
         policies = Policies(copy.deepcopy(cache.admission), eviction.fresh(0.0))
-        executor = self.executor or _local_executor(len(self.grid), self.wait)
+        executor = self.executor or _local_executor(len(self.grid), self.wait,
+                                                    len(self._recorded))
         chunks = [self.grid[i :: _workers(executor)] for i in range(_workers(executor))]
         if self.serving is not None:
             self._futures = [executor.submit(replay_served, self._snapshot, policies,
@@ -351,13 +353,15 @@ def _workers(executor: Executor) -> int:
     return getattr(executor, "_max_workers", None) or os.cpu_count() or 1
 
 
-def _local_executor(tasks: int, wait: bool) -> Executor:
+def _local_executor(tasks: int, wait: bool, window: int | None = None) -> Executor:
     """Where replays run when the caller gave no executor: one background thread when
-    nobody waits, else local processes, never forked from a process holding torch (the
-    calling thread then)."""
+    nobody waits, else local processes, never forked from a process holding torch, nor
+    for a window shorter than `INLINE_WINDOW` requests (the calling thread then: starting
+    processes costs more than such a window's replays, which a re-tuning tuner on small
+    windows would pay hundreds of times)."""
     if not wait:
         return Background()
-    if "torch" in sys.modules:
+    if "torch" in sys.modules or (window is not None and window < INLINE_WINDOW):
         return Inline()
     # its processes die with this one: a sweep's `stop` SIGKILLs the worker running us
     return ProcessPoolExecutor(max_workers=max(1, min(tasks, os.cpu_count() or 1)),
