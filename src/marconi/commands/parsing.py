@@ -130,7 +130,7 @@ def load_plugins(argv: Sequence[str]) -> list[str]:
 def warn_alpha(alpha: float | None) -> None:
     """A loud line on stderr for an alpha beyond the bootstrap tuner's grid: a value no
     tuned run would pick (the FLOP term then outweighs recency wholesale), often a typo."""
-    from marconi.paper.tuner import GRID
+    from marconi.core.tuning import ALPHA_GRID as GRID
 
     if alpha is not None and alpha > max(GRID):
         print(f"marconi: warning: --alpha {alpha:g} is beyond the tuner's grid ({min(GRID):g} "

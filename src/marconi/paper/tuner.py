@@ -48,9 +48,16 @@ from marconi.core.orphans import die_with_parent
 from marconi.core.policy import Admission, Eviction
 from marconi.core.serving import Mirror, Request, Serving, replay_serving
 from marconi.core.snapshot import Snapshot, rebuild, take
-from marconi.core.tuning import DECIDE_EVERY, DECISIVE_LEAD, Objective, decisive, hit_worth
+from marconi.core.tuning import (
+    ALPHA_GRID,
+    DECIDE_EVERY,
+    DECISIVE_LEAD,
+    Objective,
+    decisive,
+    hit_worth,
+)
 
-GRID = tuple(round(0.1 * i, 1) for i in range(21))  # 0, 0.1, ..., 2.0
+GRID = ALPHA_GRID  # 0, 0.1, ..., 2.0
 MAX_WINDOW = 1000  # requests a re-tuning tuner's window holds at most (module docstring)
 INLINE_WINDOW = 128  # a waiting tuner replays shorter windows on its own thread
 
