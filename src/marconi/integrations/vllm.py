@@ -40,8 +40,8 @@ processes, the engine core's included, before it builds the KV cache manager; ma
   choose the alpha instead, from mirrors at the engine's own order and Marconi's score
   at fixed alphas, never stopping (`integrations.common.Shadows`).
 
-Requirements, each checked with a one-line error: vLLM 0.32.x, 0.33.x or 0.34.x; a model with Mamba layers
-(checked when the cache is built).
+Requirements, each checked with a one-line error: vLLM 0.32.x, 0.33.x or 0.34.x; a model
+with Mamba layers (checked when the cache is built).
 """
 
 from __future__ import annotations
