@@ -6,7 +6,7 @@ Needs vLLM 0.34's environment (`bash scripts/setup-peers.sh vllm-0.34`). Replays
 first ShareGPT sessions of at least 10 rounds (paper-7b) through vLLM's own GPU pool
 (`KVCacheManager`, 1 GB) with vLLM's own host tier (`CPUOffloadingManager`) beside it,
 under each policy: `lru` and `arc` by name, marconi's (`MarconiCachePolicy`) loaded out of
-tree by `cache_policy_module_path` at each alpha (`marconi.realpeers.offload`). Prints per
+tree by `cache_policy_module_path` at each alpha (`marconi.sim.offload`). Prints per
 host size and policy the FLOPs saved, the part of them the host tier's loads saved, the
 tokens served from the host, and the tier's stores and evictions.
 """
@@ -21,7 +21,7 @@ from common import load
 
 from marconi.core.spec import PAPER_7B
 from marconi.realpeers.envs import available
-from marconi.realpeers.offload import replay_offload
+from marconi.sim.offload import replay_offload
 
 GPU = "1GB"
 

@@ -122,7 +122,7 @@ def test_a_trace_served_by_the_gpu_pool_and_the_host_tier() -> None:
     host tier serves tokens the GPU pool no longer holds, every hit is at least the GPU
     pool's, and the FLOPs saved count both."""
     need("vllm-0.34")
-    from marconi.realpeers.offload import replay_offload
+    from marconi.sim.offload import replay_offload
 
     trace = load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=10))
     got = replay_offload(trace, PAPER_7B, "1GB", "2GB", "marconi", alpha=0.5)

@@ -13,7 +13,7 @@ vLLM ships `lru` and `arc`. One line in `--kv-transfer-config` selects this one:
         "MarconiCachePolicy", "cache_policy_module_path": "marconi.integrations.vllm_offload"}
 
 with `MARCONI_MODEL` naming the model (as for the plugin) and `MARCONI_ALPHA` the weight
-of FLOP efficiency (default `DEFAULT_ALPHA`; no tuner runs beside the tier).
+of FLOP efficiency (default `DEFAULT_ALPHA`, 0; no tuner runs beside the tier).
 
 **The order.** First go the KV chunks no hit can use: a hit ends at a Mamba state, so KV
 past the deepest state any finished request showed on it saves nothing (the vLLM plugin
@@ -48,7 +48,10 @@ except ImportError:  # pragma: no cover - imported without vLLM: the class canno
     _Base = object
 
 WHO = "marconi.integrations.vllm_offload"
-DEFAULT_ALPHA = 1.0
+# measured through vLLM 0.34's classes (benchmarks/RESULTS.md, "Marconi as vLLM's offload
+# cache policy"): any alpha above 0 saved less than vLLM's lru on ShareGPT, so by default
+# the order is lru's with the KV no hit can use taken first
+DEFAULT_ALPHA = 0.0
 
 
 def _group(key: bytes) -> int:
@@ -87,7 +90,7 @@ def settings() -> tuple[ModelSpec, float]:
     return spec, alpha
 
 
-class MarconiCachePolicy(_Base):  # type: ignore[misc,valid-type]
+class MarconiCachePolicy(_Base):
     """vLLM's `CachePolicy` with Marconi's order (module docstring)."""
 
     def __init__(self, cache_capacity: int, spec: ModelSpec | None = None,

@@ -112,7 +112,7 @@ def cached_entries(pool: Any) -> list[tuple[Any, Any]]:
     block, or a dict of blocks by id, per key; from 0.34 a block id per key, with the ids
     of keys held by several blocks kept apart (`_dup_ids`)."""
     the_map = pool.cached_block_hash_to_block
-    out = []
+    out: list[tuple[Any, Any]] = []
     for key, entry in the_map._cache.items():
         if isinstance(entry, int):  # 0.34
             ids = the_map._dup_ids.get(key, {entry: None})

@@ -1,8 +1,8 @@
 """vLLM 0.34's CPU offload tier beside its GPU pool, replayed with a cache policy of
 vLLM's (`lru`, `arc`) or marconi's (`marconi`: `integrations.vllm_offload`, loaded by
 vLLM's own `CachePolicyFactory` from its module path): `vllm_offload_worker.py` in vLLM
-0.34's environment, and what it served (docs/integrations.md, "Marconi as vLLM's offload
-cache policy")."""
+0.34's environment (`realpeers/vllm_offload_worker.py`), and what it served
+(docs/integrations.md, "Marconi as vLLM's offload cache policy")."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from marconi.core.spec import ModelSpec
 from marconi.core.units import parse_size
 from marconi.realpeers.envs import ENGINES, Engine
 from marconi.realpeers.worker import run_worker
+from marconi.sim.real_engine import model_options
 from marconi.workload.types import Request
 
 POLICIES = ("lru", "arc", "marconi")  # vLLM's two built-in policies, and marconi's
@@ -52,8 +53,6 @@ def replay_offload(requests: Sequence[Request], spec: ModelSpec, gpu: int | str,
                    progress: bool = False) -> Served:
     """`requests` through vLLM 0.34's GPU pool of `gpu` bytes and its host tier of `host`
     bytes under `policy` (one of `POLICIES`; marconi's with `alpha`, default its own)."""
-    from marconi.sim.real_engine import model_options
-
     if policy not in POLICIES:
         raise ValueError(f"unknown offload policy {policy!r} (known: {', '.join(POLICIES)})")
     ours = policy == "marconi"
@@ -71,7 +70,8 @@ def replay_offload(requests: Sequence[Request], spec: ModelSpec, gpu: int | str,
     f = FlopsAt(spec)
     hit, gpu_hit = columns["hit"], columns["gpu_hit"]
     saved = sum(f(int(h)) for h in hit)
-    host = saved - sum(f(int(h)) for h in gpu_hit)
+    from_host = saved - sum(f(int(h)) for h in gpu_hit)
     total = sum(f(int(r.n_input)) for r in requests)
     return Served(policy=policy, hit=hit, gpu_hit=gpu_hit, host_hit=columns["host_hit"],
-                  flops_saved=saved, flops_total=total, host_flops=host, meta=meta)
+                  flops_saved=saved, flops_total=total, host_flops=from_host,
+                  meta=meta)
