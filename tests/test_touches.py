@@ -25,8 +25,8 @@ from tests.test_realpeers import need
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "src" / "marconi" / "integrations" / "touches.py"
-# each environment: the engine it holds (vLLM's three series, SGLang's one)
-ENVIRONMENTS = {"vllm": "vllm", "vllm-0.33": "vllm", "vllm-0.34": "vllm", "sglang": "sglang"}
+# each engine environment (realpeers.envs.ENGINES): the engine it holds
+ENVIRONMENTS = {key: engine.kind or engine.name for key, engine in ENGINES.items()}
 
 
 @pytest.mark.parametrize("environment", sorted(ENVIRONMENTS))
