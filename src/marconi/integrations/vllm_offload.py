@@ -20,8 +20,8 @@ past the deepest state any finished request showed on it saves nothing (the vLLM
 takes such KV first too); least recently used first. Then the lowest `recency + alpha x
 efficiency`, both min-max normalized over the candidates, recency the order of their last
 use (a request's chunks used tail to head, as vLLM's `lru` orders them: at alpha 0, with
-every chunk usable, the order is exactly `lru`'s), efficiency the prefill FLOPs the chunk's span saves, `F(end) -
-F(parent's end)` (every chunk of the tier holds the same bytes), where a chunk is one KV
+every chunk usable, the order is exactly `lru`'s), efficiency the prefill FLOPs the
+chunk's span saves, `F(end) - F(parent's end)` (every chunk of the tier holds the same bytes), where a chunk is one KV
 cache group's blocks of a request at an end position (vLLM's `OffloadKey`, its position
 from `ReqContext.get_offload_key_position`) and its parent the chunk before it in the
 same group on the request that stored it.
