@@ -21,10 +21,10 @@ takes such KV first too); least recently used first. Then the lowest `recency + 
 efficiency`, both min-max normalized over the candidates, recency the order of their last
 use (a request's chunks used tail to head, as vLLM's `lru` orders them: at alpha 0, with
 every chunk usable, the order is exactly `lru`'s), efficiency the prefill FLOPs the
-chunk's span saves, `F(end) - F(parent's end)` (every chunk of the tier holds the same bytes), where a chunk is one KV
-cache group's blocks of a request at an end position (vLLM's `OffloadKey`, its position
-from `ReqContext.get_offload_key_position`) and its parent the chunk before it in the
-same group on the request that stored it.
+chunk's span saves, `F(end) - F(parent's end)` (every chunk of the tier holds the same
+bytes), where a chunk is one KV cache group's blocks of a request at an end position
+(vLLM's `OffloadKey`, its position from `ReqContext.get_offload_key_position`) and its
+parent the chunk before it in the same group on the request that stored it.
 
 Works with vLLM 0.33 (whose policies implement `touch`) and 0.34 (which dropped it).
 """
