@@ -26,7 +26,8 @@ bytes), where a chunk is one KV cache group's blocks of a request at an end posi
 (vLLM's `OffloadKey`, its position from `ReqContext.get_offload_key_position`) and its
 parent the chunk before it in the same group on the request that stored it.
 
-Works with vLLM 0.33 (whose policies implement `touch`) and 0.34 (which dropped it).
+It implements vLLM 0.33's `touch` and 0.34's `on_request_finished` (0.34 dropped `touch`);
+it is loaded and driven here through 0.34 only (tests/test_offload_policy.py).
 """
 
 from __future__ import annotations
