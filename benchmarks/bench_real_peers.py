@@ -1,12 +1,13 @@
 """Each emulation beside the engine's real cache code: fidelity and replay speed.
 
-    .venv/bin/python benchmarks/bench_real_peers.py [--quick] [--pairs sglang,vllm]
+    .venv/bin/python benchmarks/bench_real_peers.py [--quick] [--pairs sglang,vllm,vllm-0.34]
 
 Needs the engines' environments (`bash scripts/setup-peers.sh`); a pair whose engine is
 missing is skipped with a line saying so. Replays ShareGPT, the agent trajectories and the
 Mooncake conversation trace (both from ../shared/data, skipped when absent) at two or
 three capacities each, model paper-7b, through every pair of `marconi.sim.fidelity`
-(SGLang no_buffer and extra_buffer, vLLM align) and prints per configuration the two
+(SGLang no_buffer and extra_buffer, vLLM 0.32's align, and vLLM 0.34's against the
+emulation at 0.34's default block size) and prints per configuration the two
 token hit rates and the share of identical hits, then per pair one line
 
     fidelity sglang-2026 vs sglang-0.5.23: 6 configs, max hit-rate diff 0.12 pt, ...
@@ -53,7 +54,8 @@ def line(name: str, capacity: str, a: Agreement) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a CI-sized subset")
-    parser.add_argument("--pairs", default="sglang,vllm", help="engines to compare")
+    parser.add_argument("--pairs", default="sglang,vllm,vllm-0.34",
+                        help="engines to compare")
     args = parser.parse_args(argv)
     engines = [e.strip() for e in args.pairs.split(",") if e.strip()]
     pairs = [(emu, real) for emu, real in PAIRS if get_system(real).engine in engines]

@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
-# Build the engines' own environments for the real-engine systems sglang-0.5.23, vllm-0.32
-# and vllm-0.33 (docs/peers.md): one virtual environment per engine under .venv-peers/ (or
+# Build the engines' own environments for the real-engine systems sglang-0.5.23, vllm-0.32,
+# vllm-0.33 and vllm-0.34 (docs/peers.md): one virtual environment per engine under .venv-peers/ (or
 # $MARCONI_PEERS_DIR), each with torch 2.13.0 (the CPU build) and exactly the packages of
 # scripts/peers-lock-ENGINE.txt, installed without dependencies (the engines' own pins
 # clash with ours and would pull a CUDA torch). vLLM's also gets marconi itself (editable,
 # without dependencies), so that a real vLLM server started from it loads marconi's plugin
 # (docs/integrations.md, "Serving with vLLM"). Idempotent: an environment already built
 # from an unchanged lock (and pyproject.toml) is left alone.
-#   bash scripts/setup-peers.sh            # all three
-#   bash scripts/setup-peers.sh vllm       # one (sglang, vllm or vllm-0.33)
+#   bash scripts/setup-peers.sh            # all four
+#   bash scripts/setup-peers.sh vllm       # one (sglang, vllm, vllm-0.33 or vllm-0.34)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="${MARCONI_PEERS_DIR:-.venv-peers}"
 engines=("$@")
-[ ${#engines[@]} -gt 0 ] || engines=(sglang vllm vllm-0.33)
+[ ${#engines[@]} -gt 0 ] || engines=(sglang vllm vllm-0.33 vllm-0.34)
 fail() { echo "setup-peers: $1" >&2; exit 1; }
 for engine in "${engines[@]}"; do
     lock="scripts/peers-lock-$engine.txt"
-    [ -f "$lock" ] || fail "unknown engine '$engine' (known: sglang, vllm, vllm-0.33)"
+    [ -f "$lock" ] || fail "unknown engine '$engine' (known: sglang, vllm, vllm-0.33, vllm-0.34)"
     venv="$root/$engine"
     stamp="$venv/.marconi-peer"
     want=$(cat "$lock" pyproject.toml | sha256sum | cut -c1-16)

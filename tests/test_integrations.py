@@ -644,7 +644,7 @@ class TestVLLMWithoutTheEngine:
 class TestInsideVLLM:
     def test_any_other_version_is_refused(self) -> None:
         need("vllm")
-        code = ("import vllm; vllm.__version__ = '0.34.0'\n"
+        code = ("import vllm; vllm.__version__ = '0.35.0'\n"
                 "from marconi.integrations.vllm import install\n"
                 "from marconi.core.spec import PAPER_7B\n"
                 "install(PAPER_7B)\n")
@@ -652,7 +652,7 @@ class TestInsideVLLM:
         done = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
         assert done.returncode != 0
-        assert "supports vllm 0.32.x and 0.33.x only; this environment has 0.34.0" \
+        assert "supports vllm 0.32.x, 0.33.x and 0.34.x only; this environment has 0.35.0" \
             in done.stderr
 
     @pytest.mark.parametrize("system", [
@@ -677,6 +677,62 @@ class TestInsideVLLM:
         assert got["0.32"].stats.evictions > 0
         assert (got["0.33"].records.hit == got["0.32"].records.hit).all()
         assert got["0.33"].alpha == got["0.32"].alpha
+
+    @pytest.mark.parametrize("system", [
+        "vllm-0.33", "vllm-0.33:integration=marconi,tuner=inline",
+        "vllm-0.33:integration=marconi+,tuner=inline"])
+    def test_vllm_0_34s_cache_classes_give_0_33s_hits_at_its_block_size(self, chat,
+                                                                        system: str) -> None:
+        """vLLM 0.34's own cache classes (its GPU wheel, on the CPU torch: `vllm-0.34`),
+        stock and with either policy installed: vLLM's checks and the plugin's pass after
+        every request, and every request hits as through 0.33's at the block size 0.34
+        derives (its default block size is 64, not 16: 128 tokens for paper-7b, where 0.33
+        derives 80), with the same alpha chosen. marconi+ moves alpha off 0 here, so the
+        plugin chooses states through 0.34's pool (whose blocks' hash fields were renamed
+        and whose pool is held by weak reference: `block_fields`, `pool_self`)."""
+        need("vllm-0.33")
+        need("vllm-0.34")
+        from marconi.sim.real_engine import replay
+
+        got = {}
+        for version in ("0.33", "0.34"):
+            name = system.replace("vllm-0.33", f"vllm-{version}")
+            if version == "0.33":
+                name = name + ("," if ":" in name else ":") + "block_size=128"
+            config = SimConfig(replay="sequential",
+                               spec=PAPER_7B, capacity="1GB", bounds=False, system=name)
+            got[version] = replay(chat, config, get_system(name), check=True)
+        engine, before = got["0.34"].engine, got["0.33"].engine
+        assert engine is not None and engine["version"] == "0.34.0" and before is not None
+        assert engine["block_size"] == before["block_size"] == 128
+        assert got["0.33"].stats.evictions > 0
+        assert (got["0.34"].records.hit == got["0.33"].records.hit).all()
+        assert got["0.34"].alpha == got["0.33"].alpha
+        if "marconi+" in system:
+            done = got["0.34"].summary().to_json()["engine"]["integration"]
+            assert done["victims"] > 0
+
+    def test_marconis_order_chooses_the_same_victims_through_0_34s_pool(self, chat) -> None:
+        """At a fixed alpha (2) Marconi's order chooses states through 0.34's pool as
+        through 0.33's at the same block size: as many victims, each also chosen the plain
+        way and compared (check mode), and every request's hit the same. 0.34 renamed the
+        block's hash fields and holds its pool by weak reference: read as 0.33's, the
+        plugin would find no free state to choose among (no victim, or an error)."""
+        need("vllm-0.33")
+        need("vllm-0.34")
+        from marconi.sim.real_engine import replay
+
+        got = {}
+        for name in ("vllm-0.33:integration=marconi,block_size=128",
+                     "vllm-0.34:integration=marconi"):
+            config = SimConfig(replay="sequential", spec=PAPER_7B, capacity="1GB",
+                               bounds=False, system=name, alpha=2.0)
+            got[name] = replay(chat, config, get_system(name), check=True)
+        old, new = got.values()
+        done = [r.summary().to_json()["engine"]["integration"] for r in (old, new)]
+        assert done[1]["victims"] > 0 and done[1]["checked"] > 0
+        assert done[1]["victims"] == done[0]["victims"]
+        assert (new.records.hit == old.records.hit).all()
 
     @pytest.mark.parametrize(("trace", "seed", "capacity"), [
         ("synthetic:agent:sessions=8", 11, "3GB"),

@@ -68,6 +68,21 @@ class TestVLLMAlign:
         assert vllm_block_tokens(PAPER_7B) == 80
         assert make_cache(SMALL, "1TB", "vllm-2026").admission.block == 48  # type: ignore
 
+    def test_block_derived_from_64_as_vllm_0_34_does(self) -> None:
+        """vLLM 0.34 starts from a default block size of 64 (0.32: 16): the smallest
+        multiple of 64 whose page holds a state, 128 tokens for paper-7b (80 from 16);
+        the emulation follows it with `default_block_size=64`, and refuses another base."""
+        assert vllm_block_tokens(PAPER_7B, 64) == 128
+        assert vllm_block_tokens(SMALL, 64) == 64  # 48 needed: the base itself
+        assert vllm_block_tokens(PAPER_7B, 16) == vllm_block_tokens(PAPER_7B) == 80
+        cache = make_cache(SMALL, "1TB", "vllm-2026:default_block_size=64")
+        assert cache.admission.block == 64  # type: ignore[attr-defined]
+        with pytest.raises(ValueError, match="base must be one of"):
+            VLLMConfig(base=32)
+        with pytest.raises(ValueError, match=r"default_block_size='32' is not allowed "
+                                             r"\(allowed: 16, 64\)"):
+            make_cache(SMALL, "1TB", "vllm-2026:default_block_size=32")
+
     def test_no_hit_below_one_block(self) -> None:
         cache = make_cache(SMALL, "1TB", "vllm-2026")
         _request(cache, _seq(0, 48), [1])  # the replay boundary is (48 - 1) // 48 * 48 = 0

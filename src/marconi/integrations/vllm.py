@@ -40,8 +40,8 @@ processes, the engine core's included, before it builds the KV cache manager; ma
   choose the alpha instead, from mirrors at the engine's own order and Marconi's score
   at fixed alphas, never stopping (`integrations.common.Shadows`).
 
-Requirements, each checked with a one-line error: vLLM 0.32.x or 0.33.x; a model with Mamba layers
-(checked when the cache is built).
+Requirements, each checked with a one-line error: vLLM 0.32.x, 0.33.x or 0.34.x; a model
+with Mamba layers (checked when the cache is built).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -66,9 +67,9 @@ from marconi.integrations.common import (
     one_line_exit,
 )
 
-# any 0.32.x or 0.33.x: the series whose cache classes the tests run it through (0.33 from
-# its GPU wheel, docs/integrations.md, "vLLM 0.33")
-SUPPORTED_VERSIONS = ("0.32", "0.33")
+# any 0.32.x, 0.33.x or 0.34.x: the series whose cache classes the tests run it through
+# (0.33 and 0.34 from their GPU wheels, docs/integrations.md, "vLLM 0.33", "vLLM 0.34")
+SUPPORTED_VERSIONS = ("0.32", "0.33", "0.34")
 WHO = "marconi.integrations.vllm"
 ENABLE = "MARCONI_VLLM"  # "marconi": install at plugin load
 ORPHANS = "MARCONI_ORPHANS"  # "keep": orphan KV left in vLLM's order (default "first")
@@ -80,10 +81,37 @@ log = logging.getLogger("vllm.marconi")
 MIRROR = "vllm-2026+marconi"  # the tuner's mirror: vLLM's admission, Marconi's order
 
 
+# Where vLLM keeps a cached block's hash and the tokens it covers: up to 0.33 in the slots
+# behind the properties `block_hash` / `block_hash_num_tokens` (read directly: a call less
+# each, in the hooks' loops), from 0.34 in plain fields of those names. `install` sets
+# both for the vLLM it finds (`block_fields`); the hooks read them at each call.
+_hash_of: Any = attrgetter("_block_hash")
+_depth_of: Any = attrgetter("_block_hash_num_tokens")
+
+
+def block_fields(version: str) -> tuple[str, str]:
+    """The names of `KVCacheBlock`'s hash and depth slots in vLLM `version`."""
+    if _series(version) >= (0, 34):
+        return "block_hash", "block_hash_num_tokens"
+    return "_block_hash", "_block_hash_num_tokens"
+
+
+def _series(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def pool_self(pool: Any) -> Any:
+    """What a block of `pool` holds as its `pool`: the pool itself up to 0.33, a weak
+    reference to it from 0.34 (`BlockPool._weak_self`, set in its `__init__`)."""
+    return pool.__dict__.get("_weak_self", pool)
+
+
 def check_version() -> str:
     """The installed vLLM's version (its own `__version__`: the GPU and CPU builds ship
     under different distribution names), or IntegrationError naming the supported one."""
-    supported = " and ".join(f"{v}.x" for v in SUPPORTED_VERSIONS)
+    *first, last = (f"{v}.x" for v in SUPPORTED_VERSIONS)
+    supported = f"{', '.join(first)} and {last}" if first else last
     try:
         import vllm
     except ImportError:
@@ -269,12 +297,15 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
     `process` in a child process). `orphans_first=False` leaves cached KV past a
     request's last state in vLLM's order (an ablation: with alpha 0 the engine is then
     stock vLLM)."""
+    global _hash_of, _depth_of
     check_policy(WHO, policy)
-    check_version()
+    version = check_version()
     from vllm.v1.core import kv_cache_coordinator as kcc
     from vllm.v1.core import kv_cache_manager as kcm
 
     uninstall()
+    hash_field, depth_field = block_fields(version)
+    _hash_of, _depth_of = attrgetter(hash_field), attrgetter(depth_field)
     order = StateOrder(spec, alpha or 0.0, orphans_first)
     done = Integration.of(policy, order, spec, alpha, background, process, log)
     stock_pool, stock_init = kcc.BlockPool, kcc.KVCacheCoordinator.__init__
@@ -395,7 +426,7 @@ def booked(order: StateOrder, block: Any, key: Any, last: tuple[Any, Any]) -> bo
     pool's `marconi_last`: that state and its above-tuple) is the block's, at the block's
     depth, and the books hold the block with that state and that very above-tuple, and the
     state's keys. The same test `_record` makes, made before the call."""
-    return (last[0] == key[:-4] and last[1][0] == block._block_hash_num_tokens
+    return (last[0] == key[:-4] and last[1][0] == _depth_of(block)
             and order.above.get(block.block_id) is last[1]
             and order.state_of.get(block.block_id) == last[0]
             and last[0] in order.keys_of)
@@ -490,7 +521,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
                 start = _now()
                 for i in range(num_cached_blocks, num_full_blocks):
                     block = blocks[i]  # (align mode: a state per scheduled step only)
-                    key = block._block_hash
+                    key = _hash_of(block)
                     if key is None:  # null or masked: no state (`_record` would return)
                         continue
                     # `_record`, unless the block is in the books as it would leave them
@@ -505,7 +536,7 @@ def _pool_class(stock: type, integration: Integration) -> type:
                                               block_size, replace_existing_hashes)
             states = self.marconi_states
             if out is not None and states is not None and kv_cache_group_id in states:
-                start, key, last = _now(), block._block_hash, self.marconi_last
+                start, key, last = _now(), _hash_of(block), self.marconi_last
                 # most calls cache a block again as it is in the books (a step's partial
                 # entry after its full block): `_record` would change nothing, and is not
                 # called (the same test as its own, which `_record` then makes again)
@@ -595,10 +626,10 @@ def _pool_class(stock: type, integration: Integration) -> type:
             cached state above it (same group) on the request's prefix, found through
             vLLM's own hash map (by the state's first block to come up: the others share
             it); on its first block, what a hit on it needs."""
-            key = block._block_hash  # (the slots behind `block_hash`: a call less each)
+            key = _hash_of(block)  # (up to 0.33 the slot behind `block_hash`: a call less)
             if key is None or block.is_null:
                 return
-            depth, state = int(block._block_hash_num_tokens), key[:-4]  # get_block_hash
+            depth, state = int(_depth_of(block)), key[:-4]  # get_block_hash
             last_state, above = self.marconi_last
             if last_state != state:
                 above = order.above_of(depth, self._top(request.block_hashes, depth, group))
@@ -650,10 +681,10 @@ def _pool_class(stock: type, integration: Integration) -> type:
             """The same choice made the plain way (`StateOrder.first` over the free states
             as vLLM's queue and the blocks say), and what the quick one read: the
             candidates (`found`, `_free_states`) and the books."""
-            ends = self.marconi_state_ends
+            ends, me = self.marconi_state_ends, pool_self(self)
             live = [b for b in self.free_block_queue.get_all_free_blocks()
                     if b.block_hash is not None and ends.get(b.block_hash[-4:]) == group
-                    and b.ref_cnt == 0 and not b.is_null and b.pool is self]
+                    and b.ref_cnt == 0 and not b.is_null and b.pool is me]
             if [b.block_id for b in live] != list(found) or \
                     any(found[b.block_id] is not b for b in live):
                 raise IntegrationError(f"{WHO}: the free states of group {group} are not "
@@ -731,14 +762,14 @@ def _pool_class(stock: type, integration: Integration) -> type:
             states, ends = self.marconi_states, self.marconi_state_ends
             assert states is not None
             found: dict[int, dict[int, Any]] = {g: {} for g in states}
-            of_byte = self.marconi_state_of_byte
+            of_byte, me, hash_of = self.marconi_state_of_byte, pool_self(self), _hash_of
             block = self.free_block_queue.fake_free_list_head.next_free_block
             while block.next_free_block is not None:  # (the fake tail has none)
-                key = block._block_hash  # (the slot behind `block_hash`)
+                key = hash_of(block)
                 if key is not None:
                     group = of_byte[key[-1]] if of_byte is not None else ends.get(key[-4:])
                     if group is not None and block.ref_cnt == 0 and not block.is_null \
-                            and block.pool is self:
+                            and block.pool is me:
                         found[group][block.block_id] = block
                 block = block.next_free_block
             return found
@@ -746,11 +777,12 @@ def _pool_class(stock: type, integration: Integration) -> type:
         def _state_slots(self, head: list[Any]) -> list[tuple[int, int]]:
             """(index, group) of each free cached state among `head` (free blocks)."""
             slots, ends, of_byte = [], self.marconi_state_ends, self.marconi_state_of_byte
+            me, hash_of = pool_self(self), _hash_of
             for i, block in enumerate(head):
-                key = block._block_hash
+                key = hash_of(block)
                 if key is not None:  # (a key's group as `_free_states` reads it)
                     group = of_byte[key[-1]] if of_byte is not None else ends.get(key[-4:])
-                    if group is not None and not block.is_null and block.pool is self:
+                    if group is not None and not block.is_null and block.pool is me:
                         slots.append((i, group))
             return slots
 
@@ -871,7 +903,7 @@ def _past_last_state(pool: Any, request: Any) -> list[Any] | None:
         if blocks:
             for i in range(last // kv_size, len(blocks)):
                 block = blocks[i]
-                if block._block_hash is not None and not block.is_null:
+                if _hash_of(block) is not None and not block.is_null:
                     if past is None:
                         past = [block]
                     else:

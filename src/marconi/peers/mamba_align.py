@@ -28,14 +28,20 @@ from marconi.peers.seglen import replay_length
 from marconi.peers.two_lists import FlopStates, TwoListLRU
 
 ATTENTION_ALIGN = 16  # vLLM rounds the attention block size to a multiple of 16 tokens
+# CacheConfig.DEFAULT_BLOCK_SIZE, where the derivation starts without --block-size: 16 in
+# vLLM 0.32 and 0.33, 64 in 0.34 (FlashAttention takes it as its preferred block size)
+BLOCK_BASES = (16, 64)
 
 
-def vllm_block_tokens(spec: ModelSpec) -> int:
+def vllm_block_tokens(spec: ModelSpec, base: int = ATTENTION_ALIGN) -> int:
     """The attention block size vLLM picks so that an attention page (one layer's KV
-    of a block) holds at least one Mamba page (one layer's state):
-    `16 * ceil(mamba_page / (16 * kv_bytes_per_token_per_layer))`."""
-    per_token = spec.kv_layer_bytes_per_token
-    return ATTENTION_ALIGN * -(-spec.ssm_layer_bytes // (ATTENTION_ALIGN * per_token))
+    of a block) holds at least one Mamba page (one layer's state), starting from the
+    default block size `base` (`Platform._align_hybrid_block_size`): `K * ceil(mamba_page /
+    (K * kv_bytes_per_token_per_layer))` with `K = max(16, base)`, rounded up to 16, and
+    at least `base`. With base 16: `16 * ceil(mamba_page / (16 * ...))`."""
+    per_token, kernel = spec.kv_layer_bytes_per_token, max(ATTENTION_ALIGN, base)
+    needed = kernel * -(-spec.ssm_layer_bytes // (kernel * per_token))
+    return max(base, ATTENTION_ALIGN * -(-needed // ATTENTION_ALIGN))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,8 +56,14 @@ class VLLMConfig:
     # states a later request can provably reuse (the replay boundary, junctions), R keeps
     # one more per R tokens, None every block's (dense)
     retention: int | None = 0
+    # the default block size the derived one starts from (`block` None): 16 as vLLM 0.32
+    # and 0.33, 64 as 0.34 (`BLOCK_BASES`, docs/peers.md)
+    base: int = ATTENTION_ALIGN
 
     def __post_init__(self) -> None:
+        if self.base not in BLOCK_BASES:
+            raise ValueError(f"VLLMConfig.base must be one of {BLOCK_BASES} (vLLM's default "
+                             f"block size), got {self.base!r}")
         for name in ("block", "chunk"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
@@ -67,14 +79,15 @@ class VLLMConfig:
 
 def vllm_layout(spec: ModelSpec, capacity: int, config: VLLMConfig | None = None) -> Layout:
     """vLLM's memory for a hybrid model: one pool of equal pages, KV in blocks of
-    `config.block` tokens (default `vllm_block_tokens(spec)`); states count their padded
-    size (`vllm_memory`)."""
+    `config.block` tokens (default `vllm_block_tokens(spec, config.base)`); states count
+    their padded size (`vllm_memory`)."""
     return Layout(page_size=_block(spec, config))
 
 
 def _block(spec: ModelSpec, config: VLLMConfig | None) -> int:
-    block = config.block if config is not None else None
-    return block or vllm_block_tokens(spec)
+    if config is None:
+        return vllm_block_tokens(spec)
+    return config.block or vllm_block_tokens(spec, config.base)
 
 
 def vllm_group_size(spec: ModelSpec) -> int:
@@ -125,7 +138,7 @@ class Align(Admission):
     def for_model(self, spec: ModelSpec) -> Align:
         if self.config.block is not None:
             return self
-        return Align(replace(self.config, block=vllm_block_tokens(spec)))
+        return Align(replace(self.config, block=vllm_block_tokens(spec, self.config.base)))
 
     def max_hit(self, n_input: int) -> int:
         return n_input - 1

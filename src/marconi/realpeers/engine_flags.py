@@ -17,9 +17,12 @@ SGLANG_DEFAULTS: dict[str, object] = {
 }
 
 VLLM_CACHE_MODES = ("align",)  # --mamba-cache-mode: 0.32 knows align and none (no "all")
+# CacheConfig.DEFAULT_BLOCK_SIZE, where the derived block size starts: 16 (0.32, 0.33), 64 (0.34)
+VLLM_BLOCK_BASES = ("16", "64")
 VLLM_DEFAULTS: dict[str, object] = {
     "mamba_cache_mode": "align",
     "block_size": None,  # --block-size; None: derived from the model as vLLM does
+    "default_block_size": 16,  # vLLM 0.32's (the emulation's default; 0.34: 64)
     "max_num_batched_tokens": 8192,  # --max-num-batched-tokens
     # --prefix-cache-retention-interval: 0 (vLLM 0.32's default) keeps semantic
     # checkpoints only; None every state

@@ -30,8 +30,9 @@ class Engine:
 ENGINES = {
     "sglang": Engine(name="sglang", version="0.5.23", system="sglang-0.5.23"),
     "vllm": Engine(name="vllm", version="0.32.0", system="vllm-0.32"),
-    # vLLM 0.33's cache classes from its GPU wheel (no CPU build exists): no server
+    # vLLM 0.33's and 0.34's cache classes from their GPU wheels (no CPU build exists): no server
     "vllm-0.33": Engine(name="vllm-0.33", version="0.33.0", system="vllm-0.33", kind="vllm"),
+    "vllm-0.34": Engine(name="vllm-0.34", version="0.34.0", system="vllm-0.34", kind="vllm"),
 }
 
 

@@ -1,4 +1,4 @@
-"""vLLM 0.32 or 0.33 imported (those versions only) and its cache built as vLLM builds it
+"""vLLM 0.32, 0.33 or 0.34 imported (those versions only) and its cache built as vLLM builds it
 for one worker: `KVCacheManager` over the groups and pool vLLM derives, and the scheduler's
 settings that cut chunks (`Engine`), with what the meta reports of them.
 
@@ -21,9 +21,9 @@ from typing import Any
 
 from vllm_options import KERNEL_BLOCK, UsageError, check_retention  # beside this script
 
-# the series this worker drives (0.33 from its GPU wheel: no CPU build is published, and
+# the series this worker drives (0.33, 0.34 from their GPU wheels: no CPU build is published, and
 # the cache classes are pure Python, run here on the CPU platform)
-SUPPORTED_VERSIONS = ("0.32", "0.33")
+SUPPORTED_VERSIONS = ("0.32", "0.33", "0.34")
 LAYER_ATTN = "model.layers.{}.self_attn.attn"
 LAYER_MAMBA = "model.layers.{}.mixer"
 KV_CACHE_LAYOUT = "LBNHC"  # vLLM's default when the backend declares no preference
@@ -31,7 +31,7 @@ KV_CACHE_LAYOUT = "LBNHC"  # vLLM's default when the backend declares no prefere
 
 def import_vllm() -> str:
     """Import vLLM quietly, on its CPU platform (a GPU wheel would find no device), and
-    refuse any version but 0.32.x and 0.33.x."""
+    refuse any version but 0.32.x, 0.33.x and 0.34.x."""
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     try:
@@ -41,7 +41,7 @@ def import_vllm() -> str:
     version = str(vllm.__version__)
     if not any(version == v or version.startswith(v + ".") for v in SUPPORTED_VERSIONS):
         raise UsageError(f"vllm {version} is not supported; this worker drives vllm "
-                         f"{' and '.join(v + '.x' for v in SUPPORTED_VERSIONS)}")
+                         f"{', '.join(v + '.x' for v in SUPPORTED_VERSIONS)}")
     return version
 
 
@@ -59,13 +59,26 @@ def resolve_block_size(options: dict[str, Any]) -> int:
     """Attention block size as `Platform._align_hybrid_block_size` picks it (platforms/
     interface.py): the smallest multiple of the kernel alignment `K = max(16, block_size)`
     whose attention page (one layer's KV of a block) holds one Mamba page, rounded up to
-    the backends' common alignment (16); a `--block-size` already large enough is kept."""
-    start = int(options["block_size"] or KERNEL_BLOCK)
+    the backends' common alignment (16); a `--block-size` already large enough is kept.
+    Without one it starts from `CacheConfig.DEFAULT_BLOCK_SIZE` (16 in 0.32 and 0.33; 64
+    in 0.34, which FlashAttention takes as its preferred size: `update_block_size_for_
+    backend`), checked against the installed vLLM's by `check_default_block`."""
+    start = int(options["block_size"] or options["default_block_size"])
     kernel = max(KERNEL_BLOCK, start)
     per_token = int(options["kv_layer_bytes_per_token"])
     needed = kernel * math.ceil(mamba_page_bytes(options) / (kernel * per_token))
     needed = KERNEL_BLOCK * math.ceil(needed / KERNEL_BLOCK)
     return max(start, needed)
+
+
+def check_default_block(options: dict[str, Any]) -> None:
+    """The parent sized its layout from the same default block size as this vLLM's."""
+    from vllm.config import CacheConfig
+
+    own = int(CacheConfig.DEFAULT_BLOCK_SIZE)
+    if options["block_size"] is None and options["default_block_size"] != own:
+        raise UsageError(f"option 'default_block_size': {options['default_block_size']}, "
+                         f"but this vllm's CacheConfig.DEFAULT_BLOCK_SIZE is {own}")
 
 
 def layer_specs(options: dict[str, Any], block_size: int) -> dict[str, Any]:
@@ -99,7 +112,7 @@ def vllm_config(options: dict[str, Any], block_size: int) -> Any:
     """A model-less VllmConfig carrying the cache and scheduler settings the cache reads."""
     from vllm.config import VllmConfig
 
-    config = VllmConfig()
+    config = model_less_config(VllmConfig)
     cache = config.cache_config
     cache.block_size = block_size
     cache.enable_prefix_caching = True
@@ -110,6 +123,33 @@ def vllm_config(options: dict[str, Any], block_size: int) -> Any:
     config.scheduler_config.max_num_batched_tokens = options["max_num_batched_tokens"]
     config.scheduler_config.long_prefill_token_threshold = 0
     return config
+
+
+def model_less_config(make: Callable[[], Any]) -> Any:
+    """`VllmConfig()` for a worker that models a CUDA server's cache on the CPU platform.
+
+    vLLM 0.34's CPU platform refuses, while the config is built, an x86 host without
+    triton-cpu (`CpuPlatform.check_and_update_config`: a CPU server's kernels need it).
+    The cache classes run no kernel, and what that pass sets otherwise (the CPU server's
+    block size, KV space, async scheduling) is either set again by `vllm_config` or not
+    read by the replay; so from 0.34 on the pass is the platform interface's own (none)
+    while this one config is built. 0.32 and 0.33 build it as before."""
+    import vllm
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import Platform
+
+    if tuple(int(x) for x in str(vllm.__version__).split(".")[:2]) < (0, 34):
+        return make()
+    platform = type(current_platform)
+    own = platform.__dict__.get("check_and_update_config")
+    platform.check_and_update_config = Platform.__dict__["check_and_update_config"]
+    try:
+        return make()
+    finally:
+        if own is None:
+            del platform.check_and_update_config
+        else:
+            platform.check_and_update_config = own
 
 
 @dataclass
@@ -158,6 +198,7 @@ def build_engine(options: dict[str, Any], max_model_len: int) -> Engine:
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
+    check_default_block(options)
     block_size = resolve_block_size(options)
     check_retention(options, block_size)
     config = vllm_config(options, block_size)

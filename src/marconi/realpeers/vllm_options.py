@@ -18,7 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from engine_flags import VLLM_CACHE_MODES, VLLM_DEFAULTS  # beside this script: the systems' flags
+from engine_flags import (  # beside this script: the systems' flags
+    VLLM_BLOCK_BASES,
+    VLLM_CACHE_MODES,
+    VLLM_DEFAULTS,
+)
 
 # FlashAttention's kernel block constraint (`get_supported_kernel_block_sizes`:
 # MultipleOf(16)) and CacheConfig.DEFAULT_BLOCK_SIZE: both 16 on CUDA.
@@ -58,6 +62,11 @@ OPTION_RULES: dict[str, Rule] = {
         VLLM_DEFAULTS["block_size"], lambda v: v is None or (isinstance(v, int) and _int_rule(16)(v)
                                       and v % KERNEL_BLOCK == 0),
         "null or a positive multiple of 16"),
+    # CacheConfig.DEFAULT_BLOCK_SIZE as the parent sized the pool with it (block_size
+    # null): the worker refuses one that is not its vLLM's (16 in 0.32-0.33, 64 in 0.34)
+    "default_block_size": Rule(VLLM_DEFAULTS["default_block_size"],
+                               lambda v: str(v) in VLLM_BLOCK_BASES and isinstance(v, int),
+                               " or ".join(VLLM_BLOCK_BASES)),
     # vLLM 0.32 knows "align" and "none"; "none" disables Mamba prefix caching, and with
     # prefix caching on MambaModelConfig turns it into "align". There is no "all" mode.
     "mamba_cache_mode": Rule(VLLM_DEFAULTS["mamba_cache_mode"],

@@ -96,16 +96,31 @@ def check_pool(engine: Engine, probe: PoolProbe) -> None:
     assert len(free) + len(used) == pool.num_gpu_blocks - 1, "free + used != total - null"
     assert not used, f"{len(used)} blocks still referenced after free"
     assert all(b.ref_cnt == 0 for b in free), "a free block is referenced"
-    for key, entry in pool.cached_block_hash_to_block._cache.items():
-        for block in entry.values() if isinstance(entry, dict) else (entry,):
-            assert block.block_hash == key or key in pool.cached_block_hashes_by_block.get(
-                block.block_id, ()), "hash map entry not held by its block"
+    for key, block in cached_entries(pool):
+        assert block.block_hash == key or key in pool.cached_block_hashes_by_block.get(
+            block.block_id, ()), "hash map entry not held by its block"
     scan = {b.block_id: int.from_bytes(b.block_hash[-4:], "big") for b in pool.blocks
             if b.block_hash is not None}
     assert scan == probe.hashed, "incremental hashed-block map drifted"
     assert +probe.per_group == Counter(scan.values()), "per-group counts drifted"
     for mgr in engine.manager.coordinator.single_type_managers:
         assert not mgr.req_to_blocks, "a manager still tracks a freed request"
+
+
+def cached_entries(pool: Any) -> list[tuple[Any, Any]]:
+    """Every (hash key, block) of the pool's hash map. Up to 0.33 the map's dict holds a
+    block, or a dict of blocks by id, per key; from 0.34 a block id per key, with the ids
+    of keys held by several blocks kept apart (`_dup_ids`)."""
+    the_map = pool.cached_block_hash_to_block
+    out: list[tuple[Any, Any]] = []
+    for key, entry in the_map._cache.items():
+        if isinstance(entry, int):  # 0.34
+            ids = the_map._dup_ids.get(key, {entry: None})
+            out.extend((key, pool.blocks[i]) for i in ids)
+        else:
+            out.extend((key, b) for b in (entry.values() if isinstance(entry, dict)
+                                          else (entry,)))
+    return out
 
 
 # result.npz: int64 per request unless named in FLOAT_COLUMNS.

@@ -87,6 +87,7 @@ def vllm_options(config: SimConfig, system: System) -> dict[str, Any]:
     s = system.settings
     return {**model_options(config.spec), "memory_bytes": parse_size(config.capacity),
             "block_size": s["block_size"], "mamba_cache_mode": s["mamba_cache_mode"],
+            "default_block_size": int(s["default_block_size"]),  # type: ignore[call-overload]
             "retention_interval": s["retention_interval"],
             "max_num_batched_tokens": s["max_num_batched_tokens"], "check": False,
             "progress_every": PROGRESS_EVERY,

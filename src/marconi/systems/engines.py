@@ -14,6 +14,7 @@ from marconi.realpeers.engine_flags import (
     SGLANG_DEFAULTS,
     SGLANG_EVICTIONS,
     SGLANG_STRATEGIES,
+    VLLM_BLOCK_BASES,
     VLLM_CACHE_MODES,
     VLLM_DEFAULTS,
 )
@@ -127,11 +128,22 @@ def _sglang_marconi(name: str, description: str, settings: Settings, real: bool)
     return replace(base, policies=policies, tuner=bootstrap, uses_alpha=True)
 
 
-def _vllm_options(real: bool = False) -> tuple[Option, ...]:
-    return *(
-        Option(name="mamba_cache_mode", default=VLLM_DEFAULTS["mamba_cache_mode"],
-               choices=VLLM_CACHE_MODES,
-               help="--mamba-cache-mode: where states are cached (0.32 has align only)"),
+def _vllm_options(real: bool = False, version: str = "0.32") -> tuple[Option, ...]:
+    """The options of a vLLM system. `default_block_size` is where the derived block size
+    starts: the emulation's says which version it follows, a real engine's is its own
+    (one choice: `version`'s)."""
+    own = "64" if version == "0.34" else "16"
+    mode = Option(name="mamba_cache_mode", default=VLLM_DEFAULTS["mamba_cache_mode"],
+                  choices=VLLM_CACHE_MODES,
+                  help="--mamba-cache-mode: where states are cached (0.32 has align only; "
+                       "0.34 ignores the flag: align whenever prefix caching is on)")
+    base = Option(name="default_block_size",
+                  default=own if real else str(VLLM_DEFAULTS["default_block_size"]),
+                  choices=(own,) if real else VLLM_BLOCK_BASES,
+                  help="vLLM's CacheConfig.DEFAULT_BLOCK_SIZE, where the derived block size "
+                       "starts (block_size=none): 16 as vLLM 0.32 and 0.33, 64 as 0.34",
+                  elsewhere=f"vllm-{version} runs its own" if real else "")
+    return mode, base, *(
         Option(name="block_size", default=VLLM_DEFAULTS["block_size"], kind=int, minimum=1,
                optional=True,
                help="--block-size (tokens); none: derived from the model as vLLM does"),
@@ -156,7 +168,8 @@ def _vllm_config(settings: Settings) -> object:
     block, retention = settings["block_size"], settings["retention_interval"]
     return VLLMConfig(block=None if block is None else int(block),  # type: ignore[call-overload]
                       chunk=int(settings["max_num_batched_tokens"]),  # type: ignore[call-overload]
-                      retention=None if retention is None else int(retention))  # type: ignore[call-overload]
+                      retention=None if retention is None else int(retention),  # type: ignore[call-overload]
+                      base=int(settings["default_block_size"]))  # type: ignore[call-overload]
 
 
 def _vllm(name: str, description: str, settings: Settings, real: bool) -> System:
@@ -231,4 +244,8 @@ peer("vllm-0.32", "vLLM 0.32's own KVCacheManager, replayed in its environment "
       "(scripts/setup-peers.sh)", _vllm, _vllm_options(real=True), True)
 peer("vllm-0.33", "vLLM 0.33's own KVCacheManager (from its GPU wheel: cache classes only, "
       "no CPU build exists), replayed in its environment (scripts/setup-peers.sh)", _vllm,
-      _vllm_options(real=True), True)
+      _vllm_options(real=True, version="0.33"), True)
+# 0.34: the block size derived from 64; --mamba-cache-mode a no-op (align with prefix caching)
+peer("vllm-0.34", "vLLM 0.34's own KVCacheManager (from its GPU wheel: cache classes only, "
+      "no CPU build exists), replayed in its environment (scripts/setup-peers.sh)", _vllm,
+      _vllm_options(real=True, version="0.34"), True)
