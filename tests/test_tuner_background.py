@@ -88,3 +88,13 @@ def test_a_short_window_replays_on_the_calling_thread(monkeypatch: pytest.Monkey
     pool = _local_executor(4, wait=True, window=tuner.INLINE_WINDOW)
     assert not isinstance(pool, Inline)
     pool.shutdown()
+
+
+@pytest.mark.parametrize("name", ["sglang-2026+marconi", "vllm-2026+marconi"])
+def test_the_plugins_emulations_tune_once_as_the_plugins_do(name: str) -> None:
+    """What the engine plugins install tunes once (their chooser asks for it); marconi
+    itself re-tunes by default."""
+    emulated = get_system(name).make_tuner(options=TunerOptions(wait=True))
+    ours = get_system("marconi").make_tuner(options=TunerOptions(wait=True))
+    assert isinstance(emulated, BootstrapTuner) and isinstance(ours, BootstrapTuner)
+    assert not emulated.retune and ours.retune

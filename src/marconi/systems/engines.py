@@ -18,7 +18,7 @@ from marconi.realpeers.engine_flags import (
     VLLM_CACHE_MODES,
     VLLM_DEFAULTS,
 )
-from marconi.systems.paper import bootstrap
+from marconi.systems.paper import bootstrap_once
 from marconi.systems.registry import Option, Policies, Settings, System, register_configurable
 
 # --- today's engines (what each models: docs/peers.md) ---------------------------------------
@@ -125,7 +125,7 @@ def _sglang_marconi(name: str, description: str, settings: Settings, real: bool)
         config = sglang_config(settings)
         return MambaRadix(config), MambaRadixFlop(config, spec, alpha)  # type: ignore[arg-type]
 
-    return replace(base, policies=policies, tuner=bootstrap, uses_alpha=True)
+    return replace(base, policies=policies, tuner=bootstrap_once, uses_alpha=True)
 
 
 def _vllm_options(real: bool = False, version: str = "0.32") -> tuple[Option, ...]:
@@ -206,7 +206,7 @@ def _vllm_marconi(name: str, description: str, settings: Settings, real: bool) -
 
         return Align(_vllm_config(settings)), BlockFlop(spec, alpha)  # type: ignore[arg-type]
 
-    return replace(base, policies=policies, tuner=bootstrap, uses_alpha=True)
+    return replace(base, policies=policies, tuner=bootstrap_once, uses_alpha=True)
 
 
 def peer(name: str, description: str, make: Callable[[str, str, Settings, bool], System],

@@ -3,6 +3,8 @@ and Marconi's bootstrap tuner."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from marconi.core.spec import ModelSpec
 from marconi.core.tuning import Tuner
 from marconi.systems.registry import Policies, TunerOptions, system
@@ -14,6 +16,12 @@ def bootstrap(options: TunerOptions) -> Tuner:
 
     return bootstrap_tuner(options.settings, executor=options.executor, wait=options.wait,
                            serving=options.serving)  # type: ignore[arg-type]
+
+
+def bootstrap_once(options: TunerOptions) -> Tuner:
+    """Marconi's bootstrap tuner as marconi's engine plugins run it: one window, never
+    re-tuned (their chooser, `integrations.choosers.Bootstrap`, asks for that)."""
+    return bootstrap(replace(options, settings={**options.settings, "retune": False}))
 
 
 # --- the paper's systems --------------------------------------------------------------------
