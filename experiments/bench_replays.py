@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from common import MOONCAKE, TRAJS, trace
+from common import available, trace
 
 from marconi.core.spec import PAPER_7B
 from marconi.sim.result import SimConfig
@@ -45,17 +45,6 @@ def one(job: tuple[str, str, str, str]) -> dict[str, Any]:
         out |= {"waited": s.served.waited, "running": s.served.max_running}
     return out
 
-
-def available(grid: tuple[tuple[str, tuple[str, ...]], ...]) -> list[tuple[str, tuple[str, ...]]]:
-    kept = []
-    for name, capacities in grid:
-        needs = TRAJS if name.startswith("swe-agent") else MOONCAKE \
-            if name.startswith("mooncake") else None
-        if needs is not None and not needs.exists():
-            print(f"{name}: skipped, {needs} not present", file=sys.stderr)
-            continue
-        kept.append((name, capacities))
-    return kept
 
 
 def main() -> None:

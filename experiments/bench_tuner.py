@@ -22,7 +22,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from common import MOONCAKE, TRAJS, trace
+from common import available, trace
 
 from marconi.core.spec import PAPER_7B
 from marconi.sim.result import SimConfig
@@ -75,17 +75,6 @@ def _trace(name: str) -> Any:
         return load_trace(name)
     return trace(name)
 
-
-def available(grid: tuple[tuple[str, tuple[str, ...]], ...]) -> list[tuple[str, tuple[str, ...]]]:
-    kept = []
-    for name, capacities in grid:
-        needs = TRAJS if "swe-agent" in name else MOONCAKE if name.startswith("mooncake") \
-            else None
-        if needs is not None and not needs.exists():
-            print(f"{name}: skipped, {needs} not present", file=sys.stderr)
-            continue
-        kept.append((name, capacities))
-    return kept
 
 
 def main() -> None:

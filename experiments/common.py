@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from functools import cache
@@ -45,6 +46,19 @@ def load_variants() -> ModuleType:
 
 
 # --- traces by name ------------------------------------------------------------------
+
+def available(grid: tuple[tuple[str, tuple[str, ...]], ...]) -> list[tuple[str, tuple[str, ...]]]:
+    """The (trace, capacities) of `grid` whose data is here; each one skipped is said."""
+    kept = []
+    for name, capacities in grid:
+        needs = TRAJS if "swe-agent" in name else MOONCAKE if name.startswith("mooncake") \
+            else None
+        if needs is not None and not needs.exists():
+            print(f"{name}: skipped, {needs} not present", file=sys.stderr)
+            continue
+        kept.append((name, capacities))
+    return kept
+
 
 @cache
 def trace(name: str) -> Trace:
