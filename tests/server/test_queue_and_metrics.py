@@ -25,17 +25,24 @@ def _running(server: Served) -> float:
     return scrape(server.url)["marconi:num_requests_running"]
 
 
+def _long_running(server: Served, client: openai.OpenAI) -> Any:
+    """A streamed chat request of 3,000 tokens, its first content chunk read: it runs until
+    its client closes the stream."""
+    long = client.chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": "go"}],
+        max_tokens=3000, stream=True)
+    chunks = iter(long)
+    while not next(chunks).choices[0].delta.content:
+        pass
+    return long
+
+
 class TestQueueAndDisconnect:
     def test_full_queue_gives_429_and_a_gone_client_frees_its_request(
             self, model: HybridModel) -> None:
         with serve(model, capacity="64MB", max_queue=1) as server, logged() as log:
             client = server.client()
-            long = client.chat.completions.create(  # runs until its client leaves
-                model=server.model, messages=[{"role": "user", "content": "go"}],
-                max_tokens=3000, stream=True)
-            chunks = iter(long)
-            while not next(chunks).choices[0].delta.content:
-                pass
+            long = _long_running(server, client)
             queued: list[Any] = []
             waiter = threading.Thread(target=lambda: queued.append(client.completions.create(
                 model=server.model, prompt="wait", max_tokens=2)))
@@ -64,12 +71,7 @@ class TestQueueAndDisconnect:
         the next request is queued, not refused with 429."""
         with serve(model, capacity="64MB", max_queue=4) as server, logged() as log:
             client = server.client()
-            long = client.chat.completions.create(  # runs until its client leaves
-                model=server.model, messages=[{"role": "user", "content": "go"}],
-                max_tokens=3000, stream=True)
-            chunks = iter(long)
-            while not next(chunks).choices[0].delta.content:
-                pass
+            long = _long_running(server, client)
             where = urlsplit(server.url)
             body = json.dumps({"model": server.model, "max_tokens": 2,
                                "messages": [{"role": "user", "content": "wait"}]})

@@ -6,14 +6,19 @@ block pool (`PoolProbe`), and the pool's integrity checked after each request wh
 
 from __future__ import annotations
 
+import argparse
+import sys
+import time
+import traceback
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from arrivals import NoRoom, Parent, run_concurrent  # beside this script
-from vllm_engine import Engine  # beside this script
+from vllm_engine import Engine, import_vllm  # beside this script
 from vllm_options import Trace, UsageError
 from vllm_scheduler import (
     PoolTooSmall,
@@ -23,7 +28,7 @@ from vllm_scheduler import (
     run_request,
     start_request,
 )
-from worker_io import progress, progress_every
+from worker_io import check_paths, error_line, progress, progress_every
 
 
 @dataclass
@@ -275,3 +280,33 @@ def check_request(engine: Engine, probe: PoolProbe, i: int) -> None:
 class RequestFailed(Exception):
     def __init__(self, index: int, cause: BaseException) -> None:
         super().__init__(f"request {index}: {type(cause).__name__}: {cause}")
+
+
+def worker_main(description: str, run: Callable[[argparse.Namespace, float], None],
+                argv: list[str] | None) -> int:
+    """A vLLM worker's command line (`vllm_worker.py`, `vllm_offload_worker.py`): `--trace`,
+    `--options`, `--out` run `run(args, started)`; `--version` prints vLLM's version. The
+    contract with marconi's `worker.py`: a usage error is one error line and exit 2; any
+    other failure a traceback, then one error line, exit 1."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--version", action="store_true",
+                        help="load vLLM, print its version and exit (the setup's check)")
+    parser.add_argument("--trace", type=Path)
+    parser.add_argument("--options", type=Path)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    check_paths(parser, args)
+    try:
+        if args.version:
+            print(f"vllm {import_vllm()}")
+            return 0
+        run(args, time.perf_counter())
+    except UsageError as exc:
+        error_line(str(exc))
+        return 2
+    except Exception as exc:
+        traceback.print_exception(exc.__cause__ or exc, file=sys.stderr)
+        where = "" if isinstance(exc, RequestFailed) else f"setup: {type(exc).__name__}: "
+        error_line(f"{where}{exc}")
+        return 1
+    return 0

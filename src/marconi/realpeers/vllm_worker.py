@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 from vllm_engine import build_engine, engine_meta, import_vllm  # beside this script
 from vllm_options import UsageError, load_options, load_trace
-from vllm_replay import RequestFailed, replay
-from worker_io import check_paths, error_line, report_integration
+from vllm_replay import replay, worker_main
+from worker_io import report_integration
 
 
 def install_integration(options: dict[str, Any]) -> Any:
@@ -94,30 +94,7 @@ def run(args: argparse.Namespace, started: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="store_true",
-                        help="load vLLM, print its version and exit (the setup's check)")
-    parser.add_argument("--trace", type=Path)
-    parser.add_argument("--options", type=Path)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
-    check_paths(parser, args)
-    try:
-        if args.version:
-            print(f"vllm {import_vllm()}")
-            return 0
-        run(args, time.perf_counter())
-    except UsageError as exc:
-        error_line(str(exc))
-        return 2
-    except Exception as exc:  # the contract: a traceback, then one error line, exit 1
-        import traceback
-
-        traceback.print_exception(exc.__cause__ or exc, file=sys.stderr)
-        where = "" if isinstance(exc, RequestFailed) else f"setup: {type(exc).__name__}: "
-        error_line(f"{where}{exc}")
-        return 1
-    return 0
+    return worker_main(__doc__.splitlines()[0], run, argv)
 
 
 if __name__ == "__main__":
