@@ -35,7 +35,8 @@ FLOP efficiency times how often entries this idle were still hit; ages past ever
 observed hit score near zero (stale entries leave first). It is a heavily shrunk LHD,
 kept because it measured better than LHD's own estimate, which evicts the freshest
 entries first (an MRU-like order that loses when sessions return at random). The
-measurements: experiments/RESULTS.md ("How hit density ranks").
+measurements: experiments/RESULTS.md ("Beyond Marconi": "What marconi+ is" and "How
+the pieces were chosen").
 """
 
 from __future__ import annotations
