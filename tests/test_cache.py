@@ -236,8 +236,8 @@ class TestBadInput:
             make_cache(SMALL, -5, "marconi")
 
     def test_unknown_system(self) -> None:
-        with pytest.raises(ValueError, match=r"unknown system .lfu.*sglang"):
-            make_cache(SMALL, "1GB", "lfu")
+        with pytest.raises(ValueError, match=r"unknown system .mru.*sglang"):
+            make_cache(SMALL, "1GB", "mru")
 
     def test_negative_alpha(self) -> None:
         with pytest.raises(ValueError, match=r"-0\.5"):

@@ -43,7 +43,7 @@ class TestRegistry:
 
     def test_unknown_name_lists_known(self) -> None:
         with pytest.raises(ValueError, match=r"known systems: .*marconi"):
-            get_system("lfu")
+            get_system("mru")
 
 
 class TestAdmission:

@@ -1,5 +1,5 @@
 """Other baselines (what each models: docs/peers.md, "Other baselines"): SegLen, T-LRU,
-llama.cpp's context checkpoints, sparse prefix caching."""
+LFU, llama.cpp's context checkpoints, sparse prefix caching."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from marconi.systems.registry import (
     Settings,
     System,
     register_configurable,
+    system,
 )
 
 
@@ -68,6 +69,16 @@ peer("tlru", "SGLang emulation with tail-optimized LRU for its KV (--radix-evict
        Option(name="next_prompt_estimate", default=512, kind=int, minimum=0,
               help="--radix-eviction-policy-config next_prompt_estimate: the tokens a "
                    "next prompt is expected to add")), False)
+
+
+@system("lfu", "judicious admission; leaves least frequently used first (hit count, then "
+        "recency: SGLang's --radix-eviction-policy lfu), a declared priority")
+def _lfu(spec: ModelSpec, alpha: float) -> Policies:
+    from marconi.core.ranked import Ranked
+    from marconi.paper.admission import Judicious
+    from marconi.peers.lfu import LFU
+
+    return Judicious(), Ranked(LFU)
 
 
 def _llamacpp(settings: Settings) -> System:

@@ -1,0 +1,110 @@
+"""An eviction order declared as data: a `Priority` over a node's features, lowest first.
+
+A policy that is only an order states it once, as a `Priority`: which nodes are
+candidates, which nodes a lookup or commit touches, and the keys compared in turn (each
+a weighted sum of features), the node's creation order breaking the last tie. The
+evaluators read the declaration and nothing else: `Ranked` runs it on the Python core
+(docs/architecture.md, "Declared priorities"). A policy module is then its declaration
+plus its registration (`marconi.peers.lfu`).
+
+```
+Priority("lfu", keys=(Key(Term(HITS)), Key(Term(RECENCY))))
+    -> Ranked: on every change a node's key (hits, last touch, id) -> a lazy heap
+    -> victim: the smallest valid key outside the protected nodes
+```
+
+Features (`Feature`), each a node's own:
+
+- `RECENCY`: the clock at its last touch (a lookup or commit that `touches` it);
+- `HITS`: the commits whose sequence passed through it, its own creation included (an
+  edge split keeps the count in both halves), SGLang's `hit_count`;
+- `CREATED`: the clock when it entered the tree (a split's upper half keeps its child's);
+- `DEPTH`: tokens from the root to the end of its edge;
+- `STATE`: 1 when it holds an SSM state, else 0.
+
+A `Term` may be a step (`at_least`: 1 when the feature reaches it, else 0), which is how
+a segmented order (SLRU's probationary and protected segments) is written.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Feature(Enum):
+    RECENCY = "recency"
+    HITS = "hits"
+    CREATED = "created"
+    DEPTH = "depth"
+    STATE = "state"
+
+
+class Candidates(Enum):
+    LEAVES = "leaves"  # unpinned nodes without children: evicting one removes it
+
+
+class Touches(Enum):
+    PATH = "path"  # a lookup stamps every node it matched, a commit every node it passed
+
+
+@dataclass(frozen=True)
+class Term:
+    """`weight x feature`, or with `at_least`, `weight x (feature >= at_least)`."""
+
+    feature: Feature
+    weight: float = 1.0
+    at_least: float | None = None
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.weight):
+            raise ValueError(f"term {self.feature.value}: weight must be finite, got "
+                             f"{self.weight}")
+        if self.at_least is not None and not math.isfinite(self.at_least):
+            raise ValueError(f"term {self.feature.value}: at_least must be finite, got "
+                             f"{self.at_least}")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of the lexicographic order: the sum of its terms."""
+
+    terms: tuple[Term, ...]
+
+    def __init__(self, *terms: Term) -> None:
+        if not terms:
+            raise ValueError("a key needs at least one term")
+        object.__setattr__(self, "terms", terms)
+
+
+@dataclass(frozen=True)
+class Priority:
+    """An eviction order: among `candidates`, the node whose `keys` compare lowest leaves
+    first (then the lowest creation id, which every evaluator breaks ties with)."""
+
+    name: str
+    keys: tuple[Key, ...]
+    candidates: Candidates = Candidates.LEAVES
+    touches: Touches = Touches.PATH
+    description: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.keys:
+            raise ValueError(f"priority {self.name!r}: needs at least one key")
+
+    @property
+    def features(self) -> frozenset[Feature]:
+        """The features its keys read (an evaluator keeps books for these only)."""
+        return frozenset(t.feature for k in self.keys for t in k.terms)
+
+
+def key_value(key: Key, values: dict[Feature, float]) -> float:
+    """`key` over one node's feature `values`."""
+    total = 0.0
+    for term in key.terms:
+        x = values[term.feature]
+        if term.at_least is not None:
+            x = 1.0 if x >= term.at_least else 0.0
+        total += term.weight * x
+    return total

@@ -1,0 +1,125 @@
+"""`Ranked`: a declared `Priority` (marconi.core.priority) run on the Python core.
+
+Each candidate's key is computed from its features whenever the cache reports a change
+to it and pushed on a lazy heap with the key it was pushed at; an entry whose node is no
+longer a candidate, or whose key changed since, is stale and skipped when it surfaces
+(the LRU mechanics of `marconi.core.lazy_heap`, over a tuple key).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Collection, Iterable, Sequence
+
+from marconi.core.policy import Action, Eviction, Victim, alive
+from marconi.core.priority import Feature, Priority, key_value
+from marconi.core.tree import Node
+
+Entry = tuple[tuple[float, ...], int, Node]  # (key, node id, node)
+
+
+def _candidate(node: Node) -> bool:
+    """A live unpinned leaf (`Candidates.LEAVES`)."""
+    return not node.children and not node.pins and alive(node)
+
+
+class Ranked(Eviction):
+    """Evicts the candidate whose declared key is lowest; ties by creation order."""
+
+    def __init__(self, priority: Priority) -> None:
+        super().__init__()
+        self.priority = priority
+        self.hits: dict[Node, int] = {}
+        self.created: dict[Node, float] = {}
+        self._key: dict[Node, tuple[float, ...]] = {}
+        self._heap: list[Entry] = []
+
+    def features(self, node: Node) -> dict[Feature, float]:
+        """`node`'s features as the declaration reads them."""
+        return {Feature.RECENCY: self.stamp.get(node, 0), Feature.HITS: self.hits.get(node, 0),
+                Feature.CREATED: self.created.get(node, 0), Feature.DEPTH: node.depth,
+                Feature.STATE: 1.0 if node.has_state else 0.0}
+
+    def key(self, node: Node) -> tuple[float, ...]:
+        values = self.features(node)
+        return tuple(key_value(k, values) for k in self.priority.keys)
+
+    # --- events ---------------------------------------------------------------------
+
+    def changed(self, node: Node) -> None:
+        if _candidate(node):
+            key = self.key(node)
+            if self._key.get(node) != key:
+                self._key[node] = key
+                heapq.heappush(self._heap, (key, node.id, node))
+                if len(self._heap) > 2 * len(self._key) + 64:
+                    self._compact()
+        else:
+            self._key.pop(node, None)
+
+    def removed(self, node: Node) -> None:
+        super().removed(node)
+        self.hits.pop(node, None)
+        self.created.pop(node, None)
+        self._key.pop(node, None)
+
+    def _touch(self, nodes: Iterable[Node], now: int) -> None:
+        for node in nodes:
+            self.stamp[node] = now
+            self.changed(node)
+
+    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
+        self._touch(path, now)
+
+    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        for node in new:  # a split's upper half keeps its child's count and creation
+            child = next(iter(node.children.values()), None)
+            self.hits[node] = self.hits.get(child, 0) if child is not None else 0
+            self.created[node] = self.created.get(child, now) if child is not None else now
+        path = list(path)
+        for node in path:
+            self.hits[node] = self.hits.get(node, 0) + 1
+        self._touch(path, now)
+
+    # --- victims --------------------------------------------------------------------
+
+    def _valid(self, entry: Entry) -> bool:
+        key, _, node = entry
+        return _candidate(node) and self._key.get(node) == key
+
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        heap = self._heap
+        while heap and not self._valid(heap[0]):
+            heapq.heappop(heap)
+        if not heap:
+            return None
+        if heap[0][2] not in protected:
+            return Victim(heap[0][2], Action.REMOVE)
+        held, found = [], None
+        while heap:
+            entry = heapq.heappop(heap)
+            if not self._valid(entry):
+                continue
+            held.append(entry)
+            if entry[2] not in protected:
+                found = entry[2]
+                break
+        for entry in held:
+            heapq.heappush(heap, entry)
+        return Victim(found, Action.REMOVE) if found is not None else None
+
+    def _compact(self) -> None:
+        best: dict[int, Entry] = {}
+        for entry in self._heap:
+            if self._valid(entry):
+                best[entry[1]] = entry
+        self._heap = list(best.values())
+        heapq.heapify(self._heap)
+
+    def check(self, nodes: Sequence[Node]) -> None:
+        valid = {entry[2] for entry in self._heap if self._valid(entry)}
+        for node in nodes:
+            if _candidate(node):
+                assert node in valid, (
+                    f"candidate {node!r} missing from the {self.priority.name} heap")
+                assert self._key[node] == self.key(node), f"stale key for {node!r}"
