@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from marconi.core.candidates import Scored
 from marconi.core.compiled import CompiledCache, CompiledNode, replay_cache
 from marconi.core.integrity import check_integrity
 from marconi.core.layout import Layout
+from marconi.core.ranked import Ranked
 from marconi.core.snapshot import clone, rebuild, take
 from marconi.core.spec import PAPER_7B, ModelSpec
 from marconi.core.state_store import Freed
@@ -41,7 +43,7 @@ from marconi.plus.density import HitDensity
 from marconi.plus.greedy_dual import GreedyDualFlop
 from marconi.plus.overlap import OverlapPlanner
 from marconi.plus.switchable import Mode, Setting, Switchable
-from tests.helpers import SMALL
+from tests.helpers import CACHES, SMALL
 
 if not compiled.built():
     if os.environ.get("CI"):
@@ -84,6 +86,21 @@ POLICIES = {
     "plus-live-default": lambda spec, alpha, planner: (
         Structured(PLAIN, planner), Switchable(spec, Mode.DENSITY)),
 }
+
+
+def _declared() -> dict[str, Any]:
+    """Every registered system whose eviction is a declared priority (`Ranked`), by its
+    name: the differential tests below cover a newly declared policy with no test code of
+    its own."""
+    out = {}
+    for name, system in CACHES.items():
+        if isinstance(system.policies(SMALL, 0.0)[1], Ranked):
+            out[name] = lambda spec, alpha, planner, s=system: s.policies(spec, alpha)
+    return out
+
+
+DECLARED = _declared()
+POLICIES.update(DECLARED)
 
 
 def live(spec: ModelSpec) -> Switchable:
@@ -528,7 +545,7 @@ def test_what_it_cannot_hold_is_refused_with_a_reason() -> None:
                                     "marconi-inverse-age", "seglen", "sparse-prefix",
                                     "tlru", "vllm-2026",
                                     "vllm-2026+marconi", "sglang-2026", "sglang-2026-extra",
-                                    "sglang-2026+marconi"])
+                                    "sglang-2026+marconi", *DECLARED])
 @pytest.mark.parametrize("replay", ["sequential", "concurrent", "serving"],
                          ids=["in-order", "concurrent", "serving"])
 def test_a_replay_is_the_same_on_both_cores(system: str, replay: str,

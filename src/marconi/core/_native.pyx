@@ -90,6 +90,8 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         void set_flop_states(const Spec&)
         void set_flop_terms(cbool, double) except +
         void set_tlru(i64, i64) except +
+        void set_keys(const vector[int]&, const vector[int]&, const vector[double]&,
+                      const vector[double]&) except +
         void load_done(const double*, i64) except +
         string check()
         vector[cpp_tuple3] candidates()
@@ -201,7 +203,7 @@ cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gi
 ADMISSIONS = {"judicious": 0, "none": 1, "block": 2, "align": 3, "radix": 4}
 EVICTIONS = {"lru": 0, "flop": 1, "keep": 2, "gd": 3, "density": 4, "switchable": 5,
              "blocklru": 6, "blockflop": 6, "radixlru": 7, "radixflop": 7,
-             "flop-inverse-age": 1, "seglen": 1, "radixtlru": 7}
+             "flop-inverse-age": 1, "seglen": 1, "radixtlru": 7, "ranked": 0}
 ACTIONS = ("remove", "merge", "drop-state")
 
 
@@ -284,6 +286,11 @@ cdef class NativeCore:
     def set_tlru(self, i64 threshold, i64 next_prompt):
         """T-LRU's KV order in SGLang's lists (`Core::set_tlru`)."""
         self.core.set_tlru(threshold, next_prompt)
+
+    def set_keys(self, key, feature, weight, at_least):
+        """A declared priority's leaf order (`Core::set_keys`): per term its key (0, 1),
+        feature (0-4), weight and step threshold (NaN: none)."""
+        self.core.set_keys(key, feature, weight, at_least)
 
     def set_flop_terms(self, cbool inverse_age, double replay_weight):
         """Marconi's score with the artifact's recency, or SegLen's replay length at

@@ -54,6 +54,7 @@ import numpy as np
 from marconi.core.cache import CommitResult, Plan, PrefixCache
 from marconi.core.layout import Layout
 from marconi.core.policy import Admission, Eviction
+from marconi.core.priority import terms
 from marconi.core.snapshot import Snapshot
 from marconi.core.spec import ModelSpec
 from marconi.core.stats import CacheStats
@@ -66,7 +67,8 @@ CORES = ("python", "compiled")
 # what the compiled core runs, by `compiled_as`
 ADMISSIONS = ("judicious", "none", "block", "structured", "sparse", "align", "radix")
 EVICTIONS = ("lru", "flop", "flop-inverse-age", "seglen", "keep", "gd", "density",
-             "switchable", "blocklru", "blockflop", "radixlru", "radixflop", "radixtlru")
+             "switchable", "blocklru", "blockflop", "radixlru", "radixflop", "radixtlru",
+             "ranked")
 # vLLM's align mode runs with its block queue (and it alone), KV in pages or per token;
 # SGLang's admission with its two lists (and they alone), a state pool or not
 BLOCK_QUEUES = ("blocklru", "blockflop")
@@ -130,6 +132,8 @@ def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
         return f"admission {type(admission).__name__} runs in Python only"
     if compiled_as(eviction) not in EVICTIONS:
         return f"eviction {type(eviction).__name__} runs in Python only (as configured)"
+    if compiled_as(eviction) == "ranked" and len(eviction.priority.keys) > 2:  # type: ignore[attr-defined]
+        return "a declared priority of more than two keys runs in Python only"
     if compiled_as(admission) == "structured" and spec.ssm_layers == 0:
         return ("Structured admission of a model without SSM layers (a node per block) runs "
                 "in Python only")
@@ -296,6 +300,8 @@ class CompiledCache:
                                 float(policy.config.state_share))
         if self.layout.page_size > 1:
             self._core.set_pages(self.layout.page_size)
+        if compiled_as(eviction) == "ranked":  # a declared priority (`core.priority`)
+            self._core.set_keys(*terms(policy.priority))
         if compiled_as(eviction) == "flop-inverse-age":  # the artifact's recency
             self._core.set_flop_terms(True, -1.0)
         elif compiled_as(eviction) == "seglen":  # the replay length, not the efficiency

@@ -99,6 +99,17 @@ class Priority:
         return frozenset(t.feature for k in self.keys for t in k.terms)
 
 
+def terms(priority: Priority) -> tuple[list[int], list[int], list[float], list[float]]:
+    """The declaration as the compiled core reads it (`Core::set_keys`): per term its key's
+    index, its feature's index in `Feature`, its weight and its step (NaN: none)."""
+    order = list(Feature)
+    rows = [(k, order.index(t.feature), t.weight,
+             math.nan if t.at_least is None else t.at_least)
+            for k, key in enumerate(priority.keys) for t in key.terms]
+    return ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
+            [r[3] for r in rows])
+
+
 def key_value(key: Key, values: dict[Feature, float]) -> float:
     """`key` over one node's feature `values`."""
     total = 0.0

@@ -3,7 +3,9 @@
 Each candidate's key is computed from its features whenever the cache reports a change
 to it and pushed on a lazy heap with the key it was pushed at; an entry whose node is no
 longer a candidate, or whose key changed since, is stale and skipped when it surfaces
-(the LRU mechanics of `marconi.core.lazy_heap`, over a tuple key).
+(the LRU mechanics of `marconi.core.lazy_heap`, over a tuple key). A cache rebuilt from
+a snapshot (`marconi.core.snapshot`: structure and stamps) starts every node's hit count
+and creation clock at 0, on either core.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ def _candidate(node: Node) -> bool:
 
 class Ranked(Eviction):
     """Evicts the candidate whose declared key is lowest; ties by creation order."""
+
+    compiled_as = "ranked"  # the compiled core evaluates declarations of up to two keys
 
     def __init__(self, priority: Priority) -> None:
         super().__init__()
@@ -72,7 +76,9 @@ class Ranked(Eviction):
         self._touch(path, now)
 
     def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
-        for node in new:  # a split's upper half keeps its child's count and creation
+        # deepest first, a split's upper half keeping its first child's count and creation
+        # (that child is the split's lower half, or a deeper upper half set just before)
+        for node in sorted(new, key=lambda n: -n.depth):
             child = next(iter(node.children.values()), None)
             self.hits[node] = self.hits.get(child, 0) if child is not None else 0
             self.created[node] = self.created.get(child, now) if child is not None else now

@@ -229,6 +229,26 @@ class Core {
     }
     i64 page() const { return page_; }
 
+    // A declared priority (`marconi.core.priority`, evaluated as `Ranked` does): the leaf
+    // order's two keys, each the sum of its terms `weight x feature` (a step where
+    // `at_least` is not NaN: 1 when the feature reaches it, else 0), ties by creation.
+    // Features: 0 the stamp, 1 hits, 2 creation clock, 3 depth, 4 holds a state. Before
+    // any request; the LRU mode only.
+    void set_keys(const std::vector<int>& key, const std::vector<int>& feature,
+                  const std::vector<double>& weight, const std::vector<double>& at_least) {
+        size_t n = key.size();
+        if (evict_ != Evict::LRU || feature.size() != n || weight.size() != n ||
+            at_least.size() != n)
+            throw std::invalid_argument("set_keys: the LRU mode, one key, feature, weight "
+                                        "and threshold per term");
+        for (size_t i = 0; i < n; ++i) {
+            if (key[i] < 0 || key[i] > 1 || feature[i] < 0 || feature[i] > 4)
+                throw std::invalid_argument("set_keys: keys 0-1, features 0-4");
+            terms_[key[i]].push_back(Term{feature[i], weight[i], at_least[i]});
+        }
+        declared_ = true;
+    }
+
     // `BlockFlop`: a state leaving the block queue is the first in Marconi's order, FLOP
     // efficiencies from `spec` (the policy's own model, unpadded)
     void set_flop_states(const Spec& spec) {
@@ -397,6 +417,7 @@ class Core {
             stats.refused_commits += 1;
             // `on_commit(path, (), now)`: LRU touches the path; hit density sees the clock
             if (tlru_) tlru_commit(path_, {}, {});
+            if (declared_) declared_commit(path_, {}, {});
             if (evict_ == Evict::LRU || multi() || two()) touch_path(path_);
             see_clock();
             now_ = static_cast<double>(clock);
@@ -655,13 +676,17 @@ class Core {
         bool alive = false, has_state = false, in_order = false;
         double stamp = 0;
         double stamp_lru = 0, stamp_clock = 0;  // marconi+'s live cache: LRU's, hit density's
-        std::tuple<double, i64, i64> order_key;  // its entry in the LRU order, if in_order
+        std::tuple<double, double, i64> order_key;  // its entry in the LRU order, if in_order
+        // a declared priority's features beyond the stamp (`set_keys`): the commits through
+        // it, the clock when it entered the tree (`Ranked.hits`, `Ranked.created`)
+        i64 hits = 0;
+        double created = 0;
         int slot = -1;                            // its candidate slot (FLOP), or -1
         bool copy = false;  // holds its own copy of the page it starts in (`PageBooks`)
         // the block queue's state list (TWO): the state's stamp, its entry if in_states
         bool sstamped = false, in_states = false, in_tomb = false;
         double sstamp = 0;
-        std::tuple<double, i64, i64> states_key;
+        std::tuple<double, double, i64> states_key;
     };
 
     Spec spec_;
@@ -685,6 +710,12 @@ class Core {
     bool junctions_ = true;
     i64 page_ = 1;                   // tokens per KV page (`set_pages`)
     bool flop_states_ = false;       // `BlockFlop` (`set_flop_states`)
+    struct Term {
+        int feature;
+        double weight, at_least;
+    };
+    bool declared_ = false;          // a declared priority's keys (`set_keys`)
+    std::vector<Term> terms_[2];
     bool tlru_ = false;              // `TailLRU` (`set_tlru`): its threshold and estimate
     i64 threshold_ = 0, next_prompt_ = 0;
     bool inverse_age_ = false;       // Marconi's other terms (`set_flop_terms`)
@@ -693,7 +724,7 @@ class Core {
     Spec flop_spec_;
     double now_ = 0;                 // the block queue's clock: the last lookup's or commit's
     // an entry of an LRU order: (stamp, tie-break, id) -> slot
-    using Entry = std::tuple<double, i64, i64, int>;
+    using Entry = std::tuple<double, double, i64, int>;
     // the block queue's state list: every live unpinned state
     std::set<Entry> states_order_;
 
@@ -1260,6 +1291,7 @@ class Core {
         } else if (evict_ == Evict::LRU) {
             std::vector<int> up;
             for (int v = end; v != 0; v = nodes_[v].parent) up.push_back(v);
+            if (declared_) declared_commit(up, created, fresh);
             for (auto it = up.rbegin(); it != up.rend(); ++it) {
                 set_stamp(*it, static_cast<double>(clock));
                 if (nodes_[*it].nchild == 0) changed(*it);
@@ -1420,6 +1452,8 @@ class Core {
         x.stamp = 0;
         x.stamp_lru = 0;
         x.stamp_clock = 0;
+        x.hits = 0;
+        x.created = 0;
         if (x.in_order) {
             order_.erase(std::tuple_cat(x.order_key, std::make_tuple(v)));
             x.in_order = false;
@@ -1435,6 +1469,47 @@ class Core {
         if (x.slot >= 0) drop_slot(v);
     }
 
+    double feature(int f, const Node& x) const {
+        switch (f) {
+            case 0: return x.stamp;
+            case 1: return static_cast<double>(x.hits);
+            case 2: return x.created;
+            case 3: return static_cast<double>(x.depth);
+            default: return x.has_state ? 1.0 : 0.0;
+        }
+    }
+
+    // `priority.key_value`: key `k` of node `x`, its terms summed in order
+    double key_value(int k, const Node& x) const {
+        double total = 0.0;
+        for (const Term& t : terms_[k]) {
+            double f = feature(t.feature, x);
+            if (!std::isnan(t.at_least)) f = f >= t.at_least ? 1.0 : 0.0;
+            total += t.weight * f;
+        }
+        return total;
+    }
+
+    // `Ranked.on_commit`'s books: the new nodes deepest first, each split's upper half
+    // keeping its first child's count and creation (a fresh node: none, now), then one
+    // more commit through every node of the path (`up`, in any order)
+    void declared_commit(const std::vector<int>& up, const std::vector<int>& created,
+                         const std::vector<int>& fresh) {
+        double now = static_cast<double>(clock);
+        std::vector<int> fresh_nodes(created);
+        fresh_nodes.insert(fresh_nodes.end(), fresh.begin(), fresh.end());
+        std::sort(fresh_nodes.begin(), fresh_nodes.end(), [this](int a, int b) {
+            return nodes_[a].depth > nodes_[b].depth;
+        });
+        for (int v : fresh_nodes) {
+            Node& x = nodes_[v];
+            int c = x.first;
+            x.hits = c >= 0 ? nodes_[c].hits : 0;
+            x.created = c >= 0 ? nodes_[c].created : now;
+        }
+        for (int v : up) nodes_[v].hits += 1;
+    }
+
     // LRU: the order holds each live unpinned leaf once, at its current stamp (the Python
     // policy's lazy heap, whose valid entries are exactly these).
     void lru_update(int v) {
@@ -1445,9 +1520,12 @@ class Core {
             x.in_order = false;
         }
         if (leaf) {
-            x.order_key = std::make_tuple(multi() ? x.stamp_lru : x.stamp,
-                                          deepest_first_ ? -x.depth : radix() ? x.depth : 0,
-                                          x.uid);
+            x.order_key = declared_
+                ? std::make_tuple(key_value(0, x), key_value(1, x), x.uid)
+                : std::make_tuple(multi() ? x.stamp_lru : x.stamp,
+                                  static_cast<double>(deepest_first_ ? -x.depth
+                                                      : radix() ? x.depth : 0),
+                                  x.uid);
             order_.insert(std::tuple_cat(x.order_key, std::make_tuple(v)));
             x.in_order = true;
         }
