@@ -24,7 +24,10 @@ built:
   with its KV, an inner state tombstoned (its KV kept), now-childless parents cascaded.
   The Full (KV) component's order is left as SGLang has it (`--radix-eviction-policy`):
   Marconi's score decides which states leave, and a KV leaf goes with its state as in
-  SGLang.
+  SGLang. SGLang's eviction-strategy registry (`EvictionStrategy.get_priority(node)`,
+  selected with `--radix-eviction-policy`) cannot carry this order: in 0.5.23 only the
+  Full component's walk asks it, the Mamba walk follows its LRU list (docs/
+  integrations.md, "Why the Mamba walk is a hook").
 - **the bootstrap tuner beside the engine**: `UnifiedRadixCache.on_release` (called once
   per finished request, after its KV went into the tree) is wrapped to hand the request's
   tokens to `Tuning`, which runs a marconi mirror of the cache (system

@@ -3,9 +3,11 @@
 integrations.md, "What the patches cost"), per supported version, and a check that an
 installed engine still has each one.
 
-vLLM's GPU `BlockPool` and SGLang's Mamba component have no hook for an outside eviction
-order, so the plugins override or wrap their methods and read their internals; any of
-these names may change in a release without notice. `TOUCHED` lists them; `missing` says
+vLLM's GPU `BlockPool` has no hook for an outside eviction order, and SGLang's eviction
+strategies (`--radix-eviction-policy`) order only its KV leaves, never its Mamba states
+(docs/integrations.md, "Why the Mamba walk is a hook"), so the plugins override or wrap
+their methods and read their internals; any of these names may change in a release
+without notice. `TOUCHED` lists them; `missing` says
 which ones an installed engine lacks, each with the plugin that needs it and how. Run in
 an engine's own environment (standard library only, so it runs anywhere):
 
