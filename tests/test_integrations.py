@@ -8,6 +8,7 @@ skip without them, except under CI (CI=true), where they fail."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import textwrap
@@ -104,6 +105,37 @@ class TestInsideSGLang:
                               text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
         assert done.returncode != 0
         assert "supports sglang 0.5.23 only; this environment has 0.5.22" in done.stderr
+
+    def test_only_the_full_walk_asks_sglangs_eviction_strategy(self) -> None:
+        """Why Marconi's order is a hook on the Mamba walk, not a strategy registered for
+        `--radix-eviction-policy` (docs/integrations.md, "Why the Mamba walk is a hook"):
+        in the supported SGLang the tree core's strategy is asked by the Full component's
+        walk and by nothing the Mamba component runs."""
+        need("sglang")
+        code = textwrap.dedent("""
+            import inspect, json, sys
+            sys.path.insert(0, sys.argv[1])
+            import sglang_load
+            sglang_load.load_sglang()
+            from sglang.srt.mem_cache.unified_cache.components import (
+                FullComponent, MambaComponent)
+
+            def asks(cls):
+                return [k.__name__ for k in cls.__mro__ if k is not object
+                        and "eviction_strategy" in inspect.getsource(k)]
+
+            print(json.dumps({"full": asks(FullComponent), "mamba": asks(MambaComponent)}))
+        """)
+        done = subprocess.run([str(_engine_python()), "-c", code,
+                               str(ROOT / "src" / "marconi" / "realpeers")],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        asking = json.loads(done.stdout.strip().splitlines()[-1])
+        assert "FullComponent" in asking["full"], "SGLang's Full walk no longer asks it"
+        assert not asking["mamba"], (
+            f"SGLang's Mamba walk asks the eviction strategy ({asking['mamba']}): "
+            "Marconi's order might go through SGLang's registry now; see "
+            "docs/integrations.md, \"Why the Mamba walk is a hook\"")
 
     def test_checks_pass_and_its_order_saves_more_than_stock(self, chat, stock) -> None:
         """alpha fixed at 2 (what the tuner picks here): deterministic, and its order, not

@@ -10,19 +10,24 @@ nothing unless `MARCONI_SGLANG` is set. When it is, `install` puts in, before an
 built:
 
 - **the eviction order of SGLang's Mamba states**: `COMPONENT_REGISTRY[ComponentType.MAMBA]`
-  becomes `MarconiMamba`, a subclass of SGLang's own `MambaComponent` that overrides only
-  the two documented walk methods (`_evict_device_start`, `_evict_device_next_node`). The
-  walk visits the states the stock walk would (unlocked, in the Mamba LRU list) in
-  Marconi's order instead: lowest `recency + alpha x efficiency` first, both min-max
+  becomes `MarconiMamba` (`mamba_component`: `MarconiWalk` before SGLang's own
+  `MambaComponent`), which overrides the three walk methods SGLang's tree core calls
+  (`_evict_device_start`, `_evict_device_next_node`, `_evict_device_end`), each calling
+  SGLang's own. The walk visits the states the stock walk would (unlocked, in the Mamba
+  LRU list) in Marconi's order: lowest `recency + alpha x efficiency` first, both min-max
   normalized over the candidates, `efficiency = (F(depth) - F(parent depth)) / (edge KV
   bytes + state bytes)` as in marconi (`paper.eviction.FlopAware`), recency the state's
   rank in SGLang's own Mamba LRU list. With alpha > 0 a state whose node has two or more
   children comes after every other (marconi never evicts one); at alpha 0 the order is
-  SGLang's LRU exactly, so until the tuner's first choice the engine runs stock. What
-  leaves with a victim (its KV, the cascade to now-childless parents) is SGLang's own
-  code. The Full (KV)
-  component's order is left as SGLang has it (`--radix-eviction-policy`): Marconi's
-  score decides which states leave, and a KV leaf goes with its state as in SGLang.
+  SGLang's LRU exactly, so until the tuner's first choice the engine runs stock. Each step
+  puts the next state under SGLang's walk cursor and SGLang's own step evicts it: a leaf
+  with its KV, an inner state tombstoned (its KV kept), now-childless parents cascaded.
+  The Full (KV) component's order is left as SGLang has it (`--radix-eviction-policy`):
+  Marconi's score decides which states leave, and a KV leaf goes with its state as in
+  SGLang. SGLang's eviction-strategy registry (`EvictionStrategy.get_priority(node)`,
+  selected with `--radix-eviction-policy`) cannot carry this order: in 0.5.23 only the
+  Full component's walk asks it, the Mamba walk follows its LRU list (docs/
+  integrations.md, "Why the Mamba walk is a hook").
 - **the bootstrap tuner beside the engine**: `UnifiedRadixCache.on_release` (called once
   per finished request, after its KV went into the tree) is wrapped to hand the request's
   tokens to `Tuning`, which runs a marconi mirror of the cache (system
@@ -46,7 +51,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -67,6 +72,12 @@ SUPPORTED_VERSION = "0.5.23"
 ENABLE = "MARCONI_SGLANG"  # "marconi": install at plugin load
 CORE = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
 MIRROR = "sglang-2026+marconi"  # the tuner's mirror: SGLang's admission, Marconi's eviction
+
+
+if TYPE_CHECKING:
+    _MambaBase = Any  # SGLang's `MambaComponent`, which marconi does not import
+else:
+    _MambaBase = object
 
 
 def check_version() -> str:
@@ -148,7 +159,7 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
     done = Integration.of(policy, FlopOrder(spec, alpha or 0.0), spec, alpha, background)
     registry = urc.COMPONENT_REGISTRY
     stock = registry[ComponentType.MAMBA]
-    registry[ComponentType.MAMBA] = _component(stock, done)
+    registry[ComponentType.MAMBA] = mamba_component(stock, done)
     release = urc.UnifiedRadixCache.on_release
     urc.UnifiedRadixCache.on_release = _on_release(release, done)
     done.undo = [(registry, ComponentType.MAMBA, stock),
@@ -171,58 +182,57 @@ def plugin() -> None:
             install(wanted.spec, policy=wanted.policy, alpha=wanted.alpha)
 
 
-def _component(stock: type, integration: Integration) -> type:
-    """SGLang's Mamba component with Marconi's walk order."""
-    from sglang.srt.mem_cache.unified_cache.components import EvictLayer
+class MarconiWalk(_MambaBase):
+    """Put before SGLang's `MambaComponent` in `MarconiMamba` (`mamba_component`): the
+    component's device-eviction walk visits the states in Marconi's order; SGLang's own
+    step evicts each one (marconi.integrations.sglang)."""
 
-    assert isinstance(integration.order, FlopOrder)
-    order: FlopOrder = integration.order
+    marconi: Integration  # set on the class `mamba_component` makes
 
-    class MarconiMamba(stock):
-        """SGLang's `MambaComponent`; its device-eviction walk visits states in
-        Marconi's order (marconi.integrations.sglang)."""
+    def _evict_device_start(self, request_cnt: int) -> None:
+        core = self.tree_core
+        if core.enable_session_radix_cache or core.enable_hicache:
+            raise IntegrationError("marconi.integrations.sglang supports neither "
+                                   "HiCache nor the session radix cache")
+        super()._evict_device_start(request_cnt)
+        integration = self.marconi
+        assert isinstance(integration.order, FlopOrder)
+        start = time.perf_counter_ns()
+        self._marconi_quota = request_cnt
+        self._marconi_walk = deque(integration.order.order(_candidates(self)))
+        integration.counters.walks += 1
+        integration.counters.order_ns += time.perf_counter_ns() - start
 
-        def _evict_device_start(self, request_cnt: int) -> None:
-            core = self.tree_core
-            if core.enable_session_radix_cache or core.enable_hicache:
-                raise IntegrationError("marconi.integrations.sglang supports neither "
-                                       "HiCache nor the session radix cache")
-            start = time.perf_counter_ns()
-            self._evict_device_request_cnt = request_cnt
-            self._evict_device_cursor = None
-            self._marconi_walk = deque(order.order(_candidates(self)))
-            integration.counters.walks += 1
-            integration.counters.order_ns += time.perf_counter_ns() - start
-
-        def _evict_device_next_node(self, tracker: dict, device_frees: dict,
-                                    host_frees: dict, cache_actions: list) -> Any:
-            ct = self.component_type
-            lru, walk = self.tree_core.lru_lists[ct], self._marconi_walk
-            if tracker[ct] >= self._evict_device_request_cnt:
-                return None
-            while walk and not (lru.in_list(walk[0])
-                                and walk[0].component_data[ct].lock_ref == 0
-                                and walk[0].component_data[ct].value is not None):
-                walk.popleft()  # gone with an earlier victim, or locked since
-            if not walk:
-                return None
-            x = walk.popleft()
-            integration.counters.victims += 1
-            if x in self.tree_core.evictable_device_leaves:
-                return x.id  # SGLang evicts the leaf: its KV and its state
-            core = self.tree_core  # an inner state: tombstoned, its KV kept
-            core._evict_component_and_detach_lru(
-                x, self, target=EvictLayer.DEVICE, tracker=tracker,
-                device_frees=device_frees, host_frees=host_frees, cache_actions=cache_actions)
-            core._cascade_evict(x, self, tracker, device_frees=device_frees,
-                                host_frees=host_frees, cache_actions=cache_actions)
+    def _evict_device_next_node(self, tracker: dict, device_frees: dict,
+                                host_frees: dict, cache_actions: list) -> Any:
+        """The next state of Marconi's walk, put under SGLang's cursor for SGLang's own
+        step: a leaf's id back (SGLang evicts its KV and its state), an inner state
+        tombstoned (its KV kept) and its now-childless parents cascaded."""
+        ct = self.component_type
+        lru, walk = self.tree_core.lru_lists[ct], self._marconi_walk
+        if tracker[ct] >= self._marconi_quota:
             return None
+        while walk and not (lru.in_list(walk[0])
+                            and walk[0].component_data[ct].lock_ref == 0):
+            walk.popleft()  # gone with an earlier victim, or locked since
+        if not walk:
+            return None
+        self._evict_device_cursor = walk.popleft()
+        self.marconi.counters.victims += 1
+        return super()._evict_device_next_node(tracker, device_frees, host_frees,
+                                               cache_actions)
 
-        def _evict_device_end(self) -> None:
-            self._marconi_walk = deque()
-            self._evict_device_cursor = None
+    def _evict_device_end(self) -> None:
+        self._marconi_walk = deque()
+        super()._evict_device_end()
 
-    return MarconiMamba
+
+def mamba_component(stock: type, integration: Integration) -> type:
+    """SGLang's Mamba component (`stock`) with Marconi's walk order for `integration`."""
+    return type("MarconiMamba", (MarconiWalk, stock), {
+        "marconi": integration, "__module__": __name__,
+        "__doc__": "SGLang's `MambaComponent`; its device-eviction walk visits states in "
+                   "Marconi's order (marconi.integrations.sglang)."})
 
 
 def _candidates(component: Any) -> list[Any]:

@@ -3,9 +3,11 @@
 integrations.md, "What the patches cost"), per supported version, and a check that an
 installed engine still has each one.
 
-vLLM's GPU `BlockPool` and SGLang's Mamba component have no hook for an outside eviction
-order, so the plugins override or wrap their methods and read their internals; any of
-these names may change in a release without notice. `TOUCHED` lists them; `missing` says
+vLLM's GPU `BlockPool` has no hook for an outside eviction order, and SGLang's eviction
+strategies (`--radix-eviction-policy`) order only its KV leaves, never its Mamba states
+(docs/integrations.md, "Why the Mamba walk is a hook"), so the plugins override or wrap
+their methods and read their internals; any of these names may change in a release
+without notice. `TOUCHED` lists them; `missing` says
 which ones an installed engine lacks, each with the plugin that needs it and how. Run in
 an engine's own environment (standard library only, so it runs anywhere):
 
@@ -102,17 +104,12 @@ TOUCHED: tuple[Touch, ...] = (
     Touch("sglang", _URC, "UnifiedRadixCache.on_release", "wrapped"),
     *(Touch("sglang", f"{_UC}.components", f"MambaComponent.{m}", "overridden") for m in (
         "_evict_device_start", "_evict_device_next_node", "_evict_device_end")),
-    Touch("sglang", f"{_UC}.components", "MambaComponent._evict_device_request_cnt",
-          "written", instance=True),
     Touch("sglang", f"{_UC}.components", "MambaComponent._evict_device_cursor", "written",
           instance=True),
     # --- SGLang: what the walk reads and calls
     Touch("sglang", f"{_UC}.components", "MambaComponent.tree_core", "read", instance=True),
     Touch("sglang", f"{_UC}.components", "MambaComponent.component_type", "read"),
-    Touch("sglang", _TC, "UnifiedTreeCore._evict_component_and_detach_lru", "called"),
-    Touch("sglang", _TC, "UnifiedTreeCore._cascade_evict", "called"),
     Touch("sglang", _TC, "UnifiedTreeCore.lru_lists", "read", instance=True),
-    Touch("sglang", _TC, "UnifiedTreeCore.evictable_device_leaves", "read", instance=True),
     Touch("sglang", _TC, "UnifiedTreeCore.enable_hicache", "read", instance=True),
     Touch("sglang", _TC, "UnifiedTreeCore.enable_session_radix_cache", "read",
           instance=True),
@@ -121,8 +118,6 @@ TOUCHED: tuple[Touch, ...] = (
     Touch("sglang", _TC, "UnifiedLRUList.get_prev_no_lock", "called"),
     Touch("sglang", _TC, "UnifiedTreeNode.component_data", "read", instance=True),
     Touch("sglang", f"{_UC}.components.base", "ComponentData.lock_ref", "read"),
-    Touch("sglang", f"{_UC}.components.base", "ComponentData.value", "read"),
-    Touch("sglang", f"{_UC}.components.base", "EvictLayer.DEVICE", "read"),
 )
 
 # marconi's own underscore names in the plugins (its helpers, its books): not the
@@ -132,6 +127,7 @@ OWN = frozenset({
     "_check", "_installed", "_record", "_top", "_keys", "_cached", "_is_cached",
     "_marconi_choice", "_free_states", "_state_slots", "_victim", "_efficiency", "_f",
     "_kv", "_ssm", "_depths", "_depth", "_token_bytes", "_state_bytes", "_marconi_walk",
+    "_marconi_quota",
 })
 
 
