@@ -4,7 +4,9 @@
     .venv/bin/python benchmarks/bench_golden.py --cores [--systems a,b] [--quick]
 
 A change meant to move no figure (a refactor, speed work) is checked here: each trace
-below is replayed through every system at two capacities, once with this tree's `src`
+below is replayed through every system at two capacities, in the serving replay (the
+default; `offline`, a reference of the sequential replay, left out) and in the
+sequential one, once with this tree's `src`
 and once with REV's (a temporary git worktree), each in a fresh process, and every key
 of every summary but `seconds` is compared. It prints one line per (trace, capacity):
 identical, or the systems and keys that differ with both values; the last line says how
@@ -45,6 +47,15 @@ def workloads(quick: bool) -> list[tuple[str, list[str], tuple[str, ...]]]:
             out.append(("swe-agent", [str(TRAJS), "--format", "swe-agent", "--sessions",
                                       "40"], ("2GB", "20GB")))
     return out
+
+
+REPLAYS = ("serving", "sequential")
+
+
+def for_replay(systems: str, replay: str) -> str:
+    """The systems a replay runs: the serving replay refuses `offline`."""
+    names = systems.split(",")
+    return ",".join(n for n in names if replay == "sequential" or n != "offline")
 
 
 def compare(src: Path, args: list[str], capacity: str, systems: str,
@@ -95,20 +106,24 @@ def main() -> None:
           f"{against}; systems {args.systems}", flush=True)
     differing = 0
     with worktree(None if args.cores else args.baseline) as base:
-        for label, trace, capacities in workloads(args.quick):
+        for (label, trace, capacities), replay in (
+                (w, r) for w in workloads(args.quick) for r in REPLAYS):
+            trace = [*trace, "--replay", replay]
+            systems = for_replay(args.systems, replay)
             for capacity in capacities:
                 if args.cores:
-                    now = compare(REPO / "src", trace, capacity, args.systems, "compiled")
-                    then = compare(REPO / "src", trace, capacity, args.systems, "python")
+                    now = compare(REPO / "src", trace, capacity, systems, "compiled")
+                    then = compare(REPO / "src", trace, capacity, systems, "python")
                 else:
                     assert base is not None
-                    now = compare(REPO / "src", trace, capacity, args.systems)
-                    then = compare(base, trace, capacity, args.systems)
+                    now = compare(REPO / "src", trace, capacity, systems)
+                    then = compare(base, trace, capacity, systems)
                 lines = []
                 for a, b in zip(now, then, strict=True):
                     lines += [f"  {a['system']}: {d}" for d in differences(a, b)]
                 differing += bool(lines)
-                print(f"{label} at {capacity}: " + ("identical" if not lines else "DIFFERS"),
+                print(f"{label} at {capacity}, {replay}: "
+                      + ("identical" if not lines else "DIFFERS"),
                       flush=True)
                 for line in lines:
                     print(line)

@@ -37,6 +37,9 @@ print(", ".join(f"{n} {m.version(n)}" for n in ("numpy", "scipy", "msgspec", "py
 #   run at the floors (tests/server drives the openai client at its floor).
 # Adding a test that needs a floor-sensitive package to one of those modules moves it
 # out of this rule: give it its own module instead.
+# The property tests and fuzz loops run a quarter of their random cases here
+# (MARCONI_TEST_EXAMPLES, tests/helpers.py `examples`): the main run covers them whole.
+export MARCONI_TEST_EXAMPLES="${MARCONI_TEST_EXAMPLES:-0.25}"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
     --deselect tests/test_pins.py::test_installed_versions_are_the_lock \
     --ignore tests/test_integrations.py --ignore tests/test_realpeers.py \

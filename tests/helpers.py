@@ -60,6 +60,23 @@ def cache_systems() -> dict[str, Any]:
 
 
 CACHES = cache_systems()  # the registry's caches, for tests parametrized over them
+EXAMPLES_ENV = "MARCONI_TEST_EXAMPLES"
+
+
+def examples(n: int) -> int:
+    """`n` random cases (a property test's examples, a fuzz loop's seeds), times the
+    factor `MARCONI_TEST_EXAMPLES` gives (default 1; scripts/test-floors.sh runs the
+    suite again at the dependencies' floors with fewer), at least 1."""
+    import os
+
+    raw = os.environ.get(EXAMPLES_ENV, "1")
+    try:
+        factor = float(raw)
+    except ValueError:
+        raise ValueError(f"{EXAMPLES_ENV}={raw!r}: expected a number > 0") from None
+    if not factor > 0:
+        raise ValueError(f"{EXAMPLES_ENV}={raw!r}: expected a number > 0")
+    return max(1, round(n * factor))
 
 
 def needs(*modules: str) -> None:

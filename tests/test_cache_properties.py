@@ -11,7 +11,7 @@ from marconi.core.integrity import check_integrity
 from marconi.core.tree import Node
 from marconi.paper.admission import Block
 from marconi.systems import make_cache
-from tests.helpers import CACHES, SMALL, ListStore
+from tests.helpers import CACHES, SMALL, ListStore, examples
 
 PREFIXES = [[], [1, 2, 3, 4, 5, 6], [1, 2, 3, 9, 9], [7] * 12, [5, 6, 5, 6, 5]]
 suffixes = st.lists(st.integers(0, 9), min_size=1, max_size=14)
@@ -87,7 +87,8 @@ class CacheMachine(RuleBasedStateMachine):
 
 
 TestCacheMachine = CacheMachine.TestCase
-TestCacheMachine.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+TestCacheMachine.settings = settings(max_examples=examples(150), stateful_step_count=30,
+                                     deadline=None)
 
 
 def lcp(a: list[int], b: list[int]) -> int:
@@ -124,7 +125,7 @@ class JudiciousReference:
         self.seqs.append(x)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(st.lists(st.tuples(inputs, outputs), min_size=1, max_size=25),
        st.sampled_from(["sglang+", "marconi"]))
 def test_judicious_matches_list_reference(requests: list, system: str) -> None:
@@ -140,7 +141,7 @@ def test_judicious_matches_list_reference(requests: list, system: str) -> None:
     assert {tuple(p) for p in state_prefixes(cache)} == ref.states
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(inputs, outputs), min_size=1, max_size=20), st.integers(1, 6))
 def test_block_admission_matches_list_reference(requests: list, block: int) -> None:
     cache = make_cache(SMALL, "1TB", "vllm+")

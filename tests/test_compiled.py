@@ -43,7 +43,7 @@ from marconi.plus.density import HitDensity
 from marconi.plus.greedy_dual import GreedyDualFlop
 from marconi.plus.overlap import OverlapPlanner
 from marconi.plus.switchable import Mode, Setting, Switchable
-from tests.helpers import CACHES, SMALL
+from tests.helpers import CACHES, SMALL, examples
 
 if not compiled.built():
     if os.environ.get("CI"):
@@ -364,7 +364,7 @@ class Twins(RuleBasedStateMachine):
 
 
 TestTwins = Twins.TestCase
-TestTwins.settings = settings(max_examples=300, stateful_step_count=40, deadline=None,
+TestTwins.settings = settings(max_examples=examples(300), stateful_step_count=40, deadline=None,
                               suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -381,7 +381,7 @@ class LiveTwins(Twins):
         self.switch(mode)
 
 TestLiveTwins = LiveTwins.TestCase
-TestLiveTwins.settings = settings(max_examples=500, stateful_step_count=40, deadline=None,
+TestLiveTwins.settings = settings(max_examples=examples(500), stateful_step_count=40, deadline=None,
                                   suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -421,7 +421,8 @@ class AlignTwins(Twins):
 
 
 TestAlignTwins = AlignTwins.TestCase
-TestAlignTwins.settings = settings(max_examples=400, stateful_step_count=40, deadline=None,
+TestAlignTwins.settings = settings(max_examples=examples(400), stateful_step_count=40,
+                                   deadline=None,
                                    suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -468,7 +469,8 @@ class RadixTwins(Twins):
 
 
 TestRadixTwins = RadixTwins.TestCase
-TestRadixTwins.settings = settings(max_examples=400, stateful_step_count=40, deadline=None,
+TestRadixTwins.settings = settings(max_examples=examples(400), stateful_step_count=40,
+                                   deadline=None,
                                    suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -488,7 +490,7 @@ class TlruTwins(RadixTwins):
 
 
 TestTlruTwins = TlruTwins.TestCase
-TestTlruTwins.settings = settings(max_examples=200, stateful_step_count=40, deadline=None,
+TestTlruTwins.settings = settings(max_examples=examples(200), stateful_step_count=40, deadline=None,
                                   suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -600,7 +602,7 @@ def distributions(draw: st.DrawFn) -> tuple[list[int], list[float], int]:
     return depths, [c / total for c in counts], draw(st.integers(0, 6))
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(2000), deadline=None)
 @given(distributions())
 def test_placement_is_the_python_one(case: tuple[list[int], list[float], int]) -> None:
     """Sparse prefix caching's placement (marconi+'s overlap planner, the sparse-prefix
@@ -612,7 +614,7 @@ def test_placement_is_the_python_one(case: tuple[list[int], list[float], int]) -
     assert compiled.place(depths, survival, budget) == place_python(depths, survival, budget)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 3), max_size=12)),
                 max_size=30))
 def test_the_sequences_seen_are_the_python_ones(steps: list[tuple[bool, list[int]]]) -> None:
@@ -639,7 +641,7 @@ def test_the_sequences_seen_are_the_python_ones(steps: list[tuple[bool, list[int
         assert back.depth(key) == oracle.depth(key)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.integers(0, 40), max_size=60), st.integers(0, 45),
        st.one_of(st.none(), st.integers(0, 45)), st.sampled_from([1, 2, 3, 8]))
 def test_the_depth_books_are_the_python_ones(learnt: list[int], n: int, pending: int | None,
@@ -852,7 +854,7 @@ def test_t_lru_is_the_same_on_both_cores_over_growing_conversations() -> None:
     under deep marks) and rebuilt from snapshots (unmarked nodes), under small thresholds
     and estimates: T-LRU's victims, trees and counters on both cores, 3,000 seeded
     workloads (its rarer rules differ from LRU on a few dozen of them)."""
-    for seed in range(3000):
+    for seed in range(examples(3000)):
         rng = random.Random(seed)
         threshold, estimate = rng.randint(0, 30), rng.randint(0, 10)
         config = SGLangConfig(mode=rng.choice([BufferMode.NO_BUFFER, BufferMode.EXTRA_BUFFER]),

@@ -18,7 +18,7 @@ from marconi.core.policy import Action, Victim
 from marconi.core.spec import PAPER_7B
 from marconi.core.tree import Node
 from marconi.systems import make_cache
-from tests.helpers import CACHES, SMALL
+from tests.helpers import CACHES, SMALL, examples
 from tests.paging import PagedListStore
 
 KV = SMALL.kv_bytes_per_token  # 256 B
@@ -236,7 +236,8 @@ class LayoutMachine(RuleBasedStateMachine):
 
 
 TestLayoutMachine = LayoutMachine.TestCase
-TestLayoutMachine.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+TestLayoutMachine.settings = settings(max_examples=examples(150), stateful_step_count=30,
+                                      deadline=None)
 
 
 class TestSimulator:

@@ -10,7 +10,7 @@ from marconi.core.integrity import check_integrity
 from marconi.core.snapshot import rebuild, take
 from marconi.core.tree import Node
 from marconi.systems import make_cache
-from tests.helpers import CACHES, SMALL, ListStore
+from tests.helpers import CACHES, SMALL, ListStore, examples
 
 SALTS = [None, "lora-a", b"tenant", 7]
 
@@ -61,7 +61,7 @@ class TestSeparation:
             cache.lookup([1, 2], salt={"a": 1})
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(system=st.sampled_from(sorted(CACHES)), capacity=st.integers(100_000, 600_000),
        requests=st.lists(st.tuples(st.sampled_from(SALTS),
                                    st.lists(st.integers(0, 3), min_size=1, max_size=12),

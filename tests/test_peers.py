@@ -20,7 +20,7 @@ from marconi.peers.mamba_radix import BufferMode, MambaRadix, MambaRadixLRU, SGL
 from marconi.sim import SimConfig, simulate
 from marconi.systems import SYSTEMS, get_system, make_cache
 from marconi.workload import load_trace
-from tests.helpers import SMALL, ListStore
+from tests.helpers import SMALL, ListStore, examples
 from tests.test_cache_properties import inputs, outputs, reference_hit, state_prefixes
 
 KV = SMALL.kv_bytes_per_token  # 256
@@ -247,7 +247,7 @@ PEERS = {
 }
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(st.sampled_from(sorted(PEERS)), st.integers(0, 300_000),
        st.lists(st.tuples(inputs, outputs), min_size=1, max_size=25))
 def test_small_blocks_against_reference(peer: str, capacity: int, requests: list) -> None:

@@ -167,3 +167,20 @@ def test_test_sh_help_prints_its_usage_at_once(flag: str, tmp_path: Path) -> Non
                           timeout=10)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: bash scripts/test.sh"), done.stdout
+
+
+def test_the_floors_run_fewer_random_cases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """scripts/test-floors.sh scales the property tests' examples (`examples`) down; a
+    factor that is no positive number is refused by name."""
+    from tests.helpers import EXAMPLES_ENV, examples
+
+    floors = (Path(__file__).resolve().parents[1] / "scripts" / "test-floors.sh").read_text()
+    assert f'export {EXAMPLES_ENV}="${{{EXAMPLES_ENV}:-0.25}}"' in floors
+    monkeypatch.setenv(EXAMPLES_ENV, "0.25")
+    assert (examples(300), examples(2)) == (75, 1)
+    monkeypatch.delenv(EXAMPLES_ENV)
+    assert examples(300) == 300
+    for bad in ("x", "0", "-1", "nan"):
+        monkeypatch.setenv(EXAMPLES_ENV, bad)
+        with pytest.raises(ValueError, match=EXAMPLES_ENV):
+            examples(10)

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marconi.core.tree import RadixTree, first_mismatch
+from tests.helpers import examples
 
 
 def _key(tokens: list[int]) -> bytes:
@@ -93,7 +94,7 @@ class TestStructure:
             tree.insert(tree.root, _key([1, 5]))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=12), min_size=1, max_size=12))
 def test_every_inserted_sequence_matches_in_full(seqs: list[list[int]]) -> None:
     tree = _make_tree(*seqs)
