@@ -7,7 +7,8 @@
 #   bash scripts/serve-vllm.sh stock --num-gpu-blocks-override 64   # any vLLM flag after
 # MARCONI_SERVE_MODEL names another model folder (written there if it has no config.json).
 # The model takes chat requests (its template puts each message on a line) and token ids;
-# SIGTERM or Ctrl-C stops every vLLM process cleanly.
+# SIGTERM or Ctrl-C stops every vLLM process cleanly (vLLM 0.32 may log one traceback of
+# its output handler after the drain: docs/integrations.md, "Serving with vLLM").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 policy="${1:-marconi}"
