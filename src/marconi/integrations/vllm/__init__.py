@@ -59,7 +59,13 @@ from typing import Any
 
 from marconi.integrations.vllm.costs import REPORT_EVERY
 from marconi.integrations.vllm.handover import MIRROR
-from marconi.integrations.vllm.hooks import CPU_SPLIT, install, split_prefills_on_cpu, uninstall
+from marconi.integrations.vllm.hooks import (
+    CPU_SPLIT,
+    install,
+    installed,
+    split_prefills_on_cpu,
+    uninstall,
+)
 from marconi.integrations.vllm.order import FEW, StateOrder, first_lowest, flop_scores
 from marconi.integrations.vllm.plugin import ENABLE, ORPHANS, TUNER, plugin
 from marconi.integrations.vllm.versions import (
@@ -70,6 +76,8 @@ from marconi.integrations.vllm.versions import (
     log,
     pool_self,
 )
+
+_installed = installed  # what `install` put in, as each plugin module names it
 
 __all__ = [
     "CPU_SPLIT", "ENABLE", "FEW", "MIRROR", "ORPHANS", "REPORT_EVERY", "SUPPORTED_VERSIONS",
