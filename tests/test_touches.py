@@ -97,12 +97,15 @@ def test_the_docs_show_the_list() -> None:
 
 @pytest.mark.parametrize("plugin", ["vllm", "sglang"])
 def test_the_plugins_touch_no_private_name_the_list_lacks(plugin: str) -> None:
-    """Every underscore name in a plugin's source (an attribute read, written or
-    overridden, or a name given as a string) is the engine's and listed, or marconi's
-    own (`OWN`)."""
-    source = (ROOT / "src" / "marconi" / "integrations" / f"{plugin}.py").read_text()
+    """Every underscore name in a plugin's source (every module of a plugin that is a
+    package; an attribute read, written or overridden, or a name given as a string) is
+    the engine's and listed, or marconi's own (`OWN`)."""
+    where = ROOT / "src" / "marconi" / "integrations"
+    files = [where / f"{plugin}.py"] if (where / f"{plugin}.py").is_file() \
+        else sorted((where / plugin).glob("*.py"))
+    trees = [ast.parse(path.read_text()) for path in files]
     names = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in (node for tree in trees for node in ast.walk(tree)):
         if isinstance(node, ast.Attribute):
             names.add(node.attr)
         elif isinstance(node, ast.FunctionDef):
@@ -110,7 +113,7 @@ def test_the_plugins_touch_no_private_name_the_list_lacks(plugin: str) -> None:
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
                 and re.fullmatch(r"_[a-z]\w*", node.value):
             names.add(node.value)
-    defined = {n.name for n in ast.walk(ast.parse(source))
+    defined = {n.name for tree in trees for n in ast.walk(tree)
                if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.col_offset == 0}
     private = {n for n in names if n.startswith("_") and not n.startswith("__")} - defined
     listed = {t.path.rsplit(".", 1)[-1] for t in TOUCHED if t.engine == plugin}

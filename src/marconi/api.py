@@ -92,8 +92,10 @@ def compare(trace: str | Path | Trace, systems: Sequence[str], **kwargs: Any) ->
     loaded = load(trace, format=rest.pop("format", None), **trace_settings, **loading)
     rows = [simulate(loaded, system=name, **replay, **rest).summary for name in systems]
     frame = _pandas().DataFrame([_flat(row) for row in rows])
+    from marconi.report.comparison import FIRST_COLUMNS, Comparison  # (imports pandas)
+
     first = [c for c in FIRST_COLUMNS if c in frame.columns]  # what a reader looks for
-    return _comparison()(frame[first + [c for c in frame.columns if c not in first]])
+    return Comparison(frame[first + [c for c in frame.columns if c not in first]])
 
 
 def _flat(summary: dict[str, Any]) -> dict[str, Any]:
@@ -102,35 +104,6 @@ def _flat(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 LOADING = ("params", "use_cache", "cache_dir")  # what `load` takes beside trace settings
-
-
-# the columns `compare` puts first, and what `print(compare(...))` shows
-FIRST_COLUMNS = ("system", "token_hit_rate", "flops_saved_rate", "request_hit_rate",
-                 "alpha", "refused_commits", "ttft_p50")
-_COMPARISON: type | None = None
-
-
-def _comparison() -> type:
-    """A DataFrame whose printout is the figures a reader compares (a plain DataFrame of
-    34 columns prints as `[2 rows x 34 columns]` and little else); every column stays."""
-    global _COMPARISON
-    if _COMPARISON is None:
-        pd = _pandas()
-        frame: Any = pd.DataFrame
-
-        class Comparison(frame):
-            @property
-            def _constructor(self) -> type:
-                return Comparison
-
-            def __repr__(self) -> str:
-                shown = [c for c in FIRST_COLUMNS if c in self.columns]
-                rest = len(self.columns) - len(shown)
-                return (pd.DataFrame(self[shown]).to_string(index=False)
-                        + f"\n({len(self)} rows; {rest} more columns in .columns)")
-
-        _COMPARISON = Comparison
-    return _COMPARISON
 
 
 def record_columns(result: SimResult) -> dict[str, Any]:

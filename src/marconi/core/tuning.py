@@ -55,7 +55,7 @@ class Tuner(Protocol):
 
 # how often a tuner that compares replays decides (requests), and the share of what a
 # cache holding every input would have saved that a replay's lead must exceed to be
-# decisive: marconi+'s shadows (`plus.shadows.ShadowConfig`) and, in an engine, the
+# decisive: marconi+'s shadows (`plus.switching.ShadowConfig`) and, in an engine, the
 # bootstrap tuner's guard (`integrations.choosers.Bootstrap`)
 # the alphas Marconi's bootstrap tuner replays (`paper.tuner.GRID`): 0, 0.1, ..., 2.0
 ALPHA_GRID = tuple(round(0.1 * i, 1) for i in range(21))

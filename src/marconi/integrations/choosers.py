@@ -120,7 +120,7 @@ class Shadows:
     """marconi+'s shadow experts over mirrors of the engine's cache: one token-only mirror
     per expert (`alphas`), each fed every finished request; every `config.every` requests
     the engine switches to the expert whose mirror saved the most FLOPs so far when it
-    leads the running one decisively (`plus.shadows.leader`, marconi+'s own rule, with a
+    leads the running one decisively (`plus.switching.leader`, marconi+'s own rule, with a
     quarter's lead in the first 128 requests: `ENGINE_WARMUP_LEAD`). The first expert (the
     engine's own order) runs until then."""
 

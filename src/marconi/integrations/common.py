@@ -123,7 +123,7 @@ class Counters:
     walks: int = 0  # eviction walks reordered
     victims: int = 0  # states the walks chose
     order_ns: int = 0  # time spent ordering candidates (in the scheduling loop)
-    # its parts where an integration keeps books (vLLM's: marconi.integrations.vllm._Clocks)
+    # its parts where an integration keeps books (vLLM's: marconi.integrations.vllm.costs.Clocks)
     books_ns: int = 0
     record_ns: int = 0
     choose_ns: int = 0

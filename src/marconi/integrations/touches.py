@@ -225,7 +225,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    # run as a script, this folder is first on the path, and its vllm.py / sglang.py
+    # run as a script, this folder is first on the path, and its vllm/ and sglang.py
     # (the plugins) would shadow the engines
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]

@@ -53,17 +53,17 @@ REFUSED_DRAIN_BYTES = 1 << 20  # of a refused request's body read before answeri
 
 def protocol_class(header_timeout: float, max_connections: int,
                    rejected: Rejected) -> type[asyncio.Protocol]:
-    """The protocol uvicorn is to run (its `http` setting) for one server."""
-
-    class Protocol(_Guarded):
-        pass
-
-    Protocol.header_timeout, Protocol.max_connections = header_timeout, max_connections
-    Protocol.rejected = staticmethod(rejected)
-    return Protocol
+    """The protocol uvicorn is to run (its `http` setting) for one server: `Protocol`
+    with this server's settings (uvicorn makes one instance per connection)."""
+    return type("Protocol", (Protocol,), {"header_timeout": header_timeout,
+                                          "max_connections": max_connections,
+                                          "rejected": staticmethod(rejected)})
 
 
-class _Guarded(H11Protocol):
+class Protocol(H11Protocol):
+    """uvicorn's h11 protocol with the header timeout and the connection bound (the
+    defaults here; `protocol_class` sets a server's own)."""
+
     header_timeout: float = 10.0
     max_connections: int = 512
     rejected: Rejected = staticmethod(lambda reason: None)

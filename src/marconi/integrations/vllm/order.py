@@ -1,0 +1,171 @@
+"""How the vLLM plugin orders the Mamba states that leave: `StateOrder`, Marconi's score over
+a Mamba group's free cached states (`recency + alpha x efficiency`, min-max normalized over
+the candidates; a state no hit can use first) and the books it reads of each state, and
+the score in Python for a few candidates (`flop_scores`, `first_lowest`: numpy's, bit for
+bit). Plain Python and numpy: the pool's hooks keep the books (`books.BookedPool`), its
+choice asks `pick` (`pool.MarconiBlockPool`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from marconi.core.scores import FlopsAt, flop_order, flop_score
+from marconi.core.spec import ModelSpec
+
+
+class StateOrder:
+    """Marconi's score over the free cached states of a Mamba group, and what it needs to
+    know of each state (its efficiency, whether a hit can still use it), kept up to date by
+    the pool's hooks so that a choice reads them for the candidates that one walk of vLLM's
+    free queue finds (`MarconiBlockPool._free_states`); `alpha` may change at any time
+    (the tuner sets it; a float assignment is atomic). A state is a block hash (group id
+    left out) with one block per Mamba group. `first` is the same choice made the plain way, over a
+    list: the reference that `check` compares every choice with."""
+
+    def __init__(self, spec: ModelSpec, alpha: float = 0.0, orphans_first: bool = True
+                 ) -> None:
+        self.spec, self.alpha = spec, float(alpha)
+        self.orphans_first = orphans_first  # False: orphan KV left in vLLM's order
+        self.check = False  # True: every choice also made by `first`, and compared
+        # block id -> (depth, state above, efficiency): all three fixed when it is cached
+        self.above: dict[int, tuple[int, int, float]] = {}
+        self.eff_of = np.zeros(0)  # block id -> its state's efficiency (set by `note`)
+        self.state_of: dict[int, bytes] = {}  # block id -> its state
+        self.blocks_of: dict[bytes, set[int]] = {}  # state -> its cached blocks
+        # state -> the hash keys a hit on it needs: the deepest attention block at or
+        # before its depth (one per attention group) and its block in every Mamba group
+        self.keys_of: dict[bytes, tuple[Any, ...]] = {}
+        self.needed_by: dict[Any, set[bytes]] = {}  # hash key -> states needing it
+        self.dead: set[bytes] = set()  # states one of whose keys is not cached
+        self._f = FlopsAt(spec)
+        self._kv, self._ssm = spec.kv_bytes_per_token, spec.ssm_bytes
+
+    def size(self, num_blocks: int) -> None:
+        self.eff_of = np.zeros(num_blocks)
+
+    def above_of(self, depth: int, top: int) -> tuple[int, int, float]:
+        """What `note` keeps of a state cached after `depth` tokens whose nearest cached
+        state above was after `top`: both, and its efficiency."""
+        return depth, top, self._efficiency(depth, top)
+
+    def note(self, block_id: int, state: bytes, above: tuple[int, int, float]) -> None:
+        """Block `block_id` of `state` (`above`: `above_of` its depth and top; a state's
+        blocks in the other groups share the tuple)."""
+        if self.state_of.get(block_id) not in (None, state):
+            self.forget(block_id)
+        self.above[block_id] = above
+        self.eff_of[block_id] = above[2]
+        self.state_of[block_id] = state
+        blocks = self.blocks_of.get(state)
+        if blocks is None:
+            self.blocks_of[state] = {block_id}
+        else:
+            blocks.add(block_id)
+
+    def depend(self, state: bytes, keys: tuple[Any, ...], cached: Any) -> None:
+        """`state` needs `keys` cached for a hit (`cached(key)`: is it now)."""
+        self.keys_of[state] = keys
+        for key in keys:
+            self.needed_by.setdefault(key, set()).add(state)
+        if not all(map(cached, keys)):
+            self.dead.add(state)
+
+    def forget(self, block_id: int) -> None:
+        """A state block's hash is gone; its state's books go with its last block."""
+        self.above.pop(block_id, None)
+        state = self.state_of.pop(block_id, None)
+        if state is None:
+            return
+        blocks = self.blocks_of.get(state, set())
+        blocks.discard(block_id)
+        if blocks:
+            return
+        self.blocks_of.pop(state, None)
+        for key in self.keys_of.pop(state, ()):
+            users = self.needed_by.get(key)
+            if users is not None:
+                users.discard(state)
+                if not users:
+                    del self.needed_by[key]
+        self.dead.discard(state)
+
+    def removed(self, key: Any) -> None:
+        """`key` is cached no more: the states needing it can serve no hit."""
+        users = self.needed_by.get(key)
+        if users:
+            self.dead.update(users)
+
+    def inserted(self, key: Any, cached: Any) -> None:
+        """`key` is cached again: a state needing it lives if all its keys are (looked up
+        last first: a state being cached comes up group by group, so that its last Mamba
+        group's key is the one still missing but at its last group)."""
+        for state in self.needed_by.get(key, ()):
+            if state in self.dead and all(map(cached, reversed(self.keys_of[state]))):
+                self.dead.discard(state)
+
+    def pick(self, found: dict[int, Any], skip: set[int]) -> Any:
+        """The state block to evict among the free ones `found` (free queue order) less
+        `skip`: the first whose KV or other blocks are gone, else the first in Marconi's
+        order (min-max normalized over exactly these candidates)."""
+        ids = [i for i in found if i not in skip] if skip else list(found)
+        if self.alpha == 0.0 or len(ids) < 2:
+            return found[ids[0]]
+        dead = self.dead
+        if dead:  # (a block's state is `state_of`'s, the same books as `blocks_of`)
+            state_of = self.state_of
+            for i in ids:
+                if state_of.get(i) in dead:
+                    return found[i]
+        if len(ids) <= FEW:  # numpy's calls cost more than the score in Python
+            item = self.eff_of.item
+            return found[ids[first_lowest([item(i) for i in ids], self.alpha)]]
+        at = np.array(ids, dtype=np.int64)
+        return found[ids[int(np.argmin(flop_score(self.eff_of[at], self.alpha)))]]
+
+    def efficiency(self, block: Any) -> float:
+        depth = int(block.block_hash_num_tokens)
+        known = self.above.get(block.block_id)
+        if known is not None and known[0] == depth:
+            return known[2]
+        return self._efficiency(depth, 0)
+
+    def _efficiency(self, depth: int, top: int) -> float:
+        held = self._kv * (depth - top) + self._ssm
+        return (self._f(depth) - self._f(top)) / held
+
+    def first(self, candidates: list[Any], cached: Any) -> int:
+        """The index, in `candidates` (free queue order), of the state to evict: the
+        first whose KV or other blocks are gone (`cached(key)` false for a key of its
+        state's `keys_of`: no hit can use it, and a tree would have dropped it with its
+        KV), else the first in Marconi's order."""
+        if self.alpha == 0.0 or len(candidates) < 2:
+            return 0
+        for i, block in enumerate(candidates):
+            state = self.state_of.get(block.block_id)
+            if not all(cached(key) for key in self.keys_of.get(state, ())):  # type: ignore
+                return i
+        eff = np.array([self.efficiency(b) for b in candidates])
+        return int(flop_order(eff, self.alpha)[0])
+
+
+FEW = 48  # candidates up to which `StateOrder.pick` scores them in Python
+
+
+def flop_scores(effs: list[float], alpha: float) -> list[float]:
+    """`flop_score(np.array(effs), alpha).tolist()`, bit for bit, in Python (at least two
+    candidates): the same IEEE operations on the same doubles in the same order (rank
+    k / (n - 1); efficiency min-max normalized, all equal -> 1; rank plus alpha times
+    that), without numpy's cost per call, some ten of them, on a few candidates."""
+    low, high, last = min(effs), max(effs), len(effs) - 1
+    if high == low:
+        return [k / last + alpha * 1.0 for k in range(last + 1)]
+    span = high - low
+    return [k / last + alpha * ((e - low) / span) for k, e in enumerate(effs)]
+
+
+def first_lowest(effs: list[float], alpha: float) -> int:
+    """`int(np.argmin(flop_score(np.array(effs), alpha)))`: the first lowest score."""
+    scores = flop_scores(effs, alpha)
+    return scores.index(min(scores))
