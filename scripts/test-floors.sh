@@ -35,6 +35,11 @@ print(", ".join(f"{n} {m.version(n)}" for n in ("numpy", "scipy", "msgspec", "py
 #   This venv's side of them is the simulator (run here by test_sim and the rest) and, for
 #   test_serve_vllm, marconi.realpeers.serve_replay's openai client, the one piece not
 #   run at the floors (tests/server drives the openai client at its floor).
+# - the engine fuzz (tests/engine/test_fuzz.py, a third of this run's time): 23 cases of
+#   30 requests under pressure, each held to torch forwards; the floors leave torch and
+#   transformers at the lock's own versions (their floors are those versions), and the
+#   rest of tests/engine runs here, the engine's exactness against uncached forwards
+#   included.
 # Adding a test that needs a floor-sensitive package to one of those modules moves it
 # out of this rule: give it its own module instead.
 # The property tests and fuzz loops run a quarter of their random cases here
@@ -43,4 +48,4 @@ export MARCONI_TEST_EXAMPLES="${MARCONI_TEST_EXAMPLES:-0.25}"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
     --deselect tests/test_pins.py::test_installed_versions_are_the_lock \
     --ignore tests/test_integrations.py --ignore tests/test_realpeers.py \
-    --ignore tests/test_serve_vllm.py "$@"
+    --ignore tests/test_serve_vllm.py --ignore tests/engine/test_fuzz.py "$@"

@@ -184,3 +184,24 @@ def test_the_floors_run_fewer_random_cases(monkeypatch: pytest.MonkeyPatch) -> N
         monkeypatch.setenv(EXAMPLES_ENV, bad)
         with pytest.raises(ValueError, match=EXAMPLES_ENV):
             examples(10)
+
+
+def test_the_floors_leave_the_fuzz_to_the_main_run_while_torch_and_transformers_agree() -> None:
+    """scripts/test-floors.sh leaves the engine fuzz out because the floors of torch and
+    transformers are the lock's own versions: lowering either floor must bring it back."""
+    import re
+
+    from packaging.version import Version
+
+    root = Path(__file__).resolve().parents[1]
+    floors = (root / "scripts" / "test-floors.sh").read_text()
+    assert "--ignore tests/engine/test_fuzz.py" in floors
+    project = (root / "pyproject.toml").read_text()
+    lock = (root / "scripts" / "ci-lock.txt").read_text()
+    for name in ("torch", "transformers"):
+        floor = re.search(rf'"{name}>=([\d.]+)', project)
+        pinned = re.search(rf"^{name}==([\d.]+)", lock, re.M)
+        assert floor and pinned, name
+        assert Version(floor.group(1)) == Version(pinned.group(1)), (
+            f"{name}'s floor {floor.group(1)} is below the lock's {pinned.group(1)}: run "
+            "tests/engine/test_fuzz.py at the floors again (scripts/test-floors.sh)")
