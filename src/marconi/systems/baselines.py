@@ -1,5 +1,5 @@
 """Other baselines (what each models: docs/peers.md, "Other baselines"): SegLen, T-LRU,
-LFU, llama.cpp's context checkpoints, sparse prefix caching."""
+LFU, SLRU, llama.cpp's context checkpoints, sparse prefix caching."""
 
 from __future__ import annotations
 
@@ -79,6 +79,17 @@ def _lfu(spec: ModelSpec, alpha: float) -> Policies:
     from marconi.peers.lfu import LFU
 
     return Judicious(), Ranked(LFU)
+
+
+@system("slru", "judicious admission; leaves hit fewer than twice before the others, each "
+        "least recently used first (SGLang's --radix-eviction-policy slru), a declared "
+        "priority")
+def _slru(spec: ModelSpec, alpha: float) -> Policies:
+    from marconi.core.ranked import Ranked
+    from marconi.paper.admission import Judicious
+    from marconi.peers.slru import SLRU
+
+    return Judicious(), Ranked(SLRU)
 
 
 def _llamacpp(settings: Settings) -> System:
