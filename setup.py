@@ -39,7 +39,8 @@ else:
     extensions = cythonize(
         [Extension("marconi.core._native", ["src/marconi/core/_native.pyx"],
                    include_dirs=["src/marconi/core"], language="c++", optional=True,
-                   depends=["src/marconi/core/native/tree_core.hpp"],
+                   depends=["src/marconi/core/native/tree_core.hpp",
+                            "src/marconi/core/native/serving.hpp"],
                    extra_compile_args=["-std=c++17", "-O3", "-ffp-contract=off"])],
         compiler_directives={"language_level": "3"}, quiet=True)
 

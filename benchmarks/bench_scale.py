@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_scale.py [--requests 1000000] [--systems sglang+,marconi+]
         [--shadow-sample-after N|none] [--cores python,compiled] [--walk]
+        [--replay sequential|serving]
 
 The trace is too big to hold (a million agent calls hold some 2 G distinct tokens), so it
 is a stream: `synthetic:agent` traces of `--chunk` sessions each (seed = chunk index),
@@ -17,6 +18,11 @@ counts the other work; `gen CPU s` is the part of it spent generating the stream
 in turn (`MARCONI_CORE`, docs/architecture.md, "The compiled core"), alternated, and
 prints the ratios; `--walk` adds the floor: the same stream, each request's tokens made
 bytes and compared with its session's previous request (one memcmp), nothing cached.
+`--replay serving` serves the requests as a server does (docs/architecture.md, "Replay
+protocols"; the default flags: 256 running, 8K-token steps, running requests holding
+memory): a serving replay needs the whole trace, so the stream is read into memory first
+(its generation and that read are `gen CPU s`; a million requests hold some 8 GB of
+tokens); `--replay sequential` (the default here) streams it.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from marconi.core.compiled import CORES, chosen
 from marconi.core.spec import PAPER_7B
 from marconi.sim import SimConfig, simulate
 from marconi.sim.result import SHADOW_SAMPLE_AFTER
-from marconi.workload import TraceOptions, load_trace
+from marconi.workload import Trace, TraceOptions, load_trace
 from marconi.workload.types import Request
 
 
@@ -71,12 +77,18 @@ def stream(requests: int, chunk: int, every: float) -> Iterator[Request]:
 
 
 def one(system: str, requests: int, chunk: int, capacity: str, every: float,
-        sample_after: int | None) -> None:
+        sample_after: int | None, replay: str) -> None:
     config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=False,
-                       shadow_sample_after=sample_after,  # a stream: sequential
-                       replay="sequential", retune=False)
+                       shadow_sample_after=sample_after, replay=replay, retune=False)
     start, cpu = time.perf_counter(), time.process_time()
-    s = simulate(stream(requests, chunk, every), config).summary()
+    if replay == "serving":  # the whole trace first: its read counts as generation
+        trace = Trace("stream", tuple(stream(requests, chunk, every)))
+        GENERATING[0] = time.process_time() - cpu
+        print(f"  held {requests:,} requests, peak RSS {peak_rss_mb():.0f} MB; serving",
+              flush=True)
+        s = simulate(trace, config).summary()
+    else:
+        s = simulate(stream(requests, chunk, every), config).summary()
     total = time.process_time() - cpu
     print(f"{system:10} {chosen():>8} {s.requests:>10,} {s.input_tokens / 1e9:6.2f}G "
           f"{time.perf_counter() - start:9.1f} {total:9.1f} {GENERATING[0]:9.1f} "
@@ -123,6 +135,8 @@ def main() -> None:
                         help="run each system on each of these cores in turn (default: the "
                         "core MARCONI_CORE chooses)")
     parser.add_argument("--walk", action="store_true", help="add the memcmp walk's floor")
+    parser.add_argument("--replay", choices=("sequential", "serving"), default="sequential",
+                        help="the replay protocol (serving holds the whole trace in memory)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child process runs one system
     args = parser.parse_args()
     if args.one == "walk":
@@ -131,7 +145,7 @@ def main() -> None:
     if args.one:
         sample = args.shadow_sample_after
         one(args.one, args.requests, args.chunk, args.capacity, args.every,
-            None if sample == "none" else int(sample))
+            None if sample == "none" else int(sample), args.replay)
         return
     cores = args.cores.split(",") if args.cores else [None]
     for core in cores:
@@ -139,8 +153,8 @@ def main() -> None:
             parser.error(f"--cores: {core!r} is not a core ({', '.join(CORES)})")
     print(f"machine: {platform.machine()}, Python {platform.python_version()}; "
           f"synthetic:agent stream of {args.requests:,} requests in chunks of {args.chunk} "
-          f"sessions, paper-7b, {args.capacity}, bounds off, marconi+'s shadows sampled "
-          f"after {args.shadow_sample_after} requests")
+          f"sessions, paper-7b, {args.capacity}, bounds off, replay {args.replay}, "
+          f"marconi+'s shadows sampled after {args.shadow_sample_after} requests")
     print(f"{'system':10} {'core':>8} {'requests':>10} {'input':>7} {'seconds':>9} "
           f"{'CPU s':>9} {'gen CPU s':>9} {'replay s':>9} {'RSS MB':>8} {'token hit':>10} "
           f"{'FLOPs saved':>12}", flush=True)
@@ -150,7 +164,8 @@ def main() -> None:
             subprocess.run([sys.executable, __file__, "--one", system, "--requests",
                             str(args.requests), "--chunk", str(args.chunk), "--capacity",
                             args.capacity, "--every", str(args.every),
-                            "--shadow-sample-after", args.shadow_sample_after], check=True,
+                            "--shadow-sample-after", args.shadow_sample_after,
+                            "--replay", args.replay], check=True,
                            env=env)
 
 

@@ -538,3 +538,157 @@ cdef class NativeCore:
         cdef string fault = self.core.check()
         if fault.size():
             raise AssertionError(f"compiled core: {fault.decode()}")
+
+
+# --- the serving replay's loop (`native/serving.hpp`) ---------------------------------------
+
+cdef extern from "native/serving.hpp" namespace "marconi":
+    cdef cppclass SeenTreeCpp "marconi::SeenTree":
+        SeenTreeCpp() except +
+        i64 tokens
+
+    cdef cppclass ServeIn:
+        i64 n
+        vector[int32_t*] tokens
+        const i64* n_input
+        const i64* n_output
+        const double* arrival
+        const i64* after
+        i64 max_running, chunk_tokens
+        double decode_s
+        int visibility
+        cbool hold
+        i64 page, kv_per_token
+        Spec latency_spec
+        double rate, overhead_s
+        i64 bound_limit
+
+    cdef cppclass ServeOut:
+        i64* hit
+        i64* kv_bytes
+        i64* ssm_bytes
+        i64* bound
+        i64* seen
+        i64* from_inputs
+        double* issued
+        double* scheduled
+        double* first_token
+        double* finished
+        i64* order
+        i64 waited, max_running, unreserved, dropped
+        double makespan
+
+    cdef cppclass Server:
+        Server(const ServeIn&, ServeOut&, Core&, Core*, SeenTreeCpp*) except +
+        void run() except +
+
+    void dependents_cpp "marconi::dependents"(const ServeIn&, const i64*, i64*)
+
+
+def serve_loop(NativeCore cache not None, NativeCore bound, list tokens not None,
+               const i64[::1] n_input, const i64[::1] n_output, const double[::1] arrival,
+               const i64[::1] session, dict server not None, dict out not None):
+    """The serving replay (`marconi.core.serving._Server`) of requests whose whole tokens
+    (input then output) are `tokens[i]`, in the compiled core; with `bound` (the unbounded
+    cache), the served bounds too (`sim.replay._ServedBounds`). `server`: the loop's
+    settings (`ServeIn`'s fields, `session` None: every request open loop); `out`: arrays
+    of length n it fills (`ServeOut`'s), and its totals are written back into it. False,
+    nothing touched, when a request's tokens are not a C-contiguous native int32 array of
+    its length with no negative id (the caller serves them its own way, with its error)."""
+    cdef ServeIn sin
+    cdef ServeOut sout
+    cdef SeenTreeCpp seen
+    cdef vector[Py_buffer] views
+    cdef Py_buffer view
+    cdef Py_ssize_t j, m = len(tokens)
+    cdef bytes fmt
+    cdef i64[::1] after = _i64(out, "after", m)
+    cdef i64[::1] hit = _i64(out, "hit", m), kv = _i64(out, "kv_bytes", m)
+    cdef i64[::1] ssm = _i64(out, "ssm_bytes", m), bnd = _i64(out, "bound", m)
+    cdef i64[::1] sn = _i64(out, "seen", m), fin = _i64(out, "from_inputs", m)
+    cdef i64[::1] order = _i64(out, "order", m)
+    cdef double[::1] issued = _f64(out, "issued", m), scheduled = _f64(out, "scheduled", m)
+    cdef double[::1] first = _f64(out, "first_token", m), finished = _f64(out, "finished", m)
+    if not (n_input.shape[0] == n_output.shape[0] == arrival.shape[0] == m) or m == 0:
+        raise ValueError(f"serve_loop: {m} requests, per-request arrays of other lengths")
+    if session is not None and session.shape[0] != m:
+        raise ValueError(f"serve_loop: {m} requests, {session.shape[0]} session codes")
+    try:
+        for j in range(m):
+            try:
+                PyObject_GetBuffer(tokens[j], &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+            except (BufferError, TypeError):
+                return False
+            views.push_back(view)
+            fmt = view.format if view.format != NULL else b"B"
+            if (view.itemsize != 4 or view.ndim != 1 or fmt not in (b"i", b"=i", b"<i")
+                    or view.len // 4 != n_input[j] + n_output[j] or n_input[j] < 1
+                    or n_output[j] < 0
+                    or cache.core.any_negative(<const int32_t*>view.buf, view.len // 4)):
+                return False
+            sin.tokens.push_back(<int32_t*>view.buf)
+        sin.n = m
+        sin.n_input = &n_input[0]
+        sin.n_output = &n_output[0]
+        sin.arrival = &arrival[0]
+        if session is None:
+            after[:] = -1
+        else:
+            dependents_cpp(sin, &session[0], &after[0])
+        sin.after = &after[0]
+        sin.max_running = server["max_running"]
+        sin.chunk_tokens = server["chunk_tokens"]
+        sin.decode_s = server["decode_s"]
+        sin.visibility = server["visibility"]
+        sin.hold = server["hold"]
+        sin.page = server["page"]
+        sin.kv_per_token = server["kv_per_token"]
+        sin.latency_spec = _spec(server["latency_spec"])
+        sin.rate = server["rate"]
+        sin.overhead_s = server["overhead_s"]
+        sin.bound_limit = server["bound_limit"]
+        sout.hit, sout.kv_bytes, sout.ssm_bytes = &hit[0], &kv[0], &ssm[0]
+        sout.bound, sout.seen, sout.from_inputs = &bnd[0], &sn[0], &fin[0]
+        sout.issued, sout.scheduled = &issued[0], &scheduled[0]
+        sout.first_token, sout.finished, sout.order = &first[0], &finished[0], &order[0]
+        sout.waited = sout.max_running = sout.unreserved = 0
+        sout.dropped = -1
+        sout.makespan = 0.0
+        try:
+            _run_server(sin, sout, cache, bound, seen)
+        except RuntimeError as err:  # std::logic_error: the Python loop's AssertionError
+            raise AssertionError(str(err)) from None
+        out.update(waited=sout.waited, max_running=sout.max_running,
+                   unreserved=sout.unreserved, makespan=sout.makespan,
+                   dropped=None if sout.dropped < 0 else sout.dropped)
+        return True
+    finally:
+        for j in range(<Py_ssize_t>views.size()):
+            PyBuffer_Release(&views[j])
+
+
+cdef void _run_server(ServeIn& sin, ServeOut& sout, NativeCore cache, NativeCore bound,
+                      SeenTreeCpp& seen) except *:
+    cdef Core* bound_core = NULL
+    cdef SeenTreeCpp* seen_tree = NULL
+    if bound is not None:
+        bound_core, seen_tree = bound.core, &seen
+    cdef Server* s = new Server(sin, sout, deref(cache.core), bound_core, seen_tree)
+    try:
+        s.run()
+    finally:
+        del s
+
+
+cdef i64[::1] _i64(dict out, str name, Py_ssize_t m):
+    cdef i64[::1] a = out[name]
+    if a.shape[0] != m:
+        raise ValueError(f"serve_loop: out[{name!r}] holds {a.shape[0]}, not {m}")
+    return a
+
+
+cdef double[::1] _f64(dict out, str name, Py_ssize_t m):
+    cdef double[::1] a = out[name]
+    if a.shape[0] != m:
+        raise ValueError(f"serve_loop: out[{name!r}] holds {a.shape[0]}, not {m}")
+    return a

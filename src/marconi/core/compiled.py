@@ -74,7 +74,8 @@ EVICTIONS = ("lru", "flop", "flop-inverse-age", "seglen", "keep", "gd", "density
              "switchable", "blocklru", "blockflop", "radixlru", "radixflop", "radixtlru",
              "ranked")
 # vLLM's align mode runs with its block queue (and it alone), KV in pages or per token;
-# SGLang's admission with its two lists (and they alone), a state pool or not
+# SGLang's admission with its two lists (and they alone), a state pool or not; either may
+# run with `keep` (the unbounded cache of the bounds, which never evicts)
 BLOCK_QUEUES = ("blocklru", "blockflop")
 RADIX_LISTS = ("radixlru", "radixflop", "radixtlru")
 # an engine's admission -> the evictions it runs compiled with, in words
@@ -143,7 +144,7 @@ def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
                 "in Python only")
     for kind, (evictions, who, lists) in ENGINE_PAIRS.items():
         mine = compiled_as(admission) == kind
-        if mine != (compiled_as(eviction) in evictions):
+        if mine != (compiled_as(eviction) in evictions) and compiled_as(eviction) != "keep":
             return (f"{type(admission).__name__} with {type(eviction).__name__} runs in "
                     f"Python only ({who} is compiled with {lists} only)")
         if mine and spec.ssm_layers == 0:

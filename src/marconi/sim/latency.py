@@ -41,6 +41,11 @@ class FlopsLatency:
         flops = self.spec.flops
         return self.overhead_s + (flops(done + size) - flops(done)) / self.rate
 
+    def native(self) -> tuple[ModelSpec, float, float]:
+        """What the compiled serving loop evaluates `chunk_seconds` from, in the same
+        operations: (model, rate, overhead)."""
+        return self.spec, self.rate, self.overhead_s
+
 
 class ProfileLatency:
     """A measured profile (the reference engine writes one): CSV with columns

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from itertools import islice
 
 import numpy as np
@@ -19,6 +19,7 @@ from tqdm import tqdm
 from marconi.core.cache import PrefixCache
 from marconi.core.layout import Layout
 from marconi.core.serving import Serving, ServingStats, Visibility, replay_serving
+from marconi.core.serving_native import Served, serve_compiled
 from marconi.core.tuning import Tuner
 from marconi.sim.bounds import UNBOUNDED, SeenTree, keep_all
 from marconi.sim.concurrent import replay_concurrent
@@ -260,8 +261,27 @@ def _serving(trace: Trace | Iterable[Request], config: SimConfig, system: System
         bounds.lookup(i, request)
 
     requests = trace.requests if isinstance(trace, Trace) else tuple(trace)
+    if before is None and tuner is None:  # nothing to tell per request: the compiled loop
+        served = serve_compiled(requests, cache, serving_of(config, system), bound=bounds.bound,
+                                bound_limit=bounds.limit)
+        if served is not None:
+            _served_records(records, requests, served)
+            bounds.dropped = served.dropped
+            return served.stats
     return replay_serving(requests, cache, serving_of(config, system), record, before, tuner,
                           on_commit=bounds.commit)
+
+
+def _served_records(records: Records, requests: Sequence[Request], served: Served) -> None:
+    """The records of a serving replay the compiled core ran (`_record`, `_ServedBounds`)."""
+    records.n_input[:] = [r.n_input for r in requests]
+    records.n_output[:] = [r.n_output for r in requests]
+    records.hit[:] = served.hit
+    records.kv_bytes[:] = served.kv_bytes
+    records.ssm_bytes[:] = served.ssm_bytes
+    records.bound[:] = served.bound
+    records.seen[:] = served.seen
+    records.from_inputs[:] = served.from_inputs
 
 
 def _step(request: Request, i: int, cache: PrefixCache, tuner: Tuner | None,

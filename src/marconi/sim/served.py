@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from marconi.core.serving import Visibility, replay_timeline
+from marconi.core.serving import Visibility, replay_serving, replay_timeline
+from marconi.core.serving_native import serve_compiled
 from marconi.core.spec import ModelSpec
 from marconi.sim.result import SimConfig
 from marconi.systems import get_system
@@ -177,7 +178,6 @@ def model_hits(served: Sequence[ServedRequest], system: str, spec: ModelSpec, ca
     the run sent it (what the client sent when: an open loop), the rest modelled
     (`profile`, `decode_s`, the server's batch limit and step); and the modelled
     timeline, (scheduled, finished) per request, to drive the engine's own code by."""
-    from marconi.core.serving import replay_serving
     from marconi.sim.replay import serving_of
 
     trace = Trace("served", tuple(as_requests(served, np.array([s.sent for s in served]))))
@@ -191,8 +191,11 @@ def model_hits(served: Sequence[ServedRequest], system: str, spec: ModelSpec, ca
     def record(i: int, request: Request, hit: int) -> None:
         hits[i] = hit
 
-    stats = replay_serving(list(trace.requests), cache, serving_of(config, sys_), record,
-                           closed_loop=False)
+    serving = serving_of(config, sys_)
+    run = serve_compiled(list(trace.requests), cache, serving, closed_loop=False)
+    if run is not None:
+        return run.hit, (run.stats.scheduled, run.stats.finished)
+    stats = replay_serving(list(trace.requests), cache, serving, record, closed_loop=False)
     return hits, (stats.scheduled, stats.finished)
 
 
