@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from marconi.core.compiled import built
 from marconi.core.spec import PAPER_7B
 from marconi.sim import SimConfig
 from marconi.sim import replay as sim_replay
+from marconi.sim.bounds import UNBOUNDED, CompiledSeenTree, SeenTree, keep_all, seen_tree
+from marconi.systems import get_system
 from marconi.workload import Trace, TraceOptions, load_trace
 from marconi.workload.types import Request
 from tests.helpers import examples
@@ -116,3 +118,44 @@ def test_an_agent_trace_is_served_the_same(system: str, monkeypatch: pytest.Monk
     _same(python, native)
     assert python.serving.waited > 0  # it queued
     assert python.stats.evictions > 0 or system == "vanilla"  # the capacity binds
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.lists(st.integers(1, 3), max_size=14),
+                          st.integers(0, 14)), max_size=40))
+# a split's head keeps the longer input through it; a sequence ending inside an edge
+# raises that edge's input length
+@example([(True, [1, 2, 3, 4], 4), (True, [1, 2, 5], 0), (False, [1, 2], 0)])
+@example([(True, [1, 2, 3, 4], 0), (True, [1, 2], 2), (False, [1, 2, 3], 0)])
+def test_the_compiled_seen_tree_is_the_python_one(
+        steps: list[tuple[bool, list[int], int]]) -> None:
+    """Commits (with an input length inside or at the sequence's end) and lookups over a
+    three-token vocabulary (splits inside edges, sequences ending mid-edge): the same
+    (seen, from_inputs) and distinct-token counts from both trees."""
+    python, native = SeenTree(), CompiledSeenTree()
+    for commit, tokens, n_input in steps:
+        array = np.array(tokens, dtype=np.int32)
+        if commit:
+            python.commit(array, min(n_input, len(tokens)))
+            native.commit(array, min(n_input, len(tokens)))
+        else:
+            assert native.lookup(array) == python.lookup(array)
+        assert native.tokens == python.tokens
+
+
+def test_a_sequential_run_with_bounds_uses_the_compiled_tree(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sequential replay's bounds on the compiled core: the compiled tree, the same
+    records as the Python core's."""
+    trace = load_trace("synthetic:agent", options=TraceOptions(sessions=12, use_cache=False))
+    config = SimConfig(spec=PAPER_7B, capacity="1GB", system="sglang+", replay="sequential")
+    runs = {}
+    for core in ("python", "compiled"):
+        monkeypatch.setenv("MARCONI_CORE", core)
+        runs[core] = sim_replay.simulate(trace, config).records.columns()
+        assert isinstance(seen_tree(get_system("sglang+").cache(
+            PAPER_7B, UNBOUNDED, evict_with=keep_all, replay=True)),
+            CompiledSeenTree if core == "compiled" else SeenTree)
+    for name, column in runs["python"].items():
+        assert np.array_equal(column, runs["compiled"][name]), name
+    assert runs["compiled"]["seen"].sum() > 0

@@ -8,6 +8,7 @@ from cpython.buffer cimport (PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBuffer_Release,
 from libc.stdint cimport int32_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
+from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 from cython.operator cimport dereference as deref
 
@@ -546,6 +547,8 @@ cdef extern from "native/serving.hpp" namespace "marconi":
     cdef cppclass SeenTreeCpp "marconi::SeenTree":
         SeenTreeCpp() except +
         i64 tokens
+        pair[i64, i64] lookup(const int32_t*, i64) except +
+        void commit(const int32_t*, i64, i64) except +
 
     cdef cppclass ServeIn:
         i64 n
@@ -692,3 +695,33 @@ cdef double[::1] _f64(dict out, str name, Py_ssize_t m):
     if a.shape[0] != m:
         raise ValueError(f"serve_loop: out[{name!r}] holds {a.shape[0]}, not {m}")
     return a
+
+
+cdef class SeenTree:
+    """`marconi.sim.bounds.SeenTree` in the compiled core: every committed sequence, the
+    longest prefix of an input seen before and how much of it was seen within an input."""
+
+    cdef SeenTreeCpp* tree
+
+    def __cinit__(self):
+        self.tree = new SeenTreeCpp()
+
+    def __dealloc__(self):
+        del self.tree
+
+    @property
+    def tokens(self):
+        """Distinct tokens held."""
+        return self.tree.tokens
+
+    def lookup(self, const int32_t[::1] tokens not None):
+        """(seen, from_inputs) for an input."""
+        if tokens.shape[0] == 0:
+            return 0, 0
+        cdef pair[i64, i64] out = self.tree.lookup(&tokens[0], tokens.shape[0])
+        return out.first, out.second
+
+    def commit(self, const int32_t[::1] tokens not None, i64 n_input):
+        """Hold a sequence whose first `n_input` tokens were its input."""
+        if tokens.shape[0]:
+            self.tree.commit(&tokens[0], tokens.shape[0], n_input)

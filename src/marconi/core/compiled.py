@@ -93,6 +93,13 @@ else:
 _told = False
 
 
+def native_seen_tree() -> Any:
+    """A fresh `SeenTree` of the compiled core (`sim.bounds.CompiledSeenTree` wraps it)."""
+    if _native is None:
+        raise RuntimeError("the compiled core is not built")
+    return _native.SeenTree()
+
+
 def built() -> bool:
     """Whether the compiled core was built when marconi was installed."""
     return _native is not None

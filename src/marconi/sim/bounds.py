@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from marconi.core import compiled
 from marconi.core.policy import Eviction, Victim, overrides
 from marconi.core.tree import TOKEN_BYTES, Node, RadixTree
 
@@ -56,6 +57,9 @@ class Seen:
 
 
 class SeenTree:
+    """The Python tree of every prefix seen; `CompiledSeenTree` is its twin in the
+    compiled core (`seen_tree` picks)."""
+
     def __init__(self) -> None:
         self.tree = RadixTree()
         self._input_depth: dict[Node, int] = {}  # max input length of sequences through a node
@@ -83,3 +87,30 @@ class SeenTree:
             self.tokens += len(tokens) - match.length
         for node in path:
             self._input_depth[node] = max(self._input_depth.get(node, 0), n_input)
+
+
+class CompiledSeenTree:
+    """`SeenTree` in the compiled core (`core/native/serving.hpp`): the same answers
+    (tests/test_serving_native.py draws sequences for both)."""
+
+    def __init__(self) -> None:
+        self._tree = compiled.native_seen_tree()
+
+    @property
+    def tokens(self) -> int:
+        return int(self._tree.tokens)
+
+    def lookup(self, tokens: np.ndarray) -> Seen:
+        seen, from_inputs = self._tree.lookup(np.ascontiguousarray(tokens, dtype=np.int32))
+        return Seen(int(seen), int(from_inputs))
+
+    def commit(self, tokens: np.ndarray, n_input: int) -> None:
+        self._tree.commit(np.ascontiguousarray(tokens, dtype=np.int32), int(n_input))
+
+
+def seen_tree(bound: object) -> SeenTree | CompiledSeenTree:
+    """The tree of every prefix for a run whose same-system bound is `bound`: in the
+    compiled core where the bound is (the run is compiled), else the Python one."""
+    if isinstance(bound, compiled.CompiledCache):
+        return CompiledSeenTree()
+    return SeenTree()

@@ -21,12 +21,13 @@ from marconi.core.layout import Layout
 from marconi.core.serving import Serving, ServingStats, Visibility, replay_serving
 from marconi.core.serving_native import Served, serve_compiled
 from marconi.core.tuning import Tuner
-from marconi.sim.bounds import UNBOUNDED, SeenTree, keep_all
+from marconi.sim.bounds import UNBOUNDED, CompiledSeenTree, SeenTree, keep_all, seen_tree
 from marconi.sim.concurrent import replay_concurrent
 from marconi.sim.result import Records, SimConfig, SimResult, resized
 from marconi.systems import System, TunerOptions, get_system
 from marconi.workload.types import Request, Trace
 
+Seeing = SeenTree | CompiledSeenTree  # the tree of every prefix, either core's
 STREAM_ROWS = 4096  # rows a replay of a stream (no length known) starts its records with
 BATCH = 1024  # requests served in one call once nothing else needs to see each one
 
@@ -60,7 +61,7 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
         config.spec, UNBOUNDED, alpha=config.alpha,
         layout=Layout(page_size=config.layout.page_size), evict_with=keep_all,
         as_engine=True, replay=True) if config.bounds else None
-    seen, dropped = SeenTree(), None
+    seen, dropped = seen_tree(bound), None
     records = Records.zeros(len(trace) if isinstance(trace, Sized) else STREAM_ROWS)
     arrivals, sessions = np.zeros(len(records)), []
     start = time.perf_counter()
@@ -220,7 +221,7 @@ class _ServedBounds:
     to both when it finishes. A prefix that a running request is still computing is
     neither seen nor in the bound: no cache could have served it then."""
 
-    def __init__(self, bound: PrefixCache | None, seen: SeenTree, records: Records,
+    def __init__(self, bound: PrefixCache | None, seen: Seeing, records: Records,
                  limit: int) -> None:
         self.bound, self.seen, self.records, self.limit = bound, seen, records, limit
         self.dropped: int | None = None
@@ -312,7 +313,7 @@ def _serve_batch(batch: list[Request], first: int, cache: PrefixCache,
     records.ssm_bytes[first:end] = ssm
 
 
-def _bounds(request: Request, i: int, bound: PrefixCache, seen: SeenTree,
+def _bounds(request: Request, i: int, bound: PrefixCache, seen: Seeing,
             records: Records) -> None:
     """Same system with unbounded capacity, and every prefix ever seen."""
     tokens = request.tokens()
