@@ -276,8 +276,6 @@ def test_layer_rule_finds_planted_imports() -> None:
         "marconi.integrations.common": {"marconi.server.app"}}
 
 
-@pytest.mark.xfail(strict=True, reason="realpeers/sglang_worker.py and vllm_worker.py "
-                   "import marconi.integrations.common, which imports marconi.systems")
 def test_realpeers_and_integrations_import_no_layer_above() -> None:
     """No module of realpeers/ or integrations/ reaches the drivers, the CLI, its commands
     or the API (realpeers/ not the registry either)."""
@@ -435,16 +433,12 @@ def test_folder_rules_find_planted_arrows() -> None:
         upward_arrows(folders, layers[:-1])
 
 
-@pytest.mark.xfail(strict=True, reason="realpeers/sglang_worker.py and vllm_worker.py "
-                   "import marconi.integrations.common, which imports marconi.systems")
 def test_no_folder_cycle() -> None:
     """The top-level folders of marconi import each other in no loop (counting imports
     inside functions, modules named to `importlib`, and the workers' bare-name imports)."""
     assert folder_cycles(folder_graph(import_graph())) == []
 
 
-@pytest.mark.xfail(strict=True, reason="realpeers/sglang_worker.py and vllm_worker.py "
-                   "import marconi.integrations.common, which imports marconi.systems")
 def test_folder_arrows_point_down_the_drawing() -> None:
     """Every folder imports only folders on its line of docs/architecture.md's "Layers"
     drawing or below it."""
