@@ -4,6 +4,7 @@ import the registry, no import cycle, and a CLI that loads no heavy dependency."
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,25 +24,69 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted((SRC / "marconi").rglob("*.py"))}
 
 
+# Folders whose files also run as scripts, importing each other by bare name (`from
+# vllm_engine import ...`): the engines' workers run in the engines' own environments.
+SCRIPT_FOLDERS = ("marconi.realpeers",)
+
+
+def _resolve(base: str, known: set[str]) -> str | None:
+    """The marconi module an absolute dotted name means: itself, its longest known prefix
+    (`marconi.x.y.Name` -> `marconi.x.y`), or a script of SCRIPT_FOLDERS named bare."""
+    if not base.startswith("marconi"):
+        for folder in SCRIPT_FOLDERS:
+            if f"{folder}.{base.split('.')[0]}" in known:
+                return f"{folder}.{base.split('.')[0]}"
+        return None
+    parts = base.split(".")
+    for i in range(len(parts), 0, -1):
+        if ".".join(parts[:i]) in known:
+            return ".".join(parts[:i])
+    return None
+
+
+def _imported_by_name(node: ast.Call) -> str | None:
+    """The module named by `importlib.import_module("...")` (or `import_module(f"x.{y}")`:
+    the constant head, `x`), else None."""
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if called != "import_module" or not node.args:
+        return None
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if (isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant)
+            and isinstance(arg.values[0].value, str)):
+        return arg.values[0].value.rstrip(".") or None
+    return None
+
+
 def imports_of(path: Path, known: set[str], text: str | None = None) -> set[str]:
     """marconi modules `path` (or `text` in its place) imports anywhere (function bodies
-    and TYPE_CHECKING too), relative imports resolved from the module's package."""
+    and TYPE_CHECKING too): relative imports resolved from the module's package, modules
+    named to `importlib.import_module`, and the scripts of SCRIPT_FOLDERS imported by bare
+    name."""
     name = _module_name(path)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text() if text is None else text)):
         if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.startswith("marconi"))
+            out.update(filter(None, (_resolve(a.name, known) for a in node.names)))
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # `from ..x import y` in package a.b.c -> a.b.x
                 up = package[: len(package) - node.level + 1]
                 base = ".".join([*up, *([base] if base else [])])
-            if not base.startswith("marconi"):
+            found = _resolve(base, known)
+            if found is None:
                 continue
             for alias in node.names:  # `from marconi.x import y`: y may be a module
-                sub = f"{base}.{alias.name}"
-                out.add(sub if sub in known else base)
+                sub = f"{found}.{alias.name}"
+                out.add(sub if sub in known else found)
+        elif isinstance(node, ast.Call):
+            named = _imported_by_name(node)
+            found = None if named is None else _resolve(named, known)
+            if found is not None:
+                out.add(found)
     return out & known
 
 
@@ -301,3 +346,101 @@ def test_policy_reach_finds_planted_imports() -> None:
              "marconi.plus.switchable": {"marconi.paper.eviction"}}
     assert policy_reach_breaches(graph) == {"marconi.sim.oracle": {"marconi.paper.eviction"},
                                             "marconi.sim.replay": {"marconi.plus.shadows"}}
+
+
+# --- the house drawing: folders and their layers ---------------------------------------
+
+DOCS = SRC.parent / "docs" / "architecture.md"
+
+
+def folder_of(module: str) -> str:
+    """The top-level folder or module of marconi that `module` lies in (`marconi.sim.run`
+    -> `sim`, `marconi.cli` -> `cli`, the package's own `__init__` -> `__init__`)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, dict[str, set[str]]]:
+    """Each folder, the folders it imports, and for each the module arrows behind it."""
+    out: dict[str, dict[str, set[str]]] = {folder_of(m): {} for m in graph}
+    for module, deps in graph.items():
+        for dep in deps:
+            a, b = folder_of(module), folder_of(dep)
+            if a != b:
+                out[a].setdefault(b, set()).add(f"{module} -> {dep}")
+    return out
+
+
+def drawn_layers(text: str) -> list[list[str]]:
+    """The "Layers" drawing of `text` (docs/architecture.md), top line first: each line's
+    folders and modules (`core/` -> `core`, `settings.py` -> `settings`)."""
+    block = text.split("\n## Layers\n", 1)[1].split("```", 2)[1]
+    layers = []
+    for line in block.splitlines():
+        names = []
+        for word in line.split():
+            match = re.fullmatch(r"([a-z_]+)(?:/|\.py),?", word)
+            if match is None:  # the line's description
+                break
+            names.append(match.group(1))
+        if names:
+            layers.append(names)
+    return layers
+
+
+def upward_arrows(folders: dict[str, dict[str, set[str]]],
+                  layers: list[list[str]]) -> dict[str, set[str]]:
+    """Each folder arrow that points to a higher line of the drawing, with its module
+    arrows (an arrow within a line points sideways; `folder_cycles` keeps those one-way)."""
+    line = {name: i for i, names in enumerate(layers) for name in names}
+    undrawn = sorted(set(folders) - set(line))
+    assert not undrawn, f"not in docs/architecture.md's Layers drawing: {undrawn}"
+    return {f"{a} -> {b}": arrows for a, deps in folders.items()
+            for b, arrows in deps.items() if line[b] < line[a]}
+
+
+def folder_cycles(folders: dict[str, dict[str, set[str]]]) -> list[list[str]]:
+    return cycles({a: set(deps) for a, deps in folders.items()})
+
+
+def test_drawing_is_read() -> None:
+    layers = drawn_layers(DOCS.read_text())
+    assert layers[0][:3] == ["commands", "cli", "api"] and layers[-1] == ["core", "settings"]
+    assert sum(len(names) for names in layers) == len({n for ns in layers for n in ns})
+
+
+def test_folder_rules_find_planted_arrows() -> None:
+    known = set(_modules())
+    common = SRC / "marconi" / "integrations" / "common.py"
+    planted = imports_of(common, known, "def f():\n    import importlib\n"
+                         "    importlib.import_module('marconi.sim.run')\n")
+    assert planted == {"marconi.sim.run"}
+    engine = SRC / "marconi" / "realpeers" / "vllm_replay.py"
+    planted = imports_of(engine, known, "def f():\n    from vllm_engine import Engine\n"
+                         "    import worker_io\n")
+    assert planted == {"marconi.realpeers.vllm_engine", "marconi.realpeers.worker_io"}
+    graph = {"marconi.systems.engines": {"marconi.realpeers.envs", "marconi.core.spec"},
+             "marconi.realpeers.envs": set(), "marconi.core.spec": set(),
+             "marconi.realpeers.vllm_worker": {"marconi.integrations.common"},
+             "marconi.integrations.common": {"marconi.systems"}, "marconi.systems": set()}
+    folders = folder_graph(graph)
+    assert folder_cycles(folders) == [["integrations", "realpeers", "systems"]]
+    layers = [["integrations"], ["systems"], ["realpeers"], ["core"]]
+    assert upward_arrows(folders, layers) == {
+        "realpeers -> integrations": {
+            "marconi.realpeers.vllm_worker -> marconi.integrations.common"}}
+    with pytest.raises(AssertionError, match=r"drawing: \['core'\]"):
+        upward_arrows(folders, layers[:-1])
+
+
+def test_no_folder_cycle() -> None:
+    """The top-level folders of marconi import each other in no loop (counting imports
+    inside functions, modules named to `importlib`, and the workers' bare-name imports)."""
+    assert folder_cycles(folder_graph(import_graph())) == []
+
+
+def test_folder_arrows_point_down_the_drawing() -> None:
+    """Every folder imports only folders on its line of docs/architecture.md's "Layers"
+    drawing or below it."""
+    layers = drawn_layers(DOCS.read_text())
+    assert upward_arrows(folder_graph(import_graph()), layers) == {}

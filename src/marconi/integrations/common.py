@@ -95,13 +95,13 @@ def asked(who: str, enable: str) -> Asked | None:
 
 def install_from(engine: str, options: dict[str, Any]) -> Any:
     """`marconi.integrations.<engine>.install` with what a replay worker was given: the
-    model as a dict (`spec`), marconi's source folder (`src`, already on the path) and
-    `install`'s keywords."""
+    model as a dict (`spec`), marconi's source folder (`src`, already on the path), this
+    module's name (`installer`) and `install`'s keywords."""
     import importlib
 
     from marconi.core.spec import ModelSpec
 
-    keywords = {k: v for k, v in options.items() if k not in ("spec", "src")}
+    keywords = {k: v for k, v in options.items() if k not in ("spec", "src", "installer")}
     module = importlib.import_module(f"marconi.integrations.{engine}")
     return module.install(ModelSpec(**options["spec"]), **keywords)
 

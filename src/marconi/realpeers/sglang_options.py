@@ -24,10 +24,11 @@ DEFAULTS: dict[str, Any] = {
     # requests overlap as they arrive (arrivals.py): each runs TTFT (from the parent, on
     # stdin) + decode_s_per_token x n_output; false: one at a time, in arrival order
     "concurrent": False, "decode_s_per_token": 0.02,
-    # marconi's eviction inside this SGLang (marconi.integrations.sglang, imported from
+    # marconi's eviction inside this SGLang (the module `installer` names, imported from
     # `src`, the only marconi this worker ever imports): null, or {"policy": "marconi",
     # "spec": a ModelSpec's fields, "alpha": null (tuned) or a number, "background":
-    # whether the tuner runs in its thread, "src": the folder holding marconi}
+    # whether the tuner runs in its thread, "src": the folder holding marconi,
+    # "installer": the module whose `install_from` installs it}
     "integration": None,
     "model": None,  # marconi's layer byte sizes: recorded, not used (only indices matter)
 }
@@ -91,7 +92,7 @@ def resolve_options(raw: Any) -> dict[str, Any]:
     return opts
 
 
-INTEGRATION_KEYS = ("policy", "spec", "alpha", "background", "src")
+INTEGRATION_KEYS = ("policy", "spec", "alpha", "background", "src", "installer")
 
 
 def _check_integration(value: Any) -> None:
@@ -100,8 +101,10 @@ def _check_integration(value: Any) -> None:
     if not isinstance(value, dict) or sorted(value) != sorted(INTEGRATION_KEYS):
         raise UsageError(f"option 'integration': {value!r} is not null or an object with "
                          f"exactly {', '.join(INTEGRATION_KEYS)}")
-    if not isinstance(value["spec"], dict) or not isinstance(value["src"], str):
-        raise UsageError("option 'integration': 'spec' must be an object, 'src' a folder")
+    if (not isinstance(value["spec"], dict) or not isinstance(value["src"], str)
+            or not isinstance(value["installer"], str)):
+        raise UsageError("option 'integration': 'spec' must be an object, 'src' a folder, "
+                         "'installer' a module name")
 
 
 def _check_keys(raw: Any) -> None:

@@ -85,19 +85,23 @@ OPTION_RULES: dict[str, Rule] = {
         0.02, lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v >= 0,
         "a number >= 0"),
     "progress_every": Rule(0, _int_rule(0), "an integer >= 0 (0: only at the end)"),
-    # marconi's eviction inside this vLLM (marconi.integrations.vllm, imported from `src`
-    # only when asked): null, or {policy, spec, alpha, background, src}
+    # marconi's eviction inside this vLLM (the module `installer` names, imported from
+    # `src` only when asked): null, or {alpha, background, installer, orphans_first,
+    # policy, spec, src}
     "integration": Rule(None, lambda v: v is None or _integration_rule(v),
-                        "null or an object with exactly alpha, background, orphans_first, "
-                        "policy, spec (an object) and src (a folder)"),
+                        "null or an object with exactly alpha, background, installer (a "
+                        "module name), orphans_first, policy, spec (an object) and src (a "
+                        "folder)"),
 }
 
-INTEGRATION_KEYS = ("alpha", "background", "orphans_first", "policy", "spec", "src")
+INTEGRATION_KEYS = ("alpha", "background", "installer", "orphans_first", "policy", "spec",
+                    "src")
 
 
 def _integration_rule(value: object) -> bool:
     return (isinstance(value, dict) and sorted(value) == list(INTEGRATION_KEYS)
-            and isinstance(value["spec"], dict) and isinstance(value["src"], str))
+            and isinstance(value["spec"], dict) and isinstance(value["src"], str)
+            and isinstance(value["installer"], str))
 
 
 def load_options(path: Path) -> dict[str, Any]:

@@ -48,17 +48,19 @@ from worker_io import report_integration
 
 
 def install_integration(options: dict[str, Any]) -> Any:
-    """marconi's integration, installed before the cache is built; None without one."""
+    """marconi's integration, installed before the cache is built by the module the
+    options name (`installer`: its `install_from`; its `IntegrationError` a usage error);
+    None without one."""
     import importlib
 
     wanted = options["integration"]
     if wanted is None:
         return None
     sys.path.insert(0, wanted["src"])
-    common = importlib.import_module("marconi.integrations.common")
+    installer = importlib.import_module(wanted["installer"])
     try:
-        return common.install_from("vllm", wanted)
-    except common.IntegrationError as err:
+        return installer.install_from("vllm", wanted)
+    except installer.IntegrationError as err:
         raise UsageError(str(err)) from None
 
 

@@ -69,6 +69,11 @@ def sglang_options(config: SimConfig, system: System) -> dict[str, Any]:
     return out
 
 
+# The module a worker installs marconi's integration with (`install_from(engine, options)`,
+# `IntegrationError`), imported from `src` in the engine's environment.
+INSTALLER = "marconi.integrations.common"
+
+
 def integration_options(config: SimConfig, system: System) -> dict[str, Any] | None:
     """What a worker needs to install marconi's integration in its engine; None: none."""
     s = system.settings
@@ -76,7 +81,8 @@ def integration_options(config: SimConfig, system: System) -> dict[str, Any] | N
         return None
     out = {"policy": s["integration"], "spec": dataclasses.asdict(config.spec),
            "alpha": config.alpha, "background": s["tuner"] == "thread",
-           "src": str(Path(__file__).resolve().parents[2])}  # src/
+           "src": str(Path(__file__).resolve().parents[2]),  # src/
+           "installer": INSTALLER}
     if "orphans" in s:  # vLLM's
         out["orphans_first"] = s["orphans"] == "first"
     return out
