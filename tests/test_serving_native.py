@@ -9,9 +9,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from marconi.core import serving, serving_native
 from marconi.core.compiled import built
 from marconi.core.spec import PAPER_7B
 from marconi.sim import SimConfig
+from marconi.sim.latency import FlopsLatency
 from marconi.sim import replay as sim_replay
 from marconi.sim.bounds import UNBOUNDED, CompiledSeenTree, SeenTree, keep_all, seen_tree
 from marconi.systems import get_system
@@ -159,3 +161,59 @@ def test_a_sequential_run_with_bounds_uses_the_compiled_tree(
     for name, column in runs["python"].items():
         assert np.array_equal(column, runs["compiled"][name]), name
     assert runs["compiled"]["seen"].sum() > 0
+
+
+def test_a_tuned_run_is_served_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """marconi's bootstrap tuner (re-tuning, its guard twin served), told by the compiled
+    loop at the Python loop's places: the same run, the tuning's report included.
+    (marconi+'s admission hands positions per request: it keeps the Python loop.)"""
+    trace = load_trace("synthetic:agent", options=TraceOptions(sessions=40, use_cache=False))
+    config = SimConfig(spec=PAPER_7B, capacity="3GB", system="marconi", max_running=8)
+    python, native = _both(trace, config, monkeypatch)
+    _same(python, native)
+    assert python.alpha_status == "tuned" and python.tuning.adopted  # it tuned
+
+
+def test_every_callback_is_told_in_the_python_loops_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`replay_serving`'s record and commit callbacks, by both loops: the same calls, in
+    the same order, with the cache's bytes at each."""
+    monkeypatch.setenv("MARCONI_CORE", "compiled")
+    trace = load_trace("synthetic:agent", options=TraceOptions(sessions=10, use_cache=False))
+    system = get_system("vllm-2026")  # visible per step: commits while running
+    calls: dict[str, list[tuple[object, ...]]] = {}
+    for name, replay in (("python", serving.replay_serving),
+                         ("compiled", serving_native.replay_serving)):
+        cache = system.cache(PAPER_7B, "1GB", layout=system.layout(PAPER_7B, "1GB"),
+                             as_engine=True, replay=True)
+        log: list[tuple[object, ...]] = []
+        replay(list(trace.requests), cache, _server(system), lambda i, r, hit: log.append(
+            ("record", i, hit, cache.stats.kv_bytes)), on_commit=lambda i, r, n, done: log.append(
+            ("commit", i, n, done, cache.stats.kv_bytes)))
+        calls[name] = log
+    assert calls["compiled"] == calls["python"]
+    assert any(c[0] == "commit" and not c[3] for c in calls["python"])  # shown while running
+
+
+def test_a_callbacks_error_stops_the_loop_and_is_raised(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MARCONI_CORE", "compiled")
+    trace = load_trace("synthetic:agent", options=TraceOptions(sessions=3, use_cache=False))
+    system = get_system("sglang+")
+    cache = system.cache(PAPER_7B, "1GB", as_engine=True, replay=True)
+    seen: list[int] = []
+
+    def record(i: int, request: object, hit: int) -> None:
+        seen.append(i)
+        if len(seen) == 5:
+            raise KeyError("the fifth")
+
+    with pytest.raises(KeyError, match="the fifth"):
+        serving_native.replay_serving(list(trace.requests), cache, _server(system), record)
+    assert len(seen) == 5  # stopped there
+
+
+def _server(system: object) -> serving.Serving:
+    return serving.Serving(max_running=4, chunk_tokens=2048, decode_s=0.01,
+                           latency=FlopsLatency(PAPER_7B),
+                           visibility=serving.Visibility(system.visibility))  # type: ignore[attr-defined]

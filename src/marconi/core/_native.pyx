@@ -550,6 +550,8 @@ cdef extern from "native/serving.hpp" namespace "marconi":
         pair[i64, i64] lookup(const int32_t*, i64) except +
         void commit(const int32_t*, i64, i64) except +
 
+    ctypedef int (*Notify)(void*, int, i64, i64)
+
     cdef cppclass ServeIn:
         i64 n
         vector[int32_t*] tokens
@@ -565,6 +567,9 @@ cdef extern from "native/serving.hpp" namespace "marconi":
         Spec latency_spec
         double rate, overhead_s
         i64 bound_limit
+        Notify notify
+        void* ctx
+        int events
 
     cdef cppclass ServeOut:
         i64* hit
@@ -588,16 +593,31 @@ cdef extern from "native/serving.hpp" namespace "marconi":
     void dependents_cpp "marconi::dependents"(const ServeIn&, const i64*, i64*)
 
 
+cdef int _tell(void* ctx, int kind, i64 i, i64 x) noexcept with gil:
+    """The loop's hook: `ctx`'s `tell(kind, i, x)`; an error is kept on it (`error`)."""
+    hook = <object>ctx
+    try:
+        hook.tell(kind, i, x)
+        return 0
+    except BaseException as err:
+        hook.error = err
+        return -1
+
+
 def serve_loop(NativeCore cache not None, NativeCore bound, list tokens not None,
                const i64[::1] n_input, const i64[::1] n_output, const double[::1] arrival,
-               const i64[::1] session, dict server not None, dict out not None):
+               const i64[::1] session, dict server not None, dict out not None,
+               object hook=None):
     """The serving replay (`marconi.core.serving._Server`) of requests whose whole tokens
     (input then output) are `tokens[i]`, in the compiled core; with `bound` (the unbounded
     cache), the served bounds too (`sim.replay._ServedBounds`). `server`: the loop's
     settings (`ServeIn`'s fields, `session` None: every request open loop); `out`: arrays
     of length n it fills (`ServeOut`'s), and its totals are written back into it. False,
     nothing touched, when a request's tokens are not a C-contiguous native int32 array of
-    its length with no negative id (the caller serves them its own way, with its error)."""
+    its length with no negative id (the caller serves them its own way, with its error).
+    `hook`: told of the events its `events` bits name (`tell(kind, i, x)`, the Python
+    loop's places: 1 scheduled with its hit, 2 shown with its length, 4 finished); an
+    error it raises stops the loop and is raised here."""
     cdef ServeIn sin
     cdef ServeOut sout
     cdef SeenTreeCpp seen
@@ -650,6 +670,9 @@ def serve_loop(NativeCore cache not None, NativeCore bound, list tokens not None
         sin.rate = server["rate"]
         sin.overhead_s = server["overhead_s"]
         sin.bound_limit = server["bound_limit"]
+        if hook is not None:
+            hook.error = None
+            sin.notify, sin.ctx, sin.events = _tell, <void*>hook, hook.events
         sout.hit, sout.kv_bytes, sout.ssm_bytes = &hit[0], &kv[0], &ssm[0]
         sout.bound, sout.seen, sout.from_inputs = &bnd[0], &sn[0], &fin[0]
         sout.issued, sout.scheduled = &issued[0], &scheduled[0]
@@ -659,8 +682,12 @@ def serve_loop(NativeCore cache not None, NativeCore bound, list tokens not None
         sout.makespan = 0.0
         try:
             _run_server(sin, sout, cache, bound, seen)
-        except RuntimeError as err:  # std::logic_error: the Python loop's AssertionError
-            raise AssertionError(str(err)) from None
+        except Exception as err:
+            if hook is not None and hook.error is not None:  # the hook's own error
+                raise hook.error
+            if isinstance(err, RuntimeError):  # std::logic_error: the Python loop's
+                raise AssertionError(str(err)) from None  # AssertionError
+            raise
         out.update(waited=sout.waited, max_running=sout.max_running,
                    unreserved=sout.unreserved, makespan=sout.makespan,
                    dropped=None if sout.dropped < 0 else sout.dropped)

@@ -7,19 +7,27 @@ architecture.md, "Replay protocols").
 Python core, an admission that hands positions per request, a latency model with no
 compiled form (a measured profile), tokens that are not int32 arrays. The callers then
 run the Python loop, which stays the reference (tests/test_serving_native.py replays both).
+What must see each request as it is served (a record, a tuner, marconi+'s shadows, a
+commit callback) is told by the compiled loop at the Python loop's places (`Hook`);
+`replay_serving` here is `core.serving.replay_serving` with the loop compiled where it can
+be.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from marconi.core import compiled
 from marconi.core.cache import PrefixCache
-from marconi.core.serving import Request, Serving, ServingStats, Visibility
+from marconi.core.serving import Follower, Record, Request, Serving, ServingStats, Visibility
+from marconi.core.serving import replay_serving as replay_python
+from marconi.core.tuning import Tuner
+
+SCHEDULED, SHOWN, FINISHED = 1, 2, 4  # the events a hook is told of (`native/serving.hpp`)
 
 _VISIBILITY = {Visibility.FINISH: 0, Visibility.CHUNK: 1, Visibility.BLOCK: 2}
 _I64 = ("after", "hit", "kv_bytes", "ssm_bytes", "bound", "seen", "from_inputs", "order")
@@ -45,6 +53,67 @@ class Served:
     dropped: int | None
 
 
+class Hook:
+    """What the Python loop tells as it serves (`core.serving._Server`), told by the
+    compiled loop at the same places: at a request's scheduling `record(i, request, hit)`
+    then the follower's `scheduled`; when it makes tokens visible the follower's `shown`
+    then `on_commit`; at its finish the follower's `finished`, the tuner's `observe` (with
+    its issue time) and `on_commit`."""
+
+    def __init__(self, requests: Sequence[Request], cache: PrefixCache,
+                 record: Record | None = None, tuner: Tuner | None = None,
+                 on_commit: Callable[[int, Any, int, bool], None] | None = None) -> None:
+        self.requests, self.cache, self.record, self.tuner = requests, cache, record, tuner
+        self.on_commit = on_commit
+        self.follower = cast("Follower | None",
+                             tuner if hasattr(tuner, "scheduled") else None)
+        self.events = ((SCHEDULED if record is not None or self.follower else 0)
+                       | (SHOWN if self.follower or on_commit is not None else 0)
+                       | (FINISHED if self.follower or tuner is not None
+                          or on_commit is not None else 0))
+        self.issued = np.zeros(0)  # each request's issue time, as the loop writes it
+        self.error: BaseException | None = None  # what a callback raised
+
+    def tell(self, kind: int, i: int, x: int) -> None:
+        request = self.requests[i]
+        if kind == SCHEDULED:
+            if self.record is not None:
+                self.record(i, request, x)
+            if self.follower is not None:
+                self.follower.scheduled(self.cache, i, request, x)
+        elif kind == SHOWN:
+            if self.follower is not None:
+                self.follower.shown(i, request, x)
+            if self.on_commit is not None:
+                self.on_commit(i, request, x, False)
+        else:
+            if self.follower is not None:
+                self.follower.finished(i, request)
+            if self.tuner is not None:
+                self.tuner.observe(self.cache, request.tokens(), request.n_input,
+                                   request.boundaries, request.session_id,
+                                   arrival=float(self.issued[i]))
+            if self.on_commit is not None:
+                self.on_commit(i, request, request.n_input + request.n_output, True)
+
+
+def replay_serving(requests: Sequence[Request], cache: PrefixCache, serving: Serving,
+                   record: Record, before: Callable[[int], None] | None = None,
+                   tuner: Tuner | None = None, *, closed_loop: bool = True,
+                   on_commit: Callable[[int, Any, int, bool], None] | None = None
+                   ) -> ServingStats:
+    """`core.serving.replay_serving`: the loop in the compiled core where it can run
+    (`serve_compiled`; a `before` callback keeps the Python loop), else the Python loop;
+    the same calls, in the same order, either way."""
+    if before is None:
+        hook = Hook(requests, cache, record, tuner, on_commit)
+        served = serve_compiled(requests, cache, serving, closed_loop=closed_loop, hook=hook)
+        if served is not None:
+            return served.stats
+    return replay_python(requests, cache, serving, record, before, tuner,
+                         closed_loop=closed_loop, on_commit=on_commit)
+
+
 def _compiled(cache: PrefixCache | None) -> Any:
     """The cache's native core, or None where the compiled core does not run it whole."""
     if not isinstance(cache, compiled.CompiledCache) or cache._structured:
@@ -54,11 +123,12 @@ def _compiled(cache: PrefixCache | None) -> Any:
 
 def serve_compiled(requests: Sequence[Request], cache: PrefixCache, serving: Serving, *,
                    closed_loop: bool = True, bound: PrefixCache | None = None,
-                   bound_limit: int = 0) -> Served | None:
-    """Serve `requests` (arrival order) through `cache` as `replay_serving` does, the loop in
-    the compiled core; with `bound`, the served bounds beside it (`bound` the same system
-    never evicting, `bound_limit` the distinct tokens past which both bounds are dropped).
-    None where the compiled core cannot run it (module docstring)."""
+                   bound_limit: int = 0, hook: Hook | None = None) -> Served | None:
+    """Serve `requests` (arrival order) through `cache` as `core.serving.replay_serving`
+    does, the loop in the compiled core; with `bound`, the served bounds beside it (`bound`
+    the same system never evicting, `bound_limit` the distinct tokens past which both
+    bounds are dropped); `hook` told of each event (`Hook`). None where the compiled core
+    cannot run it (module docstring)."""
     core, native = _compiled(cache), getattr(serving.latency, "native", None)
     bound_core = _compiled(bound)
     if core is None or native is None or (bound is not None and bound_core is None):
@@ -80,8 +150,11 @@ def serve_compiled(requests: Sequence[Request], cache: PrefixCache, serving: Ser
               "latency_spec": compiled._sizes(spec), "rate": float(rate),
               "overhead_s": float(overhead_s), "bound_limit": int(bound_limit)}
     tokens = [r.tokens() for r in requests]
+    if hook is not None:
+        hook.issued = out["issued"]
     if not compiled._native.serve_loop(core, bound_core, tokens, n_input, n_output, arrival,
-                                       session, server, out):
+                                       session, server, out,
+                                       hook if hook is not None and hook.events else None):
         return None
     stats = ServingStats(waited=out["waited"], max_running=out["max_running"],
                          unreserved=out["unreserved"], makespan=out["makespan"],

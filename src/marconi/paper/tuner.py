@@ -46,8 +46,8 @@ from marconi.core.cache import PrefixCache
 from marconi.core.compiled import replay_cache
 from marconi.core.orphans import die_with_parent
 from marconi.core.policy import Admission, Eviction
-from marconi.core.serving import Mirror, Request, Serving, replay_serving
-from marconi.core.serving_native import serve_compiled
+from marconi.core.serving import Mirror, Request, Serving
+from marconi.core.serving_native import replay_serving
 from marconi.core.snapshot import Snapshot, rebuild, take
 from marconi.core.tuning import (
     ALPHA_GRID,
@@ -127,12 +127,8 @@ def replay_served(snapshot: Snapshot, policies: Policies, jobs: Sequence[Job],
     out = {}
     for alpha in alphas:
         cache = policies.cache(snapshot, alpha)
-        served = serve_compiled(ordered, cache, serving, closed_loop=False)
-        if served is not None:  # the hits in the order the requests were looked up
-            hits = served.hit[served.order].tolist()
-        else:
-            hits = []
-            replay_serving(ordered, cache, serving, _appender(hits), closed_loop=False)
+        hits: list[int] = []
+        replay_serving(ordered, cache, serving, _appender(hits), closed_loop=False)
         out[alpha] = (float(snapshot.spec.flops_array(np.array(hits, dtype=np.int64)).sum())
                       if objective is Objective.FLOPS else float(sum(hits)))
     return out

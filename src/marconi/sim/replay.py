@@ -19,7 +19,7 @@ from tqdm import tqdm
 from marconi.core.cache import PrefixCache
 from marconi.core.layout import Layout
 from marconi.core.serving import Serving, ServingStats, Visibility, replay_serving
-from marconi.core.serving_native import Served, serve_compiled
+from marconi.core.serving_native import Hook, Served, serve_compiled
 from marconi.core.tuning import Tuner
 from marconi.sim.bounds import UNBOUNDED, CompiledSeenTree, SeenTree, keep_all, seen_tree
 from marconi.sim.concurrent import replay_concurrent
@@ -262,9 +262,9 @@ def _serving(trace: Trace | Iterable[Request], config: SimConfig, system: System
         bounds.lookup(i, request)
 
     requests = trace.requests if isinstance(trace, Trace) else tuple(trace)
-    if before is None and tuner is None:  # nothing to tell per request: the compiled loop
+    if before is None:  # the compiled loop, the tuner told as the Python loop tells it
         served = serve_compiled(requests, cache, serving_of(config, system), bound=bounds.bound,
-                                bound_limit=bounds.limit)
+                                bound_limit=bounds.limit, hook=Hook(requests, cache, tuner=tuner))
         if served is not None:
             _served_records(records, requests, served)
             bounds.dropped = served.dropped

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from marconi.core.serving import Visibility, replay_serving, replay_timeline
-from marconi.core.serving_native import serve_compiled
+from marconi.core.serving import Visibility, replay_timeline
+from marconi.core.serving_native import replay_serving
 from marconi.core.spec import ModelSpec
 from marconi.sim.result import SimConfig
 from marconi.systems import get_system
@@ -191,11 +191,8 @@ def model_hits(served: Sequence[ServedRequest], system: str, spec: ModelSpec, ca
     def record(i: int, request: Request, hit: int) -> None:
         hits[i] = hit
 
-    serving = serving_of(config, sys_)
-    run = serve_compiled(list(trace.requests), cache, serving, closed_loop=False)
-    if run is not None:
-        return run.hit, (run.stats.scheduled, run.stats.finished)
-    stats = replay_serving(list(trace.requests), cache, serving, record, closed_loop=False)
+    stats = replay_serving(list(trace.requests), cache, serving_of(config, sys_), record,
+                           closed_loop=False)
     return hits, (stats.scheduled, stats.finished)
 
 

@@ -110,6 +110,14 @@ class SeenTree {
     }
 };
 
+// A caller's hook, told of each event in the Python loop's places (`Event`): 0 when it
+// went well; else the loop stops (`Told`), the hook having kept its error.
+using Notify = int (*)(void* ctx, int kind, i64 i, i64 x);
+enum Event { SCHEDULED = 1, SHOWN = 2, FINISHED = 4 };  // bits of `ServeIn::events`
+struct Told : std::exception {
+    const char* what() const noexcept override { return "the serving loop's hook failed"; }
+};
+
 // What the loop reads of the trace and the server (`Serving`, `FlopsLatency`).
 struct ServeIn {
     i64 n = 0;  // requests
@@ -126,6 +134,9 @@ struct ServeIn {
     Spec latency_spec;  // `FlopsLatency.chunk_seconds`
     double rate = 1.0, overhead_s = 0.0;
     i64 bound_limit = 0;  // `BOUND_TOKENS`: past it the bounds are dropped
+    Notify notify = nullptr;  // told of the events `events` names: (i, hit) when request i
+    void* ctx = nullptr;      // is scheduled, (i, n) when it made n tokens visible, (i, 0)
+    int events = 0;           // when it finished
 };
 
 // What it writes: per request (`ServingStats`' arrays, the simulator's records), the
@@ -193,6 +204,10 @@ class Server {
     i64 rounds_ = 0, running_ = 0, steps_ = 0, seq_ = 0, finished_count_ = 0, looked_ = 0;
     bool blocked_ = false;
     double now_ = 0.0;
+
+    void tell(Event kind, i64 i, i64 x) {
+        if ((in_.events & kind) && in_.notify(in_.ctx, kind, i, x) != 0) throw Told();
+    }
 
     i64 page_bytes(i64 tokens) const {
         tokens = std::max<i64>(tokens, 0);
@@ -295,6 +310,7 @@ class Server {
             out_.seen[i] = seen;
             out_.from_inputs[i] = from_inputs;
         }
+        tell(SCHEDULED, i, plan.hit);
         out_.scheduled[i] = now_;
         out_.waited += rounds_ > queued_at_[i];
         int r = static_cast<int>(runs_.size());
@@ -362,6 +378,7 @@ class Server {
             run.kv -= k;
             run.shown = n;
         }
+        tell(SHOWN, run.i, n);
         bounds_commit(t, n, n, false);
         if (kept) blocked_ = false;
     }
@@ -383,6 +400,7 @@ class Server {
         if (run.node >= 0) cache_.unpin(run.node);
         i64 n = in_.n_input[i] + in_.n_output[i];
         cache_.commit(in_.tokens[i], n, in_.n_input[i]);
+        tell(FINISHED, i, 0);
         bounds_commit(in_.tokens[i], n, in_.n_input[i], true);
         out_.finished[i] = now_;
         i64 nxt = next_of_[i];
