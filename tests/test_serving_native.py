@@ -4,6 +4,8 @@ every record, every time, every counter equal, bounds included."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -13,9 +15,9 @@ from marconi.core import serving, serving_native
 from marconi.core.compiled import built
 from marconi.core.spec import PAPER_7B
 from marconi.sim import SimConfig
-from marconi.sim.latency import FlopsLatency
 from marconi.sim import replay as sim_replay
 from marconi.sim.bounds import UNBOUNDED, CompiledSeenTree, SeenTree, keep_all, seen_tree
+from marconi.sim.latency import FlopsLatency
 from marconi.systems import get_system
 from marconi.workload import Trace, TraceOptions, load_trace
 from marconi.workload.types import Request
@@ -181,16 +183,9 @@ def test_every_callback_is_told_in_the_python_loops_order(
     monkeypatch.setenv("MARCONI_CORE", "compiled")
     trace = load_trace("synthetic:agent", options=TraceOptions(sessions=10, use_cache=False))
     system = get_system("vllm-2026")  # visible per step: commits while running
-    calls: dict[str, list[tuple[object, ...]]] = {}
-    for name, replay in (("python", serving.replay_serving),
-                         ("compiled", serving_native.replay_serving)):
-        cache = system.cache(PAPER_7B, "1GB", layout=system.layout(PAPER_7B, "1GB"),
-                             as_engine=True, replay=True)
-        log: list[tuple[object, ...]] = []
-        replay(list(trace.requests), cache, _server(system), lambda i, r, hit: log.append(
-            ("record", i, hit, cache.stats.kv_bytes)), on_commit=lambda i, r, n, done: log.append(
-            ("commit", i, n, done, cache.stats.kv_bytes)))
-        calls[name] = log
+    calls = {name: _calls(replay, list(trace.requests), system)
+             for name, replay in (("python", serving.replay_serving),
+                                  ("compiled", serving_native.replay_serving))}
     assert calls["compiled"] == calls["python"]
     assert any(c[0] == "commit" and not c[3] for c in calls["python"])  # shown while running
 
@@ -213,7 +208,60 @@ def test_a_callbacks_error_stops_the_loop_and_is_raised(
     assert len(seen) == 5  # stopped there
 
 
+def _calls(replay: Any, requests: list[Request], system: Any) -> list[tuple[object, ...]]:
+    """Each record and commit callback `replay` made, with the cache's KV bytes then."""
+    cache = system.cache(PAPER_7B, "1GB", layout=system.layout(PAPER_7B, "1GB"),
+                         as_engine=True, replay=True)
+    log: list[tuple[object, ...]] = []
+
+    def record(i: int, request: object, hit: int) -> None:
+        log.append(("record", i, hit, cache.stats.kv_bytes))
+
+    def commit(i: int, request: object, n: int, done: bool) -> None:
+        log.append(("commit", i, n, done, cache.stats.kv_bytes))
+
+    replay(requests, cache, _server(system), record, on_commit=commit)
+    return log
+
+
 def _server(system: object) -> serving.Serving:
     return serving.Serving(max_running=4, chunk_tokens=2048, decode_s=0.01,
                            latency=FlopsLatency(PAPER_7B),
                            visibility=serving.Visibility(system.visibility))  # type: ignore[attr-defined]
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_signal_stops_the_compiled_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal whose handler raises (Ctrl-C's KeyboardInterrupt, here a timer's) stops a
+    long compiled loop midway and is raised, as it stops the Python loop."""
+    import signal
+    import time
+
+    monkeypatch.setenv("MARCONI_CORE", "compiled")
+    trace = load_trace("synthetic:agent", options=TraceOptions(sessions=400, use_cache=False))
+    system = get_system("sglang+")
+
+    def run() -> tuple[float, object]:
+        cache = system.cache(PAPER_7B, "20GB", as_engine=True, replay=True)
+        start = time.perf_counter()
+        serving_native.serve_compiled(list(trace.requests), cache, _server(system))
+        return time.perf_counter() - start, cache
+
+    whole, _ = run()
+
+    def stop(*_: object) -> None:
+        raise _Stop
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, whole / 2)
+        cache = system.cache(PAPER_7B, "20GB", as_engine=True, replay=True)
+        with pytest.raises(_Stop):
+            serving_native.serve_compiled(list(trace.requests), cache, _server(system))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert 0 < cache.stats.lookups < len(trace)  # stopped inside the loop, midway

@@ -3,6 +3,7 @@
 """The binding of the compiled core (`native/tree_core.hpp`); used through
 `marconi.core.compiled`, which is what the rest of marconi imports."""
 
+from cpython.exc cimport PyErr_CheckSignals
 from cpython.buffer cimport (PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBuffer_Release,
                              PyObject_GetBuffer)
 from libc.stdint cimport int32_t
@@ -570,6 +571,7 @@ cdef extern from "native/serving.hpp" namespace "marconi":
         Notify notify
         void* ctx
         int events
+        Notify interrupted
 
     cdef cppclass ServeOut:
         i64* hit
@@ -591,6 +593,24 @@ cdef extern from "native/serving.hpp" namespace "marconi":
         void run() except +
 
     void dependents_cpp "marconi::dependents"(const ServeIn&, const i64*, i64*)
+
+
+cdef int _interrupted(void* ctx, int kind, i64 i, i64 x) noexcept with gil:
+    """Whether a signal's handler raised (Ctrl-C): its error kept on `ctx` (`error`)."""
+    hook = <object>ctx
+    try:
+        PyErr_CheckSignals()
+        return 0
+    except BaseException as err:
+        hook.error = err
+        return -1
+
+
+cdef class _Quiet:
+    """The hook of a loop nobody follows: no events, a place for a signal's error."""
+
+    cdef public object error
+    cdef public int events
 
 
 cdef int _tell(void* ctx, int kind, i64 i, i64 x) noexcept with gil:
@@ -670,9 +690,11 @@ def serve_loop(NativeCore cache not None, NativeCore bound, list tokens not None
         sin.rate = server["rate"]
         sin.overhead_s = server["overhead_s"]
         sin.bound_limit = server["bound_limit"]
-        if hook is not None:
-            hook.error = None
-            sin.notify, sin.ctx, sin.events = _tell, <void*>hook, hook.events
+        if hook is None:
+            hook = _Quiet()
+        hook.error = None
+        sin.notify, sin.ctx, sin.events = _tell, <void*>hook, hook.events
+        sin.interrupted = _interrupted
         sout.hit, sout.kv_bytes, sout.ssm_bytes = &hit[0], &kv[0], &ssm[0]
         sout.bound, sout.seen, sout.from_inputs = &bnd[0], &sn[0], &fin[0]
         sout.issued, sout.scheduled = &issued[0], &scheduled[0]
@@ -683,7 +705,7 @@ def serve_loop(NativeCore cache not None, NativeCore bound, list tokens not None
         try:
             _run_server(sin, sout, cache, bound, seen)
         except Exception as err:
-            if hook is not None and hook.error is not None:  # the hook's own error
+            if hook.error is not None:  # the hook's own error, or a signal's
                 raise hook.error
             if isinstance(err, RuntimeError):  # std::logic_error: the Python loop's
                 raise AssertionError(str(err)) from None  # AssertionError

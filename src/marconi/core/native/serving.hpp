@@ -137,7 +137,10 @@ struct ServeIn {
     Notify notify = nullptr;  // told of the events `events` names: (i, hit) when request i
     void* ctx = nullptr;      // is scheduled, (i, n) when it made n tokens visible, (i, 0)
     int events = 0;           // when it finished
+    Notify interrupted = nullptr;  // asked every `CHECK_EVERY` rounds (kind 0): nonzero
+                                   // stops the loop (`Told`), as a Ctrl-C does
 };
+constexpr i64 CHECK_EVERY = 4096;
 
 // What it writes: per request (`ServingStats`' arrays, the simulator's records), the
 // order of the lookups, and the totals.
@@ -231,6 +234,9 @@ class Server {
 
     void run() {
         while (!pending_.empty() || !waiting_.empty() || running_) {
+            if (in_.interrupted && rounds_ % CHECK_EVERY == 0 &&
+                in_.interrupted(in_.ctx, 0, 0, 0) != 0)
+                throw Told();
             issue();
             if (!running_ && waiting_.empty()) {
                 now_ = std::max(now_, pending_.top().first);
