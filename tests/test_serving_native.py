@@ -265,3 +265,30 @@ def test_a_signal_stops_the_compiled_loop(monkeypatch: pytest.MonkeyPatch) -> No
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert 0 < cache.stats.lookups < len(trace)  # stopped inside the loop, midway
+
+
+def test_the_tuners_served_replays_run_on_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bootstrap tuner's served window replays on the compiled core run on threads
+    (their loop releases the GIL), and find what they find on the calling thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from marconi.paper import tuner
+
+    pool = tuner._local_executor(4, wait=True, window=tuner.INLINE_WINDOW, threads=True)
+    assert isinstance(pool, ThreadPoolExecutor)
+    pool.shutdown()
+    monkeypatch.setenv("MARCONI_CORE", "compiled")
+    trace = load_trace("synthetic:agent", options=TraceOptions(sessions=60, use_cache=False))
+    config = SimConfig(spec=PAPER_7B, capacity="3GB", system="marconi", max_running=8)
+    made: list[object] = []
+    local = tuner._local_executor
+    monkeypatch.setattr(tuner, "_local_executor",
+                        lambda *a, **k: (made.append(out := local(*a, **k)), out)[1])
+    threaded = sim_replay.simulate(trace, config).summary().to_json()
+    assert any(isinstance(e, ThreadPoolExecutor) for e in made)
+    monkeypatch.setattr(tuner, "_local_executor", lambda *a, **k: tuner.Inline())
+    inline = sim_replay.simulate(trace, config).summary().to_json()
+    for run in (threaded, inline):
+        run.pop("seconds")
+        run["tuning"].pop("seconds", None)
+    assert threaded == inline and threaded["alpha_status"] == "tuned"

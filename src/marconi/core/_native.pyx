@@ -590,7 +590,7 @@ cdef extern from "native/serving.hpp" namespace "marconi":
 
     cdef cppclass Server:
         Server(const ServeIn&, ServeOut&, Core&, Core*, SeenTreeCpp*) except +
-        void run() except +
+        void run() except + nogil
 
     void dependents_cpp "marconi::dependents"(const ServeIn&, const i64*, i64*)
 
@@ -727,7 +727,8 @@ cdef void _run_server(ServeIn& sin, ServeOut& sout, NativeCore cache, NativeCore
         bound_core, seen_tree = bound.core, &seen
     cdef Server* s = new Server(sin, sout, deref(cache.core), bound_core, seen_tree)
     try:
-        s.run()
+        with nogil:  # other threads run beside it (the tuner's replays); hooks take the GIL
+            s.run()
     finally:
         del s
 

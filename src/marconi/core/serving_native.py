@@ -114,6 +114,12 @@ def replay_serving(requests: Sequence[Request], cache: PrefixCache, serving: Ser
                          closed_loop=closed_loop, on_commit=on_commit)
 
 
+def compiled_loop(cache: PrefixCache, serving: Serving) -> bool:
+    """Whether `serve_compiled` runs a replay through `cache` (or a cache of its policies)
+    under `serving` in the compiled core."""
+    return _compiled(cache) is not None and hasattr(serving.latency, "native")
+
+
 def _compiled(cache: PrefixCache | None) -> Any:
     """The cache's native core, or None where the compiled core does not run it whole."""
     if not isinstance(cache, compiled.CompiledCache) or cache._structured:

@@ -36,7 +36,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -47,7 +47,7 @@ from marconi.core.compiled import replay_cache
 from marconi.core.orphans import die_with_parent
 from marconi.core.policy import Admission, Eviction
 from marconi.core.serving import Mirror, Request, Serving
-from marconi.core.serving_native import replay_serving
+from marconi.core.serving_native import compiled_loop, replay_serving, serve_compiled
 from marconi.core.snapshot import Snapshot, rebuild, take
 from marconi.core.tuning import (
     ALPHA_GRID,
@@ -127,8 +127,12 @@ def replay_served(snapshot: Snapshot, policies: Policies, jobs: Sequence[Job],
     out = {}
     for alpha in alphas:
         cache = policies.cache(snapshot, alpha)
-        hits: list[int] = []
-        replay_serving(ordered, cache, serving, _appender(hits), closed_loop=False)
+        served = serve_compiled(ordered, cache, serving, closed_loop=False)
+        if served is not None:  # the hits in the order the requests were looked up
+            hits = served.hit[served.order].tolist()
+        else:
+            hits = []
+            replay_serving(ordered, cache, serving, _appender(hits), closed_loop=False)
         out[alpha] = (float(snapshot.spec.flops_array(np.array(hits, dtype=np.int64)).sum())
                       if objective is Objective.FLOPS else float(sum(hits)))
     return out
@@ -243,8 +247,10 @@ class BootstrapTuner:
             raise ValueError(f"the bootstrap tuner needs FLOP-aware eviction, cache "
                              f"{cache.name!r} runs {type(eviction).__name__}")
         policies = Policies(copy.deepcopy(cache.admission), eviction.fresh(0.0))
+        # served replays on the compiled core run their loop without the GIL: threads
+        threads = self.serving is not None and compiled_loop(cache, self.serving)
         executor = self.executor or _local_executor(len(self.grid), self.wait,
-                                                    len(self._recorded))
+                                                    len(self._recorded), threads)
         chunks = [self.grid[i :: _workers(executor)] for i in range(_workers(executor))]
         if self.serving is not None:
             self._futures = [executor.submit(replay_served, self._snapshot, policies,
@@ -361,16 +367,20 @@ def _workers(executor: Executor) -> int:
     return getattr(executor, "_max_workers", None) or os.cpu_count() or 1
 
 
-def _local_executor(tasks: int, wait: bool, window: int | None = None) -> Executor:
+def _local_executor(tasks: int, wait: bool, window: int | None = None,
+                    threads: bool = False) -> Executor:
     """Where replays run when the caller gave no executor: one background thread when
     nobody waits, else local processes, never forked from a process holding torch, nor
     for a window shorter than `INLINE_WINDOW` requests (the calling thread then: starting
     processes costs more than such a window's replays, which a re-tuning tuner on small
-    windows would pay hundreds of times)."""
+    windows would pay hundreds of times); `threads` (served replays whose loop the compiled
+    core runs without the GIL): threads, which share the window instead of copying it."""
     if not wait:
         return Background()
     if "torch" in sys.modules or (window is not None and window < INLINE_WINDOW):
         return Inline()
+    if threads:
+        return ThreadPoolExecutor(max_workers=max(1, min(tasks, os.cpu_count() or 1)))
     # its processes die with this one: a sweep's `stop` SIGKILLs the worker running us
     return ProcessPoolExecutor(max_workers=max(1, min(tasks, os.cpu_count() or 1)),
                                initializer=die_with_parent, initargs=(os.getpid(),))
