@@ -377,10 +377,12 @@ def _local_executor(tasks: int, wait: bool, window: int | None = None,
     core runs without the GIL): threads, which share the window instead of copying it."""
     if not wait:
         return Background()
-    if "torch" in sys.modules or (window is not None and window < INLINE_WINDOW):
+    if window is not None and window < INLINE_WINDOW:
         return Inline()
-    if threads:
+    if threads:  # no fork: safe beside torch too
         return ThreadPoolExecutor(max_workers=max(1, min(tasks, os.cpu_count() or 1)))
+    if "torch" in sys.modules:
+        return Inline()
     # its processes die with this one: a sweep's `stop` SIGKILLs the worker running us
     return ProcessPoolExecutor(max_workers=max(1, min(tasks, os.cpu_count() or 1)),
                                initializer=die_with_parent, initargs=(os.getpid(),))
