@@ -27,8 +27,10 @@ pytestmark = pytest.mark.skipif(not built(), reason="the compiled core is not bu
 
 # one per visibility rule and admission family: at finish (marconi's engine, an alpha
 # given: no tuner), per chunk (SGLang's), per block (vLLM's), every block (vLLM+), none
-# (vanilla), a declared order (LFU)
-SYSTEMS = ["sglang+", "sglang-2026", "vllm-2026", "vllm+", "vanilla", "lfu", "marconi"]
+# (vanilla), a declared order (LFU); admissions that hand positions per request (marconi+,
+# its shadows told as the Python loop tells them; sparse prefix caching)
+SYSTEMS = ["sglang+", "sglang-2026", "vllm-2026", "vllm+", "vanilla", "lfu", "marconi",
+           "marconi+", "sparse-prefix"]
 
 
 def _both(trace: Trace, config: SimConfig, monkeypatch: pytest.MonkeyPatch
@@ -50,8 +52,10 @@ def _both(trace: Trace, config: SimConfig, monkeypatch: pytest.MonkeyPatch
 
 def _same(python: object, native: object) -> None:
     a, b = python.summary().to_json(), native.summary().to_json()  # type: ignore[attr-defined]
-    a.pop("seconds")
-    b.pop("seconds")
+    for summary in (a, b):
+        summary.pop("seconds")
+        if isinstance(summary.get("tuning"), dict):  # marconi+'s shadows time themselves
+            summary["tuning"].pop("seconds", None)
     assert a == b
     for name, column in python.records.columns().items():  # type: ignore[attr-defined]
         assert np.array_equal(column, native.records.columns()[name]), name  # type: ignore[attr-defined]
@@ -73,16 +77,21 @@ def traces(draw: st.DrawFn) -> Trace:
     requests: list[tuple[float, Request]] = []
     for s in range(draw(st.integers(1, 6))):
         history = list(prompts[draw(st.integers(0, 2))])
+        ends = [len(history)]  # message boundaries: where each message ended
         t = draw(st.sampled_from([0.0, 0.5, float(s)]))
         for turn in range(draw(st.integers(1, 4))):
             if turn and draw(st.booleans()):
                 history = list(prompts[draw(st.integers(0, 2))])  # not an extension
+                ends = [len(history)]
             history += draw(st.lists(st.integers(1, 9), min_size=1, max_size=300))
             out = draw(st.lists(st.integers(1, 9), max_size=40))
             requests.append((t, Request(session_id=f"s{s}", turn=turn, arrival=t,
                                         input_tokens=np.array(history, dtype=np.int32),
-                                        output_tokens=np.array(out, dtype=np.int32))))
+                                        output_tokens=np.array(out, dtype=np.int32),
+                                        boundaries=tuple(sorted(set(ends))))))
+            ends.append(len(history))
             history += out
+            ends.append(len(history))
             t += draw(st.sampled_from([0.0, 0.01, 0.3, 2.0]))
     requests.sort(key=lambda x: x[0])
     return Trace("drawn", tuple(r for _, r in requests))
@@ -167,8 +176,7 @@ def test_a_sequential_run_with_bounds_uses_the_compiled_tree(
 
 def test_a_tuned_run_is_served_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     """marconi's bootstrap tuner (re-tuning, its guard twin served), told by the compiled
-    loop at the Python loop's places: the same run, the tuning's report included.
-    (marconi+'s admission hands positions per request: it keeps the Python loop.)"""
+    loop at the Python loop's places: the same run, the tuning's report included."""
     trace = load_trace("synthetic:agent", options=TraceOptions(sessions=40, use_cache=False))
     config = SimConfig(spec=PAPER_7B, capacity="3GB", system="marconi", max_running=8)
     python, native = _both(trace, config, monkeypatch)
@@ -222,6 +230,44 @@ def _calls(replay: Any, requests: list[Request], system: Any) -> list[tuple[obje
 
     replay(requests, cache, _server(system), record, on_commit=commit)
     return log
+
+
+@pytest.mark.parametrize(("system", "visibility"), [
+    ("marconi+", serving.Visibility.BLOCK), ("marconi+", serving.Visibility.CHUNK),
+    ("sparse-prefix", serving.Visibility.BLOCK)])
+def test_an_admission_is_asked_for_positions_at_each_call(
+        system: str, visibility: serving.Visibility, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An admission that hands the core positions per request is asked for them by the
+    compiled loop with what the Python loop gives it before each lookup, show and commit
+    (the tokens, input length, boundaries and phase), in its order, and the runs agree."""
+    monkeypatch.setenv("MARCONI_CORE", "compiled")
+    trace = load_trace("synthetic:agent", options=TraceOptions(sessions=10, use_cache=False))
+    assert any(r.boundaries for r in trace.requests)
+    chosen = get_system(system)
+    runs = {}
+    for name, replay in (("python", serving.replay_serving),
+                         ("compiled", serving_native.replay_serving)):
+        cache = chosen.cache(PAPER_7B, "1GB", layout=chosen.layout(PAPER_7B, "1GB"),
+                             as_engine=True, replay=True)
+        assert cache._structured  # type: ignore[attr-defined]
+        asked: list[tuple[object, ...]] = []
+        ask = cache.admission.extra_positions  # type: ignore[attr-defined]
+
+        def logged(key: bytes, n: int, at: Any, phase: str = "lookup", ask: Any = ask,
+                   asked: list[tuple[object, ...]] = asked) -> Any:
+            asked.append((len(key), hash(key), n, tuple(at), phase))
+            return ask(key, n, at, phase)
+
+        cache.admission.extra_positions = logged  # type: ignore[attr-defined]
+        hits: list[tuple[int, int]] = []
+        server = serving.Serving(max_running=4, chunk_tokens=512, decode_s=0.01,
+                                 latency=FlopsLatency(PAPER_7B), visibility=visibility)
+        replay(list(trace.requests), cache, server,
+               lambda i, r, hit, hits=hits: hits.append((i, hit)))
+        runs[name] = (asked, hits)
+    assert runs["compiled"] == runs["python"]
+    # commits while running (shows) besides one at each finish
+    assert sum(a[4] == "commit" for a in runs["python"][0]) > len(trace.requests)
 
 
 def _server(system: object) -> serving.Serving:

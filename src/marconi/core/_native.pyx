@@ -636,8 +636,10 @@ def serve_loop(NativeCore cache not None, NativeCore bound, list tokens not None
     nothing touched, when a request's tokens are not a C-contiguous native int32 array of
     its length with no negative id (the caller serves them its own way, with its error).
     `hook`: told of the events its `events` bits name (`tell(kind, i, x)`, the Python
-    loop's places: 1 scheduled with its hit, 2 shown with its length, 4 finished); an
-    error it raises stops the loop and is raised here."""
+    loop's places: 1 scheduled with its hit, 2 shown with its length, 4 finished; 8 and
+    16 right before a lookup (x -1) or commit (x -2: the whole; else the input length
+    shown) in the cache and in `bound`, for an admission's positions); an error it raises
+    stops the loop and is raised here."""
     cdef ServeIn sin
     cdef ServeOut sout
     cdef SeenTreeCpp seen

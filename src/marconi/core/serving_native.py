@@ -4,11 +4,13 @@ compiled core runs whole and a server whose latency model it can evaluate (docs/
 architecture.md, "Replay protocols").
 
 `serve_compiled` returns None, having touched nothing, where it cannot take a replay: the
-Python core, an admission that hands positions per request, a latency model with no
-compiled form (a measured profile), tokens that are not int32 arrays. The callers then
-run the Python loop, which stays the reference (tests/test_serving_native.py replays both).
-What must see each request as it is served (a record, a tuner, marconi+'s shadows, a
-commit callback) is told by the compiled loop at the Python loop's places (`Hook`);
+Python core, a latency model with no compiled form (a measured profile), tokens that are
+not int32 arrays. The callers then run the Python loop, which stays the reference
+(tests/test_serving_native.py replays both). What must see each request as it is served
+(a record, a tuner, marconi+'s shadows, a commit callback) is told by the compiled loop at
+the Python loop's places, and an admission that hands the core positions per request
+(marconi+'s structured admission, sparse prefix caching's) is asked for them right before
+each lookup and commit, as `CompiledCache.lookup` and `commit` ask it (`Hook`);
 `replay_serving` here is `core.serving.replay_serving` with the loop compiled where it can
 be.
 """
@@ -25,9 +27,12 @@ from marconi.core import compiled
 from marconi.core.cache import PrefixCache
 from marconi.core.serving import Follower, Record, Request, Serving, ServingStats, Visibility
 from marconi.core.serving import replay_serving as replay_python
+from marconi.core.tokens import as_tokens
 from marconi.core.tuning import Tuner
 
-SCHEDULED, SHOWN, FINISHED = 1, 2, 4  # the events a hook is told of (`native/serving.hpp`)
+# the events a hook is told of, and where a placement is asked (`native/serving.hpp`)
+SCHEDULED, SHOWN, FINISHED, PLACE, PLACE_BOUND = 1, 2, 4, 8, 16
+AT_LOOKUP, AT_FINISH = -1, -2
 
 _VISIBILITY = {Visibility.FINISH: 0, Visibility.CHUNK: 1, Visibility.BLOCK: 2}
 _I64 = ("after", "hit", "kv_bytes", "ssm_bytes", "bound", "seen", "from_inputs", "order")
@@ -58,12 +63,16 @@ class Hook:
     compiled loop at the same places: at a request's scheduling `record(i, request, hit)`
     then the follower's `scheduled`; when it makes tokens visible the follower's `shown`
     then `on_commit`; at its finish the follower's `finished`, the tuner's `observe` (with
-    its issue time) and `on_commit`."""
+    its issue time) and `on_commit`. Before each lookup and commit in a cache whose admission
+    hands positions per request (the live one, `PLACE`; the bound, `PLACE_BOUND`), its
+    positions for that call, from the tokens, input length and boundaries
+    `CompiledCache.lookup` / `commit` would be given there (`place`)."""
 
     def __init__(self, requests: Sequence[Request], cache: PrefixCache,
                  record: Record | None = None, tuner: Tuner | None = None,
                  on_commit: Callable[[int, Any, int, bool], None] | None = None) -> None:
         self.requests, self.cache, self.record, self.tuner = requests, cache, record, tuner
+        self.bound: PrefixCache | None = None  # the served bounds' cache (`serve_compiled`)
         self.on_commit = on_commit
         self.follower = cast("Follower | None",
                              tuner if hasattr(tuner, "scheduled") else None)
@@ -76,7 +85,9 @@ class Hook:
 
     def tell(self, kind: int, i: int, x: int) -> None:
         request = self.requests[i]
-        if kind == SCHEDULED:
+        if kind in (PLACE, PLACE_BOUND):
+            self.place(kind == PLACE_BOUND, request, x)
+        elif kind == SCHEDULED:
             if self.record is not None:
                 self.record(i, request, x)
             if self.follower is not None:
@@ -95,6 +106,24 @@ class Hook:
                                    arrival=float(self.issued[i]))
             if self.on_commit is not None:
                 self.on_commit(i, request, request.n_input + request.n_output, True)
+
+
+    def place(self, bound: bool, request: Request, x: int) -> None:
+        """Hand the live cache's (or the bound's) admission its positions for the loop's
+        next call: the lookup of `request`'s input (`AT_LOOKUP`), the commit of its whole
+        sequence (`AT_FINISH`; the bound's boundaries past the input left out, as
+        `sim.replay._ServedBounds.commit` leaves them) or of its first x input tokens (a
+        show: boundaries up to x)."""
+        cache = cast("compiled.CompiledCache", self.bound if bound else self.cache)
+        if x == AT_LOOKUP:
+            key, n, at, phase = request.input_tokens, request.n_input, request.boundaries, "lookup"
+        elif x == AT_FINISH:
+            key, n, phase = request.tokens(), request.n_input, "commit"
+            at = tuple(b for b in request.boundaries if b <= n) if bound else request.boundaries
+        else:
+            key, n, phase = request.input_tokens[:x], x, "commit"
+            at = tuple(b for b in request.boundaries if b <= x)
+        cache._place(as_tokens(key, what="serve: tokens").tobytes(), n, at, phase)
 
 
 def replay_serving(requests: Sequence[Request], cache: PrefixCache, serving: Serving,
@@ -121,10 +150,15 @@ def compiled_loop(cache: PrefixCache, serving: Serving) -> bool:
 
 
 def _compiled(cache: PrefixCache | None) -> Any:
-    """The cache's native core, or None where the compiled core does not run it whole."""
-    if not isinstance(cache, compiled.CompiledCache) or cache._structured:
+    """The cache's native core, or None where the compiled core does not run it."""
+    if not isinstance(cache, compiled.CompiledCache):
         return None
     return cache._core
+
+
+def _placed(cache: PrefixCache | None) -> bool:
+    """Whether the cache's admission hands its core positions per request."""
+    return isinstance(cache, compiled.CompiledCache) and cache._structured
 
 
 def serve_compiled(requests: Sequence[Request], cache: PrefixCache, serving: Serving, *,
@@ -156,6 +190,11 @@ def serve_compiled(requests: Sequence[Request], cache: PrefixCache, serving: Ser
               "latency_spec": compiled._sizes(spec), "rate": float(rate),
               "overhead_s": float(overhead_s), "bound_limit": int(bound_limit)}
     tokens = [r.tokens() for r in requests]
+    places = (PLACE if _placed(cache) else 0) | (PLACE_BOUND if _placed(bound) else 0)
+    if places:
+        hook = hook if hook is not None else Hook(requests, cache)
+        hook.bound = bound
+        hook.events |= places
     if hook is not None:
         hook.issued = out["issued"]
     if not compiled._native.serve_loop(core, bound_core, tokens, n_input, n_output, arrival,

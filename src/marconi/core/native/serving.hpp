@@ -1,7 +1,9 @@
 // The serving replay's step loop in the compiled core (docs/architecture.md, "Replay
 // protocols"): `marconi.core.serving._Server` and the simulator's served bounds
 // (`sim.replay._ServedBounds`, `sim.bounds.SeenTree`), event for event and float for float,
-// for a cache the compiled core runs whole (no Python policy, tuner or callback to tell).
+// for a cache the compiled core runs; what lives in Python (a record, a tuner, a commit
+// callback, a structured admission's positions per request) is told or asked through the
+// caller's hook (`Notify`) at the Python loop's places.
 // The Python loop stays the reference: tests/test_serving_native.py replays both.
 
 #pragma once
@@ -113,7 +115,12 @@ class SeenTree {
 // A caller's hook, told of each event in the Python loop's places (`Event`): 0 when it
 // went well; else the loop stops (`Told`), the hook having kept its error.
 using Notify = int (*)(void* ctx, int kind, i64 i, i64 x);
-enum Event { SCHEDULED = 1, SHOWN = 2, FINISHED = 4 };  // bits of `ServeIn::events`
+// bits of `ServeIn::events`. PLACE / PLACE_BOUND: the cache's / the bound's admission is
+// handed its positions (`CompiledCache._place`) right before the loop's next lookup or
+// commit of request i in it: x is AT_LOOKUP, AT_FINISH (its whole sequence) or the n input
+// tokens a show commits.
+enum Event { SCHEDULED = 1, SHOWN = 2, FINISHED = 4, PLACE = 8, PLACE_BOUND = 16 };
+constexpr i64 AT_LOOKUP = -1, AT_FINISH = -2;
 struct Told : std::exception {
     const char* what() const noexcept override { return "the serving loop's hook failed"; }
 };
@@ -291,6 +298,7 @@ class Server {
     int start(i64 i) {
         const i32* t = in_.tokens[i];
         i64 n_in = in_.n_input[i];
+        tell(PLACE, i, AT_LOOKUP);
         PlanOut plan = cache_.lookup(t, n_in, false);
         if (plan.node >= 0) cache_.pin(plan.node);
         i64 kv = page_bytes(n_in + in_.n_output[i] - plan.hit), states = 1;
@@ -311,6 +319,7 @@ class Server {
         out_.ssm_bytes[i] = cache_.stats.ssm_bytes;
         out_.order[looked_++] = i;
         if (bound_ != nullptr) {  // `_ServedBounds.lookup`
+            tell(PLACE_BOUND, i, AT_LOOKUP);
             out_.bound[i] = bound_->lookup(t, n_in, false).hit;
             auto [seen, from_inputs] = seen_->lookup(t, n_in);
             out_.seen[i] = seen;
@@ -373,6 +382,7 @@ class Server {
         i64 n = run.done;
         if (n <= run.shown) return;
         const i32* t = in_.tokens[run.i];
+        tell(PLACE, run.i, n);
         CommitOut c = cache_.commit(t, n, n);
         bool kept = c.end >= 0;
         if (kept) {
@@ -385,7 +395,7 @@ class Server {
             run.shown = n;
         }
         tell(SHOWN, run.i, n);
-        bounds_commit(t, n, n, false);
+        bounds_commit(run.i, t, n, n, false);
         if (kept) blocked_ = false;
     }
 
@@ -405,9 +415,10 @@ class Server {
         cache_.release(run.kv, run.states);
         if (run.node >= 0) cache_.unpin(run.node);
         i64 n = in_.n_input[i] + in_.n_output[i];
+        tell(PLACE, i, AT_FINISH);
         cache_.commit(in_.tokens[i], n, in_.n_input[i]);
         tell(FINISHED, i, 0);
-        bounds_commit(in_.tokens[i], n, in_.n_input[i], true);
+        bounds_commit(i, in_.tokens[i], n, in_.n_input[i], true);
         out_.finished[i] = now_;
         i64 nxt = next_of_[i];
         if (nxt >= 0) {
@@ -417,9 +428,10 @@ class Server {
     }
 
     // `_ServedBounds.commit`
-    void bounds_commit(const i32* t, i64 n, i64 n_input, bool whole) {
+    void bounds_commit(i64 i, const i32* t, i64 n, i64 n_input, bool whole) {
         finished_count_ += whole;
         if (bound_ == nullptr) return;
+        tell(PLACE_BOUND, i, whole ? AT_FINISH : n);
         bound_->commit(t, n, n_input);
         seen_->commit(t, n, n_input);
         if (seen_->tokens > in_.bound_limit) {
