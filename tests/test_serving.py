@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from marconi.core.compiled import built
-from marconi.core.serving import Serving, Visibility, dependents, replay_serving
+from marconi.core.serving import Mirror, Serving, Visibility, dependents, replay_serving
 from marconi.core.spec import PAPER_7B
 from marconi.sim import SimConfig, simulate
 from marconi.sim.latency import FlopsLatency
@@ -554,3 +554,44 @@ class TestGuard:
         assert guarded.tuning is not None and guarded.tuning.report is not None
         assert guarded.tuning.report["restored"]
         assert guarded.flops_saved_rate > once.flops_saved_rate + 0.05
+
+
+@pytest.mark.parametrize("core", ["python", pytest.param("compiled", marks=pytest.mark.skipif(
+    not built(), reason="the compiled core is not built"))])
+# (a byte budget each: SGLang's emulation splits its capacity into a KV pool and state
+# slots, which this arithmetic does not model)
+@pytest.mark.parametrize("system", ["vllm-2026", "marconi"])
+def test_a_show_does_not_hold_its_tokens_twice(core: str, system: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A running request's reservation holds its KV and its working state; when it shows
+    its input, those leave the reservation before the commit takes the same tokens into
+    the tree. Held by both at once they were counted twice, and the show evicted a state
+    nobody needed evicted (the vLLM server kept it). At the room the request needs once
+    shown, plus three states of slack (an engine's working states while it commits, its
+    pool's rounding; the double count was the shown tokens' KV, here 2,000 tokens, and a
+    state), an earlier request's state survives the show."""
+    monkeypatch.setenv("MARCONI_CORE", core)
+    chosen = get_system(system)
+    first = Request(session_id="a", turn=0, arrival=0.0, output_tokens=np.arange(1, 9,
+                    dtype=np.int32), input_tokens=np.arange(1, 1201, dtype=np.int32))
+    running = Request(session_id="b", turn=0, arrival=0.0, output_tokens=np.arange(
+        1, 9, dtype=np.int32), input_tokens=np.arange(5001, 7001, dtype=np.int32))
+
+    def served(capacity: int) -> Any:
+        options: dict[str, Any] = {"alpha": 0.0} if system == "marconi" else {}
+        cache = chosen.cache(PAPER_7B, capacity, layout=chosen.layout(PAPER_7B, capacity),
+                             as_engine=True, replay=True, **options)
+        mirror = Mirror(cache)
+        mirror.lookup(0, first)
+        mirror.finish(0, first)
+        mirror.lookup(1, running)
+        mirror.show(1, 2000)
+        return cache
+
+    roomy = served(10**12)
+    kv, states = roomy.reserved
+    need = roomy.bytes + kv + (states + 3) * roomy.spec.ssm_bytes
+    tight = served(need)
+    assert tight.stats.evictions == 0
+    extended = np.concatenate([first.tokens(), np.arange(9001, 9101, dtype=np.int32)])
+    assert tight.peek(extended).hit == roomy.peek(extended).hit > 0

@@ -160,22 +160,30 @@ def _page_bytes(cache: PrefixCache, tokens: int) -> int:
 
 def _show(cache: PrefixCache, r: _Running, n: int) -> bool:
     """Commit `r`'s first `n` input tokens, so that later lookups may use them; its pin
-    moves to what the commit kept, and the tokens kept leave its reservation. False when
+    moves to what the commit kept, and the tokens shown leave its reservation. They and its
+    working state leave the reservation before the commit, which makes room for what the
+    engine then holds (their KV, the states it checkpoints, its working states): held by
+    both, they would be counted twice and evict for memory nobody holds. Its working state
+    is then held again (and, where the commit kept nothing, the tokens too); what no longer
+    fits runs unheld, as a request larger than the cache does (`r.states` 0). False when
     the commit kept nothing (refused)."""
     request = r.request
+    kv, states = min(_page_bytes(cache, n - r.shown), r.kv), r.states
+    cache.release(kv, states)
     result = cache.commit(request.input_tokens[:n], n,
                           boundaries=tuple(b for b in request.boundaries if b <= n),
                           salt=_salt(cache, request))
-    if result.node is None:
-        return False
-    cache.pin(result.node)
-    cache.unpin(r.node)
-    r.node = result.node
-    kept = min(_page_bytes(cache, n - r.shown), r.kv)
-    cache.release(kept, 0)
-    r.kv -= kept
-    r.shown = n
-    return True
+    if result.node is not None:
+        cache.pin(result.node)
+        cache.unpin(r.node)
+        r.node = result.node
+        r.kv -= kv
+        r.shown = n
+        kv = 0
+    if (kv or states) and not cache.reserve(kv, states):
+        r.kv -= kv
+        r.states = 0
+    return result.node is not None
 
 
 def _commit_whole(cache: PrefixCache, r: _Running) -> np.ndarray:
@@ -390,7 +398,10 @@ class _Server:
         n = r.done
         if n <= r.shown:
             return
+        held = r.states
         kept = _show(self.cache, r, n)
+        if held and not r.states:
+            self.stats.unreserved += 1
         if self.follower is not None:
             self.follower.shown(r.i, r.request, n)
         if self.on_commit is not None:

@@ -382,6 +382,9 @@ class Server {
         i64 n = run.done;
         if (n <= run.shown) return;
         const i32* t = in_.tokens[run.i];
+        // the tokens shown and its working state leave the reservation first (`_show`)
+        i64 k = std::min(page_bytes(n - run.shown), run.kv), states = run.states;
+        cache_.release(k, states);
         tell(PLACE, run.i, n);
         CommitOut c = cache_.commit(t, n, n);
         bool kept = c.end >= 0;
@@ -389,10 +392,14 @@ class Server {
             cache_.pin(c.end);
             if (run.node >= 0) cache_.unpin(run.node);
             run.node = c.end;
-            i64 k = std::min(page_bytes(n - run.shown), run.kv);
-            cache_.release(k, 0);
             run.kv -= k;
             run.shown = n;
+            k = 0;
+        }
+        if ((k || states) && !cache_.reserve(k, states)) {  // held again, or run unheld
+            run.kv -= k;
+            run.states = 0;
+            if (states) out_.unreserved += 1;
         }
         tell(SHOWN, run.i, n);
         bounds_commit(run.i, t, n, n, false);
