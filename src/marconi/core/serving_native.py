@@ -1,6 +1,6 @@
 """The serving replay's loop in the compiled core (`native/serving.hpp`): the same steps,
-lookups, commits, times and counters as `marconi.core.serving._Server`, for a cache the
-compiled core runs whole and a server whose latency model it can evaluate (docs/
+lookups, commits, times and counters as `marconi.core.serving._Server`, for a cache on the
+compiled core and a server whose latency model it can evaluate (docs/
 architecture.md, "Replay protocols").
 
 `serve_compiled` returns None, having touched nothing, where it cannot take a replay: the
@@ -27,7 +27,6 @@ from marconi.core import compiled
 from marconi.core.cache import PrefixCache
 from marconi.core.serving import Follower, Record, Request, Serving, ServingStats, Visibility
 from marconi.core.serving import replay_serving as replay_python
-from marconi.core.tokens import as_tokens
 from marconi.core.tuning import Tuner
 
 # the events a hook is told of, and where a placement is asked (`native/serving.hpp`)
@@ -107,7 +106,6 @@ class Hook:
             if self.on_commit is not None:
                 self.on_commit(i, request, request.n_input + request.n_output, True)
 
-
     def place(self, bound: bool, request: Request, x: int) -> None:
         """Hand the live cache's (or the bound's) admission its positions for the loop's
         next call: the lookup of `request`'s input (`AT_LOOKUP`), the commit of its whole
@@ -123,7 +121,7 @@ class Hook:
         else:
             key, n, phase = request.input_tokens[:x], x, "commit"
             at = tuple(b for b in request.boundaries if b <= x)
-        cache._place(as_tokens(key, what="serve: tokens").tobytes(), n, at, phase)
+        cache._place(cache._key(key, phase, None), n, at, phase)
 
 
 def replay_serving(requests: Sequence[Request], cache: PrefixCache, serving: Serving,
