@@ -4,6 +4,7 @@ import the registry, no import cycle, and a CLI that loads no heavy dependency."
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import subprocess
 import sys
@@ -24,18 +25,10 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted((SRC / "marconi").rglob("*.py"))}
 
 
-# Folders whose files also run as scripts, importing each other by bare name (`from
-# vllm_engine import ...`): the engines' workers run in the engines' own environments.
-SCRIPT_FOLDERS = ("marconi.realpeers",)
-
-
 def _resolve(base: str, known: set[str]) -> str | None:
-    """The marconi module an absolute dotted name means: itself, its longest known prefix
-    (`marconi.x.y.Name` -> `marconi.x.y`), or a script of SCRIPT_FOLDERS named bare."""
+    """The marconi module an absolute dotted name means: itself or its longest known
+    prefix (`marconi.x.y.Name` -> `marconi.x.y`)."""
     if not base.startswith("marconi"):
-        for folder in SCRIPT_FOLDERS:
-            if f"{folder}.{base.split('.')[0]}" in known:
-                return f"{folder}.{base.split('.')[0]}"
         return None
     parts = base.split(".")
     for i in range(len(parts), 0, -1):
@@ -62,9 +55,8 @@ def _imported_by_name(node: ast.Call) -> str | None:
 
 def imports_of(path: Path, known: set[str], text: str | None = None) -> set[str]:
     """marconi modules `path` (or `text` in its place) imports anywhere (function bodies
-    and TYPE_CHECKING too): relative imports resolved from the module's package, modules
-    named to `importlib.import_module`, and the scripts of SCRIPT_FOLDERS imported by bare
-    name."""
+    and TYPE_CHECKING too): relative imports resolved from the module's package, and
+    modules named to `importlib.import_module`."""
     name = _module_name(path)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     out: set[str] = set()
@@ -88,6 +80,26 @@ def imports_of(path: Path, known: set[str], text: str | None = None) -> set[str]
             if found is not None:
                 out.add(found)
     return out & known
+
+
+ENGINE_PACKAGES = {"sglang", "vllm"}  # the engines' own, beside `integrations/sglang.py`
+
+
+def bare_imports(path: Path, text: str | None = None) -> set[str]:
+    """The files beside `path` that it imports by bare name (`from vllm_engine import x`),
+    which only a script's folder on `sys.path` resolves and no import graph can see. A
+    name that is also a package's (`concurrent`, `tokenizers`; the engines, which live in
+    their own environments) is that package: marconi's modules import absolutely."""
+    beside = {p.stem for p in path.parent.glob("*.py")} - {"__init__"}
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text() if text is None else text)):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    packages = ENGINE_PACKAGES | set(sys.stdlib_module_names)
+    return {name for name in out & beside
+            if name not in packages and importlib.util.find_spec(name) is None}
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -296,6 +308,18 @@ def test_import_core_loads_nothing_else_of_marconi() -> None:
         sorted(m for m in ours if not m.startswith("marconi.core")))
 
 
+def test_an_engine_worker_loads_only_its_own_folder_of_marconi() -> None:
+    """The workers run in the engines' environments as `marconi.realpeers.x`: importing
+    them loads `marconi` (which loads nothing eagerly) and realpeers/ alone."""
+    workers = sorted(p.stem for p in (SRC / "marconi" / "realpeers").glob("*_worker.py"))
+    assert len(workers) == 3
+    code = "\n".join(f"import marconi.realpeers.{w}" for w in workers)
+    ours = {m for m in _loaded_after(code) if m.startswith("marconi")}
+    assert {f"marconi.realpeers.{w}" for w in workers} <= ours
+    assert all(m == "marconi" or m.startswith("marconi.realpeers.") or m == "marconi.realpeers"
+               for m in ours), sorted(ours)
+
+
 @pytest.mark.parametrize("argv", [["--help"], ["simulate", "--help"],
                                   ["simulate", "synthetic:twice:sessions=3", "--system",
                                    "sglang+", "--json", "--quiet"]])
@@ -416,9 +440,9 @@ def test_folder_rules_find_planted_arrows() -> None:
                          "    importlib.import_module('marconi.sim.run')\n")
     assert planted == {"marconi.sim.run"}
     engine = SRC / "marconi" / "realpeers" / "vllm_replay.py"
-    planted = imports_of(engine, known, "def f():\n    from vllm_engine import Engine\n"
-                         "    import worker_io\n")
-    assert planted == {"marconi.realpeers.vllm_engine", "marconi.realpeers.worker_io"}
+    planted = "def f():\n    from vllm_engine import Engine\n    import worker_io, json\n"
+    assert bare_imports(engine, planted) == {"vllm_engine", "worker_io"}
+    assert imports_of(engine, known, planted) == set()  # what the graph cannot see
     graph = {"marconi.systems.engines": {"marconi.realpeers.envs", "marconi.core.spec"},
              "marconi.realpeers.envs": set(), "marconi.core.spec": set(),
              "marconi.realpeers.vllm_worker": {"marconi.integrations.common"},
@@ -433,9 +457,16 @@ def test_folder_rules_find_planted_arrows() -> None:
         upward_arrows(folders, layers[:-1])
 
 
+def test_modules_import_their_neighbours_as_modules() -> None:
+    """No module imports a file beside it by bare name (the engines' workers included:
+    they run as `python -m marconi.realpeers.x`), so the import graph sees every arrow."""
+    found = {name: bare for name, path in _modules().items() if (bare := bare_imports(path))}
+    assert found == {}
+
+
 def test_no_folder_cycle() -> None:
     """The top-level folders of marconi import each other in no loop (counting imports
-    inside functions, modules named to `importlib`, and the workers' bare-name imports)."""
+    inside functions and modules named to `importlib`)."""
     assert folder_cycles(folder_graph(import_graph())) == []
 
 

@@ -4,9 +4,11 @@
 from marconi import PAPER_7B, make_cache
 cache = make_cache(PAPER_7B, "2GB", "marconi")
 ```
-`import marconi` loads the core only; the registry of named systems (`make_cache`,
-`SYSTEMS`, `get_system`) and the notebook API (`simulate`, `compare`, `load`:
-`marconi.api`) load on first use.
+`import marconi` loads nothing of marconi: the core's names (`marconi.core`), the registry
+of named systems (`make_cache`, `SYSTEMS`, `get_system`) and the notebook API (`simulate`,
+`compare`, `load`: `marconi.api`) load on first use. So a module of marconi run where only
+part of it can load (an engine worker in the engine's own environment, `marconi.realpeers`)
+imports as a module of the package and loads what it imports, no more.
 """
 
 from __future__ import annotations
@@ -15,20 +17,19 @@ import importlib
 from importlib import metadata
 from typing import TYPE_CHECKING
 
-from marconi.core import (
-    PAPER_7B,
-    CommitResult,
-    Freed,
-    ModelSpec,
-    NullStore,
-    Plan,
-    PrefixCache,
-    StateStore,
-    resolve_model,
-)
-
 if TYPE_CHECKING:
     from marconi.api import compare, load, simulate
+    from marconi.core import (
+        PAPER_7B,
+        CommitResult,
+        Freed,
+        ModelSpec,
+        NullStore,
+        Plan,
+        PrefixCache,
+        StateStore,
+        resolve_model,
+    )
     from marconi.systems import SYSTEMS, System, get_system, make_cache
 
 
@@ -40,9 +41,11 @@ def _version() -> str:
 
 
 __version__ = _version()
-_LAZY = {"SYSTEMS": "marconi.systems", "System": "marconi.systems",
-         "get_system": "marconi.systems", "make_cache": "marconi.systems",
-         "simulate": "marconi.api", "compare": "marconi.api", "load": "marconi.api"}
+_CORE = ("PAPER_7B", "CommitResult", "Freed", "ModelSpec", "NullStore", "Plan", "PrefixCache",
+         "StateStore", "resolve_model")
+_LAZY = {**dict.fromkeys(_CORE, "marconi.core"),
+         **dict.fromkeys(("SYSTEMS", "System", "get_system", "make_cache"), "marconi.systems"),
+         **dict.fromkeys(("simulate", "compare", "load"), "marconi.api")}
 
 
 def __getattr__(name: str) -> object:

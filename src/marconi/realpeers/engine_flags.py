@@ -1,6 +1,6 @@
 """The engine flags marconi's systems set and the workers pass on, declared once: the
 systems' options (`marconi.systems.engines`) and the workers' checks and defaults
-(`sglang_worker.py`, `vllm_worker.py`, which import this file from beside them) read
+(`sglang_worker.py`, `vllm_worker.py`, which import it as a module of this package) read
 these. Standard library only: the workers run in the engines' own environments."""
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from pathlib import Path
 
 ENV_VAR = "MARCONI_PEERS_DIR"  # a folder holding one environment per engine
 SETUP = "bash scripts/setup-peers.sh"  # what builds them (docs/peers.md)
+SRC = Path(__file__).resolve().parents[2]  # the folder holding the marconi package
 
 
 class PeerError(ValueError):
@@ -23,8 +24,9 @@ class Engine:
     kind: str = ""  # the worker's prefix (default: `name`): vllm-0.33 runs vLLM's worker
 
     @property
-    def worker(self) -> Path:
-        return Path(__file__).with_name(f"{self.kind or self.name}_worker.py")
+    def worker(self) -> str:
+        """The worker's module, run as a module of this package (`worker_command`)."""
+        return f"marconi.realpeers.{self.kind or self.name}_worker"
 
 
 ENGINES = {
@@ -34,6 +36,17 @@ ENGINES = {
     "vllm-0.33": Engine(name="vllm-0.33", version="0.33.0", system="vllm-0.33", kind="vllm"),
     "vllm-0.34": Engine(name="vllm-0.34", version="0.34.0", system="vllm-0.34", kind="vllm"),
 }
+
+
+def worker_command(python: Path, engine: Engine) -> tuple[list[str], dict[str, str]]:
+    """The command line that runs `engine`'s worker under `python`, and its environment:
+    `python -P -m marconi.realpeers.ENGINE_worker`, the folder holding this package first
+    on `PYTHONPATH` (the engine's environment need not have marconi installed; `-P` keeps
+    the working folder off the path). The worker's modules import each other as
+    `marconi.realpeers.x`, and `import marconi` loads nothing else of marconi."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
+    return [str(python), "-P", "-m", engine.worker], env
 
 
 def envs_dir() -> Path:

@@ -37,8 +37,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from arrivals import NoRoom  # beside this script
-from sglang_options import FLA_CHUNK_SIZE, UsageError, slots_per_running_request
+
+from marconi.realpeers.arrivals import NoRoom
+from marconi.realpeers.sglang_options import FLA_CHUNK_SIZE, UsageError, slots_per_running_request
 
 MAX_PREFILL_TOKENS = 16384  # --max-prefill-tokens default
 INIT_NEW_TOKEN_RATIO = 0.7  # the scheduler's starting new_token_ratio (its default)

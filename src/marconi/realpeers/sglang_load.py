@@ -16,7 +16,8 @@ import warnings
 from typing import Any
 
 import torch
-from sglang_options import UsageError  # beside this script
+
+from marconi.realpeers.sglang_options import UsageError
 
 SUPPORTED_VERSION = "0.5.23"
 

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from engine_flags import SGLANG_CORES as CORES  # beside this script: the systems' flags
-from engine_flags import SGLANG_DEFAULTS
-from engine_flags import SGLANG_EVICTIONS as EVICTIONS
-from engine_flags import SGLANG_STRATEGIES as STRATEGIES
+
+from marconi.realpeers.engine_flags import SGLANG_CORES as CORES  # the systems' flags
+from marconi.realpeers.engine_flags import SGLANG_DEFAULTS
+from marconi.realpeers.engine_flags import SGLANG_EVICTIONS as EVICTIONS
+from marconi.realpeers.engine_flags import SGLANG_STRATEGIES as STRATEGIES
 
 DEFAULTS: dict[str, Any] = {
     **SGLANG_DEFAULTS,  # strategy, eviction, page_size, chunked_prefill_size (-1: none), core

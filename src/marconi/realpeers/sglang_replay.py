@@ -11,10 +11,11 @@ import time
 from typing import Any
 
 import numpy as np
-from arrivals import NoRoom, Parent, run_concurrent  # beside this script
-from sglang_engine import Replayer, Running, max_running_requests
-from sglang_options import Trace, UsageError
-from worker_io import progress, progress_every
+
+from marconi.realpeers.arrivals import NoRoom, Parent, run_concurrent
+from marconi.realpeers.sglang_engine import Replayer, Running, max_running_requests
+from marconi.realpeers.sglang_options import Trace, UsageError
+from marconi.realpeers.worker_io import progress, progress_every
 
 OUT_OF_MEMORY = ("out of memory", "runs out of memory", "not enough space for mamba")
 

@@ -15,8 +15,8 @@ wiring, the files written); the files beside it, imported by name, do the rest:
   (`arrivals.py`), and the columns of `result.npz`;
 - `worker_io.py`: the progress and error lines both workers print.
 
-    python sglang_worker.py --trace TRACE.npz --options OPTIONS.json --out DIR
-    python sglang_worker.py --version
+    python -P -m marconi.realpeers.sglang_worker --trace TRACE.npz --options OPTIONS.json --out DIR
+    python -P -m marconi.realpeers.sglang_worker --version
 
 Writes DIR/result.npz (per request: hit, kv_tokens, states, evicted_kv, evicted_states,
 micros) and DIR/meta.json; prints `progress DONE TOTAL` on stderr. A failure ends with one
@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sglang_engine import Replayer  # beside this script
-from sglang_load import check_version, load_sglang
-from sglang_options import Trace, UsageError, read_options
-from sglang_replay import RequestFailed, replay
-from worker_io import check_paths, error_line, report_integration
+
+from marconi.realpeers.sglang_engine import Replayer
+from marconi.realpeers.sglang_load import check_version, load_sglang
+from marconi.realpeers.sglang_options import Trace, UsageError, read_options
+from marconi.realpeers.sglang_replay import RequestFailed, replay
+from marconi.realpeers.worker_io import check_paths, error_line, report_integration
 
 
 def install_integration(opts: dict[str, Any]) -> Any:

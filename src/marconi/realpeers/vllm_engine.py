@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from vllm_options import KERNEL_BLOCK, UsageError, check_retention  # beside this script
+from marconi.realpeers.vllm_options import KERNEL_BLOCK, UsageError, check_retention
 
 # the series this worker drives (0.33, 0.34 from their GPU wheels: no CPU build is published, and
 # the cache classes are pure Python, run here on the CPU platform)

@@ -25,7 +25,8 @@ each chunk is computed, and no transfer takes time.
 
 Usage (in vLLM 0.34's environment)::
 
-    python vllm_offload_worker.py --trace TRACE.npz --options OPTIONS.json --out DIR
+    python -P -m marconi.realpeers.vllm_offload_worker --trace TRACE.npz \
+        --options OPTIONS.json --out DIR
 
 OPTIONS.json: the vLLM worker's options (`vllm_options.OPTION_RULES`) plus `offload`:
 {host_bytes, policy ("lru", "arc" or a class name), module_path (null or a module),
@@ -46,11 +47,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from vllm_engine import build_engine, engine_meta, import_vllm  # beside this script
-from vllm_options import UsageError, load_options, load_trace
-from vllm_replay import RequestFailed, worker_main
-from vllm_scheduler import Timer, finish_request, start_request
-from worker_io import progress, progress_every
+
+from marconi.realpeers.vllm_engine import build_engine, engine_meta, import_vllm
+from marconi.realpeers.vllm_options import UsageError, load_options, load_trace
+from marconi.realpeers.vllm_replay import RequestFailed, worker_main
+from marconi.realpeers.vllm_scheduler import Timer, finish_request, start_request
+from marconi.realpeers.worker_io import progress, progress_every
 
 OFFLOAD_KEYS = ("env", "host_bytes", "module_path", "policy", "src")
 

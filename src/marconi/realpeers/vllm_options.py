@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from engine_flags import (  # beside this script: the systems' flags
+
+from marconi.realpeers.engine_flags import (  # the systems' flags
     VLLM_BLOCK_BASES,
     VLLM_CACHE_MODES,
     VLLM_DEFAULTS,

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from arrivals import NoRoom, Parent, run_concurrent  # beside this script
-from vllm_engine import Engine, import_vllm  # beside this script
-from vllm_options import Trace, UsageError
-from vllm_scheduler import (
+
+from marconi.realpeers.arrivals import NoRoom, Parent, run_concurrent
+from marconi.realpeers.vllm_engine import Engine, import_vllm
+from marconi.realpeers.vllm_options import Trace, UsageError
+from marconi.realpeers.vllm_scheduler import (
     PoolTooSmall,
     Timer,
     finish_request,
@@ -28,7 +29,7 @@ from vllm_scheduler import (
     run_request,
     start_request,
 )
-from worker_io import check_paths, error_line, progress, progress_every
+from marconi.realpeers.worker_io import check_paths, error_line, progress, progress_every
 
 
 @dataclass
@@ -232,7 +233,8 @@ def replay_concurrent(engine: Engine, trace: Trace, options: dict[str, Any], has
 
     try:
         schedule = run_concurrent(
-            trace.order.tolist(), trace.arrival, np.diff(trace.offsets) - trace.n_input,
+            trace.order.tolist(), trace.arrival.tolist(),
+            (np.diff(trace.offsets) - trace.n_input).tolist(),
             start, finish, Parent().ttft, options["decode_s_per_token"],
             max_running, started, idle)
     except NoRoom as exc:

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from arrivals import NoRoom  # beside this script
-from vllm_engine import Engine  # beside this script
+
+from marconi.realpeers.arrivals import NoRoom
+from marconi.realpeers.vllm_engine import Engine
 
 
 class PoolTooSmall(Exception):

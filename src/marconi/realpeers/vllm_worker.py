@@ -16,7 +16,7 @@ beside it, imported by name, do the rest:
 
 Usage (in a virtualenv holding vllm 0.32, torch and numpy; marconi is not needed)::
 
-    python vllm_worker.py --trace TRACE.npz --options OPTIONS.json --out DIR
+    python -P -m marconi.realpeers.vllm_worker --trace TRACE.npz --options OPTIONS.json --out DIR
 
 TRACE.npz: `tokens` int32 (every request's input then output), `offsets` int64 (n+1),
 `n_input` int64 (n), `arrival` float64 (n; requests are replayed in this order).
@@ -41,10 +41,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from vllm_engine import build_engine, engine_meta, import_vllm  # beside this script
-from vllm_options import UsageError, load_options, load_trace
-from vllm_replay import replay, worker_main
-from worker_io import report_integration
+
+from marconi.realpeers.vllm_engine import build_engine, engine_meta, import_vllm
+from marconi.realpeers.vllm_options import UsageError, load_options, load_trace
+from marconi.realpeers.vllm_replay import replay, worker_main
+from marconi.realpeers.worker_io import report_integration
 
 
 def install_integration(options: dict[str, Any]) -> Any:

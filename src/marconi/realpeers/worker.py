@@ -1,6 +1,7 @@
 """Running a worker: the trace out as one `.npz`, the engine's per-request columns back.
 
-A worker is a script run by its engine's interpreter (`envs.python_of`). It reads
+A worker is a module of this package run by its engine's interpreter (`envs.python_of`,
+`envs.worker_command`). It reads
 `--trace T.npz --options O.json`, writes `result.npz` and `meta.json` into `--out DIR`,
 prints `progress DONE TOTAL` on stderr as it goes, and ends a failed run with one line
 `error: ...` and a non-zero exit. Nothing it printed is lost: a failure carries the tail of
@@ -21,7 +22,7 @@ from typing import IO, Any
 import numpy as np
 from tqdm import tqdm
 
-from marconi.realpeers.envs import Engine, PeerError, python_of
+from marconi.realpeers.envs import Engine, PeerError, python_of, worker_command
 from marconi.workload.types import Request
 
 TAIL = 20  # stderr lines a failure quotes
@@ -57,19 +58,21 @@ def run_worker(engine: Engine, requests: Iterable[Request], options: Mapping[str
         folder = Path(tmp)
         n = write_trace(requests, folder / "trace.npz")
         (folder / "options.json").write_text(json.dumps(dict(options)))
-        command = [str(python), str(engine.worker), "--trace", str(folder / "trace.npz"),
-                   "--options", str(folder / "options.json"), "--out", str(folder)]
-        _run(command, n, progress, label or engine.system, ttft)
+        command, env = worker_command(python, engine)
+        command += ["--trace", str(folder / "trace.npz"), "--options",
+                    str(folder / "options.json"), "--out", str(folder)]
+        _run(command, env, n, progress, label or engine.system, ttft)
         return _read(folder, n, engine)
 
 
-def _run(command: list[str], n: int, progress: bool, label: str, ttft: TTFT | None) -> None:
+def _run(command: list[str], env: dict[str, str], n: int, progress: bool, label: str,
+         ttft: TTFT | None) -> None:
     tail: deque[str] = deque(maxlen=TAIL)
     bar = tqdm(total=n, desc=label, unit="req", leave=False,
                disable=None if progress else True)  # None: only on a terminal
     pipe = subprocess.PIPE if ttft is not None else subprocess.DEVNULL
     with subprocess.Popen(command, stdin=pipe, stdout=pipe, stderr=subprocess.PIPE,
-                          text=True) as proc:
+                          text=True, env=env) as proc:
         assert proc.stderr is not None
         reader = threading.Thread(target=_read_stderr, args=(proc.stderr, bar, tail),
                                   daemon=True)
