@@ -1,4 +1,4 @@
-"""The concurrent schedule both workers run (standard library only, like them).
+"""The concurrent schedule both workers run (standard library only).
 
 The same timeline as marconi's own concurrent replay (`marconi.sim.concurrent`): a request
 starts at its arrival, runs for TTFT(n_input, hit) + decode_s x n_output, and what it
