@@ -115,7 +115,7 @@ class TestInsideSGLang:
         code = textwrap.dedent("""
             import inspect, json, sys
             sys.path.insert(0, sys.argv[1])
-            import sglang_load
+            from marconi.realpeers import sglang_load
             sglang_load.load_sglang()
             from sglang.srt.mem_cache.unified_cache.components import (
                 FullComponent, MambaComponent)
@@ -127,7 +127,7 @@ class TestInsideSGLang:
             print(json.dumps({"full": asks(FullComponent), "mamba": asks(MambaComponent)}))
         """)
         done = subprocess.run([str(_engine_python()), "-c", code,
-                               str(ROOT / "src" / "marconi" / "realpeers")],
+                               str(ROOT / "src")],
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-2000:]
         asking = json.loads(done.stdout.strip().splitlines()[-1])

@@ -86,19 +86,21 @@ ENGINE_PACKAGES = {"sglang", "vllm"}  # the engines' own, beside `integrations/s
 
 
 def bare_imports(path: Path, text: str | None = None) -> set[str]:
-    """The files beside `path` that it imports by bare name (`from vllm_engine import x`),
-    which only a script's folder on `sys.path` resolves and no import graph can see. A
-    name that is also a package's (`concurrent`, `tokenizers`; the engines, which live in
-    their own environments) is that package: marconi's modules import absolutely."""
-    beside = {p.stem for p in path.parent.glob("*.py")} - {"__init__"}
+    """The modules of marconi that `path` imports by bare name (`from vllm_engine import
+    x`, `importlib.import_module("sglang_load")`), which only a folder put on `sys.path`
+    resolves and no import graph can see. A name that is also a package's (`concurrent`,
+    `tokenizers`; the engines, which live in their own environments) is that package."""
+    ours = {p.stem for p in (SRC / "marconi").rglob("*.py")} - {"__init__"}
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text() if text is None else text)):
         if isinstance(node, ast.Import):
             out.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
             out.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Call) and (named := _imported_by_name(node)):
+            out.add(named.split(".")[0])
     packages = ENGINE_PACKAGES | set(sys.stdlib_module_names)
-    return {name for name in out & beside
+    return {name for name in out & ours
             if name not in packages and importlib.util.find_spec(name) is None}
 
 
@@ -234,7 +236,7 @@ def test_policy_families_import_only_what_their_layer_allows() -> None:
 # environments and workers) sits below the registry too; integrations/ does not: its
 # choosers and tuner process build systems from it (`get_system`, `TunerOptions`).
 ABOVE_ENGINES = ("marconi.sim", "marconi.commands", "marconi.cli", "marconi.server",
-                 "marconi.report", "marconi.experiments", "marconi.engine", "marconi.api")
+                 "marconi.report", "marconi.reproduction", "marconi.engine", "marconi.api")
 ABOVE = {"marconi.realpeers": (*ABOVE_ENGINES, "marconi.systems"),
          "marconi.integrations": ABOVE_ENGINES}
 def reach(graph: dict[str, set[str]], name: str) -> set[str]:
@@ -440,8 +442,9 @@ def test_folder_rules_find_planted_arrows() -> None:
                          "    importlib.import_module('marconi.sim.run')\n")
     assert planted == {"marconi.sim.run"}
     engine = SRC / "marconi" / "realpeers" / "vllm_replay.py"
-    planted = "def f():\n    from vllm_engine import Engine\n    import worker_io, json\n"
-    assert bare_imports(engine, planted) == {"vllm_engine", "worker_io"}
+    planted = ("def f():\n    from vllm_engine import Engine\n    import worker_io, json\n"
+               "    importlib.import_module('sglang_load')\n")
+    assert bare_imports(engine, planted) == {"vllm_engine", "worker_io", "sglang_load"}
     assert imports_of(engine, known, planted) == set()  # what the graph cannot see
     graph = {"marconi.systems.engines": {"marconi.realpeers.envs", "marconi.core.spec"},
              "marconi.realpeers.envs": set(), "marconi.core.spec": set(),
@@ -458,7 +461,7 @@ def test_folder_rules_find_planted_arrows() -> None:
 
 
 def test_modules_import_their_neighbours_as_modules() -> None:
-    """No module imports a file beside it by bare name (the engines' workers included:
+    """No module imports another of marconi's by bare name (the engines' workers included:
     they run as `python -m marconi.realpeers.x`), so the import graph sees every arrow."""
     found = {name: bare for name, path in _modules().items() if (bare := bare_imports(path))}
     assert found == {}

@@ -208,10 +208,9 @@ def main(argv: list[str]) -> int:
         return 2
     engine = argv[0]
     if engine == "sglang":  # loaded as the replay loads it: GPU-only imports stubbed
-        realpeers = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-            __file__))), "realpeers")
-        sys.path.insert(0, realpeers)
-        sglang_load = importlib.import_module("sglang_load")
+        src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        sys.path.insert(0, src)  # the folder holding marconi, which loads nothing eagerly
+        sglang_load = importlib.import_module("marconi.realpeers.sglang_load")
         sglang_load.install_stubs()
         sglang_load._skip_frontend_init()
         version = importlib.metadata.version("sglang")
