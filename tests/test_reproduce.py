@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 from marconi.cli import main
-from marconi.experiments import load_experiments
-from marconi.experiments.config import CONFIGS, NoData, load_experiment, plan
-from marconi.experiments.reproduce import reproduce
+from marconi.reproduction import load_experiments
+from marconi.reproduction.config import CONFIGS, NoData, load_experiment, plan
+from marconi.reproduction.reproduce import reproduce
 from marconi.report.figures import FIGURES
 from tests.conftest import SHARED_DATA
 
@@ -78,7 +78,7 @@ class TestConfig:
     def test_grids_without_the_data_folder_are_said_once_per_trace(self) -> None:
         """Without the data folder every grid over the trajectories or Mooncake is
         skipped: one line per trace naming the experiments, no `{data}` placeholder."""
-        from marconi.experiments.reproduce import _grouped
+        from marconi.reproduction.reproduce import _grouped
 
         planned = plan(load_experiments([EXPERIMENTS], data=None), quick=True)
         warnings = [w for _, ws in planned.values() for w in ws]

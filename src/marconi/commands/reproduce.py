@@ -1,5 +1,5 @@
 """`marconi reproduce`: the paper's figures from the experiment configs shipped with the
-package (`marconi/experiments/configs/*.toml`), or from config files given."""
+package (`marconi/reproduction/configs/*.toml`), or from config files given."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     require("plot", "matplotlib")  # the figures come after the sweep: check before it
     if args.scheduler is not None:
         require("distributed", "dask", "distributed")
-    from marconi.experiments.config import CONFIGS, load_experiments
-    from marconi.experiments.reproduce import reproduce
+    from marconi.reproduction.config import CONFIGS, load_experiments
+    from marconi.reproduction.reproduce import reproduce
 
     if args.data is not None and not Path(args.data).is_dir():
         raise ValueError(f"--data {args.data}: no such folder")

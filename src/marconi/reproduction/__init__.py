@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from marconi.experiments.config import Experiment, load_experiments
+from marconi.reproduction.config import Experiment, load_experiments
 
 __all__ = ["Experiment", "load_experiments"]

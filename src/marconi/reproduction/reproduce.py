@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marconi.experiments.config import Experiment, NoData, plan
+from marconi.reproduction.config import Experiment, NoData, plan
 from marconi.sim.sweep import Cell, load_records, refusal_warnings, run_sweep
 
 

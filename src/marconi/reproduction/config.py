@@ -54,7 +54,7 @@ class NoData(str):
                                     "folder (--data DIR or $MARCONI_DATA); grid skipped")
         self.experiment, self.trace = experiment, where
         return self
-CONFIGS = Path(str(resources.files("marconi.experiments") / "configs"))  # the paper's
+CONFIGS = Path(str(resources.files("marconi.reproduction") / "configs"))  # the paper's
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
