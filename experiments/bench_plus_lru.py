@@ -3,7 +3,9 @@ every trace we have, at three capacities each (`--plus`: one of marconi+'s varia
 its column instead; `--peers`: fewer systems to compare with).
 
     .venv/bin/python experiments/bench_plus_lru.py [--traces T ...] [--out F.jsonl] [--plot F.png]
+        [--replay serving|sequential] [--workers N]
     .venv/bin/python experiments/bench_plus_lru.py --report F.jsonl [--plot F.png]
+    .venv/bin/python experiments/bench_plus_lru.py --compare BASE.jsonl F.jsonl [G.jsonl ...]
     .venv/bin/python experiments/bench_plus_lru.py --plus marconi+-no-overlap --peers sglang+
     .venv/bin/python experiments/bench_plus_lru.py --cores [--traces T ...]
 
@@ -16,10 +18,21 @@ Capacities are fractions of the trace's footprint, the peak bytes `sglang+` hold
 nothing is evicted: contended (3%), moderate (10%) and roomy (30%). So every trace is
 contended at its first capacity, whatever its size, and no capacity was tuned to a trace.
 
+`--compare` reads runs back (each made with its own `--plus`, the same replay) and prints
+each run's system minus the first run's, per configuration, and per family of traces
+(the trajectories, Mooncake, ShareGPT, the synthetic shapes): how a variant of marconi+
+would move it everywhere.
+
 `--cores` replays marconi+ alone on the Python core and on the compiled core, one after
 the other, at every trace and capacity: every figure of its summary (but the seconds) and
 every request's hit compared, and the CPU seconds of each (docs/architecture.md, "The
 compiled core").
+
+`--replay serving` (the default) replays as a server runs the trace, with the shipped
+settings (marconi re-tuning, guarded; marconi+'s shadows served); `--replay sequential`
+commits each request before the next arrives, marconi tuning once (the paper's protocol).
+The capacities are the same under both: the footprint is measured sequentially. Each row
+records its replay. `--workers N` runs N configurations at once.
 
 Systems: every registered system that runs in process without knowing the future
 (marconi+'s ablations aside). Columns: FLOPs saved % of marconi+, sglang+ and the best
@@ -36,6 +49,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +104,10 @@ def footprint(trace: Trace) -> int:
     return int(run(trace, config).summary().peak_bytes)
 
 
-def one(trace: Trace, capacity: int, system: str) -> dict[str, Any]:
-    config = SimConfig(replay="sequential", retune=False,
-                       spec=PAPER_7B, capacity=capacity, system=system, bounds=False)
+def one(trace: Trace, capacity: int, system: str, replay: str = "serving") -> dict[str, Any]:
+    pinned: dict[str, Any] = {"retune": False} if replay == "sequential" else {}
+    config = SimConfig(replay=replay, spec=PAPER_7B, capacity=capacity, system=system,
+                       bounds=False, **pinned)
     start = time.process_time()
     summary = run(trace, config).summary()
     out: dict[str, Any] = {"saved": float(summary.flops_saved_rate),
@@ -115,23 +130,37 @@ def configurations(names: tuple[str, ...]) -> Iterator[tuple[str, Trace, str, in
             yield name, trace, label, int(total * fraction)
 
 
+def _row(job: tuple[str, str, int, str, tuple[str, ...], str]) -> dict[str, Any]:
+    """One configuration's row: `plus` and `peers` on trace `name` at `capacity` bytes."""
+    name, label, capacity, plus, peers, replay = job
+    load_variants()  # in a worker process too: the variants run by name
+    trace = load(name)
+    assert trace is not None  # `configurations` found it
+    row: dict[str, Any] = {"trace": name, "capacity": label, "bytes": capacity,
+                           "replay": replay, "plus": plus}
+    for system in (plus, *peers):
+        got = one(trace, capacity, system, replay)
+        row[PLUS if system == plus else system] = got["saved"]
+        if system == plus:
+            row.update({k: v for k, v in got.items() if k != "saved"})
+        print(f"[{time.strftime('%H:%M:%S')}] {name} {label} ({capacity / 1e9:.2f} GB) "
+              f"{system}: {100 * float(got['saved']):.2f}% in {got['cpu_s']:.1f} s",
+              file=sys.stderr, flush=True)
+    return row
+
+
 def measure(names: tuple[str, ...], out: Path | None, plus: str = PLUS,
-            peers: tuple[str, ...] = ONLINE) -> list[dict[str, Any]]:
+            peers: tuple[str, ...] = ONLINE, replay: str = "serving",
+            workers: int = 1) -> list[dict[str, Any]]:
+    jobs = [(name, label, capacity, plus, peers, replay)
+            for name, _, label, capacity in configurations(names)]
     rows = []
-    for name, trace, label, capacity in configurations(names):
-        row: dict[str, Any] = {"trace": name, "capacity": label, "bytes": capacity}
-        for system in (plus, *peers):
-            got = one(trace, capacity, system)
-            row[PLUS if system == plus else system] = got["saved"]
-            if system == plus:
-                row.update({k: v for k, v in got.items() if k != "saved"})
-            print(f"[{time.strftime('%H:%M:%S')}] {name} {label} ({capacity / 1e9:.2f} GB) "
-                  f"{system}: {100 * float(got['saved']):.2f}% in {got['cpu_s']:.1f} s",
-                  file=sys.stderr, flush=True)
-        rows.append(row)
-        if out is not None:
-            with out.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+    with ProcessPoolExecutor(workers) as pool:
+        for row in pool.map(_row, jobs):  # in order, each row written as it comes
+            rows.append(row)
+            if out is not None:
+                with out.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
     return rows
 
 
@@ -177,6 +206,8 @@ def cores(names: tuple[str, ...], plus: str) -> int:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
+    replays = sorted({str(row.get("replay", "sequential")) for row in rows})
+    print(f"replay: {', '.join(replays)}")
     print("| trace | capacity | marconi+ | sglang+ | vs sglang+ | best online | vs best "
           "| regret |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -192,6 +223,41 @@ def print_table(rows: list[dict[str, Any]]) -> None:
               f"| {plus - top:+.2f} | {'-' if regret is None else f'{100 * float(regret):.2f}'} |")
     print(f"\nworst margin to sglang+ {worst_lru:+.2f} pt (target >= -0.2), to the best online "
           f"system {worst_best:+.2f} pt (target >= -0.5)")
+
+
+FAMILIES = {"swe-agent": "agents", "mooncake": "Mooncake", "mooncake-synthetic": "Mooncake",
+            "sharegpt": "ShareGPT"}  # the rest: the synthetic shapes
+
+
+def compare(paths: list[Path]) -> None:
+    """Each run's `--plus` system minus the first run's, per configuration and family."""
+    runs = [{(r["trace"], r["capacity"]): r
+             for r in (json.loads(line) for line in p.read_text().splitlines() if line)}
+            for p in paths]
+    names = [str(next(iter(r.values())).get("plus", PLUS)) for r in runs]
+    replays = {str(r.get("replay", "sequential")) for one_run in runs for r in one_run.values()}
+    if len(replays) != 1:
+        raise SystemExit(f"--compare: the runs mix replays ({sorted(replays)})")
+    base = runs[0]
+    print(f"replay: {replays.pop()}; each column: the run's system minus {names[0]} "
+          f"({paths[0].name}), FLOPs saved points")
+    print("| trace | capacity | " + names[0] + " | " + " | ".join(names[1:]) + " |")
+    print("|---" * (len(names) + 2) + "|")
+    for key, row in base.items():
+        cells = " | ".join(f"{100 * (other[key][PLUS] - row[PLUS]):+.2f}" if key in other else "-"
+                           for other in runs[1:])
+        print(f"| {key[0]} | {key[1]} | {100 * row[PLUS]:.2f} | {cells} |")
+    print("\n| family | " + " | ".join(f"{n}: higher / lower / sum / worst" for n in names[1:])
+          + " |")
+    print("|---" * len(names) + "|")
+    for family in ("agents", "Mooncake", "ShareGPT", "synthetic"):
+        keys = [k for k in base if FAMILIES.get(k[0], "synthetic") == family]
+        sums = []
+        for other in runs[1:]:
+            margins = [100 * (other[k][PLUS] - base[k][PLUS]) for k in keys if k in other]
+            sums.append(f"{sum(m > 0.01 for m in margins)} / {sum(m < -0.01 for m in margins)}"
+                         f" / {sum(margins):+.2f} / {min(margins, default=0.0):+.2f}")
+        print(f"| {family} | " + " | ".join(sums) + " |")
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
@@ -231,18 +297,28 @@ def main() -> None:
                         "bench_plus_variants.py's by name)")
     parser.add_argument("--peers", nargs="+", default=list(ONLINE), choices=ONLINE,
                         help="the online systems it is measured against (default: all)")
+    parser.add_argument("--replay", choices=("serving", "sequential"), default="serving",
+                        help="how the trace is replayed (default serving)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="configurations run at once (processes)")
+    parser.add_argument("--compare", type=Path, nargs="+", metavar="F",
+                        help="runs' JSON lines: each run's system minus the first's")
     parser.add_argument("--report", type=Path, help="print the table of an earlier --out")
     parser.add_argument("--plot", type=Path, help="draw the margins to this PNG")
     parser.add_argument("--cores", action="store_true", help="replay the --plus system on "
                         "the Python core and on the compiled core: figures compared, CPU time")
     args = parser.parse_args()
     load_variants()  # bench_plus_variants.py's variants run by name
+    if args.compare:
+        compare(args.compare)
+        return
     if args.cores:
         sys.exit(1 if cores(tuple(args.traces), args.plus) else 0)
     if args.report:
         rows = [json.loads(line) for line in args.report.read_text().splitlines() if line]
     else:
-        rows = measure(tuple(args.traces), args.out, args.plus, tuple(args.peers))
+        rows = measure(tuple(args.traces), args.out, args.plus, tuple(args.peers),
+                       args.replay, args.workers)
     print_table(rows)
     if args.plot is not None:
         plot(rows, args.plot)

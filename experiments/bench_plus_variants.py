@@ -221,6 +221,15 @@ VARIANTS = (
     _variant("depth runs first", lambda spec, alpha: Switchable(spec, Mode.DEPTH),
              ShadowConfig(experts=DEPTH_FIRST)),
     _variant("overlap runs first", _switchable, ShadowConfig(experts=OVERLAP_FIRST)),
+    # depth-classed hit density first, without the GreedyDual-FLOP experts (chosen under
+    # the serving replay: experiments/RESULTS.md, "marconi+'s experts, served")
+    # sparse prefix caching's own configuration (its placement, LRU) as one more expert
+    _variant("sparse-prefix as an expert", _switchable, ShadowConfig(
+        experts=(*DEFAULT_EXPERTS, Expert(Boundaries.OVERLAP, Mode.LRU)))),
+    _variant("first boundary first, sparse-prefix as an expert", _switchable, ShadowConfig(
+        experts=(*FIRST_FIRST, Expert(Boundaries.OVERLAP, Mode.LRU)))),
+    _variant("depth runs first, no gd", lambda spec, alpha: Switchable(spec, Mode.DEPTH),
+             ShadowConfig(experts=tuple(e for e in DEPTH_FIRST if e.mode is not Mode.FLOP))),
     # the first message boundary checkpointed from the first request (a chat server's start)
     _variant("first boundary runs first", _switchable, ShadowConfig(experts=FIRST_FIRST)),
     # the warm-up's relative lead (marconi+: 5%, the lead after it; 25% until 2026-12-06:
