@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from marconi.cli import main
+from marconi.report.figures import FIGURES
 from marconi.reproduction import load_experiments
 from marconi.reproduction.config import CONFIGS, NoData, load_experiment, plan
 from marconi.reproduction.reproduce import reproduce
-from marconi.report.figures import FIGURES
 from tests.conftest import SHARED_DATA
 
 EXPERIMENTS = CONFIGS  # shipped inside the package
