@@ -182,3 +182,33 @@ class TestMarconiMode:
             Switchable(SMALL, Mode.DENSITY).set_setting(Setting(Mode.MARCONI, 1.0))
         with pytest.raises(ValueError, match="alpha"):
             Switchable(SMALL, marconi=True).set_setting(Setting(Mode.MARCONI, -1.0))
+
+
+@pytest.mark.parametrize("core", ["python", "compiled"])
+def test_served_marconi_plus_starts_on_the_first_boundary_as_its_server_does(
+        core: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The serving replay runs marconi+ as `marconi serve` does: its live cache starts on
+    the expert that checkpoints the first message's end, so a system prompt shared by
+    requests that never overlap hits on its second use. The sequential replay starts on
+    plain judicious admission: there the second use misses (no state at the prompt's end)
+    and the third hits, once the first-boundary expert's shadow leads."""
+    from marconi.core import compiled
+
+    monkeypatch.setenv(compiled.CORE_ENV, core)
+    rng = np.random.default_rng(7)
+    prompt = rng.integers(1000, 30_000, 600).astype(np.int32)
+    requests = []
+    for i in range(3):
+        user = rng.integers(1000, 30_000, 200).astype(np.int32)
+        requests.append(Request(
+            session_id=f"s{i}", turn=0, arrival=1000.0 * i,
+            input_tokens=np.concatenate([prompt, user]),
+            output_tokens=rng.integers(1000, 30_000, 8).astype(np.int32), boundaries=(600,)))
+    trace = Trace("system prompt", tuple(requests), {})
+    hits = {}
+    for replay in ("serving", "sequential"):
+        config = SimConfig(replay=replay, spec=SMALL, capacity="1GB", system="marconi+",
+                           bounds=False)
+        hits[replay] = simulate(trace, config).records.hit.tolist()
+    assert hits["serving"] == [0, 600, 600]
+    assert hits["sequential"] == [0, 0, 600]

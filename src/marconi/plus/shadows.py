@@ -246,8 +246,6 @@ class ShadowTuner:
         start = time.perf_counter()
         if not self.experts:
             self._start(cache)
-        elif not self.seen and self.served:
-            self._apply(cache)  # built at the first lookup (`scheduled`), applied now
         self._decay()
         self._note_session(cache, session)
         if self._twins and len(boundaries):
@@ -281,9 +279,9 @@ class ShadowTuner:
         start = time.perf_counter()
         if not self.experts:
             self.served = True  # before the shadows are built: no twins (`_start`)
-            # the live cache keeps its own policies until its first commit is observed,
-            # as in turn (the simulator's drivers call no `start`)
-            self._start(cache, apply=False)
+            # the first expert runs from the first request, as in a server (which calls
+            # `start`): a first-boundary start checkpoints the first prompt's boundary
+            self._start(cache)
         self._served_hits += hit
         if self.served and self._sees(request.session_id):
             weight, flops = 1.0 / self.rate, self.config.objective is Objective.FLOPS
@@ -359,7 +357,7 @@ class ShadowTuner:
         if not self.experts:
             self._start(cache)
 
-    def _start(self, cache: PrefixCache, apply: bool = True) -> None:
+    def _start(self, cache: PrefixCache) -> None:
         experts = self.config.experts if cache.spec.ssm_layers else ATTENTION_ONLY
         self.experts = experts
         if any(e.boundaries is Boundaries.OVERLAP for e in experts):
@@ -386,8 +384,7 @@ class ShadowTuner:
         if len(experts) > 1:
             self.union = frozenset(e.boundaries for e in experts) - {Boundaries.NONE}
         self.hedging = bool(self.union) and self.config.hedge > 0
-        if apply:
-            self._apply(cache)
+        self._apply(cache)
 
     def _apply(self, cache: PrefixCache) -> None:
         """Run the current expert on the live cache, its admission the experts' union

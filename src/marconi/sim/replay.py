@@ -48,9 +48,11 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
                          "trace, not a stream (--replay sequential streams one)")
     trace = with_inputs(trace)
     system = system or get_system(config.system)
-    # waits for its replays: a deterministic run
+    # waits for its replays: a deterministic run. Served, a tuner with a first-boundary
+    # expert starts on it, as `marconi serve` starts marconi+ (docs/architecture.md,
+    # "marconi+'s regret")
     tuner = system.make_tuner(config.alpha, TunerOptions(
-        wait=True, settings=config.settings(),
+        wait=True, settings=config.settings(), first_boundary=serving,
         serving=serving_of(config, system) if serving else None))
     # token-only: on the compiled core where it runs the system (a concurrent replay's
     # pins too)
