@@ -223,6 +223,9 @@ VARIANTS = (
     _variant("overlap runs first", _switchable, ShadowConfig(experts=OVERLAP_FIRST)),
     # depth-classed hit density first, without the GreedyDual-FLOP experts (chosen under
     # the serving replay: experiments/RESULTS.md, "marconi+'s experts, served")
+    # marconi+ starting on plain judicious admission in every replay (the serving replay
+    # starts it on the first-boundary expert, as `marconi serve` does)
+    _variant("plain judicious start", _switchable, ShadowConfig()),
     # sparse prefix caching's own configuration (its placement, LRU) as one more expert
     _variant("sparse-prefix as an expert", _switchable, ShadowConfig(
         experts=(*DEFAULT_EXPERTS, Expert(Boundaries.OVERLAP, Mode.LRU)))),
