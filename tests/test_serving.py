@@ -16,7 +16,7 @@ from marconi.core.serving import Mirror, Serving, Visibility, dependents, replay
 from marconi.core.spec import PAPER_7B
 from marconi.sim import SimConfig, simulate
 from marconi.sim.latency import FlopsLatency
-from marconi.systems import get_system
+from marconi.systems import System, get_system
 from marconi.workload import Trace, TraceOptions, load_trace
 from marconi.workload.types import Request
 from tests.helpers import CACHES
@@ -41,11 +41,23 @@ def _request(session: str, turn: int, arrival: float, tokens: list[int], n_outpu
                    output_tokens=np.full(n_output, output, dtype=np.int32))
 
 
+def _started_as_served(name: str) -> System:
+    """The registered system whose tuner starts where the serving replay starts it (on
+    its first-boundary expert, where it has one: marconi+, as `marconi serve` does)."""
+    system = get_system(name)
+    if system.tuner is None:
+        return system
+    factory = system.tuner
+    return dataclasses.replace(system, tuner=lambda options: factory(
+        dataclasses.replace(options, first_boundary=True)))
+
+
 class TestOneAtATime:
     """With a batch of one, no two requests overlapping and no memory held by the
     running request, the serving replay is the sequential one, figure for figure, for
-    every registered in-process system. (Holding a running request's memory is what
-    the sequential replay leaves out: with it, a contended cache evicts earlier.)"""
+    every registered in-process system, its tuner started where the serving replay
+    starts it. (Holding a running request's memory is what the sequential replay leaves
+    out: with it, a contended cache evicts earlier.)"""
 
     @pytest.mark.parametrize("system", sorted(CACHES))
     @pytest.mark.parametrize("capacity", ["600MB", "3GB"])
@@ -53,7 +65,8 @@ class TestOneAtATime:
         trace = _apart(load_trace("synthetic:multi-turn", options=TraceOptions(sessions=6,
                                                                                seed=3)))
         base = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=False)
-        seq = simulate(trace, dataclasses.replace(base, replay="sequential")).summary()
+        seq = simulate(trace, dataclasses.replace(base, replay="sequential"),
+                       system=_started_as_served(system)).summary()
         srv = simulate(trace, dataclasses.replace(base, replay="serving", max_running=1,
                                                   hold_running=False)).summary()
         assert srv.replay == "serving" and seq.replay == "sequential"
@@ -68,7 +81,8 @@ class TestOneAtATime:
         trace = _apart(load_trace("synthetic:multi-turn", options=TraceOptions(sessions=6,
                                                                                seed=3)))
         base = SimConfig(spec=PAPER_7B, capacity="60GB", system=system, bounds=False)
-        seq = simulate(trace, dataclasses.replace(base, replay="sequential")).summary()
+        seq = simulate(trace, dataclasses.replace(base, replay="sequential"),
+                       system=_started_as_served(system)).summary()
         srv = simulate(trace, dataclasses.replace(base, max_running=1)).summary()
         assert seq.evictions == srv.evictions == 0
         assert (srv.hit_tokens, srv.states_admitted) == (seq.hit_tokens, seq.states_admitted)

@@ -80,6 +80,8 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
     # once nothing but the cache sees each request (no tuner left to feed, no bounds, no
     # callback), requests are served in batches: the compiled core runs their loop
     batchable = not overlapping and before is None and not cache.admission.per_session
+    if tuner is not None and not overlapping:
+        tuner.start(cache)  # its first choice serves the first request, as in a server
     requests, served = iter(bar), 0
     for i, request in enumerate(requests):
         records, arrivals = _room(records, arrivals, i + 1)
