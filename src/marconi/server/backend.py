@@ -72,11 +72,10 @@ def _tuner(config: ServerConfig, executor: ThreadPoolExecutor) -> Tuner | None:
     request on 2 cores, benchmarks/RESULTS.md; `marconi+-no-overlap`'s 10 take half).
 
     marconi+ starts on the expert that checkpoints the first message's end
-    (`first_boundary`): the simulator's marconi+ starts on plain judicious admission and
-    adopts that expert only once it leads by 2x, which takes requests whose first
-    messages repeat (`ShadowConfig.decides` says when it looks); a chat server knows its
-    requests start with system prompts, so it starts there and a system prompt hits on
-    its second use. The shadows still switch away if it does not pay.
+    (`first_boundary`), as the simulator's serving replay starts it: a chat server knows
+    its requests start with system prompts, so it starts there and a system prompt hits
+    on its second use (the sequential replay starts on plain judicious admission and
+    adopts that expert once it leads). The shadows still switch away if it does not pay.
     """
     return get_system(config.system).make_tuner(
         config.alpha, TunerOptions(executor=executor, wait=False, first_boundary=True))
