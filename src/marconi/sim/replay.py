@@ -197,11 +197,12 @@ DEFAULT_CHUNK_TOKENS = 8192  # a step's tokens where the system's engine names n
 def serving_of(config: SimConfig, system: System) -> Serving:
     """How the serving replay runs `system` under `config`: the batch limit, the step's
     tokens (given, else the system's engine's, else `DEFAULT_CHUNK_TOKENS`), the decode
-    step, the latency model and the engine's visibility rule."""
+    step, the latency model and the visibility rule (given, else the system's engine's)."""
     chunk = config.chunk_tokens or system.chunk_tokens or DEFAULT_CHUNK_TOKENS
     return Serving(max_running=config.max_running, chunk_tokens=chunk,
                    decode_s=config.decode_s_per_token, latency=config.latency_model(),
-                   visibility=Visibility(system.visibility), hold=config.hold_running)
+                   visibility=Visibility(config.visibility or system.visibility),
+                   hold=config.hold_running)
 
 
 def describe_replay(config: SimConfig) -> str:
@@ -214,7 +215,9 @@ def describe_replay(config: SimConfig) -> str:
              f"steps of each engine's prefill chunk, else {DEFAULT_CHUNK_TOKENS} tokens")
     held = "running requests hold memory" if config.hold_running else \
         "running requests hold no memory"
-    return (f"replay serving (up to {config.max_running} running, {chunk}, "
+    shown = {None: "", "finish": ", visible at the finish", "chunk": ", visible after each "
+             "chunk", "block": ", visible as blocks fill"}[config.visibility]
+    return (f"replay serving (up to {config.max_running} running, {chunk}{shown}, "
             f"{config.decode_s_per_token:g} s per decode step, {held}; TTFT from issue to "
             "first token)")
 

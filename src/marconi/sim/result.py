@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from marconi.core.layout import Layout
-from marconi.core.serving import ServingStats
+from marconi.core.serving import ServingStats, Visibility
 from marconi.core.spec import ModelSpec
 from marconi.core.stats import CacheStats
 from marconi.core.tuning import TuningReport
@@ -41,6 +41,7 @@ REFERENCES = (ORACLE, OFFLINE, REUSE_ORACLE)  # names the simulator handles itse
 # Requests marconi+'s shadows see in full before they sample a long stream (by session, at
 # a share of the capacity); every trace of experiments/ is shorter.
 SHADOW_SAMPLE_AFTER = 20_000
+VISIBILITIES = tuple(v.value for v in Visibility)  # the serving replay's visibility rules
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +96,11 @@ class SimConfig:
         None, "serving: tokens one step prefills and decodes (vLLM's "
         "--max-num-batched-tokens; default: the system's engine's, else 8192)",
         positive=True)
+    visibility: str | None = setting(
+        None, "serving: when what a running request computed becomes visible to the others: "
+        "finish (committed whole at its finish), chunk (its input so far after each prefill "
+        "chunk but the last, as SGLang) or block (after every prefill step, as vLLM's blocks "
+        "fill); default: the system's engine's rule", choices=VISIBILITIES)
     hold_running: bool = setting(
         True, "serving: running requests hold their KV and a working state in the cache's "
         "capacity",
@@ -117,6 +123,11 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         check_all(self, REPLAY_SETTINGS)
+        if self.visibility is not None and self.replay != "serving":
+            raise ValueError(f"visibility: {self.visibility!r} is a rule of the serving "
+                             "replay; the sequential one commits each request whole before "
+                             "the next is looked up (drop --visibility or use --replay "
+                             "serving)")
         if self.concurrent and self.replay == "serving":
             raise ValueError("concurrent: the earlier overlap replay runs with replay="
                              "sequential only (--replay sequential --concurrent); the serving "
