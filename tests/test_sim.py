@@ -325,10 +325,11 @@ class TestAlphaReport:
         return json.loads(captured.out), captured.err
 
     def test_a_window_past_the_trace_is_untuned(self, capsys: pytest.CaptureFixture) -> None:
-        out, err = self._json(capsys, "4GB")  # first eviction at request 85: 5 x 85 > 115
+        # first eviction at request 85: its window, min(5 x 85, 250), outlasts the other 115
+        out, err = self._json(capsys, "4GB")
         assert out["alpha"] is None and out["alpha_status"] == "untuned"
-        assert out["tuning"]["alpha"] is None and out["tuning"]["window"] == 425
-        assert "never finished tuning alpha" in err and "window of 425 requests" in err
+        assert out["tuning"]["alpha"] is None and out["tuning"]["window"] == 250
+        assert "never finished tuning alpha" in err and "window of 250 requests" in err
         assert "200 requests" in err
 
     def test_no_eviction_is_untuned_too(self, capsys: pytest.CaptureFixture) -> None:

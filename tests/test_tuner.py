@@ -10,10 +10,13 @@ import pytest
 
 from marconi.core.cache import PrefixCache
 from marconi.core.snapshot import take
+from marconi.core.spec import PAPER_7B
 from marconi.paper.admission import Judicious
 from marconi.paper.eviction import FlopAware
 from marconi.paper.tuner import GRID, BootstrapTuner, Objective, Policies
+from marconi.sim import SimConfig, simulate
 from marconi.systems import make_cache
+from marconi.workload import TraceOptions, load_trace
 from tests.helpers import SMALL, serve
 
 
@@ -93,6 +96,28 @@ class TestBootstrap:
         assert once.result is not None and again.result is not None
         assert once.result.window == 5 * once.result.n0 > 7  # the paper's: not capped
         assert again.result.window == 7 and again.result.adopted[0][0] == again.result.n0 + 7
+
+    def test_a_run_caps_its_windows_where_it_says(self) -> None:
+        """`--retune-window N` reaches the simulated tuner; without it the cap is
+        `MAX_WINDOW`; with `--no-retune` it is refused, not ignored."""
+        import marconi.paper.tuner as tuner_module
+
+        trace = load_trace("synthetic:multi-turn", options=TraceOptions(sessions=40, seed=2))
+        windows = {}
+        for cap in (None, 9):
+            config = SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi", bounds=False,
+                               retune_window=cap)
+            tuning = simulate(trace, config).summary().tuning
+            assert tuning is not None and "window" in tuning.report
+            windows[cap] = (tuning.report["n0"], tuning.report["window"])
+        (n0, capped), (_, default) = windows[9], windows[None]
+        assert 5 * n0 > 9 and capped == 9
+        assert default == min(5 * n0, tuner_module.MAX_WINDOW)
+        with pytest.raises(ValueError, match="retune_window: 9 caps the windows"):
+            SimConfig(spec=PAPER_7B, capacity="2GB", system="marconi", retune=False,
+                      retune_window=9)
+        with pytest.raises(ValueError, match="at least one request"):
+            BootstrapTuner(retune=True, max_window=0)
 
 
         first, second = BootstrapTuner(wait=True), BootstrapTuner(wait=True)

@@ -60,6 +60,8 @@ class Tuner(Protocol):
 # the alphas Marconi's bootstrap tuner replays (`paper.tuner.GRID`): 0, 0.1, ..., 2.0
 ALPHA_GRID = tuple(round(0.1 * i, 1) for i in range(21))
 DECIDE_EVERY = 16
+# requests a re-tuning bootstrap tuner's window holds at most (`marconi.paper.tuner`)
+RETUNE_WINDOW = 250
 DECISIVE_LEAD = 0.001
 
 

@@ -11,7 +11,9 @@ the alpha that won one window is not kept for ever once the trace moves on (on t
 demo's ShareGPT served at 4 GB the first window's 1.7 is the worst alpha for the rest of
 the trace: experiments/RESULTS.md), and its windows are at most `MAX_WINDOW` requests, so
 that it finishes on the traces operators replay (on the agent trajectories at 80 GB the
-cache fills after some 800 requests, and 5 x 800 outlasts their 3,562). Its cost: every
+cache fills after some 800 requests, and 5 x 800 outlasts their 3,562; and windows of 250
+requests follow a trace that shifts, where 1,000 kept the previous part's alpha for the
+first 1,000 requests after it: experiments/RESULTS.md). Its cost: every
 request is replayed once per alpha of the grid, in the background. And it is guarded
 (`Guard`): a token-only twin of the live cache runs alpha 0 on the same requests (served
 as the live cache is), and when, since the last adoption of an alpha other than 0, the
@@ -53,13 +55,14 @@ from marconi.core.tuning import (
     ALPHA_GRID,
     DECIDE_EVERY,
     DECISIVE_LEAD,
+    RETUNE_WINDOW,
     Objective,
     decisive,
     hit_worth,
 )
 
 GRID = ALPHA_GRID  # 0, 0.1, ..., 2.0
-MAX_WINDOW = 1000  # requests a re-tuning tuner's window holds at most (module docstring)
+MAX_WINDOW = RETUNE_WINDOW  # a re-tuning tuner's window at most (module docstring)
 INLINE_WINDOW = 128  # a waiting tuner replays shorter windows on its own thread
 
 Replay = tuple[np.ndarray, int]  # input + output tokens, input length
@@ -174,7 +177,7 @@ class BootstrapTuner:
     def __init__(self, *, grid: Sequence[float] = GRID, multiplier: int = 5,
                  objective: Objective | str = Objective.FLOPS, executor: Executor | None = None,
                  wait: bool = False, serving: Serving | None = None,
-                 retune: bool = False) -> None:
+                 retune: bool = False, max_window: int | None = None) -> None:
         if not grid or any(a < 0 for a in grid):
             raise ValueError(f"alpha grid must be non-empty and >= 0, got {list(grid)!r}")
         if not isinstance(multiplier, int) or multiplier < 1:
@@ -186,6 +189,10 @@ class BootstrapTuner:
         self.wait = wait
         self.serving = serving  # replay windows as the live cache is served; None: in turn
         self.retune = retune  # tune again on each following window (module docstring)
+        if max_window is not None and max_window < 1:
+            raise ValueError(f"a re-tuning window holds at least one request, got "
+                             f"max_window={max_window!r}")
+        self.max_window = max_window  # None: MAX_WINDOW
         self.result: Tuning | None = None
         self._snapshot: Snapshot | None = None
         self._recorded: list[Replay] = []
@@ -226,7 +233,8 @@ class BootstrapTuner:
             elif cache.stats.evictions:
                 n0 = cache.stats.commits
                 window = self.multiplier * n0
-                self.result = Tuning(n0=n0, window=min(window, MAX_WINDOW) if self.retune
+                cap = MAX_WINDOW if self.max_window is None else self.max_window
+                self.result = Tuning(n0=n0, window=min(window, cap) if self.retune
                                      else window)
                 self._snapshot = take(cache)
         else:
@@ -423,10 +431,11 @@ class Background(Executor):
 
 def bootstrap_tuner(settings: Mapping[str, object], *, executor: Executor | None = None,
                     wait: bool = False, serving: Serving | None = None) -> BootstrapTuner:
-    """A `BootstrapTuner` with the run's `multiplier`, `objective` and `retune` among
-    `settings` (absent: its defaults; `retune` absent: on, marconi's default); `serving`:
-    the live cache's server, whose way its windows are replayed."""
+    """A `BootstrapTuner` with the run's `multiplier`, `objective`, `retune` and
+    `retune_window` among `settings` (absent: its defaults; `retune` absent: on, marconi's
+    default); `serving`: the live cache's server, whose way its windows are replayed."""
     return BootstrapTuner(multiplier=cast(int, settings.get("multiplier", 5)),
                           objective=Objective(settings.get("objective", Objective.FLOPS)),
                           executor=executor, wait=wait, serving=serving,
-                          retune=bool(settings.get("retune", True)))
+                          retune=bool(settings.get("retune", True)),
+                          max_window=cast("int | None", settings.get("retune_window")))

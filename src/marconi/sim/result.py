@@ -13,7 +13,7 @@ from marconi.core.layout import Layout
 from marconi.core.serving import ServingStats, Visibility
 from marconi.core.spec import ModelSpec
 from marconi.core.stats import CacheStats
-from marconi.core.tuning import TuningReport
+from marconi.core.tuning import RETUNE_WINDOW, TuningReport
 from marconi.core.units import parse_size
 from marconi.settings import check_all, declared, setting
 from marconi.sim.analyze import taxonomy
@@ -64,9 +64,14 @@ class SimConfig:
                              choices=("flops", "tokens"))
     retune: bool = setting(
         True, "marconi's bootstrap tuner tunes alpha again on each following window, to the "
-        "end of the trace, each window at most 1000 requests, guarded by an alpha-0 twin",
+        "end of the trace, each window at most --retune-window requests, guarded by an "
+        "alpha-0 twin",
         off="marconi's bootstrap tuner tunes alpha once, on its first window of multiplier "
         "x n0 requests (the paper's tuner), not again on each following one")
+    retune_window: int | None = setting(
+        None, "with retune: requests a window of marconi's bootstrap tuner holds at most "
+        "(each is multiplier x n0, n0 the requests before the first eviction, capped here; "
+        f"default {RETUNE_WINDOW})", positive=True, metavar="N")
     bounds: bool = setting(
         True, "also replay the infinite caches for the bounds and the miss attribution",
         off="skip the infinite caches' replay: no bounds and no miss attribution (faster)")
@@ -128,6 +133,10 @@ class SimConfig:
                              "replay; the sequential one commits each request whole before "
                              "the next is looked up (drop --visibility or use --replay "
                              "serving)")
+        if self.retune_window is not None and not self.retune:
+            raise ValueError(f"retune_window: {self.retune_window} caps the windows of a "
+                             "re-tuning tuner; with --no-retune the tuner tunes once, on "
+                             "multiplier x n0 requests (drop one of the two)")
         if self.concurrent and self.replay == "serving":
             raise ValueError("concurrent: the earlier overlap replay runs with replay="
                              "sequential only (--replay sequential --concurrent); the serving "
