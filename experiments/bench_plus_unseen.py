@@ -2,6 +2,7 @@
 
     .venv/bin/python experiments/bench_plus_unseen.py --set design [--systems S ...]
     .venv/bin/python experiments/bench_plus_unseen.py --set heldout     # run once, at the end
+    .venv/bin/python experiments/bench_plus_unseen.py --set heldout --replay serving
     .venv/bin/python experiments/bench_plus_unseen.py --set fresh --all --out F.jsonl [--part 1/2]
     .venv/bin/python experiments/bench_plus_unseen.py --report F.jsonl [G.jsonl ...] [--plot F.png]
 
@@ -28,6 +29,12 @@ from the K-th, so that N processes share a run; `--report` reads the JSON lines 
 more runs back and prints marconi+ against the best registered system without future
 knowledge, then every run, with each candidate's (marconi+, its ablations, the plugin's
 variants) margins to that best.
+
+The replay is the paper's sequential one (marconi's tuner tuning once), as every table
+these commands recorded. `--replay serving` replays as a server runs the trace, with the
+shipped settings (marconi re-tuning); `offline` reads the sequential future and refuses
+that replay, so the reference of the gap closed is `marconi-oracle` (served, the best
+fixed alpha in hindsight), and `--all` is refused.
 """
 
 from __future__ import annotations
@@ -52,47 +59,51 @@ FUTURE = (ORACLE, OFFLINE, REUSE_ORACLE)  # they read the whole trace before rep
 # plugin adds its own; the real engines (`engine` set) need their own environments
 REGISTERED = tuple(name for name, s in SYSTEMS.items() if s.engine is None)
 PLUS = "marconi+"
-def saved(config: str, system: str) -> tuple[float, float]:
-    """(FLOPs saved rate, seconds) of `system` (`name@alpha` fixes alpha) on `config`."""
+def saved(config: str, system: str, replay: str = "sequential") -> tuple[float, float]:
+    """(FLOPs saved rate, seconds) of `system` (`name@alpha` fixes alpha) on `config`,
+    sequential with marconi's tuner tuning once, or served with the shipped settings."""
     key, capacity, *model = config.split("|")
     name, _, alpha = system.partition("@")
-    sim = SimConfig(replay="sequential", retune=False,
-                    spec=resolve_model(model[0] if model else "paper-7b"), capacity=capacity,
-                    system=name, bounds=False, alpha=float(alpha) if alpha else None)
+    pinned = {"replay": "sequential", "retune": False} if replay == "sequential" else {}
+    sim = SimConfig(spec=resolve_model(model[0] if model else "paper-7b"), capacity=capacity,
+                    system=name, bounds=False, alpha=float(alpha) if alpha else None,
+                    **pinned)  # type: ignore[arg-type]
     start = time.perf_counter()
     rate = float(run(unseen_trace(key), sim).summary().flops_saved_rate)
     return rate, time.perf_counter() - start
 
 
 def table(configs: tuple[str, ...], systems: tuple[str, ...], out: Path | None,
-          everything: bool = False) -> None:
+          everything: bool = False, replay: str = "sequential") -> None:
     rows: dict[str, dict[str, float]] = {}
+    reference = OFFLINE if replay == "sequential" else ORACLE  # the served one: no future
     for config in configs:
-        run_now = (*REGISTERED, *FUTURE) if everything else (*PEERS, "offline", *systems)
+        run_now = (*REGISTERED, *FUTURE) if everything else (*PEERS, reference, *systems)
         for system in dict.fromkeys(run_now):
             started = time.strftime("%H:%M:%S")
-            rate, seconds = saved(config, system)
+            rate, seconds = saved(config, system, replay)
             print(f"[{started}] {config} {system}: {100 * rate:.2f}% in {seconds:.0f} s",
                   flush=True)
             rows.setdefault(config, {})[system] = rate
             if out is not None:
                 with out.open("a") as f:
                     f.write(json.dumps({"config": config, "system": system, "saved": rate,
-                                        "seconds": seconds}) + "\n")
+                                        "seconds": seconds, "replay": replay}) + "\n")
     if everything:
         return  # `--report` reads the lines back
-    print("| configuration | best peer | offline | " + " | ".join(
+    print(f"{replay} replay; gap closed toward {reference}")
+    print(f"| configuration | best peer | {reference} | " + " | ".join(
         f"{s} (margin, gap vs best / vs sglang+)" for s in systems) + " |")
     print("|---" * (3 + len(systems)) + "|")
     for config, row in rows.items():
-        best = max(PEERS, key=lambda p: row[p])
+        best = max((p for p in PEERS if p != reference), key=lambda p: row[p])
         cells = []
         for s in systems:
-            vs_best = gap_closed(row[s], row[best], row["offline"])
-            vs_sglang = gap_closed(row[s], row["sglang+"], row["offline"])
+            vs_best = gap_closed(row[s], row[best], row[reference])
+            vs_sglang = gap_closed(row[s], row["sglang+"], row[reference])
             cells.append(f"{100 * row[s]:.2f} ({100 * (row[s] - row[best]):+.2f}, "
                          f"{_fmt(vs_best)} / {_fmt(vs_sglang)})")
-        print(f"| {config} | {best} {100 * row[best]:.2f} | {100 * row['offline']:.2f} | "
+        print(f"| {config} | {best} {100 * row[best]:.2f} | {100 * row[reference]:.2f} | "
               + " | ".join(cells) + " |")
 
 
@@ -101,8 +112,9 @@ def _fmt(x: float | None) -> str:
 
 
 def read_runs(paths: list[Path]) -> dict[str, dict[str, float]]:
-    """{configuration: {system: FLOPs saved rate}} from `--out` JSON lines; a bad line is
-    an error naming the file and the line, and so is a run two files disagree on."""
+    """{configuration: {system: FLOPs saved rate}} from `--out` JSON lines of sequential
+    runs (a line without `replay` is one); a bad line is an error naming the file and the
+    line, and so are a served run (its references differ) and a run two files disagree on."""
     rows: dict[str, dict[str, float]] = {}
     for path in paths:
         for number, line in enumerate(path.read_text().splitlines(), 1):
@@ -112,9 +124,14 @@ def read_runs(paths: list[Path]) -> dict[str, dict[str, float]]:
                 run_ = json.loads(line)
                 config, system = str(run_["config"]), str(run_["system"])
                 rate = float(run_["saved"])
-            except (ValueError, KeyError, TypeError) as err:
+                replay = str(run_.get("replay", "sequential"))
+            except (ValueError, KeyError, TypeError, AttributeError) as err:
                 raise SystemExit(f"{path}:{number}: not a run of this script ({err!r})") \
                     from None
+            if replay != "sequential":
+                raise SystemExit(f"{path}:{number}: a {replay} run; --report compares "
+                                 "sequential runs against the references that read their "
+                                 "future (the table of a served run prints as it runs)")
             known = rows.setdefault(config, {}).setdefault(system, rate)
             if known != rate:
                 raise SystemExit(f"{path}:{number}: {system} on {config} saved {rate!r} "
@@ -254,7 +271,12 @@ def main() -> None:
     parser.add_argument("--report", type=Path, nargs="+", metavar="JSONL",
                         help="print marconi+ against the best online system from these runs")
     parser.add_argument("--plot", type=Path, help="with --report: a figure of the margins")
+    parser.add_argument("--replay", default="sequential", choices=("sequential", "serving"),
+                        help="the replay protocol (module docstring)")
     args = parser.parse_args()
+    if args.all and args.replay == "serving":
+        parser.error("--all runs the references that read the sequential future, which "
+                     "refuse the serving replay: drop --all or use --replay sequential")
     if args.report is not None:
         report(args.report, args.plot)
         return
@@ -267,7 +289,8 @@ def main() -> None:
     except ValueError:
         parser.error(f"--part: expected K/N with 1 <= K <= N, got {args.part!r}")
     load_variants()  # the variants (bench_plus_variants.py) run by name
-    table(SETS[args.set][k - 1::n], tuple(args.systems), args.out, everything=args.all)
+    table(SETS[args.set][k - 1::n], tuple(args.systems), args.out, everything=args.all,
+          replay=args.replay)
 
 
 if __name__ == "__main__":

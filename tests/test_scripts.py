@@ -128,6 +128,20 @@ def test_unseen_report_names_the_bad_line(tmp_path: Path) -> None:
     assert "Traceback" not in out.stderr
     out = _report(tmp_path, [good])
     assert out.returncode != 0 and "runs missing: c|1GB: marconi+" in out.stderr
+    served = json.dumps({"config": "c|1GB", "system": "marconi+", "saved": 0.2,
+                         "replay": "serving"})
+    out = _report(tmp_path, [good, served])
+    assert out.returncode != 0 and "runs.jsonl:2: a serving run" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_unseen_refuses_the_future_references_served() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))}
+    out = subprocess.run([sys.executable, str(REPO / "experiments" / "bench_plus_unseen.py"),
+                          "--set", "design", "--all", "--replay", "serving"],
+                         capture_output=True, text=True, env=env, check=False)
+    assert out.returncode == 2 and "refuse the serving replay" in out.stderr
 
 
 def test_unseen_report_takes_variants_as_candidates_not_peers(tmp_path: Path) -> None:
