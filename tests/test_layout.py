@@ -478,3 +478,43 @@ def test_folder_arrows_point_down_the_drawing() -> None:
     drawing or below it."""
     layers = drawn_layers(DOCS.read_text())
     assert upward_arrows(folder_graph(import_graph()), layers) == {}
+
+
+# --- small rooms: what one reader holds at once (docs/architecture.md, "Layers") ------------
+MODULE_LINES, FUNCTION_LINES = 600, 80
+
+
+def oversized(text: str, name: str) -> list[str]:
+    """What breaks the rooms' rules in the source `text` of module `name`: over
+    `MODULE_LINES` lines, a function over `FUNCTION_LINES` (decorators aside, its docstring
+    counted), a class defined inside a function."""
+    out = []
+    lines = len(text.splitlines())
+    if lines > MODULE_LINES:
+        out.append(f"{name}: {lines} lines")
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        length = (node.end_lineno or node.lineno) - node.lineno + 1
+        if length > FUNCTION_LINES:
+            out.append(f"{name}.{node.name}: {length} lines")
+        out += [f"{name}.{node.name}: defines class {inner.name}"
+                for inner in ast.walk(node) if isinstance(inner, ast.ClassDef)]
+    return out
+
+
+def test_room_rule_finds_planted_breaches() -> None:
+    long_body = "\n".join(f"    x{i} = {i}" for i in range(FUNCTION_LINES))
+    assert oversized(f"def f():\n{long_body}\n", "m") == [f"m.f: {FUNCTION_LINES + 1} lines"]
+    assert oversized("def f():\n    class Pool:\n        pass\n", "m") == \
+        ["m.f: defines class Pool"]
+    assert oversized("x = 1\n" * (MODULE_LINES + 1), "m") == [f"m: {MODULE_LINES + 1} lines"]
+    assert oversized("def f():\n    return 1\n", "m") == []
+
+
+def test_every_module_is_a_small_room() -> None:
+    """No Python module of marconi over 600 lines, no function over 80, no class defined
+    inside a function (the compiled core's C++ is not held to it)."""
+    found = [x for name, path in _modules().items()
+             for x in oversized(path.read_text(), name)]
+    assert found == []

@@ -54,15 +54,7 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
     tuner = system.make_tuner(config.alpha, TunerOptions(
         wait=True, settings=config.settings(), first_boundary=serving,
         serving=serving_of(config, system) if serving else None))
-    # token-only: on the compiled core where it runs the system (a concurrent replay's
-    # pins too)
-    cache = system.cache(config.spec, config.capacity, alpha=config.alpha,
-                         layout=config.layout, as_engine=True, replay=True)
-    # the same pages, no state pool: nothing is ever evicted
-    bound: PrefixCache | None = system.cache(
-        config.spec, UNBOUNDED, alpha=config.alpha,
-        layout=Layout(page_size=config.layout.page_size), evict_with=keep_all,
-        as_engine=True, replay=True) if config.bounds else None
+    cache, bound = _caches(config, system)
     seen, dropped = seen_tree(bound), None
     records = Records.zeros(len(trace) if isinstance(trace, Sized) else STREAM_ROWS)
     arrivals, sessions = np.zeros(len(records)), []
@@ -116,6 +108,20 @@ def simulate(trace: Trace | Iterable[Request], config: SimConfig, *, progress: b
         sessions=sessions, arrivals=arrivals, stats=cache.stats.copy(), alpha=alpha,
         seconds=seconds, tuning=tuner.report() if tuner is not None else None,
         bounds_dropped=dropped, alpha_status=status, serving=served_by)
+
+
+def _caches(config: SimConfig, system: System) -> tuple[PrefixCache, PrefixCache | None]:
+    """The replayed cache and, with bounds, the unbounded one beside it."""
+    # token-only: on the compiled core where it runs the system (a concurrent replay's
+    # pins too)
+    cache = system.cache(config.spec, config.capacity, alpha=config.alpha,
+                         layout=config.layout, as_engine=True, replay=True)
+    # the same pages, no state pool: nothing is ever evicted
+    bound = system.cache(
+        config.spec, UNBOUNDED, alpha=config.alpha,
+        layout=Layout(page_size=config.layout.page_size), evict_with=keep_all,
+        as_engine=True, replay=True) if config.bounds else None
+    return cache, bound
 
 
 def _room(records: Records, arrivals: np.ndarray, rows: int) -> tuple[Records, np.ndarray]:
