@@ -29,7 +29,7 @@ import argparse
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 
-from common import DATA, PEERS, load_variants, saved, served
+from common import DATA, PEERS, PLUS_DESIGN, PLUS_FRESH, load_variants, saved, served
 
 from marconi.sim.metrics import gap_closed
 
@@ -38,42 +38,7 @@ ABLATION = ("marconi+", "marconi+-density", "marconi+-depth", "marconi+-gd",
             "marconi+-no-depth", "marconi+-no-gd", "marconi+-no-density",
             "marconi+-no-boundaries", "marconi", "sglang+", "offline")
 LOAD = [("sharegpt", "2GB"), ("sharegpt", "5GB"), ("swe-agent", "20GB")]
-# (set, trace, capacity, model); a set is unseen only by the design decisions taken
-# before it ran (experiments/RESULTS.md, "Fresh configurations", says which)
-FRESH = [
-    (1, "sharegpt(turns=5,seed=1)", "2GB", "paper-7b"),
-    (1, "sharegpt(turns=5,seed=1)", "6GB", "paper-7b"),
-    (1, "sharegpt(turns=20,seed=2)", "3GB", "paper-7b"),
-    (1, "sharegpt(turns=10,seed=3)", "4GB", "paper-7b,ssm=28,attn=7,mlp=35"),
-    (1, "swe-agent(seed=1)", "15GB", "paper-7b"),
-    (1, "swe-agent(seed=2)", "30GB", "paper-7b,N=64"),
-    (1, "swe-agent(seed=3)", "50GB", "paper-7b"),
-    (1, "swe-agent(seed=1)", "40GB", "paper-7b,ssm=32,attn=4,mlp=36"),
-    (1, "mooncake[2000:4000]", "40GB", "paper-7b"),
-    (1, "mooncake[4000:6000]", "100GB", "paper-7b"),
-    (1, "mooncake[8000:10000]", "30GB", "paper-7b"),
-    (2, "sharegpt(turns=3,seed=4)", "1GB", "paper-7b"),
-    (2, "sharegpt(turns=3,seed=4)", "8GB", "paper-7b"),
-    (2, "sharegpt(turns=15,seed=5)", "2GB", "paper-7b"),
-    (2, "sharegpt(turns=10,seed=6)", "4GB", "paper-7b,N=32"),
-    (2, "swe-agent(seed=4)", "25GB", "paper-7b"),
-    (2, "swe-agent(seed=5)", "60GB", "paper-7b,N=32"),
-    (2, "swe-agent(seed=6)", "40GB", "paper-7b,ssm=28,attn=7,mlp=35"),
-    (2, "mooncake[10000:12000]", "50GB", "paper-7b"),
-    (2, "mooncake[1000:3000]", "120GB", "paper-7b"),
-    (2, "mooncake[5000:7000]", "25GB", "paper-7b"),
-    (3, "sharegpt(turns=4,seed=9)", "1GB", "paper-7b"),
-    (3, "sharegpt(turns=12,seed=10)", "3GB", "paper-7b"),
-    (3, "sharegpt(turns=6,seed=11)", "2GB", "paper-7b,ssm=32,attn=4,mlp=36"),
-    (3, "swe-agent(seed=7)", "30GB", "paper-7b"),
-    (3, "swe-agent(seed=8)", "40GB", "paper-7b,ssm=24,attn=12,mlp=36"),
-    (3, "mooncake[3000:5000]", "60GB", "paper-7b"),
-    (3, "mooncake[9000:11000]", "80GB", "paper-7b"),
-]
-CONFIGS = [("sharegpt", c) for c in ("1GB", "2GB", "3GB", "5GB")] + \
-    [("swe-agent", c) for c in ("10GB", "20GB", "40GB")] + \
-    [(f"mooncake[{a}:{a + 2000}]", c) for a in (0, 6000) for c in ("20GB", "60GB")] + \
-    [("shift:sharegpt+swe-agent", c) for c in ("10GB", "20GB")]
+
 
 
 def saved_under_load(job: tuple[str, str, str]) -> float:
@@ -120,7 +85,7 @@ def _variant_summary(rows: list[dict[str, float]], plus: tuple[str, ...]) -> Non
 
 def table(systems: tuple[str, ...], workers: int, serving: bool,
           plus: tuple[str, ...] = ()) -> None:
-    configs = [c for c in CONFIGS if c[0] == "sharegpt" or DATA.exists()]
+    configs = [c for c in PLUS_DESIGN if c[0] == "sharegpt" or DATA.exists()]
     systems = _served(systems, serving)
     reference = systems[-1]
     jobs = [(n, c, s) for n, c in configs for s in (*systems, *plus)]
@@ -158,7 +123,7 @@ def load_table(workers: int) -> None:
 
 
 def fresh_table(workers: int, serving: bool, plus: tuple[str, ...] = ()) -> None:
-    configs = [c for c in FRESH if DATA.exists() or c[1].startswith("sharegpt")]
+    configs = [c for c in PLUS_FRESH if DATA.exists() or c[1].startswith("sharegpt")]
     systems = _served(MAIN, serving)
     jobs = [(n, c, s, m) for _, n, c, m in configs for s in (*systems, *plus)]
     results = _measure(jobs, workers, serving, bool(plus))

@@ -30,7 +30,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from common import available, trace
+from common import PLUS_DESIGN, PLUS_FRESH, available, trace
 
 from marconi.core.spec import PAPER_7B, resolve_model
 from marconi.sim.result import SimConfig
@@ -90,15 +90,13 @@ Config = tuple[str, str, str]  # trace, capacity, model
 
 def window_set(name: str) -> list[Config]:
     """The configurations of `--set NAME` whose data is here."""
-    from bench_plus import CONFIGS, FRESH
-
     if name == "tuner":
         wanted = [(n, c, "paper-7b") for n, cs in GRID for c in cs]
     elif name == "design":
-        wanted = [(n, c, "paper-7b") for n, c in CONFIGS] + [
+        wanted = [(n, c, "paper-7b") for n, c in PLUS_DESIGN] + [
             ("shift:sharegpt+swe-agent", c, "paper-7b") for c in ("19GB", "21GB")]
     else:
-        wanted = [(n, c, m) for _, n, c, m in FRESH]
+        wanted = [(n, c, m) for _, n, c, m in PLUS_FRESH]
     here = {n for n, _ in available(tuple((n, (c,)) for n, c, _ in wanted))}
     return [c for c in wanted if c[0] in here]
 

@@ -218,3 +218,44 @@ def cell(p: dict[str, str], system: str) -> Cell:
                    max_requests=int(p["max_requests"]) if p["max_requests"] else None,
                    sps=float(p["sps"]), response_time=float(p["response_time"]),
                    mean_gap=float(p["mean_gap"]), seed=int(p["seed"]))
+
+
+# --- bench_plus.py's configurations (bench_tuner.py --windows reads them too) -----------
+
+# (set, trace, capacity, model); a set is unseen only by the design decisions taken
+# before it ran (experiments/RESULTS.md, "Fresh configurations", says which)
+PLUS_FRESH = [
+    (1, "sharegpt(turns=5,seed=1)", "2GB", "paper-7b"),
+    (1, "sharegpt(turns=5,seed=1)", "6GB", "paper-7b"),
+    (1, "sharegpt(turns=20,seed=2)", "3GB", "paper-7b"),
+    (1, "sharegpt(turns=10,seed=3)", "4GB", "paper-7b,ssm=28,attn=7,mlp=35"),
+    (1, "swe-agent(seed=1)", "15GB", "paper-7b"),
+    (1, "swe-agent(seed=2)", "30GB", "paper-7b,N=64"),
+    (1, "swe-agent(seed=3)", "50GB", "paper-7b"),
+    (1, "swe-agent(seed=1)", "40GB", "paper-7b,ssm=32,attn=4,mlp=36"),
+    (1, "mooncake[2000:4000]", "40GB", "paper-7b"),
+    (1, "mooncake[4000:6000]", "100GB", "paper-7b"),
+    (1, "mooncake[8000:10000]", "30GB", "paper-7b"),
+    (2, "sharegpt(turns=3,seed=4)", "1GB", "paper-7b"),
+    (2, "sharegpt(turns=3,seed=4)", "8GB", "paper-7b"),
+    (2, "sharegpt(turns=15,seed=5)", "2GB", "paper-7b"),
+    (2, "sharegpt(turns=10,seed=6)", "4GB", "paper-7b,N=32"),
+    (2, "swe-agent(seed=4)", "25GB", "paper-7b"),
+    (2, "swe-agent(seed=5)", "60GB", "paper-7b,N=32"),
+    (2, "swe-agent(seed=6)", "40GB", "paper-7b,ssm=28,attn=7,mlp=35"),
+    (2, "mooncake[10000:12000]", "50GB", "paper-7b"),
+    (2, "mooncake[1000:3000]", "120GB", "paper-7b"),
+    (2, "mooncake[5000:7000]", "25GB", "paper-7b"),
+    (3, "sharegpt(turns=4,seed=9)", "1GB", "paper-7b"),
+    (3, "sharegpt(turns=12,seed=10)", "3GB", "paper-7b"),
+    (3, "sharegpt(turns=6,seed=11)", "2GB", "paper-7b,ssm=32,attn=4,mlp=36"),
+    (3, "swe-agent(seed=7)", "30GB", "paper-7b"),
+    (3, "swe-agent(seed=8)", "40GB", "paper-7b,ssm=24,attn=12,mlp=36"),
+    (3, "mooncake[3000:5000]", "60GB", "paper-7b"),
+    (3, "mooncake[9000:11000]", "80GB", "paper-7b"),
+]
+# (trace, capacity): the configurations the design looked at (its main table)
+PLUS_DESIGN = [("sharegpt", c) for c in ("1GB", "2GB", "3GB", "5GB")] + \
+    [("swe-agent", c) for c in ("10GB", "20GB", "40GB")] + \
+    [(f"mooncake[{a}:{a + 2000}]", c) for a in (0, 6000) for c in ("20GB", "60GB")] + \
+    [("shift:sharegpt+swe-agent", c) for c in ("10GB", "20GB")]
