@@ -14,13 +14,12 @@ data folder and are skipped without it. `--quick`: ShareGPT at two capacities on
 
 from __future__ import annotations
 
-import argparse
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from common import available, trace
+from common import available, grid_parser, trace
 
 from marconi.core.spec import PAPER_7B
 from marconi.sim.result import SimConfig
@@ -48,11 +47,7 @@ def one(job: tuple[str, str, str, str]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--plot", default=None, help="also draw the table (a PNG path)")
-    parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args()
+    args = grid_parser(__doc__).parse_args()
     grid = available(QUICK if args.quick else GRID)
     jobs = [(n, c, s, r) for n, caps in grid for c in caps for s in SYSTEMS
             for r in ("serving", "sequential")]

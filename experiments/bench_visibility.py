@@ -18,13 +18,12 @@ window and ShareGPT at 2 GB.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from common import available, trace
+from common import available, grid_parser, trace
 
 from marconi.core.spec import PAPER_7B
 from marconi.sim.result import VISIBILITIES, SimConfig
@@ -61,11 +60,7 @@ def jobs_of(grid: list[tuple[str, tuple[str, ...]]]) -> list[tuple[str, str, str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--plot", default=None, help="also draw the table (a PNG path)")
-    parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args()
+    args = grid_parser(__doc__).parse_args()
     grid = available(QUICK if args.quick else GRID)
     jobs = jobs_of(grid)
     rows: dict[tuple[str, str, str, str | None], float] = {}

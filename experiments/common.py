@@ -10,6 +10,7 @@ plugin of marconi+'s variants, `bench_plus_variants`, by the plugin mechanism
 
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import os
@@ -43,6 +44,16 @@ VARIANTS = "bench_plus_variants"  # the plugin registering marconi+'s variants
 def load_variants() -> ModuleType:
     """Register marconi+'s variants (`bench_plus_variants.py`) as systems, once."""
     return load_plugin(VARIANTS)
+
+
+def grid_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options of a script over a grid of traces and capacities: `--quick` (its small
+    grid), `--plot PNG` and `--workers N`."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--plot", default=None, help="also draw the table (a PNG path)")
+    parser.add_argument("--workers", type=int, default=2)
+    return parser
 
 
 # --- traces by name ------------------------------------------------------------------
