@@ -26,7 +26,7 @@ from marconi.core.spec import PAPER_7B, ModelSpec
 from marconi.core.state_store import Freed
 from marconi.core.tree import Node
 from marconi.paper.admission import Block, Judicious, NoAdmission
-from marconi.paper.eviction import FlopAware, LRULeaf, Recency
+from marconi.paper.eviction import MARCONI, FlopAware, LRULeaf, Recency
 from marconi.peers.mamba_align import Align, BlockFlop, BlockLRU, VLLMConfig
 from marconi.peers.mamba_radix import (
     BufferMode,
@@ -412,7 +412,7 @@ class AlignTwins(Twins):
         self.spec = model.replace(checkpoint_extra_bytes=model.checkpoint_extra_bytes
                                   + pad * model.ssm_bytes // 2)
         self.policy = lambda spec, alpha, planner: (
-            Align(config), BlockFlop(model, alpha) if flop else BlockLRU())
+            Align(config), BlockFlop(model, alpha, score=MARCONI) if flop else BlockLRU())
         self.alpha, self.planner = alpha, OverlapPlanner()
         # room for a running request's two working states beside the ones it keeps
         self.capacity = (entries * self.spec.kv_bytes_per_token
@@ -459,7 +459,8 @@ class RadixTwins(Twins):
         self.layout = Layout(state_slots=slots)
         self.structured, self.spec = False, model
         self.policy = lambda spec, alpha, planner: (
-            MambaRadix(config), MambaRadixFlop(config, model, alpha) if lists == "flop"
+            MambaRadix(config),
+            MambaRadixFlop(config, model, alpha, score=MARCONI) if lists == "flop"
             else TailLRU(config, threshold=threshold, next_prompt=estimate) if lists == "tlru"
             else MambaRadixLRU(config))
         self.alpha, self.planner = alpha, OverlapPlanner()
@@ -506,7 +507,8 @@ def test_replay_cache_chooses_the_compiled_core_only_for_what_it_runs(
     assert isinstance(replay_cache(SMALL, "1MB", Judicious(), FlopAware(SMALL)), CompiledCache)
     assert isinstance(replay_cache(SMALL, "1MB", Block(32), LRULeaf(deepest_first=True)),
                       CompiledCache)
-    for eviction in (BlockLRU(), BlockFlop(SMALL, 1.0)):  # vLLM's align mode, paged or not
+    # vLLM's align mode, paged or not
+    for eviction in (BlockLRU(), BlockFlop(SMALL, 1.0, score=MARCONI)):
         for layout in (Layout(page_size=16), Layout()):
             cache = replay_cache(SMALL, "1MB", Align(VLLMConfig(block=16)), eviction,
                                  layout=layout)
@@ -766,9 +768,9 @@ def test_the_block_queue_keeps_the_first_state_on_a_tie() -> None:
     capacity = full.stats.bytes + 2 * SMALL.ssm_bytes  # the third request evicts a state
     for alpha, first in ((1.0, 8), (1.01, 4)):
         record: list[Freed] = []
-        python = PrefixCache(SMALL, capacity, Align(config), BlockFlop(SMALL, alpha),
+        python = PrefixCache(SMALL, capacity, Align(config), BlockFlop(SMALL, alpha, score=MARCONI),
                              on_evict=record.append)
-        twin = CompiledCache(SMALL, capacity, Align(config), BlockFlop(SMALL, alpha))
+        twin = CompiledCache(SMALL, capacity, Align(config), BlockFlop(SMALL, alpha, score=MARCONI))
         twin.log_evictions()
         for cache in (python, twin):
             for tokens in (older, newer, third):
@@ -787,9 +789,10 @@ def test_sglangs_flop_order_keeps_a_branchs_state_last() -> None:
     kv, ssm = SMALL.kv_bytes_per_token, SMALL.ssm_bytes
     capacity = 20 * kv + 3 * ssm  # KV for all three, three state slots: C needs two
     record: list[Freed] = []
-    python = PrefixCache(SMALL, capacity, MambaRadix(config), MambaRadixFlop(config, SMALL, 2.0),
+    flop = MambaRadixFlop(config, SMALL, 2.0, score=MARCONI)
+    python = PrefixCache(SMALL, capacity, MambaRadix(config), flop,
                          on_evict=record.append, state_slots=3)
-    twin = CompiledCache(SMALL, capacity, MambaRadix(config), MambaRadixFlop(config, SMALL, 2.0),
+    twin = CompiledCache(SMALL, capacity, MambaRadix(config), flop.fresh(2.0),
                          layout=Layout(state_slots=3))
     twin.log_evictions()
     for cache in (python, twin):

@@ -22,6 +22,7 @@ from marconi.core.spec import PAPER_7B
 from marconi.core.units import parse_size
 from marconi.integrations import sglang as integration
 from marconi.integrations import vllm as vllm_integration
+from marconi.paper.eviction import MARCONI
 from marconi.realpeers.envs import PeerError, envs_dir
 from marconi.sim import SimConfig
 from marconi.sim.run import run
@@ -175,8 +176,9 @@ class TestInsideSGLang:
             from vllm.v1.core.kv_cache_utils import KVCacheBlock
             from marconi.core.spec import PAPER_7B
             from marconi.integrations.vllm import StateOrder, booked
+            from marconi.paper.eviction import MARCONI
 
-            order = StateOrder(PAPER_7B)
+            order = StateOrder(PAPER_7B, MARCONI)
             order.size(16)
             state, other = b"s" * 32, b"t" * 32
             key = state + (1).to_bytes(4, "big")
@@ -641,12 +643,18 @@ class TestVLLMWithoutTheEngine:
 
     def test_its_score_in_python_picks_what_numpy_picks(self) -> None:
         """`pick` scores a few candidates in Python (`flop_scores`, up to `FEW`): the same
-        scores as numpy's `flop_score`, bit for bit, and the same choice as its `argmin`
-        (the first lowest), on random efficiencies (the plugin's own, from random
-        depths), with ties, equal ones and alphas small to huge."""
-        from marconi.core.scores import flop_score
+        scores as numpy's evaluation of Marconi's declared score (`core.scores.evaluate`),
+        bit for bit, and the same choice as its `argmin` (the first lowest), on random
+        efficiencies (the plugin's own, from random depths), with ties, equal ones and
+        alphas small to huge."""
+        from marconi.core.priority import Feature
+        from marconi.core.scores import evaluate, ranks
 
-        order = vllm_integration.StateOrder(PAPER_7B)
+        def flop_score(eff: np.ndarray, alpha: float) -> np.ndarray:
+            values = {Feature.RECENCY: ranks(len(eff)), Feature.EFFICIENCY: eff}
+            return evaluate(MARCONI, values, alpha)
+
+        order = vllm_integration.StateOrder(PAPER_7B, MARCONI)
         rng = np.random.default_rng(45)
         tried = differ = 0
         for _ in range(4000):
@@ -665,9 +673,9 @@ class TestVLLMWithoutTheEngine:
                 effs = [float(v) for v in rng.random(n) * 10.0 ** rng.integers(-3, 12)]
             for alpha in (1e-3, 0.1, 1 / 3, 2.0, 7.5, 1e9):
                 scores = flop_score(np.array(effs), alpha)
-                assert vllm_integration.flop_scores(effs, alpha) == scores.tolist()
+                assert vllm_integration.flop_scores(effs, alpha, MARCONI) == scores.tolist()
                 plain = int(np.argmin(scores))
-                assert vllm_integration.first_lowest(effs, alpha) == plain, (effs, alpha)
+                assert vllm_integration.first_lowest(effs, alpha, MARCONI) == plain, (effs, alpha)
                 tried += 1
                 differ += int(plain != 0)
         assert differ > tried // 4  # many choices are not simply the first

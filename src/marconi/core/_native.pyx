@@ -203,9 +203,9 @@ cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gi
 
 
 ADMISSIONS = {"judicious": 0, "none": 1, "block": 2, "align": 3, "radix": 4}
-EVICTIONS = {"lru": 0, "flop": 1, "keep": 2, "gd": 3, "density": 4, "switchable": 5,
+EVICTIONS = {"lru": 0, "scored": 1, "keep": 2, "gd": 3, "density": 4, "switchable": 5,
              "blocklru": 6, "blockflop": 6, "radixlru": 7, "radixflop": 7,
-             "flop-inverse-age": 1, "seglen": 1, "radixtlru": 7, "ranked": 0}
+             "radixtlru": 7, "ranked": 0}
 ACTIONS = ("remove", "merge", "drop-state")
 
 

@@ -24,7 +24,10 @@ import numpy as np
 import numpy.typing as npt
 
 from marconi.core.columns import Columns
-from marconi.core.policy import Action, Eviction, Victim, alive
+from marconi.core.policy import Action, Eviction, Victim, alive, check_alpha
+from marconi.core.priority import Candidates as Among
+from marconi.core.priority import Feature, Score, Touches
+from marconi.core.scores import check_features, evaluate
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 
@@ -53,6 +56,14 @@ class Efficiency:
         if flops is None:
             flops = self._flops[depth] = self.spec.flops(depth)
         return flops
+
+
+def replay_length(node: Node) -> int:
+    """Tokens from the nearest ancestor holding a state (the root: none) to `node`."""
+    cur = node.parent
+    while cur is not None and cur.parent is not None and not cur.has_state:
+        cur = cur.parent
+    return node.depth - (cur.depth if cur is not None else 0)
 
 
 class Candidates:
@@ -195,3 +206,48 @@ class Scored(Eviction):
 
     def check(self, nodes: Sequence[Node]) -> None:
         self.candidate_set.check(nodes)
+
+
+class Declared(Scored):
+    """A declared `Score` (marconi.core.priority) evaluated over the candidates, on the
+    Python core: `RECENCY` the stamp of a node's last touch, `INVERSE_AGE` from it,
+    `EFFICIENCY` its column (given a model), `REPLAY` read at each choice (a state gained
+    or lost above a candidate changes it without the candidate changing). A score reading
+    another feature, or other candidates or touches than `Scored`'s, is refused."""
+
+    FEATURES = frozenset({Feature.RECENCY, Feature.INVERSE_AGE, Feature.EFFICIENCY,
+                          Feature.REPLAY})
+
+    def __init__(self, score: Score, spec: ModelSpec | None = None,
+                 alpha: float | None = None) -> None:
+        who = f"the Python core's {type(self).__name__}"
+        have = self.FEATURES if spec is not None else self.FEATURES - {Feature.EFFICIENCY}
+        check_features(score, have, who)
+        if score.candidates is not Among.ONE_CHILD or score.touches is not Touches.HIT:
+            raise ValueError(f"{who} cannot evaluate score {score.name!r}: it runs "
+                             "candidates of at most one child and touches of the hit")
+        self.efficiency = Efficiency(spec) if Feature.EFFICIENCY in score.features \
+            and spec is not None else None
+        super().__init__(self.efficiency)
+        self.score = score
+        self.alpha = check_alpha(alpha if alpha is not None else 0.0) if score.tuned \
+            else None
+
+    def values(self, now: int) -> dict[Feature, np.ndarray]:
+        """Each feature the score reads, per candidate in row order."""
+        columns, features = self.columns, self.score.features
+        n = len(columns)
+        rec = columns["rec"][:n]
+        out = {Feature.RECENCY: rec}
+        if Feature.INVERSE_AGE in features:
+            out[Feature.INVERSE_AGE] = 1.0 / (now - rec + 1.0)
+        if Feature.EFFICIENCY in features:
+            out[Feature.EFFICIENCY] = columns["eff"][:n]
+        if Feature.REPLAY in features:
+            out[Feature.REPLAY] = np.array([replay_length(node) for node in columns.nodes],
+                                           dtype=np.float64)
+        return out
+
+    def scores(self, now: int) -> np.ndarray:
+        """Each candidate's declared score, in row order."""
+        return evaluate(self.score, self.values(now), self.alpha or 0.0)

@@ -12,9 +12,10 @@ What runs compiled (`compiled_reason` says why anything else does not): the poli
 whose class declares `compiled_as`, the paper's judicious admission, vLLM+'s block
 admission, marconi+'s structured admission (its boundaries or planner's points handed over
 per request), sparse prefix caching's (its placement's points, the same way) or none, with
-LRU over leaves (either tie-break), Marconi's FLOP-aware
-eviction (the paper's recency or the artifact's), SegLen (the replay length in place of
-the efficiency), GreedyDual-FLOP, hit density (by depth too), marconi+'s
+LRU over leaves (either tie-break), a declared priority of up to two keys, a declared
+score of the two-term form `compiled_forms.score_form` maps (Marconi's FLOP-aware eviction
+with the paper's recency or the artifact's, SegLen: the replay length in place of the
+efficiency), GreedyDual-FLOP, hit density (by depth too), marconi+'s
 live eviction (all of these but FLOP-aware at once, `Switchable`), or none at all (the
 same-system bound, which never evicts); one byte budget with KV per token; vLLM's align
 mode (`peers.mamba_align.Align`) with its block queue (`BlockLRU`, or `BlockFlop`:
@@ -53,6 +54,15 @@ from typing import Any, cast
 import numpy as np
 
 from marconi.core.cache import CommitResult, Plan, PrefixCache
+from marconi.core.compiled_forms import ADMISSIONS as ADMISSIONS  # (re-exported)
+from marconi.core.compiled_forms import BLOCK_QUEUES as BLOCK_QUEUES
+from marconi.core.compiled_forms import ENGINE_PAIRS as ENGINE_PAIRS
+from marconi.core.compiled_forms import EVICTIONS as EVICTIONS
+from marconi.core.compiled_forms import RADIX_LISTS as RADIX_LISTS
+from marconi.core.compiled_forms import SCORED as SCORED
+from marconi.core.compiled_forms import compiled_as as compiled_as
+from marconi.core.compiled_forms import compiled_reason as compiled_reason
+from marconi.core.compiled_forms import score_form as score_form
 from marconi.core.compiled_overlaps import DepthBooks as DepthBooks  # (re-exported)
 from marconi.core.compiled_overlaps import SequenceTree as SequenceTree  # (re-exported)
 from marconi.core.compiled_overlaps import place as place  # (re-exported)
@@ -68,20 +78,6 @@ from marconi.core.units import parse_size
 
 CORE_ENV = "MARCONI_CORE"
 CORES = ("python", "compiled")
-# what the compiled core runs, by `compiled_as`
-ADMISSIONS = ("judicious", "none", "block", "structured", "sparse", "align", "radix")
-EVICTIONS = ("lru", "flop", "flop-inverse-age", "seglen", "keep", "gd", "density",
-             "switchable", "blocklru", "blockflop", "radixlru", "radixflop", "radixtlru",
-             "ranked")
-# vLLM's align mode runs with its block queue (and it alone), KV in pages or per token;
-# SGLang's admission with its two lists (and they alone), a state pool or not; either may
-# run with `keep` (the unbounded cache of the bounds, which never evicts)
-BLOCK_QUEUES = ("blocklru", "blockflop")
-RADIX_LISTS = ("radixlru", "radixflop", "radixtlru")
-# an engine's admission -> the evictions it runs compiled with, in words
-ENGINE_PAIRS = {"align": (BLOCK_QUEUES, "vLLM's align mode", "its block queue"),
-                "radix": (RADIX_LISTS, "SGLang's admission", "its two lists")}
-
 try:
     from marconi.core import _native  # type: ignore[attr-defined]
 except ImportError as err:  # not built: the Python core runs
@@ -126,46 +122,6 @@ def _tell_missing() -> None:
         _told = True
         print("marconi: the compiled core is not built (no C++ compiler at install?); "
               "running the Python core", file=sys.stderr)
-
-
-def compiled_as(policy: Admission | Eviction) -> str | None:
-    """The compiled core's name for `policy`, which its own class declares
-    (`compiled_as`) where the compiled core runs it exactly; None otherwise. Inherited
-    declarations do not count: a subclass may change what its parent did."""
-    if "compiled_as" not in vars(type(policy)):
-        return None
-    return getattr(policy, "compiled_as", None)
-
-
-def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
-                    layout: Layout) -> str | None:
-    """Why these policies cannot run on the compiled core; None when they can."""
-    if compiled_as(admission) not in ADMISSIONS:
-        return f"admission {type(admission).__name__} runs in Python only"
-    if compiled_as(eviction) not in EVICTIONS:
-        return f"eviction {type(eviction).__name__} runs in Python only (as configured)"
-    if compiled_as(eviction) == "ranked" and len(eviction.priority.keys) > 2:  # type: ignore[attr-defined]
-        return "a declared priority of more than two keys runs in Python only"
-    if compiled_as(admission) == "structured" and spec.ssm_layers == 0:
-        return ("Structured admission of a model without SSM layers (a node per block) runs "
-                "in Python only")
-    for kind, (evictions, who, lists) in ENGINE_PAIRS.items():
-        mine = compiled_as(admission) == kind
-        if mine != (compiled_as(eviction) in evictions) and compiled_as(eviction) != "keep":
-            return (f"{type(admission).__name__} with {type(eviction).__name__} runs in "
-                    f"Python only ({who} is compiled with {lists} only)")
-        if mine and spec.ssm_layers == 0:
-            return f"{who} for a model without SSM layers runs in Python only"
-    aligned, radix = compiled_as(admission) == "align", compiled_as(admission) == "radix"
-    if radix and getattr(eviction, "config", None) is not None \
-            and eviction.config.max_states_per_path is not None:  # type: ignore[attr-defined]
-        return "SGLang's cap on states per path runs in Python only"
-    if (layout.pooled and not radix) or (layout.page_size > 1 and not aligned):
-        return (f"layout {layout.describe()} runs in Python only (compiled: one byte "
-                "budget, KV pages under vLLM's align mode, a state pool under SGLang's)")
-    if max(spec.kv_bytes_per_token, spec.ssm_bytes) >= 2**40:
-        return "model byte sizes beyond the compiled core's integer range"
-    return None
 
 
 def replay_cache(spec: ModelSpec, capacity: int | str, admission: Admission,
@@ -314,10 +270,12 @@ class CompiledCache:
             self._core.set_pages(self.layout.page_size)
         if compiled_as(eviction) == "ranked":  # a declared priority (`core.priority`)
             self._core.set_keys(*terms(policy.priority))
-        if compiled_as(eviction) == "flop-inverse-age":  # the artifact's recency
-            self._core.set_flop_terms(True, -1.0)
-        elif compiled_as(eviction) == "seglen":  # the replay length, not the efficiency
-            self._core.set_flop_terms(False, float(policy.weight))
+        if compiled_as(eviction) == "scored":  # a declared score (`core.priority.Score`)
+            form = score_form(policy.score, ranked=False)
+            assert not isinstance(form, str)  # (`compiled_reason` refused it otherwise)
+            inverse_age, replay_weight = form
+            if inverse_age or replay_weight >= 0:
+                self._core.set_flop_terms(inverse_age, replay_weight)
         if compiled_as(eviction) == "radixtlru":  # T-LRU's KV order
             self._core.set_tlru(policy.threshold, policy.next_prompt)
         if compiled_as(eviction) in ("blockflop", "radixflop"):  # its own model's sizes

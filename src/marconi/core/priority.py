@@ -24,6 +24,26 @@ Features (`Feature`), each a node's own:
 
 A `Term` may be a step (`at_least`: 1 when the feature reaches it, else 0), which is how
 a segmented order (SLRU's probationary and protected segments) is written.
+
+A policy whose order is relative to the candidates of the moment is declared as a `Score`
+instead: each term's feature min-max normalized over the current candidates (all equal:
+1), weighted, summed in order; the lowest leaves first. A `tuned` term's weight is
+multiplied by the policy's alpha (the knob its tuner turns). Marconi's order is one
+(`marconi.paper.eviction.MARCONI`):
+
+```
+Score("marconi", terms=(Term(RECENCY), Term(EFFICIENCY, tuned=True)))
+    -> S(v) = minmax(last touch) + alpha x minmax(FLOPs saved per byte), lowest first
+```
+
+A score reads, besides `RECENCY` (where an engine keeps a list and no clock, a
+candidate's rank in it, least recently used first, as the plugins and the engines'
+emulations read it), features relative to the node's neighbours:
+
+- `INVERSE_AGE`: `1 / (now - last touch + 1)` (the artifact's recency);
+- `EFFICIENCY`: prefill FLOPs it saves over where its replay starts, per byte it holds;
+- `REPLAY`: tokens from the nearest ancestor holding a state to it (what a hit recomputes
+  if it left).
 """
 
 from __future__ import annotations
@@ -39,23 +59,37 @@ class Feature(Enum):
     CREATED = "created"
     DEPTH = "depth"
     STATE = "state"
+    # a `Score`'s only (relative to the node's neighbours or the clock of the choice)
+    INVERSE_AGE = "inverse-age"
+    EFFICIENCY = "efficiency"
+    REPLAY = "replay"
+
+
+# what a `Priority`'s keys may read: a node's own features
+NODE_FEATURES = frozenset({Feature.RECENCY, Feature.HITS, Feature.CREATED, Feature.DEPTH,
+                           Feature.STATE})
 
 
 class Candidates(Enum):
     LEAVES = "leaves"  # unpinned nodes without children: evicting one removes it
+    # unpinned nodes with at most one child: a leaf is removed, a one-child node merged
+    ONE_CHILD = "one-child"
 
 
 class Touches(Enum):
     PATH = "path"  # a lookup stamps every node it matched, a commit every node it passed
+    HIT = "hit"  # a lookup stamps the node it resumes from, a commit the nodes it creates
 
 
 @dataclass(frozen=True)
 class Term:
-    """`weight x feature`, or with `at_least`, `weight x (feature >= at_least)`."""
+    """`weight x feature`, or with `at_least`, `weight x (feature >= at_least)`; `tuned`
+    (a `Score`'s only): the weight times the policy's alpha."""
 
     feature: Feature
     weight: float = 1.0
     at_least: float | None = None
+    tuned: bool = False
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.weight):
@@ -92,11 +126,66 @@ class Priority:
     def __post_init__(self) -> None:
         if not self.keys:
             raise ValueError(f"priority {self.name!r}: needs at least one key")
+        for key in self.keys:
+            for term in key.terms:
+                if term.feature not in NODE_FEATURES:
+                    raise ValueError(f"priority {self.name!r}: a key reads a node's own "
+                                     f"features, not {term.feature.value!r} (a Score's)")
+                if term.tuned:
+                    raise ValueError(f"priority {self.name!r}: term {term.feature.value} "
+                                     "is tuned, and a Priority has no alpha (a Score has)")
 
     @property
     def features(self) -> frozenset[Feature]:
         """The features its keys read (an evaluator keeps books for these only)."""
         return frozenset(t.feature for k in self.keys for t in k.terms)
+
+
+@dataclass(frozen=True)
+class Score:
+    """An eviction order relative to the candidates of the moment: each term's feature
+    min-max normalized over them (all equal: 1), times its weight (a `tuned` one's times
+    alpha), summed in order; the lowest leaves first."""
+
+    name: str
+    terms: tuple[Term, ...]
+    candidates: Candidates = Candidates.ONE_CHILD
+    touches: Touches = Touches.HIT
+    description: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.terms:
+            raise ValueError(f"score {self.name!r}: needs at least one term")
+        for term in self.terms:
+            if term.at_least is not None:
+                raise ValueError(f"score {self.name!r}: term {term.feature.value} is a "
+                                 "step, and a Score's terms are normalized (a Priority "
+                                 "may step)")
+            if term.weight < 0:
+                raise ValueError(f"score {self.name!r}: term {term.feature.value} weighs "
+                                 f"{term.weight}: weights are >= 0")
+
+    @property
+    def features(self) -> frozenset[Feature]:
+        """The features its terms read (an evaluator computes these only)."""
+        return frozenset(t.feature for t in self.terms)
+
+    @property
+    def tuned(self) -> bool:
+        """Whether alpha weighs one of its terms (a tuner has something to turn)."""
+        return any(t.tuned for t in self.terms)
+
+    def weights(self, alpha: float) -> list[float]:
+        """Each term's weight at `alpha`."""
+        return [t.weight * alpha if t.tuned else t.weight for t in self.terms]
+
+    def by_recency(self, alpha: float) -> bool:
+        """Whether at `alpha` it orders by recency alone (every other term weighs 0,
+        recency more): an evaluator given candidates least recently used first may then
+        take them in that order (Marconi's at alpha 0: an engine's own LRU order)."""
+        pairs = list(zip(self.weights(alpha), self.terms, strict=True))
+        return all(w == 0 for w, t in pairs if t.feature is not Feature.RECENCY) \
+            and any(w > 0 for w, t in pairs if t.feature is Feature.RECENCY)
 
 
 def terms(priority: Priority) -> tuple[list[int], list[int], list[float], list[float]]:

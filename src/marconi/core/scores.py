@@ -1,44 +1,105 @@
-"""Marconi's eviction score over a candidate list, shared by every policy and integration
-that orders candidates by it (docs/architecture.md, "Eviction").
+"""A declared `Score` (marconi.core.priority) evaluated over a list of candidates: by
+every policy and integration that orders candidates by one (docs/architecture.md,
+"Declared priorities"), so that a score is written once, in its policy's module.
 
-`S(v) = recency(v) + alpha x eff(v)`, both min-max normalized over the current
-candidates (all equal -> 1); the lowest score leaves first. Callers give the candidates
-least recently used first, so a candidate's index is its recency rank.
+`evaluate`: each term's feature min-max normalized over the candidates (all equal -> 1),
+times its weight (a tuned term's times alpha), summed in the declaration's order; the
+lowest score leaves first. `in_python` is the same, bit for bit, on lists (fewer than some
+fifty candidates cost less there than numpy's calls). Callers that keep candidates in a
+list and no clock give them least recently used first, and their rank as `RECENCY`
+(`ranks`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from marconi.core.priority import Feature, Score
 
 if TYPE_CHECKING:
     from marconi.core.spec import ModelSpec
 
 
 def normalized(x: np.ndarray) -> np.ndarray:
-    """Min-max over the candidates; all equal -> 1 (as Marconi's terms)."""
+    """Min-max over the candidates; all equal -> 1."""
     low, high = float(x.min()), float(x.max())
     return np.ones_like(x) if high == low else (x - low) / (high - low)
 
 
-def flop_score(eff: np.ndarray, alpha: float) -> np.ndarray:
-    """Each candidate's score; `eff[i]` is candidate i's FLOP efficiency, candidates
-    least recently used first (the first lowest leaves first: `np.argmin`)."""
-    rec = np.arange(len(eff), dtype=np.float64)
-    return normalized(rec) + alpha * normalized(np.asarray(eff, dtype=np.float64))
+def ranks(n: int) -> np.ndarray:
+    """`RECENCY` for `n` candidates given least recently used first: their ranks."""
+    return np.arange(n, dtype=np.float64)
 
 
-def flop_order(eff: np.ndarray, alpha: float, last: np.ndarray | None = None) -> np.ndarray:
-    """Indices of the candidates in the order to evict them.
+def check_features(score: Score, have: frozenset[Feature] | set[Feature], who: str) -> None:
+    """ValueError naming `who` and the feature, unless `score` reads only features in
+    `have` (what that evaluator computes)."""
+    missing = score.features - set(have)
+    if missing:
+        names = ", ".join(sorted(f.value for f in missing))
+        raise ValueError(f"{who} cannot evaluate score {score.name!r}: it reads {names}, "
+                         f"and {who} computes only "
+                         f"{', '.join(sorted(f.value for f in have))}")
 
-    `eff[i]` is candidate i's FLOP efficiency, candidates least recently used first;
-    `last` (optional, bool) marks candidates that go after every other (states at a
-    branch, which Marconi never evicts). Ties keep recency order.
-    """
-    rec = np.arange(len(eff), dtype=np.float64)
-    score = flop_score(eff, alpha)
-    keys = (rec, score) if last is None else (rec, score, last)
+
+def evaluate(score: Score, values: Mapping[Feature, np.ndarray], alpha: float) -> np.ndarray:
+    """Each candidate's score (a fresh array), `values[f][i]` candidate i's feature f."""
+    total: np.ndarray | None = None
+    for weight, term in zip(score.weights(alpha), score.terms, strict=True):
+        part = normalized(np.asarray(values[term.feature], dtype=np.float64))
+        if weight != 1.0:
+            part = weight * part
+        total = part if total is None else total + part
+    assert total is not None  # (a Score has a term)
+    return total
+
+
+def in_python(score: Score, values: Mapping[Feature, Sequence[float]],
+              alpha: float) -> list[float]:
+    """`evaluate(...).tolist()`, bit for bit, in plain Python: the same IEEE operations on
+    the same doubles in the same order (a weight of 1 multiplies exactly, so every term is
+    weighed here)."""
+    terms = []  # per term: its column, its low, its span (0: all equal), its weight
+    for weight, term in zip(score.weights(alpha), score.terms, strict=True):
+        xs = values[term.feature]
+        low, high = min(xs), max(xs)
+        terms.append((xs, low, high - low if high != low else 0.0, weight))
+    if len(terms) == 2:  # (the common form, one pass)
+        (a, la, sa, wa), (b, lb, sb, wb) = terms
+        if sa and sb:
+            return [wa * ((x - la) / sa) + wb * ((y - lb) / sb) for x, y in zip(a, b, strict=True)]
+        if sb:
+            return [wa * 1.0 + wb * ((y - lb) / sb) for y in b]
+        if sa:
+            return [wa * ((x - la) / sa) + wb * 1.0 for x in a]
+        return [wa * 1.0 + wb * 1.0] * len(a)
+    total: list[float] | None = None
+    for xs, low, span, weight in terms:
+        part = [weight * ((x - low) / span) for x in xs] if span else [weight * 1.0] * len(xs)
+        total = part if total is None else [a + b for a, b in zip(total, part, strict=True)]
+    assert total is not None
+    return total
+
+
+def first_lowest(score: Score, values: Mapping[Feature, Sequence[float]], alpha: float
+                 ) -> int:
+    """`int(np.argmin(evaluate(...)))` in plain Python: the first lowest score's index."""
+    scores = in_python(score, values, alpha)
+    return scores.index(min(scores))
+
+
+def order(score: Score, values: Mapping[Feature, np.ndarray], alpha: float,
+          last: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the candidates (given least recently used first) in the order to evict
+    them: lowest score first, ties in the given order; `last` (optional, bool) marks
+    candidates that go after every other (states at a branch, where an engine walks them
+    and Marconi's candidates leave them out)."""
+    score_of = evaluate(score, values, alpha)
+    given = ranks(len(score_of))
+    keys = (given, score_of) if last is None else (given, score_of, last)
     return np.lexsort(keys)
 
 

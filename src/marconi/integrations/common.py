@@ -28,6 +28,20 @@ from marconi.integrations.choosers import Bootstrap, Shadows
 POLICIES = ("marconi", "marconi+")
 
 
+
+def declared_score(system: str, spec: Any) -> Any:
+    """The score `system`'s eviction declares (a `core.priority.Score`, kept as its
+    `score`): what a plugin evaluates in the engine, so that the engine and the mirror its
+    tuner replays run one declaration, written once in its policy's module."""
+    from marconi.systems import get_system
+
+    eviction = get_system(system).policies(spec, 0.0)[1]
+    score = getattr(eviction, "score", None)
+    if score is None:
+        raise IntegrationError(f"system {system}'s eviction ({type(eviction).__name__}) "
+                               "declares no score for an engine to evaluate")
+    return score
+
 class IntegrationError(RuntimeError):
     """The integration cannot run here; the message is one line saying why."""
 

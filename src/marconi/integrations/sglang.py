@@ -55,7 +55,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from marconi.core.scores import FlopsAt, flop_order
+from marconi.core.priority import Feature, Score
+from marconi.core.scores import FlopsAt, check_features, order, ranks
 from marconi.core.spec import ModelSpec
 from marconi.integrations.common import (
     Installed,
@@ -64,6 +65,7 @@ from marconi.integrations.common import (
     Tuning,
     asked,
     check_policy,
+    declared_score,
     one_line_exit,
 )
 from marconi.integrations.common import check_version as _check
@@ -89,10 +91,15 @@ def check_version() -> str:
 
 
 class FlopOrder:
-    """Marconi's score over SGLang's Mamba states; `alpha` may change at any time (the
-    tuner's thread sets it; a float assignment is atomic)."""
+    """A declared score over SGLang's Mamba states (the one `MIRROR` declares, Marconi's):
+    `RECENCY` a state's rank in SGLang's Mamba LRU list, `EFFICIENCY` its node's; `alpha`
+    may change at any time (the tuner's thread sets it; a float assignment is atomic)."""
 
-    def __init__(self, spec: ModelSpec, alpha: float = 0.0) -> None:
+    FEATURES = frozenset({Feature.RECENCY, Feature.EFFICIENCY})
+
+    def __init__(self, spec: ModelSpec, score: Score, alpha: float = 0.0) -> None:
+        self.score = score
+        check_features(self.score, self.FEATURES, "marconi's order in SGLang")
         self.spec, self.alpha = spec, float(alpha)
         self._f = FlopsAt(spec)
         self._depths: dict[int, int] = {}  # node id -> depth
@@ -111,7 +118,7 @@ class FlopOrder:
     def order(self, nodes: list[Any]) -> list[Any]:
         """`nodes` (least recently used first) in the order to evict them."""
         alpha, n = self.alpha, len(nodes)
-        if alpha == 0.0 or n < 2:
+        if n < 2 or self.score.by_recency(alpha):
             return nodes  # recency alone: SGLang's own LRU walk, branch states included
         eff = np.empty(n)
         for i, x in enumerate(nodes):
@@ -120,7 +127,8 @@ class FlopOrder:
             held = self._token_bytes * edge + self._state_bytes
             eff[i] = (self._f(d) - self._f(d - edge)) / held if held else 0.0
         branch = np.array([len(x.children) >= 2 for x in nodes])  # branch states last
-        return [nodes[i] for i in flop_order(eff, alpha, branch)]
+        values = {Feature.RECENCY: ranks(n), Feature.EFFICIENCY: eff}
+        return [nodes[i] for i in order(self.score, values, alpha, branch)]
 
 
 def _depth(node: Any, memo: dict[int, int]) -> int:
@@ -156,7 +164,8 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
     from sglang.srt.mem_cache.unified_cache.components import ComponentType
 
     uninstall()
-    done = Integration.of(policy, FlopOrder(spec, alpha or 0.0), spec, alpha, background)
+    order = FlopOrder(spec, declared_score(MIRROR, spec), alpha or 0.0)
+    done = Integration.of(policy, order, spec, alpha, background)
     registry = urc.COMPONENT_REGISTRY
     stock = registry[ComponentType.MAMBA]
     registry[ComponentType.MAMBA] = mamba_component(stock, done)

@@ -39,9 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from marconi.core.scores import FlopsAt, flop_score
+from marconi.core.priority import Feature
+from marconi.core.scores import FlopsAt, evaluate, ranks
 from marconi.core.spec import ModelSpec
-from marconi.integrations.common import ALPHA, MODEL, IntegrationError
+from marconi.integrations.common import ALPHA, MODEL, IntegrationError, declared_score
 
 try:  # vLLM's own base class where vLLM is installed; a stand-in elsewhere (docs, mypy)
     from vllm.v1.kv_offload.cpu.policies.base import CachePolicy as _Base
@@ -101,6 +102,7 @@ class MarconiCachePolicy(_Base):
             spec, default = settings()
             alpha = default if alpha is None else alpha
         self.spec, self.alpha = spec, DEFAULT_ALPHA if alpha is None else float(alpha)
+        self.score = declared_score("marconi", spec)  # `RECENCY`: a chunk's rank by last use
         self._f = FlopsAt(spec)
         self.chunks: dict[bytes, Any] = {}  # key -> vLLM's ChunkStatus
         self.used: dict[bytes, int] = {}  # key -> its last use (a counter)
@@ -247,11 +249,12 @@ class MarconiCachePolicy(_Base):
         chosen = [k for k in free if k not in self.covered][:n]
         if len(chosen) < n:
             rest = [k for k in free if k in self.covered]
-            if self.alpha == 0.0 or len(rest) < 2:
+            if len(rest) < 2 or self.score.by_recency(self.alpha):
                 chosen += rest[:n - len(chosen)]
             else:
                 eff = np.array([self.efficiency(k) for k in rest])
-                order = np.argsort(flop_score(eff, self.alpha), kind="stable")
+                values = {Feature.RECENCY: ranks(len(eff)), Feature.EFFICIENCY: eff}
+                order = np.argsort(evaluate(self.score, values, self.alpha), kind="stable")
                 chosen += [rest[int(i)] for i in order[:n - len(chosen)]]
         out = []
         for key in chosen:

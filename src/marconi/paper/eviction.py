@@ -9,12 +9,10 @@ import heapq
 from collections.abc import Collection, Iterable, Sequence
 from enum import Enum
 
-import numpy as np
-
-from marconi.core.candidates import Efficiency, Scored
+from marconi.core.candidates import Declared
 from marconi.core.lazy_heap import HeapEntry, compact, lazy_min
 from marconi.core.policy import Action, Eviction, Victim, check_alpha
-from marconi.core.scores import normalized
+from marconi.core.priority import Feature, Score, Term
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 
@@ -95,8 +93,21 @@ class Recency(Enum):
     INVERSE_AGE = "inverse-age"  # 1 / (now - t + 1) (the artifact's variant)
 
 
-class FlopAware(Scored):
-    """Marconi: score S(v) = recency(v) + alpha * eff(v), lowest evicted first.
+# Marconi's order, declared once: every core, emulation and plugin evaluates it
+MARCONI = Score("marconi", terms=(Term(Feature.RECENCY), Term(Feature.EFFICIENCY, tuned=True)),
+                description="last touch + alpha x FLOPs saved per byte, each min-max "
+                            "normalized over the candidates, lowest first")
+# the artifact's variant: recency as 1 / (now - last touch + 1)
+MARCONI_INVERSE_AGE = Score("marconi-inverse-age",
+                            terms=(Term(Feature.INVERSE_AGE),
+                                   Term(Feature.EFFICIENCY, tuned=True)),
+                            description="Marconi's score, recency as the inverse age")
+SCORES = {Recency.TIME: MARCONI, Recency.INVERSE_AGE: MARCONI_INVERSE_AGE}
+
+
+class FlopAware(Declared):
+    """Marconi: score S(v) = recency(v) + alpha * eff(v), lowest evicted first (`MARCONI`,
+    or `MARCONI_INVERSE_AGE` with the artifact's recency).
 
     Candidates (`Candidates`) are unpinned nodes with at most one child. Both terms are
     min-max normalized over the current candidates (all equal -> 1) and recomputed for
@@ -107,19 +118,14 @@ class FlopAware(Scored):
     so a victim among 10^4 candidates is a handful of vector operations.
     """
 
+    compiled_as = "scored"  # the compiled core evaluates its score (marconi.core.compiled)
+
     def __init__(self, spec: ModelSpec, alpha: float = 0.0,
                  recency: Recency = Recency.TIME) -> None:
-        self.efficiency = Efficiency(spec)
-        super().__init__(self.efficiency)
+        self.recency = Recency(recency)
+        super().__init__(SCORES[self.recency], spec, alpha)
         self.spec = spec
         self.alpha: float = check_alpha(alpha)
-        self.recency = Recency(recency)
-
-    @property
-    def compiled_as(self) -> str | None:
-        """The compiled core's name for it: "flop" (the paper's recency) or
-        "flop-inverse-age" (the artifact's)."""
-        return "flop" if self.recency is Recency.TIME else "flop-inverse-age"
 
     def set_alpha(self, alpha: float) -> None:
         self.alpha = check_alpha(alpha)
@@ -127,18 +133,3 @@ class FlopAware(Scored):
     def fresh(self, alpha: float) -> FlopAware:
         """An empty policy like this one (same spec and recency) running `alpha`."""
         return FlopAware(self.spec, alpha, self.recency)
-
-    def scores(self, now: int) -> np.ndarray:
-        """S(v) for every candidate, in row order."""
-        n = len(self.columns)
-        return marconi_scores(self.columns["rec"][:n], self.columns["eff"][:n], self.alpha,
-                              self.recency, now)
-
-
-def marconi_scores(rec: np.ndarray, eff: np.ndarray, alpha: float, recency: Recency,
-                   now: int) -> np.ndarray:
-    """Marconi's S(v) over candidate columns: last touches `rec` (the clock) and FLOP
-    efficiencies `eff`, both min-max normalized, at `alpha`."""
-    if recency is Recency.INVERSE_AGE:
-        rec = 1.0 / (now - rec + 1.0)
-    return normalized(rec) + alpha * normalized(eff)

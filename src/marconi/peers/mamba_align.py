@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from marconi.core.layout import Layout
 from marconi.core.policy import Action, Admission, Victim, check_alpha
+from marconi.core.priority import Score
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Match, Node
 from marconi.peers.mamba_radix import deepest_state
@@ -236,17 +237,17 @@ class BlockFlop(BlockLRU):
 
     compiled_as = "blockflop"  # marconi.core.compiled runs it
 
-    def __init__(self, spec: ModelSpec, alpha: float = 0.0) -> None:
+    def __init__(self, spec: ModelSpec, alpha: float = 0.0, *, score: Score) -> None:
         super().__init__()
-        self.spec, self.alpha = spec, check_alpha(alpha)
-        self.flop = FlopStates(spec, parent_depth=state_above,
+        self.spec, self.alpha, self.score = spec, check_alpha(alpha), score
+        self.flop = FlopStates(spec, score, parent_depth=state_above,
                                branches_last=False)
 
     def set_alpha(self, alpha: float) -> None:
         self.alpha = check_alpha(alpha)
 
     def fresh(self, alpha: float) -> BlockFlop:
-        return BlockFlop(self.spec, alpha)
+        return BlockFlop(self.spec, alpha, score=self.score)
 
     def _state_victim(self, lru_state: Node, protected: Collection[Node]) -> Node:
         return self.flop.pick(self.states, protected, self.alpha or 0.0) or lru_state

@@ -25,6 +25,7 @@ from enum import Enum
 
 from marconi.core.layout import Layout
 from marconi.core.policy import Action, Admission, Pressure, Victim, alive, check_alpha
+from marconi.core.priority import Score
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Match, Node
 from marconi.peers.two_lists import FlopStates, TwoListLRU, parent_node_depth
@@ -261,18 +262,18 @@ class MambaRadixFlop(MambaRadixLRU):
 
     compiled_as = "radixflop"  # marconi.core.compiled runs it (no cap on states per path)
 
-    def __init__(self, config: SGLangConfig | None, spec: ModelSpec, alpha: float = 0.0
-                 ) -> None:
+    def __init__(self, config: SGLangConfig | None, spec: ModelSpec, alpha: float = 0.0,
+                 *, score: Score) -> None:
         super().__init__(config)
-        self.spec, self.alpha = spec, check_alpha(alpha)
-        self.flop = FlopStates(spec, parent_depth=parent_node_depth,
+        self.spec, self.alpha, self.score = spec, check_alpha(alpha), score
+        self.flop = FlopStates(spec, score, parent_depth=parent_node_depth,
                                branches_last=True)
 
     def set_alpha(self, alpha: float) -> None:
         self.alpha = check_alpha(alpha)
 
     def fresh(self, alpha: float) -> MambaRadixFlop:
-        return MambaRadixFlop(self.config, self.spec, alpha)
+        return MambaRadixFlop(self.config, self.spec, alpha, score=self.score)
 
     def _state_victim(self, protected: Collection[Node]) -> Victim | None:
         node = self.flop.pick(self.states, protected, self.alpha or 0.0)

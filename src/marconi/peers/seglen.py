@@ -15,41 +15,28 @@ the nodes it creates; a leaf is removed, a one-child node merged into its child.
 
 from __future__ import annotations
 
-import numpy as np
-
-from marconi.core.candidates import Scored
-from marconi.core.scores import normalized
-from marconi.core.tree import Node
+from marconi.core.candidates import Declared
+from marconi.core.candidates import replay_length as replay_length  # (re-exported)
+from marconi.core.priority import Feature, Score, Term
 
 
-def replay_length(node: Node) -> int:
-    """Tokens from the nearest ancestor holding a state (the root: none) to `node`."""
-    cur = node.parent
-    while cur is not None and cur.parent is not None and not cur.has_state:
-        cur = cur.parent
-    return node.depth - (cur.depth if cur is not None else 0)
+def seglen_score(weight: float) -> Score:
+    """SegLen's order at `weight`, declared: recency plus `weight` x replay length."""
+    return Score("seglen", terms=(Term(Feature.RECENCY), Term(Feature.REPLAY, weight=weight)),
+                 description="last touch + weight x replay length, each min-max "
+                             "normalized over the candidates, lowest first")
 
 
-class SegLen(Scored):
-    """Recency plus `weight` x replay length, both min-max normalized, lowest first.
+class SegLen(Declared):
+    """Recency plus `weight` x replay length, both min-max normalized, lowest first
+    (`seglen_score`), evaluated as `Declared` evaluates any score: the replay length is
+    read at each victim choice, since a state gained or lost above a candidate changes it
+    without the candidate itself changing."""
 
-    Candidates (`Candidates`) carry their last touch; the replay length is read at each
-    victim choice, since a state gained or lost above a candidate changes it without the
-    candidate itself changing.
-    """
-
-    compiled_as = "seglen"  # the compiled core runs it (marconi.core.compiled)
+    compiled_as = "scored"  # the compiled core evaluates its score (marconi.core.compiled)
 
     def __init__(self, weight: float = 0.85) -> None:
         if not weight >= 0:
             raise ValueError(f"SegLen weight must be >= 0, got {weight!r}")
-        super().__init__()  # no efficiency column: the replay length needs no model
+        super().__init__(seglen_score(float(weight)))  # no model: the replay length needs none
         self.weight = float(weight)
-
-    def scores(self, now: int) -> np.ndarray:
-        """Each candidate's score, in row order."""
-        columns = self.columns
-        n = len(columns)
-        replay = np.array([replay_length(node) for node in columns.nodes], dtype=np.float64)
-        return normalized(columns["rec"][:n]) + self.weight * normalized(replay)
-

@@ -19,7 +19,8 @@ import numpy as np
 
 from marconi.core.lazy_heap import HeapEntry, compact, lazy_min
 from marconi.core.policy import Eviction, alive
-from marconi.core.scores import FlopsAt, flop_order
+from marconi.core.priority import Feature, Score
+from marconi.core.scores import FlopsAt, check_features, order, ranks
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 
@@ -128,29 +129,34 @@ class TwoListLRU(Eviction):
 
 
 class FlopStates:
-    """Marconi's order over a state list (what marconi's integrations put into an engine's
-    walk): the lowest `recency + alpha x efficiency` first (`core.scores.flop_order`),
-    recency the candidate's rank in the list's LRU order, `efficiency = (F(depth) -
-    F(parent depth)) / (KV bytes between them + state bytes)`. `parent_depth` says where
-    a candidate's replay starts; `branches_last`: states at a node with two or more
-    children go after every other. At alpha 0 the list's own LRU order, exactly."""
+    """A declared score over a state list (Marconi's, where marconi's integrations put it
+    into an engine's walk): the lowest first (`core.scores.order`), `RECENCY` the
+    candidate's rank in the list's LRU order, `EFFICIENCY = (F(depth) - F(parent depth)) /
+    (KV bytes between them + state bytes)`. `parent_depth` says where a candidate's replay
+    starts; `branches_last`: states at a node with two or more children go after every
+    other. Where the score orders by recency alone (Marconi's at alpha 0), the list's own
+LRU order, exactly."""
 
-    def __init__(self, spec: ModelSpec, parent_depth: Callable[[Node], int],
+    FEATURES = frozenset({Feature.RECENCY, Feature.EFFICIENCY})
+
+    def __init__(self, spec: ModelSpec, score: Score, parent_depth: Callable[[Node], int],
                  branches_last: bool) -> None:
-        self.spec = spec
+        check_features(score, self.FEATURES, "an engine's state list")
+        self.spec, self.score = spec, score
         self.parent_depth, self.branches_last = parent_depth, branches_last
         self._f = FlopsAt(spec)
 
     def pick(self, states: LazyLRU, protected: Collection[Node], alpha: float) -> Node | None:
         """The state to evict from `states` (outside `protected`) at `alpha`, or None."""
-        if alpha == 0.0:
+        if self.score.by_recency(alpha):
             entry = states.peek(protected)
             return entry[3] if entry is not None else None
         nodes, eff = self.ranked(states, protected)
         if not nodes:
             return None
         last = np.array([len(n.children) >= 2 for n in nodes]) if self.branches_last else None
-        return nodes[int(flop_order(eff, alpha, last)[0])]
+        values = {Feature.RECENCY: ranks(len(nodes)), Feature.EFFICIENCY: eff}
+        return nodes[int(order(self.score, values, alpha, last)[0])]
 
     def ranked(self, states: LazyLRU, protected: Collection[Node]
                ) -> tuple[list[Node], np.ndarray]:

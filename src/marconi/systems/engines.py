@@ -120,10 +120,12 @@ def _sglang_marconi(name: str, description: str, settings: Settings, real: bool)
     base = sglang(name, description, settings, real)
 
     def policies(spec: ModelSpec, alpha: float) -> Policies:
+        from marconi.paper.eviction import MARCONI
         from marconi.peers.mamba_radix import MambaRadix, MambaRadixFlop
 
         config = sglang_config(settings)
-        return MambaRadix(config), MambaRadixFlop(config, spec, alpha)  # type: ignore[arg-type]
+        return (MambaRadix(config),  # type: ignore[arg-type]
+                MambaRadixFlop(config, spec, alpha, score=MARCONI))  # type: ignore[arg-type]
 
     return replace(base, policies=policies, tuner=bootstrap_once, uses_alpha=True)
 
@@ -202,9 +204,11 @@ def _vllm_marconi(name: str, description: str, settings: Settings, real: bool) -
     base = _vllm(name, description, settings, real)
 
     def policies(spec: ModelSpec, alpha: float) -> Policies:
+        from marconi.paper.eviction import MARCONI
         from marconi.peers.mamba_align import Align, BlockFlop
 
-        return Align(_vllm_config(settings)), BlockFlop(spec, alpha)  # type: ignore[arg-type]
+        return (Align(_vllm_config(settings)),  # type: ignore[arg-type]
+                BlockFlop(spec, alpha, score=MARCONI))
 
     return replace(base, policies=policies, tuner=bootstrap_once, uses_alpha=True)
 

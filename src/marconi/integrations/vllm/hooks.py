@@ -10,9 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from marconi.core.spec import ModelSpec
-from marconi.integrations.common import Installed, Integration, IntegrationError, check_policy
+from marconi.integrations.common import (
+    Installed,
+    Integration,
+    IntegrationError,
+    check_policy,
+    declared_score,
+)
 from marconi.integrations.vllm.costs import REPORT_EVERY, Clocks, now, report
-from marconi.integrations.vllm.handover import hand_over
+from marconi.integrations.vllm.handover import MIRROR, hand_over
 from marconi.integrations.vllm.order import StateOrder
 from marconi.integrations.vllm.versions import WHO, check_version, log
 
@@ -37,7 +43,7 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
     from marconi.integrations.vllm.pool import MarconiBlockPool
 
     uninstall()
-    order = StateOrder(spec, alpha or 0.0, orphans_first)
+    order = StateOrder(spec, declared_score(MIRROR, spec), alpha or 0.0, orphans_first)
     done = Integration.of(policy, order, spec, alpha, background, process, log)
     stock_pool, stock_init = kcc.BlockPool, kcc.KVCacheCoordinator.__init__
     free = kcm.KVCacheManager.free

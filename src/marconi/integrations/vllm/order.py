@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from marconi.core.scores import FlopsAt, flop_order, flop_score
+from marconi.core.priority import Feature, Score
+from marconi.core.scores import FlopsAt, check_features, evaluate, in_python, order, ranks
+from marconi.core.scores import first_lowest as lowest_in_python
 from marconi.core.spec import ModelSpec
 
 
@@ -24,8 +26,12 @@ class StateOrder:
     left out) with one block per Mamba group. `first` is the same choice made the plain way, over a
     list: the reference that `check` compares every choice with."""
 
-    def __init__(self, spec: ModelSpec, alpha: float = 0.0, orphans_first: bool = True
-                 ) -> None:
+    FEATURES = frozenset({Feature.RECENCY, Feature.EFFICIENCY})
+
+    def __init__(self, spec: ModelSpec, score: Score, alpha: float = 0.0,
+                 orphans_first: bool = True) -> None:
+        self.score = score  # the declared score (Marconi's), `RECENCY` the free queue rank
+        check_features(self.score, self.FEATURES, "marconi's order in vLLM")
         self.spec, self.alpha = spec, float(alpha)
         self.orphans_first = orphans_first  # False: orphan KV left in vLLM's order
         self.check = False  # True: every choice also made by `first`, and compared
@@ -110,7 +116,7 @@ class StateOrder:
         `skip`: the first whose KV or other blocks are gone, else the first in Marconi's
         order (min-max normalized over exactly these candidates)."""
         ids = [i for i in found if i not in skip] if skip else list(found)
-        if self.alpha == 0.0 or len(ids) < 2:
+        if len(ids) < 2 or self.score.by_recency(self.alpha):
             return found[ids[0]]
         dead = self.dead
         if dead:  # (a block's state is `state_of`'s, the same books as `blocks_of`)
@@ -120,9 +126,10 @@ class StateOrder:
                     return found[i]
         if len(ids) <= FEW:  # numpy's calls cost more than the score in Python
             item = self.eff_of.item
-            return found[ids[first_lowest([item(i) for i in ids], self.alpha)]]
+            return found[ids[first_lowest([item(i) for i in ids], self.alpha, self.score)]]
         at = np.array(ids, dtype=np.int64)
-        return found[ids[int(np.argmin(flop_score(self.eff_of[at], self.alpha)))]]
+        values = {Feature.RECENCY: ranks(len(ids)), Feature.EFFICIENCY: self.eff_of[at]}
+        return found[ids[int(np.argmin(evaluate(self.score, values, self.alpha)))]]
 
     def efficiency(self, block: Any) -> float:
         depth = int(block.block_hash_num_tokens)
@@ -140,32 +147,37 @@ class StateOrder:
         first whose KV or other blocks are gone (`cached(key)` false for a key of its
         state's `keys_of`: no hit can use it, and a tree would have dropped it with its
         KV), else the first in Marconi's order."""
-        if self.alpha == 0.0 or len(candidates) < 2:
+        if len(candidates) < 2 or self.score.by_recency(self.alpha):
             return 0
         for i, block in enumerate(candidates):
             state = self.state_of.get(block.block_id)
             if not all(cached(key) for key in self.keys_of.get(state, ())):  # type: ignore
                 return i
         eff = np.array([self.efficiency(b) for b in candidates])
-        return int(flop_order(eff, self.alpha)[0])
+        values = {Feature.RECENCY: ranks(len(eff)), Feature.EFFICIENCY: eff}
+        return int(order(self.score, values, self.alpha)[0])
 
 
 FEW = 48  # candidates up to which `StateOrder.pick` scores them in Python
 
 
-def flop_scores(effs: list[float], alpha: float) -> list[float]:
-    """`flop_score(np.array(effs), alpha).tolist()`, bit for bit, in Python (at least two
-    candidates): the same IEEE operations on the same doubles in the same order (rank
-    k / (n - 1); efficiency min-max normalized, all equal -> 1; rank plus alpha times
-    that), without numpy's cost per call, some ten of them, on a few candidates."""
-    low, high, last = min(effs), max(effs), len(effs) - 1
-    if high == low:
-        return [k / last + alpha * 1.0 for k in range(last + 1)]
-    span = high - low
-    return [k / last + alpha * ((e - low) / span) for k, e in enumerate(effs)]
+def flop_scores(effs: list[float], alpha: float, score: Score) -> list[float]:
+    """The declared `score` of candidates in free queue order with
+    efficiencies `effs`, in plain Python (`core.scores.in_python`: numpy's, bit for bit),
+    without numpy's cost per call, some ten of them, on a few candidates."""
+    return in_python(score, {Feature.RECENCY: _ranks(len(effs)), Feature.EFFICIENCY: effs},
+                     alpha)
 
 
-def first_lowest(effs: list[float], alpha: float) -> int:
-    """`int(np.argmin(flop_score(np.array(effs), alpha)))`: the first lowest score."""
-    scores = flop_scores(effs, alpha)
-    return scores.index(min(scores))
+def first_lowest(effs: list[float], alpha: float, score: Score) -> int:
+    """`flop_scores`' first lowest: numpy's `argmin` of the same scores."""
+    return lowest_in_python(score, {Feature.RECENCY: _ranks(len(effs)),
+                                    Feature.EFFICIENCY: effs}, alpha)
+
+
+_RANKS = [float(k) for k in range(FEW + 1)]  # `RECENCY` of up to `FEW` candidates
+
+
+def _ranks(n: int) -> list[float]:
+    """`RECENCY` of `n` candidates in free queue order: their ranks, as floats."""
+    return _RANKS[:n] if n <= FEW else [float(k) for k in range(n)]

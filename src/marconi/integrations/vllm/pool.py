@@ -77,7 +77,7 @@ class MarconiBlockPool(BookedPool):
         if states is None or not self.enable_caching:
             return None
         if num_blocks > self.get_num_free_blocks() \
-                or (alpha == 0.0 and not (self.marconi_orphans_first
+                or (order.score.by_recency(alpha) and not (self.marconi_orphans_first
                                           and self.marconi_orphans)):
             return None
         start = now()
@@ -101,8 +101,8 @@ class MarconiBlockPool(BookedPool):
             if block.block_id not in chosen_ids:
                 head.append(block)
             block = block.next_free_block
-        # at alpha 0 states go in vLLM's order
-        slots = [] if alpha == 0.0 else self._state_slots(head)
+        # where the score is recency's alone (alpha 0) states go in vLLM's order
+        slots = [] if order.score.by_recency(alpha) else self._state_slots(head)
         if not slots and not took_orphans:  # the queue's head, in its order: vLLM's own
             clocks.choose(now() - start)
             return None

@@ -1,0 +1,98 @@
+"""What the compiled core runs (docs/architecture.md, "The compiled core"): the names a
+policy's class declares (`compiled_as`), how a declared score maps onto its evaluator
+(`score_form`), and why a pair of policies with a layout does not run there
+(`compiled_reason`). `marconi.core.compiled` builds the cache from these."""
+
+from __future__ import annotations
+
+from marconi.core.layout import Layout
+from marconi.core.policy import Admission, Eviction
+from marconi.core.priority import Feature, Score
+from marconi.core.spec import ModelSpec
+
+# what the compiled core runs, by `compiled_as`
+ADMISSIONS = ("judicious", "none", "block", "structured", "sparse", "align", "radix")
+EVICTIONS = ("lru", "scored", "keep", "gd", "density",
+             "switchable", "blocklru", "blockflop", "radixlru", "radixflop", "radixtlru",
+             "ranked")
+# the evictions that evaluate a declared score (their `score`): over Marconi's candidates,
+# or over an engine's state list, ranked
+SCORED = ("scored", "blockflop", "radixflop")
+# vLLM's align mode runs with its block queue (and it alone), KV in pages or per token;
+# SGLang's admission with its two lists (and they alone), a state pool or not; either may
+# run with `keep` (the unbounded cache of the bounds, which never evicts)
+BLOCK_QUEUES = ("blocklru", "blockflop")
+RADIX_LISTS = ("radixlru", "radixflop", "radixtlru")
+# an engine's admission -> the evictions it runs compiled with, in words
+ENGINE_PAIRS = {"align": (BLOCK_QUEUES, "vLLM's align mode", "its block queue"),
+                "radix": (RADIX_LISTS, "SGLang's admission", "its two lists")}
+
+
+def compiled_as(policy: Admission | Eviction) -> str | None:
+    """The compiled core's name for `policy`, which its own class declares
+    (`compiled_as`) where the compiled core runs it exactly; None otherwise. Inherited
+    declarations do not count: a subclass may change what its parent did."""
+    if "compiled_as" not in vars(type(policy)):
+        return None
+    return getattr(policy, "compiled_as", None)
+
+
+def score_form(score: Score, ranked: bool) -> tuple[bool, float] | str:
+    """How the compiled core evaluates a declared `Score` (`Core::flop_scores`, and
+    `flop_pick` over an engine's state list where `ranked`): (whether the recency is the
+    inverse age, the replay length's weight or -1 for alpha x efficiency); or why it
+    cannot, where the declaration is not of that form (two terms: the recency or its
+    inverse age at weight 1, then the efficiency at weight alpha or, not `ranked`, the
+    replay length at a fixed weight)."""
+    python = f"score {score.name!r} runs in Python only: the compiled core evaluates"
+    if len(score.terms) != 2:
+        return f"{python} two terms, it has {len(score.terms)}"
+    first, second = score.terms
+    recencies = (Feature.RECENCY,) if ranked else (Feature.RECENCY, Feature.INVERSE_AGE)
+    if first.feature not in recencies or first.weight != 1.0 or first.tuned:
+        return (f"{python} {' or '.join(f.value for f in recencies)} at weight 1 first, "
+                f"not {first.feature.value} at {first.weight:g}"
+                + (" x alpha" if first.tuned else ""))
+    if second.feature is Feature.EFFICIENCY and second.tuned and second.weight == 1.0:
+        return first.feature is Feature.INVERSE_AGE, -1.0
+    if second.feature is Feature.REPLAY and not second.tuned and not ranked:
+        return first.feature is Feature.INVERSE_AGE, second.weight
+    return (f"{python} alpha x efficiency"
+            + ("" if ranked else " or a fixed weight x replay") + f" second, not "
+            f"{second.feature.value} at {second.weight:g}" + (" x alpha" if second.tuned else ""))
+
+
+def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
+                    layout: Layout) -> str | None:
+    """Why these policies cannot run on the compiled core; None when they can."""
+    if compiled_as(admission) not in ADMISSIONS:
+        return f"admission {type(admission).__name__} runs in Python only"
+    if compiled_as(eviction) not in EVICTIONS:
+        return f"eviction {type(eviction).__name__} runs in Python only (as configured)"
+    if compiled_as(eviction) == "ranked" and len(eviction.priority.keys) > 2:  # type: ignore[attr-defined]
+        return "a declared priority of more than two keys runs in Python only"
+    if compiled_as(eviction) in SCORED:
+        form = score_form(eviction.score,  # type: ignore[attr-defined]
+                          ranked=compiled_as(eviction) != "scored")
+        if isinstance(form, str):
+            return form
+    if compiled_as(admission) == "structured" and spec.ssm_layers == 0:
+        return ("Structured admission of a model without SSM layers (a node per block) runs "
+                "in Python only")
+    for kind, (evictions, who, lists) in ENGINE_PAIRS.items():
+        mine = compiled_as(admission) == kind
+        if mine != (compiled_as(eviction) in evictions) and compiled_as(eviction) != "keep":
+            return (f"{type(admission).__name__} with {type(eviction).__name__} runs in "
+                    f"Python only ({who} is compiled with {lists} only)")
+        if mine and spec.ssm_layers == 0:
+            return f"{who} for a model without SSM layers runs in Python only"
+    aligned, radix = compiled_as(admission) == "align", compiled_as(admission) == "radix"
+    if radix and getattr(eviction, "config", None) is not None \
+            and eviction.config.max_states_per_path is not None:  # type: ignore[attr-defined]
+        return "SGLang's cap on states per path runs in Python only"
+    if (layout.pooled and not radix) or (layout.page_size > 1 and not aligned):
+        return (f"layout {layout.describe()} runs in Python only (compiled: one byte "
+                "budget, KV pages under vLLM's align mode, a state pool under SGLang's)")
+    if max(spec.kv_bytes_per_token, spec.ssm_bytes) >= 2**40:
+        return "model byte sizes beyond the compiled core's integer range"
+    return None

@@ -1,0 +1,138 @@
+"""Declared scores (`core.priority.Score`): Marconi's order written once, in
+`paper/eviction.py`, and evaluated by the Python core, the compiled core, the engines'
+emulations and both plugins (docs/architecture.md, "Declared priorities")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from marconi.core.candidates import Declared
+from marconi.core.compiled import compiled_reason, score_form
+from marconi.core.layout import Layout
+from marconi.core.priority import Candidates, Feature, Key, Priority, Score, Term, Touches
+from marconi.core.scores import evaluate, first_lowest, in_python, normalized, order, ranks
+from marconi.core.spec import PAPER_7B
+from marconi.integrations import sglang as sglang_integration
+from marconi.integrations.common import declared_score
+from marconi.integrations.vllm import MIRROR as VLLM_MIRROR
+from marconi.integrations.vllm import StateOrder, flop_scores
+from marconi.paper import eviction
+from marconi.paper.eviction import MARCONI, MARCONI_INVERSE_AGE, FlopAware, Recency
+from marconi.peers.seglen import SegLen, seglen_score
+from marconi.systems import get_system
+
+# Marconi's order with the efficiency weighed three times: a change to its one declaration
+TRIPLE = Score("marconi-triple", terms=(Term(Feature.RECENCY),
+                                        Term(Feature.EFFICIENCY, weight=3.0, tuned=True)))
+ENGINES = ("sglang-2026+marconi", "vllm-2026+marconi")
+
+
+def test_marconis_declaration_is_the_papers_formula() -> None:
+    """minmax(recency) + alpha x minmax(efficiency), lowest first, ties in given order."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(2, 30))
+        rec, eff = rng.random(n) * 100, rng.integers(0, 4, n) * 0.25
+        alpha = float(rng.choice([0.0, 0.1, 1.0, 7.0]))
+        got = evaluate(MARCONI, {Feature.RECENCY: rec, Feature.EFFICIENCY: eff}, alpha)
+        assert np.array_equal(got, normalized(rec) + alpha * normalized(eff))
+        ranked = order(MARCONI, {Feature.RECENCY: ranks(n), Feature.EFFICIENCY: eff}, alpha)
+        score = normalized(ranks(n)) + alpha * normalized(eff)
+        assert list(ranked) == sorted(range(n), key=lambda i: (score[i], i))
+
+
+def test_python_evaluation_is_numpys_bit_for_bit() -> None:
+    """`in_python` (the vLLM plugin's few candidates) against `evaluate`, on random
+    declarations of one to three terms, fixed and tuned weights, ties and equal columns."""
+    rng = np.random.default_rng(7)
+    features = (Feature.RECENCY, Feature.EFFICIENCY, Feature.REPLAY)
+    for _ in range(1500):
+        k = int(rng.integers(1, 4))
+        chosen = [features[int(i)] for i in rng.permutation(3)[:k]]
+        terms = tuple(Term(f, weight=float(rng.choice([1.0, 0.85, 3.0, 1e-3])),
+                           tuned=bool(rng.integers(2))) for f in chosen)
+        score = Score("random", terms=terms)
+        n = int(rng.integers(1, 50))
+        values = {f: [float(v) for v in (rng.integers(0, 3, n) * 0.1 if rng.integers(3) == 0
+                                         else rng.random(n) * 10.0 ** rng.integers(-3, 9))]
+                  for f in chosen}
+        alpha = float(rng.choice([0.0, 1e-3, 1 / 3, 2.0, 1e9]))
+        plain = evaluate(score, {f: np.array(v) for f, v in values.items()}, alpha)
+        assert in_python(score, values, alpha) == plain.tolist()
+        assert first_lowest(score, values, alpha) == int(np.argmin(plain))
+
+
+def test_every_evaluator_reads_the_one_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Changing Marconi's declaration in `paper/eviction.py` reaches the simulator's
+    system, the engines' emulations and both plugins, and the compiled core refuses the
+    form it does not evaluate, naming it (the cache then runs on the Python core)."""
+    monkeypatch.setattr(eviction, "MARCONI", TRIPLE)
+    monkeypatch.setitem(eviction.SCORES, Recency.TIME, TRIPLE)
+    marconi = get_system("marconi").policies(PAPER_7B, 0.5)
+    assert marconi[1].score is TRIPLE  # type: ignore[attr-defined]
+    for name in ENGINES:
+        assert get_system(name).policies(PAPER_7B, 0.5)[1].score is TRIPLE  # type: ignore[attr-defined]
+    assert declared_score(sglang_integration.MIRROR, PAPER_7B) is TRIPLE
+    assert declared_score(VLLM_MIRROR, PAPER_7B) is TRIPLE
+    reason = compiled_reason(PAPER_7B, *marconi, Layout())
+    assert reason is not None and "'marconi-triple' runs in Python only" in reason
+    effs = [0.5, 0.1, 0.3, 0.1]
+    scores = flop_scores(effs, 1.0, TRIPLE)
+    assert scores == pytest.approx([k / 3 + 3.0 * (e - 0.1) / 0.4 for k, e in enumerate(effs)])
+
+
+def test_the_compiled_core_evaluates_the_declared_forms_it_has() -> None:
+    assert score_form(MARCONI, ranked=False) == (False, -1.0)
+    assert score_form(MARCONI, ranked=True) == (False, -1.0)
+    assert score_form(MARCONI_INVERSE_AGE, ranked=False) == (True, -1.0)
+    assert score_form(seglen_score(0.85), ranked=False) == (False, 0.85)
+    for score, ranked, words in (
+            (MARCONI_INVERSE_AGE, True, "recency at weight 1 first, not inverse-age"),
+            (seglen_score(0.85), True, "second, not replay at 0.85"),
+            (TRIPLE, False, "second, not efficiency at 3 x alpha"),
+            (Score("one", terms=(Term(Feature.RECENCY),)), False, "two terms, it has 1")):
+        form = score_form(score, ranked)
+        assert isinstance(form, str) and words in form, form
+
+
+def test_each_evaluator_refuses_what_it_cannot_read() -> None:
+    depth = Score("by-depth", terms=(Term(Feature.RECENCY), Term(Feature.REPLAY, tuned=True)))
+    with pytest.raises(ValueError, match="reads replay, and marconi's order in SGLang"):
+        sglang_integration.FlopOrder(PAPER_7B, depth)
+    with pytest.raises(ValueError, match="reads efficiency, and the Python core's Declared"):
+        Declared(MARCONI)  # no model: no efficiency
+    with pytest.raises(ValueError, match="touches of the hit"):
+        Declared(Score("paths", terms=(Term(Feature.RECENCY),), touches=Touches.PATH))
+    with pytest.raises(ValueError, match="candidates of at most one child"):
+        Declared(Score("leaves", terms=(Term(Feature.RECENCY),), candidates=Candidates.LEAVES))
+    with pytest.raises(ValueError, match="a key reads a node's own features, not 'efficiency'"):
+        Priority("p", keys=(Key(Term(Feature.EFFICIENCY)),))
+    with pytest.raises(ValueError, match="is tuned, and a Priority has no alpha"):
+        Priority("p", keys=(Key(Term(Feature.HITS, tuned=True)),))
+    with pytest.raises(ValueError, match="is a step"):
+        Score("s", terms=(Term(Feature.HITS, at_least=2),))
+    with pytest.raises(ValueError, match="weights are >= 0"):
+        Score("s", terms=(Term(Feature.RECENCY, weight=-1.0),))
+
+
+def test_the_policies_keep_their_declarations() -> None:
+    assert FlopAware(PAPER_7B, 1.0).score is MARCONI
+    assert FlopAware(PAPER_7B, 1.0, Recency.INVERSE_AGE).score is MARCONI_INVERSE_AGE
+    assert SegLen(0.5).score == seglen_score(0.5) and SegLen(0.5).alpha is None
+
+
+def test_an_engines_own_order_is_taken_only_where_the_score_is_recencys() -> None:
+    """The emulations and plugins take their list's LRU head where the declared score
+    orders by recency alone: Marconi's at alpha 0, not a score with a fixed other term."""
+    assert MARCONI.by_recency(0.0) and not MARCONI.by_recency(1e-9)
+    fixed = Score("fixed", terms=(Term(Feature.RECENCY), Term(Feature.EFFICIENCY, 1e-20)))
+    assert not fixed.by_recency(0.0)
+    fixed = Score("fixed", terms=(Term(Feature.RECENCY), Term(Feature.EFFICIENCY, 10.0)))
+    assert not Score("eff", terms=(Term(Feature.EFFICIENCY, tuned=True),)).by_recency(0.0)
+    effs = [0.5, 0.1, 0.3]
+    state_order = StateOrder(PAPER_7B, fixed)
+    state_order.eff_of = np.array(effs)
+    found = {i: f"block {i}" for i in range(3)}
+    assert state_order.pick(found, set()) == "block 1"  # the lowest efficiency, not the head
+    assert StateOrder(PAPER_7B, MARCONI).pick(found, set()) == "block 0"  # alpha 0: the head
