@@ -26,7 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from common import PLUS_DESIGN, PLUS_FRESH, TRAJS, grid_parser, trace, unseen_trace
+from common import PLUS_DESIGN, PLUS_FRESH, TRAJS, grid_parser, save_figure, trace, unseen_trace
 
 from marconi.core.spec import resolve_model
 from marconi.sim.result import SimConfig
@@ -127,10 +127,7 @@ def draw(rows: list[tuple[tuple[str, str, str], float, float, float]], path: Pat
                        ha="right")
     ax.set_ylabel("FLOPs saved, points")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    print(f"plot written to {path}", file=sys.stderr)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

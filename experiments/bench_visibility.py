@@ -23,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from common import available, grid_parser, trace
+from common import available, grid_parser, save_figure, trace
 
 from marconi.core.spec import PAPER_7B
 from marconi.sim.result import VISIBILITIES, SimConfig
@@ -113,10 +113,7 @@ def draw(grid: list[tuple[str, tuple[str, ...]]],
     ax.set_xticklabels([f"{n}\n{c}" for n, c in configs], fontsize=7, rotation=30, ha="right")
     ax.set_ylabel("FLOPs saved %")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    print(f"plot written to {path}", file=sys.stderr)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

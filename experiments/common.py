@@ -20,6 +20,7 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from marconi.core.spec import PAPER_7B, resolve_model
 from marconi.sim.replay import simulate
@@ -54,6 +55,14 @@ def grid_parser(doc: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--plot", default=None, help="also draw the table (a PNG path)")
     parser.add_argument("--workers", type=int, default=2)
     return parser
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay out `fig`, write it to `path` (its folder made) and say where on stderr."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    print(f"plot written to {path}", file=sys.stderr)
 
 
 # --- traces by name ------------------------------------------------------------------
