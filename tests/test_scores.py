@@ -21,6 +21,7 @@ from marconi.paper import eviction
 from marconi.paper.eviction import MARCONI, MARCONI_INVERSE_AGE, FlopAware, Recency
 from marconi.peers.seglen import SegLen, seglen_score
 from marconi.systems import get_system
+from tests.helpers import SMALL
 
 # Marconi's order with the efficiency weighed three times: a change to its one declaration
 TRIPLE = Score("marconi-triple", terms=(Term(Feature.RECENCY),
@@ -136,3 +137,30 @@ def test_an_engines_own_order_is_taken_only_where_the_score_is_recencys() -> Non
     found = {i: f"block {i}" for i in range(3)}
     assert state_order.pick(found, set()) == "block 1"  # the lowest efficiency, not the head
     assert StateOrder(PAPER_7B, MARCONI).pick(found, set()) == "block 0"  # alpha 0: the head
+
+
+def test_a_declared_score_runs_compiled_where_its_form_maps() -> None:
+    """A `Declared` of Marconi's score is the compiled core's `scored` evaluator, victim
+    for victim the Python core's; one the form does not map runs on the Python core."""
+    from marconi.core.cache import PrefixCache
+    from marconi.core.compiled import CompiledCache, built, replay_cache
+    from marconi.paper.admission import Judicious
+
+    if not built():
+        pytest.skip("the compiled core is not built")
+    compiled = replay_cache(SMALL, "400KB", Judicious(), Declared(MARCONI, SMALL, 1.0))
+    python = PrefixCache(SMALL, "400KB", Judicious(), Declared(MARCONI, SMALL, 1.0))
+    assert isinstance(compiled, CompiledCache)
+    rng = np.random.default_rng(5)
+    base = rng.integers(0, 1000, 300)
+    for i in range(120):
+        tokens = np.concatenate([base[:int(rng.integers(20, 300))],
+                                 rng.integers(0, 1000, int(rng.integers(5, 60)))])
+        n_input = len(tokens) - 3
+        hits = [c.lookup(tokens[:n_input]).hit for c in (compiled, python)]
+        assert hits[0] == hits[1], i
+        for c in (compiled, python):
+            c.commit(tokens, n_input)
+    assert compiled.stats.evictions == python.stats.evictions > 0
+    triple = replay_cache(SMALL, "400KB", Judicious(), Declared(TRIPLE, SMALL, 1.0))
+    assert not isinstance(triple, CompiledCache)

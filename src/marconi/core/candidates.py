@@ -217,6 +217,9 @@ class Declared(Scored):
 
     FEATURES = frozenset({Feature.RECENCY, Feature.INVERSE_AGE, Feature.EFFICIENCY,
                           Feature.REPLAY})
+    # the compiled core evaluates a score of the form `compiled_forms.score_form` maps
+    # (any other runs on the Python core, the reason printed); a subclass declares its own
+    compiled_as = "scored"
 
     def __init__(self, score: Score, spec: ModelSpec | None = None,
                  alpha: float | None = None) -> None:
