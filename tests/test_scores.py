@@ -66,8 +66,9 @@ def test_python_evaluation_is_numpys_bit_for_bit() -> None:
 
 def test_every_evaluator_reads_the_one_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
     """Changing Marconi's declaration in `paper/eviction.py` reaches the simulator's
-    system, the engines' emulations and both plugins, and the compiled core refuses the
-    form it does not evaluate, naming it (the cache then runs on the Python core)."""
+    system, the engines' emulations and both plugins; the compiled core runs it over
+    Marconi's candidates, and over an engine's state list (Marconi's terms only there)
+    refuses it, naming it (those caches then run on the Python core)."""
     monkeypatch.setattr(eviction, "MARCONI", TRIPLE)
     monkeypatch.setitem(eviction.SCORES, Recency.TIME, TRIPLE)
     marconi = get_system("marconi").policies(PAPER_7B, 0.5)
@@ -76,7 +77,9 @@ def test_every_evaluator_reads_the_one_declaration(monkeypatch: pytest.MonkeyPat
         assert get_system(name).policies(PAPER_7B, 0.5)[1].score is TRIPLE  # type: ignore[attr-defined]
     assert declared_score(sglang_integration.MIRROR, PAPER_7B) is TRIPLE
     assert declared_score(VLLM_MIRROR, PAPER_7B) is TRIPLE
-    reason = compiled_reason(PAPER_7B, *marconi, Layout())
+    assert compiled_reason(PAPER_7B, *marconi, Layout()) is None
+    engine = get_system("vllm-2026+marconi").policies(PAPER_7B, 0.5)
+    reason = compiled_reason(PAPER_7B, *engine, Layout())
     assert reason is not None and "'marconi-triple' runs in Python only" in reason
     effs = [0.5, 0.1, 0.3, 0.1]
     scores = flop_scores(effs, 1.0, TRIPLE)
@@ -84,15 +87,16 @@ def test_every_evaluator_reads_the_one_declaration(monkeypatch: pytest.MonkeyPat
 
 
 def test_the_compiled_core_evaluates_the_declared_forms_it_has() -> None:
-    assert score_form(MARCONI, ranked=False) == (False, -1.0)
-    assert score_form(MARCONI, ranked=True) == (False, -1.0)
-    assert score_form(MARCONI_INVERSE_AGE, ranked=False) == (True, -1.0)
-    assert score_form(seglen_score(0.85), ranked=False) == (False, 0.85)
+    assert score_form(MARCONI, ranked=False) == ([0, 2], [1.0, 1.0], [False, True])
+    assert score_form(MARCONI, ranked=True) == ([0, 2], [1.0, 1.0], [False, True])
+    assert score_form(MARCONI_INVERSE_AGE, ranked=False) == ([1, 2], [1.0, 1.0], [False, True])
+    assert score_form(seglen_score(0.85), ranked=False) == ([0, 3], [1.0, 0.85], [False, False])
+    assert score_form(TRIPLE, ranked=False) == ([0, 2], [1.0, 3.0], [False, True])
+    hits = Score("hits", terms=(Term(Feature.RECENCY), Term(Feature.HITS)))
     for score, ranked, words in (
-            (MARCONI_INVERSE_AGE, True, "recency at weight 1 first, not inverse-age"),
-            (seglen_score(0.85), True, "second, not replay at 0.85"),
-            (TRIPLE, False, "second, not efficiency at 3 x alpha"),
-            (Score("one", terms=(Term(Feature.RECENCY),)), False, "two terms, it has 1")):
+            (MARCONI_INVERSE_AGE, True, "recency, then efficiency x alpha, over an engine's"),
+            (TRIPLE, True, "over an engine's state list"),
+            (hits, False, "efficiency, replay, not hits")):
         form = score_form(score, ranked)
         assert isinstance(form, str) and words in form, form
 
@@ -140,27 +144,31 @@ def test_an_engines_own_order_is_taken_only_where_the_score_is_recencys() -> Non
 
 
 def test_a_declared_score_runs_compiled_where_its_form_maps() -> None:
-    """A `Declared` of Marconi's score is the compiled core's `scored` evaluator, victim
-    for victim the Python core's; one the form does not map runs on the Python core."""
+    """A `Declared` score is the compiled core's `scored` evaluator, hit for hit and
+    victim for victim the Python core's: Marconi's, and its declaration changed (three
+    terms, fixed and tuned weights, the replay length and the inverse age)."""
     from marconi.core.cache import PrefixCache
     from marconi.core.compiled import CompiledCache, built, replay_cache
     from marconi.paper.admission import Judicious
 
     if not built():
         pytest.skip("the compiled core is not built")
-    compiled = replay_cache(SMALL, "400KB", Judicious(), Declared(MARCONI, SMALL, 1.0))
-    python = PrefixCache(SMALL, "400KB", Judicious(), Declared(MARCONI, SMALL, 1.0))
-    assert isinstance(compiled, CompiledCache)
-    rng = np.random.default_rng(5)
-    base = rng.integers(0, 1000, 300)
-    for i in range(120):
-        tokens = np.concatenate([base[:int(rng.integers(20, 300))],
-                                 rng.integers(0, 1000, int(rng.integers(5, 60)))])
-        n_input = len(tokens) - 3
-        hits = [c.lookup(tokens[:n_input]).hit for c in (compiled, python)]
-        assert hits[0] == hits[1], i
-        for c in (compiled, python):
-            c.commit(tokens, n_input)
-    assert compiled.stats.evictions == python.stats.evictions > 0
-    triple = replay_cache(SMALL, "400KB", Judicious(), Declared(TRIPLE, SMALL, 1.0))
-    assert not isinstance(triple, CompiledCache)
+    three = Score("three", terms=(Term(Feature.INVERSE_AGE, weight=0.5),
+                                  Term(Feature.EFFICIENCY, weight=3.0, tuned=True),
+                                  Term(Feature.REPLAY, weight=0.25)))
+    for score in (MARCONI, TRIPLE, three):
+        compiled = replay_cache(SMALL, "400KB", Judicious(), Declared(score, SMALL, 0.7))
+        python = PrefixCache(SMALL, "400KB", Judicious(), Declared(score, SMALL, 0.7))
+        assert isinstance(compiled, CompiledCache), score.name
+        rng = np.random.default_rng(5)
+        base = rng.integers(0, 1000, 300)
+        for i in range(150):
+            tokens = np.concatenate([base[:int(rng.integers(20, 300))],
+                                     rng.integers(0, 1000, int(rng.integers(5, 60)))])
+            n_input = len(tokens) - 3
+            hits = [c.lookup(tokens[:n_input]).hit for c in (compiled, python)]
+            assert hits[0] == hits[1], (score.name, i)
+            for c in (compiled, python):
+                c.commit(tokens, n_input)
+        assert compiled.stats.evictions == python.stats.evictions > 0, score.name
+        assert compiled.stats.hit_tokens == python.stats.hit_tokens, score.name

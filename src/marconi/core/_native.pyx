@@ -90,7 +90,8 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         i64 reserved_kv()
         i64 reserved_states()
         void set_flop_states(const Spec&)
-        void set_flop_terms(cbool, double) except +
+        void set_score_terms(const vector[int]&, const vector[double]&,
+                             const vector[cbool]&) except +
         void set_tlru(i64, i64) except +
         void set_keys(const vector[int]&, const vector[int]&, const vector[double]&,
                       const vector[double]&) except +
@@ -294,10 +295,11 @@ cdef class NativeCore:
         feature (0-4), weight and step threshold (NaN: none)."""
         self.core.set_keys(key, feature, weight, at_least)
 
-    def set_flop_terms(self, cbool inverse_age, double replay_weight):
-        """Marconi's score with the artifact's recency, or SegLen's replay length at
-        `replay_weight` (`Core::set_flop_terms`; < 0: the FLOP efficiency)."""
-        self.core.set_flop_terms(inverse_age, replay_weight)
+    def set_score_terms(self, feature, weight, tuned):
+        """A declared score's terms (`Core::set_score_terms`): per term its feature (0
+        recency, 1 inverse age, 2 efficiency, 3 replay length), weight and whether alpha
+        multiplies it."""
+        self.core.set_score_terms(feature, weight, tuned)
 
     # --- structured admission, GreedyDual-FLOP, hit density --------------------------------
 

@@ -13,7 +13,7 @@ whose class declares `compiled_as`, the paper's judicious admission, vLLM+'s blo
 admission, marconi+'s structured admission (its boundaries or planner's points handed over
 per request), sparse prefix caching's (its placement's points, the same way) or none, with
 LRU over leaves (either tie-break), a declared priority of up to two keys, a declared
-score of the two-term form `compiled_forms.score_form` maps (Marconi's FLOP-aware eviction
+score over the features `compiled_forms.score_form` maps (Marconi's FLOP-aware eviction
 with the paper's recency or the artifact's, SegLen: the replay length in place of the
 efficiency), GreedyDual-FLOP, hit density (by depth too), marconi+'s
 live eviction (all of these but FLOP-aware at once, `Switchable`), or none at all (the
@@ -273,9 +273,7 @@ class CompiledCache:
         if compiled_as(eviction) == "scored":  # a declared score (`core.priority.Score`)
             form = score_form(policy.score, ranked=False)
             assert not isinstance(form, str)  # (`compiled_reason` refused it otherwise)
-            inverse_age, replay_weight = form
-            if inverse_age or replay_weight >= 0:
-                self._core.set_flop_terms(inverse_age, replay_weight)
+            self._core.set_score_terms(*form)
         if compiled_as(eviction) == "radixtlru":  # T-LRU's KV order
             self._core.set_tlru(policy.threshold, policy.next_prompt)
         if compiled_as(eviction) in ("blockflop", "radixflop"):  # its own model's sizes

@@ -37,29 +37,28 @@ def compiled_as(policy: Admission | Eviction) -> str | None:
     return getattr(policy, "compiled_as", None)
 
 
-def score_form(score: Score, ranked: bool) -> tuple[bool, float] | str:
-    """How the compiled core evaluates a declared `Score` (`Core::flop_scores`, and
-    `flop_pick` over an engine's state list where `ranked`): (whether the recency is the
-    inverse age, the replay length's weight or -1 for alpha x efficiency); or why it
-    cannot, where the declaration is not of that form (two terms: the recency or its
-    inverse age at weight 1, then the efficiency at weight alpha or, not `ranked`, the
-    replay length at a fixed weight)."""
+# the features the compiled core computes for a declared score, by their code there
+# (`Core::ScoreFeature`)
+SCORE_FEATURES = (Feature.RECENCY, Feature.INVERSE_AGE, Feature.EFFICIENCY, Feature.REPLAY)
+# Marconi's terms: all that `flop_pick` evaluates over an engine's state list
+_MARCONIS = [(Feature.RECENCY, 1.0, False), (Feature.EFFICIENCY, 1.0, True)]
+
+
+def score_form(score: Score, ranked: bool
+               ) -> tuple[list[int], list[float], list[bool]] | str:
+    """How the compiled core evaluates a declared `Score`: per term its feature's code
+    (`SCORE_FEATURES`), its weight and whether alpha multiplies it (`Core::set_score_terms`,
+    any terms over those features); over an engine's state list (`ranked`: `flop_pick`),
+    Marconi's terms only (recency at weight 1, then efficiency x alpha). Or why it cannot."""
     python = f"score {score.name!r} runs in Python only: the compiled core evaluates"
-    if len(score.terms) != 2:
-        return f"{python} two terms, it has {len(score.terms)}"
-    first, second = score.terms
-    recencies = (Feature.RECENCY,) if ranked else (Feature.RECENCY, Feature.INVERSE_AGE)
-    if first.feature not in recencies or first.weight != 1.0 or first.tuned:
-        return (f"{python} {' or '.join(f.value for f in recencies)} at weight 1 first, "
-                f"not {first.feature.value} at {first.weight:g}"
-                + (" x alpha" if first.tuned else ""))
-    if second.feature is Feature.EFFICIENCY and second.tuned and second.weight == 1.0:
-        return first.feature is Feature.INVERSE_AGE, -1.0
-    if second.feature is Feature.REPLAY and not second.tuned and not ranked:
-        return first.feature is Feature.INVERSE_AGE, second.weight
-    return (f"{python} alpha x efficiency"
-            + ("" if ranked else " or a fixed weight x replay") + f" second, not "
-            f"{second.feature.value} at {second.weight:g}" + (" x alpha" if second.tuned else ""))
+    if ranked and [(t.feature, t.weight, t.tuned) for t in score.terms] != _MARCONIS:
+        return f"{python} recency, then efficiency x alpha, over an engine's state list"
+    for term in score.terms:
+        if term.feature not in SCORE_FEATURES:
+            return (f"{python} {', '.join(f.value for f in SCORE_FEATURES)}, not "
+                    f"{term.feature.value}")
+    return ([SCORE_FEATURES.index(t.feature) for t in score.terms],
+            [t.weight for t in score.terms], [t.tuned for t in score.terms])
 
 
 def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,

@@ -267,14 +267,20 @@ class Core {
         next_prompt_ = next_prompt;
     }
 
-    // Marconi's score with another term (`Evict::FLOP` only; before any request):
-    // `inverse_age`, the artifact's recency `1 / (now - t + 1)` (`Recency.INVERSE_AGE`);
-    // `replay_weight` >= 0, SegLen (`peers.seglen.SegLen`): the replay length (tokens from
-    // the nearest state above) in place of the FLOP efficiency, at that weight
-    void set_flop_terms(bool inverse_age, double replay_weight) {
-        if (evict_ != Evict::FLOP) throw std::invalid_argument("set_flop_terms: FLOP-aware eviction only");
-        inverse_age_ = inverse_age;
-        replay_weight_ = replay_weight;
+    // A declared score's terms (`core.priority.Score`, `Evict::FLOP` only; before any
+    // request), in order: per term its feature (`ScoreFeature`), weight and whether alpha
+    // multiplies it. Default: Marconi's, recency + alpha x efficiency
+    void set_score_terms(const std::vector<int>& feature, const std::vector<double>& weight,
+                         const std::vector<bool>& tuned) {
+        if (evict_ != Evict::FLOP) throw std::invalid_argument("set_score_terms: a scored eviction only");
+        if (feature.empty() || weight.size() != feature.size() || tuned.size() != feature.size())
+            throw std::invalid_argument("set_score_terms: one feature, weight and flag per term");
+        score_terms_.clear();
+        for (size_t k = 0; k < feature.size(); ++k) {
+            if (feature[k] < 0 || feature[k] > static_cast<int>(ScoreFeature::REPLAY))
+                throw std::invalid_argument("set_score_terms: a feature out of range");
+            score_terms_.push_back({static_cast<ScoreFeature>(feature[k]), weight[k], tuned[k]});
+        }
     }
 
     // --- the request's life ------------------------------------------------------------
@@ -718,8 +724,15 @@ class Core {
     std::vector<Term> terms_[2];
     bool tlru_ = false;              // `TailLRU` (`set_tlru`): its threshold and estimate
     i64 threshold_ = 0, next_prompt_ = 0;
-    bool inverse_age_ = false;       // Marconi's other terms (`set_flop_terms`)
-    double replay_weight_ = -1;      // (< 0: the FLOP efficiency, not SegLen's replay length)
+    // a declared score's terms (`set_score_terms`): the feature, its weight, x alpha or not
+    enum class ScoreFeature { RECENCY = 0, INVERSE_AGE = 1, EFFICIENCY = 2, REPLAY = 3 };
+    struct ScoreTerm {
+        ScoreFeature feature;
+        double weight;
+        bool tuned;
+    };
+    std::vector<ScoreTerm> score_terms_{{ScoreFeature::RECENCY, 1.0, false},
+                                        {ScoreFeature::EFFICIENCY, 1.0, true}};
     std::vector<double> term_rec_, term_eff_;
     Spec flop_spec_;
     double now_ = 0;                 // the block queue's clock: the last lookup's or commit's
@@ -1835,27 +1848,30 @@ class Core {
     }
 
   public:
-    // Marconi's score of every candidate now, in slot order (`FlopAware.scores`,
-    // `SegLen.scores`): recency and the other term min-max normalized (all equal: 1)
+    // The declared score of every candidate now, in slot order (`Declared.scores`, as
+    // `core.scores.evaluate` computes it): term by term, the feature min-max normalized
+    // over the candidates (all equal: 1), times its weight unless that is 1 (x alpha where
+    // tuned), summed in the declaration's order
     const std::vector<double>& flop_scores() {
         const size_t n = cand_.size();
         score_.resize(n);
         if (n == 0) return score_;
-        const std::vector<double>& rec = inverse_age_ ? inverse_ages() : rec_;
-        const std::vector<double>& eff = replay_weight_ >= 0 ? replay_lengths() : eff_;
-        double rlo = rec[0], rhi = rec[0], elo = eff[0], ehi = eff[0];
-        for (size_t i = 1; i < n; ++i) {
-            rlo = std::min(rlo, rec[i]); rhi = std::max(rhi, rec[i]);
-            elo = std::min(elo, eff[i]); ehi = std::max(ehi, eff[i]);
-        }
-        // built with -ffp-contract=off: no fused multiply-add
-        const double alpha = replay_weight_ >= 0 ? replay_weight_ : alpha_;
-        const double rspan = rhi - rlo, espan = ehi - elo;
-        for (size_t i = 0; i < n; ++i) {
-            double r = rhi > rlo ? (rec[i] - rlo) / rspan : 1.0;
-            double e = ehi > elo ? (eff[i] - elo) / espan : 1.0;
-            double product = alpha * e;
-            score_[i] = r + product;
+        for (size_t k = 0; k < score_terms_.size(); ++k) {
+            const ScoreTerm& term = score_terms_[k];
+            const std::vector<double>& x =
+                term.feature == ScoreFeature::RECENCY ? rec_
+                : term.feature == ScoreFeature::INVERSE_AGE ? inverse_ages()
+                : term.feature == ScoreFeature::EFFICIENCY ? eff_ : replay_lengths();
+            double lo = x[0], hi = x[0];
+            for (size_t i = 1; i < n; ++i) { lo = std::min(lo, x[i]); hi = std::max(hi, x[i]); }
+            // built with -ffp-contract=off: no fused multiply-add
+            const double weight = term.tuned ? term.weight * alpha_ : term.weight;
+            const double span = hi - lo;
+            for (size_t i = 0; i < n; ++i) {
+                double t = hi > lo ? (x[i] - lo) / span : 1.0;
+                if (weight != 1.0) t = weight * t;
+                score_[i] = k == 0 ? t : score_[i] + t;
+            }
         }
         return score_;
     }
