@@ -1636,7 +1636,7 @@ class Core {
     }
 
     // `FlopStates.pick`: among the unprotected states (`rank_states`), the first lowest
-    // `recency + alpha x efficiency` (both min-max normalized, as `flop_score` computes)
+    // `recency + alpha x efficiency` (both min-max normalized, as `core.scores.order` computes)
     int flop_pick() {
         rank_states(true);
         const std::vector<int>& nodes = pick_nodes_;
@@ -1877,7 +1877,7 @@ class Core {
     }
 
   private:
-    // `marconi_scores`' recency under `Recency.INVERSE_AGE`: `1.0 / (now - t + 1.0)` per
+    // `INVERSE_AGE` (`Declared.values`): `1.0 / (now - t + 1.0)` per
     // candidate, as numpy computes it (the clock a double: exact below 2^53)
     const std::vector<double>& inverse_ages() {
         const double now = static_cast<double>(clock);
