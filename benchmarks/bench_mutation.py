@@ -1,8 +1,7 @@
 """Mutation score of the core: how many planted bugs (mutmut's mutants) the tests kill.
 
-Mutated: the cache, tree, eviction mechanics, policy protocols and books, the declared
-priorities and scores with their evaluators (`core.scores`, `core.candidates`), the
-paper's admission and eviction policies, and the engine's prefill, state snapshots and tensor
+Mutated: the cache, tree, eviction mechanics, policy protocols and books, the paper's
+admission and eviction policies, and the engine's prefill, state snapshots and tensor
 store (docs/architecture.md, "Modules"). mutmut rewrites the files it mutates, so the
 whole run happens in a temporary copy of `src/` and `tests/`: the working tree is never
 touched; by default the copy is of HEAD, so uncommitted edits do not move the figure.
@@ -52,10 +51,9 @@ class Group:
     tests: tuple[str, ...]  # pytest paths or node ids
 
 
-CORE_MODULES = ("cache", "tree", "evicting", "policy", "stats", "slots", "lazy_heap",
-                "priority", "scores", "candidates")
+CORE_MODULES = ("cache", "tree", "evicting", "policy", "stats", "slots", "lazy_heap")
 CORE_TESTS = ("tree", "slots", "cache", "policies", "core_exact", "peek", "namespaces",
-              "lazy_heap", "scores", "ranked")
+              "lazy_heap")
 PROPERTIES = "tests/test_cache_properties.py"  # its stateful machine (18 s) is left out
 CORE = Group("core", (*(f"core/{m}.py" for m in CORE_MODULES), "paper/admission.py",
                       "paper/eviction.py"),
