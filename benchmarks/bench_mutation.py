@@ -1,7 +1,8 @@
 """Mutation score of the core: how many planted bugs (mutmut's mutants) the tests kill.
 
-Mutated: the cache, tree, eviction mechanics, policy protocols and books, the paper's
-admission and eviction policies, and the engine's prefill, state snapshots and tensor
+Mutated: the cache, tree, eviction mechanics, policy protocols and books, the evaluators
+of declared scores (`core.scores`, `core.candidates`), the paper's admission and eviction
+policies, and the engine's prefill, state snapshots and tensor
 store (docs/architecture.md, "Modules"). mutmut rewrites the files it mutates, so the
 whole run happens in a temporary copy of `src/` and `tests/`: the working tree is never
 touched; by default the copy is of HEAD, so uncommitted edits do not move the figure.
@@ -51,9 +52,10 @@ class Group:
     tests: tuple[str, ...]  # pytest paths or node ids
 
 
-CORE_MODULES = ("cache", "tree", "evicting", "policy", "stats", "slots", "lazy_heap")
-CORE_TESTS = ("tree", "slots", "cache", "policies", "core_exact", "peek", "namespaces",
-              "lazy_heap")
+CORE_MODULES = ("cache", "tree", "evicting", "policy", "stats", "columns", "lazy_heap",
+                "scores", "candidates")
+CORE_TESTS = ("tree", "columns", "cache", "policies", "core_exact", "peek", "namespaces",
+              "lazy_heap", "scores")
 PROPERTIES = "tests/test_cache_properties.py"  # its stateful machine (18 s) is left out
 CORE = Group("core", (*(f"core/{m}.py" for m in CORE_MODULES), "paper/admission.py",
                       "paper/eviction.py"),

@@ -221,3 +221,18 @@ def test_the_floors_leave_the_fuzz_to_the_main_run_while_torch_and_transformers_
         assert version(floor.group(1)) == version(pinned.group(1)), (
             f"{name}'s floor {floor.group(1)} is below the lock's {pinned.group(1)}: run "
             "tests/engine/test_fuzz.py at the floors again (scripts/test-floors.sh)")
+
+
+def test_the_mutation_groups_name_files_that_exist() -> None:
+    """bench_mutation.py's groups name modules and tests by path: a rename that leaves
+    one behind makes mutmut's first test run fail before any mutant is tried."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_mutation
+    finally:
+        sys.path.pop(0)
+    for group in (bench_mutation.CORE, bench_mutation.ENGINE, bench_mutation.QUICK):
+        for module in group.modules:
+            assert (REPO / "src" / "marconi" / module).is_file(), (group.name, module)
+        for test in group.tests:
+            assert (REPO / test.split("::")[0]).is_file(), (group.name, test)
