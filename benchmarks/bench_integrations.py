@@ -24,6 +24,9 @@ walk's candidates) and beside it (the tuner's mirror and replays). `--quick`: 40
 sessions at two capacities that evict (CI-sized). `sglang-0.5.23[ratio=0.05]` is SGLang
 deployed with a small state pool (`--mamba-full-memory-ratio 0.05`), on the agent
 trajectories only, where its state pool fills before its KV pool (not under `--quick`).
+`sglang-0.5.23[lfu]`, `vllm-0.32[lfu]` and so on for every registered system whose eviction
+is a declared priority: the plugin asked for it by name (`integration=lfu`) against
+SGLang's own strategy of that name (the same policy: ratio 1.000) or stock vLLM.
 """
 
 from __future__ import annotations
@@ -72,6 +75,28 @@ ENGINES = {
             f"{SMALL_POOL},integration=marconi+,tuner=inline"},
         plan={"swe-agent": ("20GB", "40GB", "60GB")}, quick=False),
 }
+
+
+def declared_setups() -> dict[str, Setup]:
+    """Each registered system whose eviction is a declared priority (`lfu`, `slru`),
+    evaluated inside each engine by its plugin (`integration=NAME`): in SGLang as the
+    eviction strategy of its name, against SGLang's own strategy of that name where SGLang
+    ships one (ratio 1.000 and identical hits: the declaration is SGLang's policy), else
+    against stock; in vLLM as the order of its Mamba states, against stock vLLM."""
+    from marconi.integrations.common import declared_priorities
+    from marconi.realpeers.engine_flags import SGLANG_EVICTIONS
+
+    out = {}
+    for name in declared_priorities():
+        sglang = f"sglang-0.5.23:eviction={name}" if name in SGLANG_EVICTIONS else "sglang-0.5.23"
+        out[f"sglang-0.5.23[{name}]"] = Setup(sglang, {
+            f"sglang-0.5.23+{name}": f"sglang-0.5.23:integration={name}"})
+        out[f"vllm-0.32[{name}]"] = Setup("vllm-0.32", {
+            f"vllm-0.32+{name}": f"vllm-0.32:integration={name}"})
+    return out
+
+
+ENGINES.update(declared_setups())
 FULL: dict[str, tuple[str, ...]] = {
     "sharegpt": ("2GB", "5GB", "10GB"), "swe-agent": ("20GB", "40GB", "60GB"),
     "mooncake[0:1000]": ("20GB", "40GB", "60GB")}

@@ -47,7 +47,9 @@ class TestEitherPlugin:
 
     @pytest.mark.parametrize(("env", "said"), [
         ({"": "marconi"}, "needs MARCONI_MODEL"),
-        ({"": "lfu", "MARCONI_MODEL": "paper-7b"}, "unknown policy 'lfu'"),
+        ({"": "lru-ish", "MARCONI_MODEL": "paper-7b"}, "unknown policy 'lru-ish'"),
+        ({"": "lfu", "MARCONI_MODEL": "paper-7b", "MARCONI_ALPHA": "1"},
+         "policy lfu is a declared priority, which has no alpha to fix"),
         ({"": "marconi", "MARCONI_MODEL": "no-such-model"}, "no-such-model"),
         ({"": "marconi", "MARCONI_MODEL": "paper-7b", "MARCONI_ALPHA": "high"},
          "MARCONI_ALPHA='high' is not a finite number >= 0"),

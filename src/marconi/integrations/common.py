@@ -24,9 +24,30 @@ from marconi.integrations.choosers import ENGINE_ALPHAS as ENGINE_ALPHAS  # (re-
 from marconi.integrations.choosers import Bootstrap, Shadows
 
 # what an integration installs: Marconi's eviction with its bootstrap tuner, or marconi+'s
-# shadow experts choosing among the eviction orders the engine can run
+# shadow experts choosing among the eviction orders the engine can run; besides these, any
+# registered system whose eviction is a declared `Priority` (`declared_priority`: `lfu`,
+# `slru`), evaluated in the engine as its own order, with no tuner
 POLICIES = ("marconi", "marconi+")
 
+
+def declared_priority(system: str) -> Any:
+    """The `core.priority.Priority` that registered system `system`'s eviction declares (a
+    `core.ranked.Ranked`'s), or None (no such system, or one whose eviction is written, not
+    declared): what a plugin asked for `system` by name evaluates in the engine."""
+    from marconi.core.spec import PAPER_7B
+    from marconi.systems.registry import SYSTEMS
+
+    found = SYSTEMS.get(system)
+    if system in POLICIES or found is None or found.engine is not None:
+        return None
+    return getattr(found.policies(PAPER_7B, 0.0)[1], "priority", None)
+
+
+def declared_priorities() -> list[str]:
+    """Every registered system whose eviction is a declared `Priority`."""
+    from marconi.systems.registry import SYSTEMS
+
+    return [name for name in SYSTEMS if declared_priority(name) is not None]
 
 
 def declared_score(system: str, spec: Any) -> Any:
@@ -76,9 +97,21 @@ class Asked:
 def check_policy(who: str, policy: str, where: str = "") -> None:
     """IntegrationError unless `policy` is one an integration installs (`where`: the
     variable that named it, for the message)."""
-    if policy not in POLICIES:
-        raise IntegrationError(f"{who}: unknown policy {policy!r}{where} "
-                               f"(allowed: {', '.join(POLICIES)})")
+    if policy not in POLICIES and declared_priority(policy) is None:
+        allowed = ", ".join((*POLICIES, *declared_priorities()))
+        raise IntegrationError(f"{who}: unknown policy {policy!r}{where} (allowed: "
+                               f"{allowed}; besides marconi's two, a system whose eviction "
+                               "is a declared priority)")
+
+
+def check_untuned(who: str, policy: str, alpha: float | None) -> Any:
+    """The `Priority` `policy` declares (None: marconi's own policies); IntegrationError
+    where a declared priority is given an alpha, which it has none of."""
+    priority = declared_priority(policy)
+    if priority is not None and alpha is not None:
+        raise IntegrationError(f"{who}: policy {policy} is a declared priority, which has no "
+                               f"alpha to fix (MARCONI_ALPHA={alpha:g})")
+    return priority
 
 
 def asked(who: str, enable: str) -> Asked | None:
@@ -104,6 +137,7 @@ def asked(who: str, enable: str) -> Asked | None:
         spec = model_from(os.environ[MODEL])
     except ValueError as err:
         raise IntegrationError(f"{who}: {MODEL}: {err}") from None
+    check_untuned(who, wanted, alpha)
     return Asked(wanted, spec, alpha)
 
 
@@ -142,6 +176,7 @@ class Counters:
     record_ns: int = 0
     choose_ns: int = 0
     past_ns: int = 0
+    keys: int = 0  # a declared priority's keys the engine's own walk asked for
     feed_ns: int = 0  # time spent handing finished requests to the tuner (in the loop)
     tuner_ns: int = 0  # time the mirror and the tuner took (beside the loop)
     requests: int = 0  # finished requests (each handed to the tuner where there is one)
@@ -304,6 +339,9 @@ def tuning_for(policy: str, order: Order, spec: Any, counters: Counters,
     return Tuning(order, spec, counters, background=background, process=process, log=log)
 
 
+ABSENT = object()  # in an `Integration.undo` entry: the key (or list item) was not there
+
+
 @dataclass
 class Integration:
     """What an `install` put in, its order and tuner, and what they did."""
@@ -336,7 +374,12 @@ class Integration:
     def uninstall(self) -> None:
         """Put the engine's own classes back (tests, benchmarks running both)."""
         for target, key, value in reversed(self.undo):
-            if isinstance(target, dict):
+            if value is ABSENT:  # put in where the engine had nothing
+                if isinstance(target, dict):
+                    target.pop(key, None)
+                elif key in target:
+                    target.remove(key)
+            elif isinstance(target, dict):
                 target[key] = value
             else:
                 setattr(target, key, value)

@@ -40,6 +40,12 @@ built:
   choose the alpha instead, from mirrors at the engine's own order and Marconi's score
   at fixed alphas, never stopping (`integrations.common.Shadows`).
 
+- **or a declared priority** (`=lfu`, or any registered system whose eviction is a
+  `core.priority.Priority`): the declaration becomes SGLang's eviction strategy of that
+  name (`install_priority`, `DeclaredStrategy`), which the server selects with
+  `--radix-eviction-policy NAME`; no tuner (docs/integrations.md, "Declared priorities in
+  the engines").
+
 Requirements, each checked at start-up with a one-line error: sglang 0.5.23 exactly; the
 Python tree core (`SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python`, which `install` selects
 when unset: the Rust core walks its own lists); no HiCache and no session radix cache
@@ -55,16 +61,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from marconi.core.priority import Feature, Score
+from marconi.core.priority import Feature, Priority, Score, key_value
 from marconi.core.scores import FlopsAt, check_features, order, ranks
 from marconi.core.spec import ModelSpec
 from marconi.integrations.common import (
+    ABSENT,
+    Counters,
     Installed,
     Integration,
     IntegrationError,
     Tuning,
     asked,
     check_policy,
+    check_untuned,
     declared_score,
     one_line_exit,
 )
@@ -74,6 +83,7 @@ SUPPORTED_VERSION = "0.5.23"
 ENABLE = "MARCONI_SGLANG"  # "marconi": install at plugin load
 CORE = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
 MIRROR = "sglang-2026+marconi"  # the tuner's mirror: SGLang's admission, Marconi's eviction
+WHO = "marconi.integrations.sglang"
 
 
 if TYPE_CHECKING:
@@ -144,6 +154,76 @@ def _depth(node: Any, memo: dict[int, int]) -> int:
     return base
 
 
+# --- a declared priority as SGLang's eviction strategy -----------------------------------
+
+
+class DeclaredStrategy:
+    """A declared `Priority` (`core.priority`) as SGLang's eviction strategy: SGLang's Full
+    (KV) walk asks `get_priority(node)` of its evictable leaves, lowest first, and gets the
+    declaration's keys over the node's own features, then its creation order (the
+    declaration's last tie): `RECENCY` its `last_access_time`, `HITS` its `hit_count`,
+    `CREATED` its `creation_time`, `DEPTH` tokens from the root to its key's end, `STATE`
+    1 when it holds a Mamba state. Registered under the policy's name among SGLang's
+    strategies (`install`), it replaces SGLang's own of that name (`lfu`, `slru`)."""
+
+    alpha = 0.0  # an integration's order has one; a priority is not tuned
+
+    def __init__(self, priority: Priority, mamba: int, counters: Counters) -> None:
+        self.priority, self._mamba, self._counters = priority, mamba, counters
+        self._features = priority.features
+
+    def get_priority(self, node: Any) -> tuple[float, ...]:
+        start = time.perf_counter_ns()
+        values = {f: self._feature(f, node) for f in self._features}
+        key = (*(key_value(k, values) for k in self.priority.keys), node.creation_time)
+        counters = self._counters
+        counters.keys += 1
+        counters.order_ns += time.perf_counter_ns() - start
+        return key
+
+    def _feature(self, feature: Feature, node: Any) -> float:
+        if feature is Feature.RECENCY:
+            return node.last_access_time
+        if feature is Feature.HITS:
+            return node.hit_count
+        if feature is Feature.CREATED:
+            return node.creation_time
+        if feature is Feature.STATE:
+            return 1.0 if node.component_data[self._mamba].value is not None else 0.0
+        return _depth(node, {})  # DEPTH
+
+
+def install_priority(policy: str, priority: Priority) -> Integration:
+    """`priority` put among SGLang's eviction strategies under `policy` (replacing SGLang's
+    own of that name; a new name added to `--radix-eviction-policy`'s choices), so that a
+    cache built with `eviction_policy=policy` evaluates it."""
+    from sglang.srt.arg_groups.choices import (
+        RADIX_EVICTION_POLICY_CHOICES,
+        add_radix_eviction_policy_choices,
+    )
+    from sglang.srt.mem_cache import utils
+    from sglang.srt.mem_cache.unified_cache.components import ComponentType
+
+    counters = Counters()
+    strategy = DeclaredStrategy(priority, int(ComponentType.MAMBA), counters)
+
+    def factory(**config: Any) -> DeclaredStrategy:
+        if config:
+            raise IntegrationError(f"marconi.integrations.sglang: policy {policy} is "
+                                   f"declared whole; --eviction-policy-config {config} "
+                                   "has nothing to set")
+        return strategy
+
+    factories = utils._EVICTION_POLICY_FACTORIES
+    done = Integration(policy=policy, order=strategy, tuning=None, counters=counters)
+    done.undo.append((factories, policy, factories.get(policy, ABSENT)))
+    factories[policy] = factory
+    if policy not in RADIX_EVICTION_POLICY_CHOICES:
+        add_radix_eviction_policy_choices([policy])
+        done.undo.append((RADIX_EVICTION_POLICY_CHOICES, policy, ABSENT))
+    return done
+
+
 # --- installing it ----------------------------------------------------------------------
 
 
@@ -153,17 +233,22 @@ _installed = Installed()
 def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = None,
             background: bool = True) -> Integration:
     """Put Marconi's eviction into SGLang (before its caches are built); `alpha` fixes
-    it, else the bootstrap tuner sets it (`background`: in its own thread)."""
-    check_policy("marconi.integrations.sglang", policy)
+    it, else the bootstrap tuner sets it (`background`: in its own thread). `policy` may
+    instead name a system whose eviction is a declared priority (`lfu`): it becomes SGLang's
+    eviction strategy of that name (`install_priority`), untuned."""
+    check_policy(WHO, policy)
     check_version()
     core = os.environ.setdefault(CORE, "python")
     if core != "python":
-        raise IntegrationError(f"marconi.integrations.sglang needs SGLang's Python tree "
-                               f"core ({CORE}=python); {CORE}={core} walks its own lists")
+        raise IntegrationError(f"{WHO} needs SGLang's Python tree core ({CORE}=python); "
+                               f"{CORE}={core} walks its own lists")
     from sglang.srt.mem_cache import unified_radix_cache as urc
     from sglang.srt.mem_cache.unified_cache.components import ComponentType
 
     uninstall()
+    priority = check_untuned(WHO, policy, alpha)
+    if priority is not None:
+        return _installed.put(install_priority(policy, priority))
     order = FlopOrder(spec, declared_score(MIRROR, spec), alpha or 0.0)
     done = Integration.of(policy, order, spec, alpha, background)
     registry = urc.COMPONENT_REGISTRY

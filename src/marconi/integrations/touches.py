@@ -118,6 +118,16 @@ TOUCHED: tuple[Touch, ...] = (
     Touch("sglang", _TC, "UnifiedLRUList.get_prev_no_lock", "called"),
     Touch("sglang", _TC, "UnifiedTreeNode.component_data", "read", instance=True),
     Touch("sglang", f"{_UC}.components.base", "ComponentData.lock_ref", "read"),
+    # --- SGLang: a declared priority as its eviction strategy (`install_priority`); the
+    # strategies' registry has no public way in, its choices list has
+    Touch("sglang", "sglang.srt.mem_cache.utils", "_EVICTION_POLICY_FACTORIES", "written"),
+    Touch("sglang", "sglang.srt.arg_groups.choices", "add_radix_eviction_policy_choices",
+          "called"),
+    Touch("sglang", "sglang.srt.arg_groups.choices", "RADIX_EVICTION_POLICY_CHOICES",
+          "read"),
+    Touch("sglang", _TC, "UnifiedTreeNode.last_access_time", "read", instance=True),
+    Touch("sglang", _TC, "UnifiedTreeNode.hit_count", "read", instance=True),
+    Touch("sglang", _TC, "UnifiedTreeNode.creation_time", "read", instance=True),
 )
 
 # marconi's own underscore names in the plugins (its helpers, its books): not the

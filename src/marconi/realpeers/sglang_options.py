@@ -75,7 +75,11 @@ def resolve_options(raw: Any) -> dict[str, Any]:
     _int_option("progress_every", opts["progress_every"], 0)
     if opts["mamba_chunk_size"] is not None:
         _int_option("mamba_chunk_size", opts["mamba_chunk_size"], 1, " or null")
-    for key, allowed in (("strategy", STRATEGIES), ("eviction", EVICTIONS), ("core", CORES)):
+    integration = opts["integration"]
+    # an installed declared priority is SGLang's strategy of its name (`install_priority`)
+    evictions = (*EVICTIONS, integration["policy"]) if isinstance(integration, dict) \
+        and isinstance(integration.get("policy"), str) else EVICTIONS
+    for key, allowed in (("strategy", STRATEGIES), ("eviction", evictions), ("core", CORES)):
         _choice_option(key, opts[key], allowed)
     for key in ("check", "concurrent"):
         if not isinstance(opts[key], bool):

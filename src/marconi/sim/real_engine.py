@@ -25,6 +25,7 @@ import numpy as np
 from marconi.core.spec import ModelSpec
 from marconi.core.stats import CacheStats
 from marconi.core.units import parse_size
+from marconi.integrations.common import IntegrationError, check_policy, declared_priority
 from marconi.realpeers.envs import ENGINES, PeerError
 from marconi.realpeers.worker import run_worker
 from marconi.sim.result import Records, SimConfig, SimResult
@@ -66,6 +67,13 @@ def sglang_options(config: SimConfig, system: System) -> dict[str, Any]:
             raise PeerError(f"{system.name}: marconi's integration needs SGLang's Python tree "
                             "core (core=python)")
         out["integration"] = integration_options(config, system)
+        if declared_priority(str(s["integration"])) is not None:
+            # the declaration becomes SGLang's eviction strategy of its name
+            if s["eviction"] not in ("lru", s["integration"]):
+                raise PeerError(f"{system.name}: integration={s['integration']} is the "
+                                f"eviction order; eviction={s['eviction']} would be "
+                                "replaced by it (leave eviction out)")
+            out["eviction"] = s["integration"]
     return out
 
 
@@ -79,6 +87,10 @@ def integration_options(config: SimConfig, system: System) -> dict[str, Any] | N
     s = system.settings
     if s.get("integration", "none") == "none":
         return None
+    try:
+        check_policy(system.name, str(s["integration"]), " (option integration)")
+    except IntegrationError as err:
+        raise PeerError(str(err)) from None
     out = {"policy": s["integration"], "spec": dataclasses.asdict(config.spec),
            "alpha": config.alpha, "background": s["tuner"] == "thread",
            "src": str(Path(__file__).resolve().parents[2]),  # src/

@@ -58,11 +58,12 @@ def sglang_options(strategies: tuple[str, ...], evictions: tuple[str, ...],
 def integration_options(engine: str, module: str, needs: str = "") -> tuple[Option, ...]:
     """The options of a real-engine system that installs marconi's integration."""
     return (
-        Option(name="integration", default="none", choices=("none", "marconi", "marconi+"),
+        Option(name="integration", default="none",
                help=f"installed in {engine}'s own cache (marconi.integrations.{module}): "
-                    f"Marconi's eviction and bootstrap tuner (marconi), or marconi+'s "
-                    f"shadow experts choosing among the orders it can run (marconi+)"
-                    f"{needs}"),
+                    f"Marconi's eviction and bootstrap tuner (marconi), marconi+'s "
+                    f"shadow experts choosing among the orders it can run (marconi+), or "
+                    f"a system whose eviction is a declared priority (lfu, slru), "
+                    f"evaluated as the engine's own order{needs}"),
         Option(name="tuner", default="thread", choices=("thread", "inline"),
                help="the integration's tuner: in its own thread (as deployed) or inline "
                     "(reproducible)"))

@@ -158,14 +158,15 @@ class BookedPool(BlockPool):
             order = self.marconi_order
             self.marconi_orphans.clear()
             self.marconi_replacing.clear()
-            for book in (order.above, order.state_of, order.blocks_of, order.keys_of,
-                         order.needed_by):
-                book.clear()
-            order.dead.clear()
+            order.clear()
         return done
 
     def touch(self, blocks: Any) -> None:
         orphans = self.marconi_orphans
+        if self.marconi_states is not None and self.marconi_order.counts_hits:
+            start = now()
+            self.marconi_order.touched(blocks)
+            self.marconi_clocks.books(now() - start)
         if orphans:
             start = now()
             for block in blocks:

@@ -15,11 +15,12 @@ from marconi.integrations.common import (
     Integration,
     IntegrationError,
     check_policy,
+    check_untuned,
     declared_score,
 )
 from marconi.integrations.vllm.costs import REPORT_EVERY, Clocks, now, report
 from marconi.integrations.vllm.handover import MIRROR, hand_over
-from marconi.integrations.vllm.order import StateOrder
+from marconi.integrations.vllm.order import DeclaredStates, StateOrder
 from marconi.integrations.vllm.versions import WHO, check_version, log
 
 CPU_SPLIT = "MARCONI_VLLM_CPU_SPLIT"  # "1": no mid-prefill Mamba checkpoint (CPU only)
@@ -43,8 +44,13 @@ def install(spec: ModelSpec, *, policy: str = "marconi", alpha: float | None = N
     from marconi.integrations.vllm.pool import MarconiBlockPool
 
     uninstall()
-    order = StateOrder(spec, declared_score(MIRROR, spec), alpha or 0.0, orphans_first)
-    done = Integration.of(policy, order, spec, alpha, background, process, log)
+    priority = check_untuned(WHO, policy, alpha)
+    if priority is not None:  # a declared priority over the states, untuned
+        order: StateOrder = DeclaredStates(spec, priority)
+        done = Integration(policy=policy, order=order, tuning=None)
+    else:
+        order = StateOrder(spec, declared_score(MIRROR, spec), alpha or 0.0, orphans_first)
+        done = Integration.of(policy, order, spec, alpha, background, process, log)
     stock_pool, stock_init = kcc.BlockPool, kcc.KVCacheCoordinator.__init__
     free = kcm.KVCacheManager.free
     kcc.BlockPool = MarconiBlockPool

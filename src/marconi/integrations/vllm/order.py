@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from marconi.core.priority import Feature, Score
+from marconi.core.priority import Feature, Priority, Score, key_value
 from marconi.core.scores import FlopsAt, check_features, evaluate, in_python, order, ranks
 from marconi.core.scores import first_lowest as lowest_in_python
 from marconi.core.spec import ModelSpec
@@ -28,11 +28,17 @@ class StateOrder:
 
     FEATURES = frozenset({Feature.RECENCY, Feature.EFFICIENCY})
 
+    counts_hits = False  # whether `touched` keeps books (`DeclaredStates` reading HITS)
+
     def __init__(self, spec: ModelSpec, score: Score, alpha: float = 0.0,
                  orphans_first: bool = True) -> None:
         self.score = score  # the declared score (Marconi's), `RECENCY` the free queue rank
         check_features(self.score, self.FEATURES, "marconi's order in vLLM")
-        self.spec, self.alpha = spec, float(alpha)
+        self.alpha = float(alpha)
+        self._books(spec, orphans_first)
+
+    def _books(self, spec: ModelSpec, orphans_first: bool) -> None:
+        self.spec = spec
         self.orphans_first = orphans_first  # False: orphan KV left in vLLM's order
         self.check = False  # True: every choice also made by `first`, and compared
         # block id -> (depth, state above, efficiency): all three fixed when it is cached
@@ -50,6 +56,19 @@ class StateOrder:
 
     def size(self, num_blocks: int) -> None:
         self.eff_of = np.zeros(num_blocks)
+
+    def by_recency(self) -> bool:
+        """Whether the order is the free queue's own (recency's alone, as now weighed)."""
+        return self.score.by_recency(self.alpha)
+
+    def clear(self) -> None:
+        """Every book emptied (vLLM's prefix cache reset)."""
+        for book in (self.above, self.state_of, self.blocks_of, self.keys_of,
+                     self.needed_by, self.dead):
+            book.clear()
+
+    def touched(self, blocks: Any) -> None:
+        """`blocks` hit by a request (vLLM's `touch`): nothing to keep here."""
 
     def above_of(self, depth: int, top: int) -> tuple[int, int, float]:
         """What `note` keeps of a state cached after `depth` tokens whose nearest cached
@@ -116,7 +135,7 @@ class StateOrder:
         `skip`: the first whose KV or other blocks are gone, else the first in Marconi's
         order (min-max normalized over exactly these candidates)."""
         ids = [i for i in found if i not in skip] if skip else list(found)
-        if len(ids) < 2 or self.score.by_recency(self.alpha):
+        if len(ids) < 2 or self.by_recency():
             return found[ids[0]]
         dead = self.dead
         if dead:  # (a block's state is `state_of`'s, the same books as `blocks_of`)
@@ -147,7 +166,7 @@ class StateOrder:
         first whose KV or other blocks are gone (`cached(key)` false for a key of its
         state's `keys_of`: no hit can use it, and a tree would have dropped it with its
         KV), else the first in Marconi's order."""
-        if len(candidates) < 2 or self.score.by_recency(self.alpha):
+        if len(candidates) < 2 or self.by_recency():
             return 0
         for i, block in enumerate(candidates):
             state = self.state_of.get(block.block_id)
@@ -156,6 +175,79 @@ class StateOrder:
         eff = np.array([self.efficiency(b) for b in candidates])
         values = {Feature.RECENCY: ranks(len(eff)), Feature.EFFICIENCY: eff}
         return int(order(self.score, values, self.alpha)[0])
+
+
+class DeclaredStates(StateOrder):
+    """A declared `Priority` (`core.priority`) over a Mamba group's free cached states, the
+    books `StateOrder`'s (its score unused): lowest keys first, then the state cached
+    first (the declaration's last tie). A state's features: `RECENCY` its rank in vLLM's
+    free queue (least recently used first), `HITS` 1 (its caching) plus the requests that
+    hit it (vLLM's `touch`), `CREATED` the order it was cached in, `DEPTH` its tokens,
+    `STATE` 1. Cached KV stays in vLLM's order (no orphans first: Marconi's rule), and no
+    state goes first for having lost its KV; untuned (`alpha` 0 for the report)."""
+
+    def __init__(self, spec: ModelSpec, priority: Priority) -> None:
+        self.priority, self.alpha = priority, 0.0
+        self._books(spec, orphans_first=False)
+        self.counts_hits = Feature.HITS in priority.features
+        self.hits: dict[int, int] = {}  # block id -> the requests that hit it
+        self.created: dict[bytes, int] = {}  # state -> the order it was cached in
+        self._clock = 0
+        self._recency = self.priority.features == {Feature.RECENCY} and all(
+            t.weight > 0 for k in priority.keys for t in k.terms)
+
+    def by_recency(self) -> bool:
+        return self._recency
+
+    def note(self, block_id: int, state: bytes, above: tuple[int, int, float]) -> None:
+        if self.state_of.get(block_id) != state:
+            self.hits.pop(block_id, None)
+        super().note(block_id, state, above)
+        if state not in self.created:
+            self._clock += 1
+            self.created[state] = self._clock
+
+    def forget(self, block_id: int) -> None:
+        state = self.state_of.get(block_id)
+        super().forget(block_id)
+        self.hits.pop(block_id, None)
+        if state is not None and state not in self.blocks_of:
+            self.created.pop(state, None)
+
+    def clear(self) -> None:
+        super().clear()
+        self.hits.clear()
+        self.created.clear()
+
+    def touched(self, blocks: Any) -> None:
+        hits, state_of = self.hits, self.state_of
+        for block in blocks:
+            if block.block_id in state_of:
+                hits[block.block_id] = hits.get(block.block_id, 0) + 1
+
+    def key_values(self, block_id: int, rank: int) -> dict[Feature, float]:
+        """The features of state block `block_id` at free queue rank `rank`."""
+        state = self.state_of.get(block_id)
+        known = self.above.get(block_id)
+        return {Feature.RECENCY: float(rank), Feature.HITS: 1.0 + self.hits.get(block_id, 0),
+                Feature.CREATED: float(self.created.get(state, 0)) if state else 0.0,
+                Feature.STATE: 1.0, Feature.DEPTH: float(known[0]) if known else 0.0}
+
+    def key(self, block_id: int, rank: int) -> tuple[float, ...]:
+        """The declaration's keys of state block `block_id` at free queue rank `rank`,
+        then its state's caching order."""
+        values = self.key_values(block_id, rank)
+        return (*(key_value(k, values) for k in self.priority.keys), values[Feature.CREATED])
+
+    def pick(self, found: dict[int, Any], skip: set[int]) -> Any:
+        ids = [i for i in found if i not in skip] if skip else list(found)
+        if len(ids) < 2 or self._recency:
+            return found[ids[0]]
+        return found[min(enumerate(ids), key=lambda r: self.key(r[1], r[0]))[1]]
+
+    def first(self, candidates: list[Any], cached: Any) -> int:
+        keys = [self.key(b.block_id, rank) for rank, b in enumerate(candidates)]
+        return keys.index(min(keys)) if keys else 0
 
 
 FEW = 48  # candidates up to which `StateOrder.pick` scores them in Python

@@ -73,12 +73,12 @@ class MarconiBlockPool(BookedPool):
         vLLM's queue, each state in it standing for the state Marconi's order
         evicts."""
         order, counters, clocks = self.marconi_order, self.marconi_counters, self.marconi_clocks
-        states, alpha = self.marconi_states, order.alpha  # (the tuner may change it)
+        states = self.marconi_states
         if states is None or not self.enable_caching:
             return None
         if num_blocks > self.get_num_free_blocks() \
-                or (order.score.by_recency(alpha) and not (self.marconi_orphans_first
-                                          and self.marconi_orphans)):
+                or (order.by_recency() and not (self.marconi_orphans_first
+                                                and self.marconi_orphans)):
             return None
         start = now()
         head: list[Any] = []
@@ -102,7 +102,7 @@ class MarconiBlockPool(BookedPool):
                 head.append(block)
             block = block.next_free_block
         # where the score is recency's alone (alpha 0) states go in vLLM's order
-        slots = [] if order.score.by_recency(alpha) else self._state_slots(head)
+        slots = [] if order.by_recency() else self._state_slots(head)
         if not slots and not took_orphans:  # the queue's head, in its order: vLLM's own
             clocks.choose(now() - start)
             return None
