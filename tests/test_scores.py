@@ -101,8 +101,15 @@ def test_the_compiled_core_evaluates_the_declared_forms_it_has() -> None:
         assert isinstance(form, str) and words in form, form
 
 
-def test_each_evaluator_refuses_what_it_cannot_read() -> None:
+def test_each_evaluator_refuses_what_it_cannot_read(monkeypatch: pytest.MonkeyPatch) -> None:
     depth = Score("by-depth", terms=(Term(Feature.RECENCY), Term(Feature.REPLAY, tuned=True)))
+    from marconi.integrations.vllm_offload import MarconiCachePolicy
+
+    monkeypatch.setattr(eviction, "MARCONI", depth)
+    monkeypatch.setitem(eviction.SCORES, Recency.TIME, depth)
+    with pytest.raises(ValueError, match="reads replay, and marconi's offload policy"):
+        MarconiCachePolicy(1 << 20, PAPER_7B, 1.0)
+    monkeypatch.undo()
     with pytest.raises(ValueError, match="reads replay, and marconi's order in SGLang"):
         sglang_integration.FlopOrder(PAPER_7B, depth)
     with pytest.raises(ValueError, match="reads efficiency, and the Python core's Declared"):

@@ -23,6 +23,12 @@ if TYPE_CHECKING:
     from marconi.core.spec import ModelSpec
 
 
+# what an evaluator over an engine's own list computes: a candidate's rank in it, least
+# recently used first (`RECENCY`), and the FLOPs it saves per byte (`EFFICIENCY`); the
+# engines' emulations, both plugins and vLLM's offload policy evaluate these
+OVER_A_LIST = frozenset({Feature.RECENCY, Feature.EFFICIENCY})
+
+
 def normalized(x: np.ndarray) -> np.ndarray:
     """Min-max over the candidates; all equal -> 1."""
     low, high = float(x.min()), float(x.max())

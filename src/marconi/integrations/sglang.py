@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from marconi.core.priority import Feature, Priority, Score, key_value
-from marconi.core.scores import FlopsAt, check_features, order, ranks
+from marconi.core.scores import OVER_A_LIST, FlopsAt, check_features, order, ranks
 from marconi.core.spec import ModelSpec
 from marconi.integrations.common import (
     ABSENT,
@@ -105,7 +105,7 @@ class FlopOrder:
     `RECENCY` a state's rank in SGLang's Mamba LRU list, `EFFICIENCY` its node's; `alpha`
     may change at any time (the tuner's thread sets it; a float assignment is atomic)."""
 
-    FEATURES = frozenset({Feature.RECENCY, Feature.EFFICIENCY})
+    FEATURES = OVER_A_LIST
 
     def __init__(self, spec: ModelSpec, score: Score, alpha: float = 0.0) -> None:
         self.score = score

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from marconi.core.priority import Feature
-from marconi.core.scores import FlopsAt, evaluate, ranks
+from marconi.core.scores import OVER_A_LIST, FlopsAt, check_features, evaluate, ranks
 from marconi.core.spec import ModelSpec
 from marconi.integrations.common import ALPHA, MODEL, IntegrationError, declared_score
 
@@ -97,12 +97,14 @@ class MarconiCachePolicy(_Base):
 
     def __init__(self, cache_capacity: int, spec: ModelSpec | None = None,
                  alpha: float | None = None) -> None:
-        super().__init__(cache_capacity)
         if spec is None:
             spec, default = settings()
             alpha = default if alpha is None else alpha
+        score = declared_score("marconi", spec)  # `RECENCY`: a chunk's rank by last use
+        check_features(score, OVER_A_LIST, "marconi's offload policy")
+        super().__init__(cache_capacity)
         self.spec, self.alpha = spec, DEFAULT_ALPHA if alpha is None else float(alpha)
-        self.score = declared_score("marconi", spec)  # `RECENCY`: a chunk's rank by last use
+        self.score = score
         self._f = FlopsAt(spec)
         self.chunks: dict[bytes, Any] = {}  # key -> vLLM's ChunkStatus
         self.used: dict[bytes, int] = {}  # key -> its last use (a counter)

@@ -20,7 +20,7 @@ import numpy as np
 from marconi.core.lazy_heap import HeapEntry, compact, lazy_min
 from marconi.core.policy import Eviction, alive
 from marconi.core.priority import Feature, Score
-from marconi.core.scores import FlopsAt, check_features, order, ranks
+from marconi.core.scores import OVER_A_LIST, FlopsAt, check_features, order, ranks
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 
@@ -137,7 +137,7 @@ class FlopStates:
     other. Where the score orders by recency alone (Marconi's at alpha 0), the list's own
 LRU order, exactly."""
 
-    FEATURES = frozenset({Feature.RECENCY, Feature.EFFICIENCY})
+    FEATURES = OVER_A_LIST
 
     def __init__(self, spec: ModelSpec, score: Score, parent_depth: Callable[[Node], int],
                  branches_last: bool) -> None:

@@ -12,7 +12,15 @@ from typing import Any
 import numpy as np
 
 from marconi.core.priority import Feature, Priority, Score, key_value
-from marconi.core.scores import FlopsAt, check_features, evaluate, in_python, order, ranks
+from marconi.core.scores import (
+    OVER_A_LIST,
+    FlopsAt,
+    check_features,
+    evaluate,
+    in_python,
+    order,
+    ranks,
+)
 from marconi.core.scores import first_lowest as lowest_in_python
 from marconi.core.spec import ModelSpec
 
@@ -26,7 +34,7 @@ class StateOrder:
     left out) with one block per Mamba group. `first` is the same choice made the plain way, over a
     list: the reference that `check` compares every choice with."""
 
-    FEATURES = frozenset({Feature.RECENCY, Feature.EFFICIENCY})
+    FEATURES = OVER_A_LIST
 
     counts_hits = False  # whether `touched` keeps books (`DeclaredStates` reading HITS)
 
