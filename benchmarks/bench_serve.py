@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 from common import load
 
+from marconi.integrations.common import declared_priorities
 from marconi.realpeers.envs import available
 from marconi.realpeers.serve_replay import Replayed, Scaled, percentile, replay, scaled
 from marconi.realpeers.vllm_server import (
@@ -493,8 +494,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated trace names of the plan (default: all)")
     parser.add_argument("--policies", default=",".join(POLICIES),
                         help=f"comma-separated, of {', '.join(POLICIES)} (stock always runs), "
-                             "or marconi@A: marconi at a fixed alpha A (its loop cost at "
-                             "alpha > 0 without waiting for the tuner)")
+                             "marconi@A: marconi at a fixed alpha A (its loop cost at "
+                             "alpha > 0 without waiting for the tuner), or a system whose "
+                             "eviction is a declared priority (lfu, slru)")
     parser.add_argument("--blocks", type=int, default=None,
                         help="every server's pool in blocks (default: each plan's)")
     parser.add_argument("--stride", type=int, default=None,
@@ -548,9 +550,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.check is not None:
         return checked(Path(args.check), not args.no_engine_check)
     policies = ["stock", *[p for p in args.policies.split(",") if p != "stock"]]
-    bad = [p for p in policies if p not in POLICIES and not FIXED.fullmatch(p)]
+    declared = declared_priorities()  # registered systems whose eviction is a Priority
+    bad = [p for p in policies if p not in (*POLICIES, *declared) and not FIXED.fullmatch(p)]
     if bad:
-        parser.error(f"--policies: unknown {', '.join(bad)} (known: {', '.join(POLICIES)})")
+        parser.error(f"--policies: unknown {', '.join(bad)} (known: "
+                     f"{', '.join((*POLICIES, *declared))}, marconi@ALPHA)")
     if args.rounds < 1:
         parser.error(f"--rounds: a positive number of rounds; got {args.rounds}")
     policies = policies + [p for _ in range(args.rounds - 1) for p in policies

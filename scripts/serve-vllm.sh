@@ -4,6 +4,9 @@
 # (docs/integrations.md, "Serving with vLLM"). Builds vLLM's environment first if needed.
 #   bash scripts/serve-vllm.sh                  # marconi (bootstrap-tuned alpha)
 #   bash scripts/serve-vllm.sh marconi+         # marconi+'s shadow experts choose alpha
+#   bash scripts/serve-vllm.sh lfu              # a registered declared priority orders the
+#                                               # Mamba states (any other name: the plugin
+#                                               # refuses it with one line)
 #   bash scripts/serve-vllm.sh stock --num-gpu-blocks-override 64   # any vLLM flag after
 # MARCONI_SERVE_MODEL names another model folder (written there if it has no config.json).
 # The model takes chat requests (its template puts each message on a line) and token ids;
@@ -14,8 +17,8 @@ cd "$(dirname "$0")/.."
 policy="${1:-marconi}"
 [ $# -gt 0 ] && shift
 case "$policy" in
-    marconi|marconi+|stock) ;;
-    *) echo "serve-vllm: unknown policy '$policy' (known: marconi, marconi+, stock)" >&2; exit 2 ;;
+    -*) echo "serve-vllm: the first argument is the policy (marconi, marconi+, stock, or a" \
+             "declared priority such as lfu), then vLLM's flags; got '$policy'" >&2; exit 2 ;;
 esac
 bash scripts/setup-peers.sh vllm >&2
 py="$PWD/.venv-peers/vllm/bin/python"

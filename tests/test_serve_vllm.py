@@ -4,10 +4,11 @@ without prefix caching by marconi.realpeers.vllm_server), on a contended pool, r
 multi-turn conversations through the real `openai` client with streaming. The plugin says
 it is on in the engine's processes, every request succeeds, requests hit, the greedy
 outputs equal token for token those of the same server with prefix caching off, and the
-tuner (in its own process) adopts an alpha.
+tuner (in its own process) adopts an alpha. A third, `scripts/serve-vllm.sh lfu`, runs a
+registered declared priority the same way.
 
 Needs vLLM's environment (`bash scripts/setup-peers.sh vllm`): skipped without it, except
-under CI (CI=true), where it fails. Two server starts: a few minutes."""
+under CI (CI=true), where it fails. Three server starts, at once: a few minutes."""
 
 from __future__ import annotations
 
@@ -71,10 +72,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Replayed
     trace = scaled(chat, vocab=VOCAB, max_output=32, max_tokens=2048, span=20.0)
     servers = {policy: kind(ServerConfig(model=model, policy=policy, blocks=BLOCKS,
                                          max_model_len=2048), out / f"{policy}.log")
-               for policy, kind in (("nocache", Server), ("marconi", ScriptServer))}
+               for policy, kind in (("nocache", Server), ("marconi", ScriptServer),
+                                    ("lfu", ScriptServer))}
     runs, chats = {}, {}
     try:
-        for server in servers.values():  # both start at once (a minute, not two)
+        for server in servers.values():  # all start at once (a minute, not three)
             server.start()
         for policy, server in servers.items():
             server.wait()
@@ -199,6 +201,22 @@ def test_the_tuner_adopts_an_alpha_off_the_scheduling_loop(served) -> None:
     assert "is gone" not in log
     costs = [int(c) for c in re.findall(r"in the scheduling loop (\d+) us/request", log)]
     assert costs  # the plugin's cost line (the bench prints what it is)
+
+
+def test_a_declared_priority_orders_the_states_of_a_served_engine(served) -> None:
+    """`scripts/serve-vllm.sh lfu`: the plugin evaluates the registered LFU declaration
+    in the engine core (no alpha, no tuner); every request succeeds, some hit, and the
+    outputs equal those of the server without prefix caching."""
+    ours, log, chat = served["lfu"]
+    reference, _, _ = served["nocache"]
+    on = re.findall(r"\((EngineCore|VllmWorker-0)[^)]*\).*marconi: on in this process.*"
+                    r"policy lfu \(a declared priority over the Mamba states\)", log)
+    assert "EngineCore" in on, log[-3000:]
+    assert "tuner started" not in log and "adopted" not in log
+    assert not [s.error for s in ours.served if s.error is not None]
+    assert sum(s.cached_tokens for s in ours.served) > 0
+    assert [s.output for s in ours.served] == [s.output for s in reference.served]
+    assert chat.choices[0].message.content
 
 
 def test_the_harness_names_a_server_that_cannot_start(tmp_path: Path) -> None:

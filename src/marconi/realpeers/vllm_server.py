@@ -123,9 +123,10 @@ def write_model(folder: str | Path, family: str = "granitemoehybrid") -> Path:
 
 @dataclass(frozen=True, kw_only=True)
 class ServerConfig:
-    """One server: its model folder and policy ("stock", "marconi", "marconi+",
-    "nocache": prefix caching off), the pool (`blocks`: vLLM's block count, None: from
-    `VLLM_CPU_KVCACHE_SPACE`), and what else it is given."""
+    """One server: its model folder and policy ("stock", "marconi", "marconi+", a system
+    whose eviction is a declared priority such as "lfu", or "nocache": prefix caching
+    off), the pool (`blocks`: vLLM's block count, None: from `VLLM_CPU_KVCACHE_SPACE`), and
+    what else it is given."""
 
     model: Path
     policy: str = "stock"
@@ -163,9 +164,12 @@ class ServerConfig:
         env["VLLM_LOGGING_LEVEL"] = "INFO"
         if self.cpu_split:
             env["MARCONI_VLLM_CPU_SPLIT"] = "1"
-        if self.policy in ("marconi", "marconi+"):
-            env.update(MARCONI_VLLM=self.policy, MARCONI_MODEL=str(self.model / "config.json"),
-                       MARCONI_TUNER=self.tuner)
+        if self.policy not in ("stock", "nocache"):
+            # marconi's, or a registered declared priority (`lfu`): the plugin refuses,
+            # and the server exits, on a name it does not know
+            env.update(MARCONI_VLLM=self.policy, MARCONI_MODEL=str(self.model / "config.json"))
+            if self.policy in ("marconi", "marconi+"):
+                env["MARCONI_TUNER"] = self.tuner
             if self.alpha is not None:
                 env["MARCONI_ALPHA"] = str(self.alpha)
         return env
@@ -335,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     command = sub.add_parser("command", help="print the server's environment and command")
     command.add_argument("folder")
     command.add_argument("--policy", default="marconi",
-                         choices=("stock", "marconi", "marconi+", "nocache"))
+                         help="stock, marconi, marconi+, nocache, or a system whose eviction "
+                              "is a declared priority (lfu, slru)")
     command.add_argument("--blocks", type=int, default=None)
     command.add_argument("--port", type=int, default=8000)
     args = parser.parse_args(argv)

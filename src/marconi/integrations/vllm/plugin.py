@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from marconi.integrations.common import IntegrationError, asked, one_line_exit
+from marconi.integrations.common import POLICIES, IntegrationError, asked, one_line_exit
 from marconi.integrations.vllm.hooks import CPU_SPLIT, install, installed, split_prefills_on_cpu
 from marconi.integrations.vllm.versions import WHO, log
 
@@ -41,6 +41,11 @@ def plugin() -> None:
             raise IntegrationError(f"{WHO}: {TUNER}={where!r} is not process or thread")
         install(wanted.spec, policy=wanted.policy, alpha=wanted.alpha,
                 orphans_first=orphans == "first", process=where == "process")
+        if wanted.policy not in POLICIES:  # a declared priority: no alpha, no tuner
+            log.info("marconi: on in this process (pid %d): policy %s (a declared "
+                     "priority over the Mamba states), model %s, orphan KV in vLLM's order",
+                     os.getpid(), wanted.policy, wanted.spec.name)
+            return
         tuned = (f"fixed at {wanted.alpha:g}" if wanted.alpha is not None else
                  "chosen by marconi+'s shadow experts" if wanted.policy == "marconi+" else
                  "bootstrap-tuned")
