@@ -128,12 +128,14 @@ def test_sglang_runs_the_declaration_as_its_strategy(chat, name: str) -> None:
         assert (ours.records.hit == theirs.records.hit).all()
 
 
+@pytest.mark.parametrize("engine", ["vllm-0.32", "vllm-0.34"])
 @pytest.mark.parametrize("name", PRIORITIES)
-def test_vllm_orders_its_states_by_the_declaration(chat, name: str) -> None:
+def test_vllm_orders_its_states_by_the_declaration(chat, name: str, engine: str) -> None:
     """vLLM's pool checked after every request; each victim also chosen the plain way
-    (`DeclaredStates.first` over the free states as the blocks say) and equal."""
-    need("vllm")
-    ours = _replay(chat, f"vllm-0.32:integration={name}")
+    (`DeclaredStates.first` over the free states as the blocks say) and equal; the
+    oldest and the newest version the plugin supports."""
+    need(engine.removesuffix("-0.32"))  # (environments: vllm, vllm-0.33, vllm-0.34)
+    ours = _replay(chat, f"{engine}:integration={name}")
     hook = ours.summary().to_json()["engine"]["integration"]
     assert hook["policy"] == name and hook["victims"] > 0 and hook["checked"] > 0
     assert hook["orphans"] == 0  # cached KV left in vLLM's order
