@@ -55,7 +55,7 @@ class Group:
 CORE_MODULES = ("cache", "tree", "evicting", "policy", "stats", "columns", "lazy_heap",
                 "scores", "candidates")
 CORE_TESTS = ("tree", "columns", "cache", "policies", "core_exact", "peek", "namespaces",
-              "lazy_heap", "scores")
+              "lazy_heap", "scores", "baselines")  # (baselines: SegLen's `replay_length`)
 PROPERTIES = "tests/test_cache_properties.py"  # its stateful machine (18 s) is left out
 CORE = Group("core", (*(f"core/{m}.py" for m in CORE_MODULES), "paper/admission.py",
                       "paper/eviction.py"),

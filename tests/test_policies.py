@@ -153,6 +153,17 @@ class TestLRU:
         assert victim is not None and victim.node is new
         assert policy.victim((), now=3).node is old  # type: ignore[union-attr]
 
+    def test_past_a_protected_head_a_stale_entry_is_no_candidate(self) -> None:
+        """b touched again at 4 keeps its entry at 2 in the heap: with the head protected,
+        the search past it takes c (3), not b at its stale stamp."""
+        tree = _tree([1, 2], [5] * 8, [7, 7, 7])
+        policy = LRULeaf()
+        a, c, b = sorted(tree.nodes(), key=lambda n: n.depth)
+        for now, node in ((1, a), (2, b), (3, c), (4, b)):
+            policy.on_commit([node], [], now=now)
+        victim = policy.victim({a}, now=5)
+        assert victim is not None and victim.node is c
+
     def test_stale_tops_are_dropped_and_the_victim_stays(self) -> None:
         """The victim is read at the top of the heap in place: entries of evicted or
         re-touched nodes above it are dropped, the victim's own entry kept."""

@@ -11,7 +11,15 @@ from marconi.core.candidates import Declared
 from marconi.core.compiled import compiled_reason, score_form
 from marconi.core.layout import Layout
 from marconi.core.priority import Candidates, Feature, Key, Priority, Score, Term, Touches
-from marconi.core.scores import evaluate, first_lowest, in_python, normalized, order, ranks
+from marconi.core.scores import (
+    check_features,
+    evaluate,
+    first_lowest,
+    in_python,
+    normalized,
+    order,
+    ranks,
+)
 from marconi.core.spec import PAPER_7B
 from marconi.integrations import sglang as sglang_integration
 from marconi.integrations.common import declared_score
@@ -179,3 +187,34 @@ def test_a_declared_score_runs_compiled_where_its_form_maps() -> None:
                 c.commit(tokens, n_input)
         assert compiled.stats.evictions == python.stats.evictions > 0, score.name
         assert compiled.stats.hit_tokens == python.stats.hit_tokens, score.name
+
+
+@pytest.mark.parametrize("columns", [((0.3, 0.1, 0.9), (2.0, 2.0, 2.0)),
+                                     ((5.0, 5.0, 5.0), (0.3, 0.1, 0.9)),
+                                     ((1.0, 1.0), (4.0, 4.0)),
+                                     ((0.3, 0.1, 0.9), (0.5, 0.7, 0.2))])
+def test_two_terms_with_a_constant_column_are_numpys_bit_for_bit(columns) -> None:
+    """`in_python`'s two-term path, each branch: either column constant (normalized to 1),
+    both, neither; weights other than 1."""
+    score = Score("two", terms=(Term(Feature.RECENCY, weight=0.85),
+                                Term(Feature.EFFICIENCY, weight=3.0, tuned=True)))
+    values = {Feature.RECENCY: list(columns[0]), Feature.EFFICIENCY: list(columns[1])}
+    plain = evaluate(score, {f: np.array(v) for f, v in values.items()}, 0.7)
+    assert in_python(score, values, 0.7) == plain.tolist()
+
+
+def test_a_declared_score_keeps_its_alpha_and_only_the_books_it_reads() -> None:
+    assert Declared(MARCONI, PAPER_7B, 0.7).alpha == 0.7
+    assert Declared(MARCONI, PAPER_7B).alpha == 0.0  # tuned, no alpha given: 0
+    recency = Declared(Score("recency", terms=(Term(Feature.RECENCY),)), PAPER_7B, 0.7)
+    assert recency.alpha is None and recency.efficiency is None  # nothing tuned or read
+    assert Declared(MARCONI, PAPER_7B).efficiency is not None
+    with pytest.raises(ValueError) as refused:
+        Declared(Score("leaves", terms=(Term(Feature.RECENCY),), candidates=Candidates.LEAVES))
+    assert str(refused.value) == (
+        "the Python core's Declared cannot evaluate score 'leaves': it runs candidates of "
+        "at most one child and touches of the hit")
+    with pytest.raises(ValueError) as missing:
+        check_features(MARCONI, {Feature.INVERSE_AGE, Feature.REPLAY}, "who")
+    assert str(missing.value) == ("who cannot evaluate score 'marconi': it reads efficiency, "
+                                  "recency, and who computes only inverse-age, replay")
