@@ -85,7 +85,7 @@ SHAPES: dict[str, Callable[[int], bytes]] = {
 SERVE = """
 import sys
 import uvicorn
-from marconi.engine import tiny_model
+from marconi.engines.hf import tiny_model
 from marconi.server import ServerConfig, build_backend, create_app
 from marconi.server.app import settle, uvicorn_config
 from marconi.server.backend import EMBEDDED_VOCAB

@@ -8,7 +8,7 @@ and the Mooncake conversation trace (both from ../shared/data, skipped when abse
 three capacities each, model paper-7b, one request at a time, through each stock engine
 (`sglang-0.5.23`, its UnifiedRadixCache with the Python tree core; `vllm-0.32`, its
 KVCacheManager) and through the same code with Marconi's eviction installed
-(`integration=marconi`: marconi.integrations.sglang, marconi.integrations.vllm) and with
+(`integration=marconi`: marconi.engines.integrations.sglang and .vllm) and with
 marconi+'s shadow experts choosing the order (`integration=marconi+`), the tuner inline so
 that the figures are reproducible (deployed, it runs in its own thread); `--only` runs
 some of these beside each stock engine. Prints per configuration both FLOPs-saved rates
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from common import load
 
 from marconi.core.spec import PAPER_7B
-from marconi.realpeers.envs import available
+from marconi.engines.real.envs import available
 from marconi.sim import SimConfig
 from marconi.sim.run import run
 from marconi.workload import Trace
@@ -83,8 +83,8 @@ def declared_setups() -> dict[str, Setup]:
     eviction strategy of its name, against SGLang's own strategy of that name where SGLang
     ships one (ratio 1.000 and identical hits: the declaration is SGLang's policy), else
     against stock; in vLLM as the order of its Mamba states, against stock vLLM."""
-    from marconi.integrations.common import declared_priorities
-    from marconi.realpeers.engine_flags import SGLANG_EVICTIONS
+    from marconi.engine_flags import SGLANG_EVICTIONS
+    from marconi.engines.integrations.common import declared_priorities
 
     out = {}
     for name in declared_priorities():

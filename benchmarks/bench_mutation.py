@@ -62,7 +62,7 @@ CORE = Group("core", (*(f"core/{m}.py" for m in CORE_MODULES), "paper/admission.
              (*(f"tests/test_{m}.py" for m in CORE_TESTS),
               f"{PROPERTIES}::test_judicious_matches_list_reference",
               f"{PROPERTIES}::test_block_admission_matches_list_reference"))
-ENGINE = Group("engine", tuple(f"engine/{m}.py" for m in ("prefill", "state", "tensor_store")),
+ENGINE = Group("engine", tuple(f"engines/hf/{m}.py" for m in ("prefill", "state", "tensor_store")),
                ("tests/engine/test_engine_exact.py", "tests/engine/test_edits.py",
                 "tests/engine/test_exactness.py::TestRestore",
                 "tests/engine/test_exactness.py::TestChunkCapture",

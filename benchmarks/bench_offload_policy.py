@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from common import load
 
 from marconi.core.spec import PAPER_7B
-from marconi.realpeers.envs import available
+from marconi.engines.real.envs import available
 from marconi.sim.offload import replay_offload
 
 GPU = "1GB"

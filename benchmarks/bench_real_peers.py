@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from common import load
 
 from marconi.core.spec import PAPER_7B
-from marconi.realpeers.envs import ENGINES, available
+from marconi.engine_flags import ENGINES
+from marconi.engines.real.envs import available
 from marconi.sim import SimConfig
 from marconi.sim.fidelity import PAIRS, Agreement, agreement, summary_line
 from marconi.sim.run import run

@@ -3,10 +3,10 @@
     .venv/bin/python benchmarks/bench_serve.py [--quick] [--traces sharegpt,swe-agent,mooncake]
 
 Needs vLLM's environment with its server (`bash scripts/setup-peers.sh vllm`). Each trace
-is fitted to the tiny served model (marconi.realpeers.serve_replay: every `stride`-th
+is fitted to the tiny served model (marconi.engines.real.serve_replay: every `stride`-th
 token, outputs cut to 32 tokens) and replayed through the real `openai` client with
 streaming against real server processes (`python -m vllm.entrypoints.openai.api_server`,
-marconi.realpeers.vllm_server), one after another on this machine, in the order stock,
+marconi.engines.real.vllm_server), one after another on this machine, in the order stock,
 +marconi, +marconi+, prefix caching off (the exactness reference), stock again (`--repeat`:
 the spread between two stock runs is the noise the ratios are read against). `--rounds N`
 serves stock and each policy N times, interleaved (the reference once): the summary pools
@@ -31,7 +31,7 @@ each server's pool (`PLAN.pools.json`).
 
 The block size and the pool are each server's own, read from its log (`kv lcm block sizes
 N`, `Overriding num_gpu_blocks=N with num_gpu_blocks_override=N`;
-marconi.realpeers.vllm_server.read_pool), never assumed: the table's header, the replay
+marconi.engines.real.vllm_server.read_pool), never assumed: the table's header, the replay
 through vLLM's cache classes and its pool in bytes use them, and a log without those lines
 stops the bench naming the log. (vLLM 0.32's CPU build logs 128-token blocks for the tiny
 model with prefix caching, 2048 without.)
@@ -59,10 +59,10 @@ from typing import Any
 import numpy as np
 from common import load
 
-from marconi.integrations.common import declared_priorities
-from marconi.realpeers.envs import available
-from marconi.realpeers.serve_replay import Replayed, Scaled, percentile, replay, scaled
-from marconi.realpeers.vllm_server import (
+from marconi.engines.integrations.common import declared_priorities
+from marconi.engines.real.envs import available
+from marconi.engines.real.serve_replay import Replayed, Scaled, percentile, replay, scaled
+from marconi.engines.real.vllm_server import (
     FAMILIES,
     NAME,
     VOCAB,
@@ -279,7 +279,7 @@ def predicted(plan: Plan, trace: Scaled, runs: list[Run], model: Path) -> dict[s
     """Cached tokens the replay through vLLM's own cache classes predicts for stock and
     each marconi policy (`through_cache_classes`): the requests stock was sent and
     answered, the pool and block size the servers logged."""
-    from marconi.realpeers.serve_replay import as_trace
+    from marconi.engines.real.serve_replay import as_trace
 
     sent = as_trace(plan.trace, trace, runs[0].replayed.served)
     policies = [p for p in dict.fromkeys(r.policy for r in runs) if p != "nocache"]
@@ -360,7 +360,7 @@ def checked(out: Path, engine: bool) -> int:
 def through_cache_classes(sent: Any, blocks: int, block_size: int, policies: list[str],
                           model: Path) -> dict[str, Any]:
     """Each policy's summary replaying `sent` (a marconi Trace) through vLLM's own cache
-    classes (marconi.realpeers, one request at a time in arrival order, the tuner inline)
+    classes (marconi.engines.real, one request at a time in arrival order, the tuner inline)
     at the server's pool: `blocks` of `block_size` tokens (what a server logged, or
     `--predict`'s `--block-size`), at one layer's page each, as the plugin's mirror
     counts it."""

@@ -16,9 +16,9 @@ import argparse
 import numpy as np
 import torch
 
-from marconi.engine import HybridModel, SSMState, restore, snapshot_kv, tiny_model
-from marconi.engine.models import ARCHITECTURES
-from marconi.engine.prefill import forward, prefill
+from marconi.engines.hf import HybridModel, SSMState, restore, snapshot_kv, tiny_model
+from marconi.engines.hf.models import ARCHITECTURES
+from marconi.engines.hf.prefill import forward, prefill
 
 PREFIX, NEXT = 30, 10
 

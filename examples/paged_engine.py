@@ -20,10 +20,10 @@ import torch
 from marconi import make_cache
 from marconi.core.cache import Plan, PrefixCache
 from marconi.core.tuning import Tuner
-from marconi.engine import HybridModel, KVSource, restore, snapshot_kv, tiny_model
-from marconi.engine.paged_store import PagedStore
-from marconi.engine.prefill import PrefillResult, forward, prefill
-from marconi.engine.state import snapshot_state
+from marconi.engines.hf import HybridModel, KVSource, restore, snapshot_kv, tiny_model
+from marconi.engines.hf.paged_store import PagedStore
+from marconi.engines.hf.prefill import PrefillResult, forward, prefill
+from marconi.engines.hf.state import snapshot_state
 from marconi.systems import get_system
 
 

@@ -1,5 +1,5 @@
 """Why marconi+ does what it does on one configuration: the figures behind the
-explanations in `policies/density.py` and experiments/RESULTS.md.
+explanations in `plus/density.py` and experiments/RESULTS.md.
 
     .venv/bin/python experiments/bench_plus_why.py TRACE CAPACITY MODEL
 

@@ -24,8 +24,8 @@ bash scripts/setup-peers.sh vllm >&2
 py="$PWD/.venv-peers/vllm/bin/python"
 [ -n "${MARCONI_PEERS_DIR:-}" ] && py="$MARCONI_PEERS_DIR/vllm/bin/python"
 model="${MARCONI_SERVE_MODEL:-$PWD/.venv-peers/models/granitemoehybrid}"
-[ -f "$model/config.json" ] || "$py" -m marconi.realpeers.vllm_server model "$model" >&2
-read -r -a cmd <<< "$("$py" -m marconi.realpeers.vllm_server command "$model" \
+[ -f "$model/config.json" ] || "$py" -m marconi.engines.real.vllm_server model "$model" >&2
+read -r -a cmd <<< "$("$py" -m marconi.engines.real.vllm_server command "$model" \
     --policy "$policy" --port "${PORT:-8000}")"
 echo "serve-vllm: ${cmd[*]} $*" >&2
 # Stopped as vLLM stops cleanly: SIGTERM to its API server alone, which drains its engine

@@ -40,7 +40,8 @@ for engine in "${engines[@]}"; do
         "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e . \
             >>"$log" 2>&1 || fail "$engine: could not install marconi into $venv (see $log)"
     fi
-    PYTHONPATH=src "$venv/bin/python" -P -m "marconi.realpeers.${engine%%-*}_worker" --version >>"$log" 2>&1 \
+    PYTHONPATH=src "$venv/bin/python" -P -m "marconi.engines.real.${engine%%-*}_worker" \
+        --version >>"$log" 2>&1 \
         || fail "$engine: installed, but its worker cannot load the engine (see $log)"
     echo "$want" > "$stamp"
     echo "setup-peers: $engine: ready ($venv)"

@@ -33,7 +33,7 @@ print(", ".join(f"{n} {m.version(n)}" for n in ("numpy", "scipy", "msgspec", "py
 # - the engines' replays and servers (test_integrations, test_realpeers, test_serve_vllm):
 #   their work runs in the engines' environments (.venv-peers), pinned by their own locks.
 #   This venv's side of them is the simulator (run here by test_sim and the rest) and, for
-#   test_serve_vllm, marconi.realpeers.serve_replay's openai client, the one piece not
+#   test_serve_vllm, marconi.engines.real.serve_replay's openai client, the one piece not
 #   run at the floors (tests/server drives the openai client at its floor).
 # - the engine fuzz (tests/engine/test_fuzz.py, a third of this run's time): 23 cases of
 #   30 requests under pressure, each held to torch forwards; the floors leave torch and

@@ -386,7 +386,7 @@ TestLiveTwins.settings = settings(max_examples=examples(500), stateful_step_coun
 
 
 class AlignTwins(Twins):
-    """vLLM's align mode with its block queue (what marconi.integrations.vllm's tuner
+    """vLLM's align mode with its block queue (what marconi.engines.integrations.vllm's tuner
     mirrors): states at the replay boundary, junctions and the retention interval's
     positions, a commit kept to its last full block, room made for the running request;
     KV in pages (shared at splits, copied where a branch starts inside one) or per token;
@@ -427,7 +427,7 @@ TestAlignTwins.settings = settings(max_examples=examples(400), stateful_step_cou
 
 
 class RadixTwins(Twins):
-    """SGLang's admission with its two lists (what marconi.integrations.sglang's tuner
+    """SGLang's admission with its two lists (what marconi.engines.integrations.sglang's tuner
     mirrors): no-buffer (every chunk's end, the input's, the last fed token) or
     extra-buffer (tracked states aligned to T, the branch point, decode states, two
     working slots); a state pool beside the KV or one byte budget with the states' share;

@@ -15,11 +15,11 @@ import pytest
 
 from marconi.core.priority import Feature
 from marconi.core.spec import PAPER_7B
-from marconi.integrations.common import IntegrationError, check_policy, declared_priorities
-from marconi.integrations.common import declared_priority as priority_of
-from marconi.integrations.vllm.order import DeclaredStates
-from marconi.realpeers.engine_flags import SGLANG_EVICTIONS
-from marconi.realpeers.envs import PeerError
+from marconi.engine_flags import SGLANG_EVICTIONS
+from marconi.engines.integrations.common import IntegrationError, check_policy, declared_priorities
+from marconi.engines.integrations.common import declared_priority as priority_of
+from marconi.engines.integrations.vllm.order import DeclaredStates
+from marconi.engines.real.envs import PeerError
 from marconi.sim import SimConfig
 from marconi.sim.run import run
 from marconi.systems import get_system

@@ -1,4 +1,4 @@
-"""The bootstrap tuner's guard in the engines' plugins (marconi.integrations.choosers,
+"""The bootstrap tuner's guard in the engines' plugins (marconi.engines.integrations.choosers,
 `Bootstrap`): beside its mirror a second one at alpha 0, the engine's own order, fed the
 same requests; once the tuner has adopted another alpha, alpha 0 is restored (once) when
 its mirror leads the adopted alpha's by more than the bound since the adoption, and only
@@ -14,8 +14,8 @@ import pytest
 from marconi.core.spec import PAPER_7B
 from marconi.core.tuning import DECIDE_EVERY, DECISIVE_LEAD, Objective, hit_worth
 from marconi.core.units import parse_size
-from marconi.integrations.choosers import Bootstrap
-from marconi.integrations.common import Counters, Tuning
+from marconi.engines.integrations.choosers import Bootstrap
+from marconi.engines.integrations.common import Counters, Tuning
 from marconi.systems import get_system
 from marconi.workload import TraceOptions, load_trace
 

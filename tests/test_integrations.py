@@ -1,4 +1,4 @@
-"""Marconi inside SGLang's and vLLM's own cache code (marconi.integrations.sglang, .vllm):
+"""Marconi inside SGLang's and vLLM's own cache code (marconi.engines.integrations.sglang, .vllm):
 each refuses what it cannot run with one line, the engine's integrity checks pass after
 every request with it in, alpha 0 is the stock engine, and its tuner runs off the
 scheduling loop; in SGLang it saves more FLOPs than stock.
@@ -20,10 +20,10 @@ import pytest
 
 from marconi.core.spec import PAPER_7B
 from marconi.core.units import parse_size
-from marconi.integrations import sglang as integration
-from marconi.integrations import vllm as vllm_integration
+from marconi.engines.integrations import sglang as integration
+from marconi.engines.integrations import vllm as vllm_integration
+from marconi.engines.real.envs import PeerError, envs_dir
 from marconi.paper.eviction import MARCONI
-from marconi.realpeers.envs import PeerError, envs_dir
 from marconi.sim import SimConfig
 from marconi.sim.run import run
 from marconi.systems import get_system
@@ -79,7 +79,7 @@ class TestWithoutTheEngine:
     def test_the_entry_point_names_the_plugin(self) -> None:
         meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
         entry = meta["project"]["entry-points"]["sglang.srt.plugins"]["marconi"]
-        assert entry == "marconi.integrations.sglang:plugin"
+        assert entry == "marconi.engines.integrations.sglang:plugin"
 
     def test_the_rust_core_is_refused_before_any_work(self) -> None:
         with pytest.raises(PeerError, match="Python tree core"):
@@ -101,7 +101,7 @@ class TestInsideSGLang:
     def test_any_other_version_is_refused(self) -> None:
         need("sglang")
         code = ("import importlib.metadata as m; m.version = lambda name: '0.5.22'\n"
-                "from marconi.integrations.sglang import install\n"
+                "from marconi.engines.integrations.sglang import install\n"
                 "from marconi.core.spec import PAPER_7B\n"
                 "install(PAPER_7B)\n")
         done = subprocess.run([str(_engine_python()), "-c", code], capture_output=True,
@@ -118,7 +118,7 @@ class TestInsideSGLang:
         code = textwrap.dedent("""
             import inspect, json, sys
             sys.path.insert(0, sys.argv[1])
-            from marconi.realpeers import sglang_load
+            from marconi.engines.real import sglang_load
             sglang_load.load_sglang()
             from sglang.srt.mem_cache.unified_cache.components import (
                 FullComponent, MambaComponent)
@@ -177,7 +177,7 @@ class TestInsideSGLang:
         code = textwrap.dedent("""
             from vllm.v1.core.kv_cache_utils import KVCacheBlock
             from marconi.core.spec import PAPER_7B
-            from marconi.integrations.vllm import StateOrder, booked
+            from marconi.engines.integrations.vllm import StateOrder, booked
             from marconi.paper.eviction import MARCONI
 
             order = StateOrder(PAPER_7B, MARCONI)
@@ -294,13 +294,13 @@ class _Order:
 
 class TestShadowsBesideTheEngine:
     """marconi+ in an engine: the shadow experts' mirrors, fed what the engine finished,
-    choose the alpha its walks run at (marconi.integrations.common.Shadows)."""
+    choose the alpha its walks run at (marconi.engines.integrations.common.Shadows)."""
 
     @pytest.mark.parametrize("mirror", ["sglang-2026+marconi", "vllm-2026+marconi"])
     def test_each_mirror_saves_what_its_system_saves_at_that_alpha(self, mirror: str) -> None:
         """An expert's total is its mirror's FLOPs saved: the simulator's replay of the
         mirror system at that fixed alpha, request for request."""
-        from marconi.integrations.common import Counters, Shadows, Tuning
+        from marconi.engines.integrations.common import Counters, Shadows, Tuning
         from marconi.workload import TraceOptions, load_trace
 
         chat = load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=20))
@@ -320,7 +320,7 @@ class TestShadowsBesideTheEngine:
         """marconi+'s rule, shared with its simulator tuner: in the engine a quarter more
         while warming up (`ENGINE_WARMUP_LEAD`; the simulator's asks 5% there too), then
         5% more than the running expert."""
-        from marconi.integrations.common import Shadows
+        from marconi.engines.integrations.common import Shadows
         from marconi.plus.shadows import ShadowConfig, leader
 
         config = Shadows().config
@@ -335,7 +335,7 @@ class TestShadowsBesideTheEngine:
     def test_the_engine_runs_the_leader_where_one_order_saves_more(self) -> None:
         """SGLang's pools at 1 GB on chat sessions: Marconi's order at a positive alpha
         saves far more than SGLang's LRU, so the engine switches to it and runs it."""
-        from marconi.integrations.common import Counters, Shadows, Tuning
+        from marconi.engines.integrations.common import Counters, Shadows, Tuning
         from marconi.workload import TraceOptions, load_trace
 
         chat = load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=20))
@@ -353,7 +353,7 @@ class TestShadowsBesideTheEngine:
         the same totals and switches as inline."""
         import threading
 
-        from marconi.integrations.common import Counters, Shadows, Tuning
+        from marconi.engines.integrations.common import Counters, Shadows, Tuning
         from marconi.workload import TraceOptions, load_trace
 
         chat = load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=20))
@@ -373,7 +373,7 @@ class TestShadowsBesideTheEngine:
 
     def test_a_fixed_alpha_is_refused_for_marconi_plus_and_a_negative_one_for_any(
             self) -> None:
-        from marconi.integrations.common import Counters, IntegrationError, tuning_for
+        from marconi.engines.integrations.common import Counters, IntegrationError, tuning_for
 
         with pytest.raises(IntegrationError, match="chooses its own alpha"):
             tuning_for("marconi+", _Order(), PAPER_7B, Counters(), 1.0, False)
@@ -390,7 +390,7 @@ class TestTunerInItsOwnProcess:
     def _fed(process: bool, chooser: str, n: int | None = None) -> tuple:
         import logging
 
-        from marconi.integrations.common import Bootstrap, Counters, Shadows, Tuning
+        from marconi.engines.integrations.common import Bootstrap, Counters, Shadows, Tuning
         from marconi.workload import TraceOptions, load_trace
 
         chat = load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=20))
@@ -485,7 +485,7 @@ class TestTunerInItsOwnProcess:
         (vLLM's read-only list type is not importable in the child), an array as int32."""
         import pickle
 
-        from marconi.integrations.tuner_process import pack, unpack
+        from marconi.engines.integrations.tuner_process import pack, unpack
 
         ids = [3, 70_000, 151_935, 0, 42]
         for given in (ids, tuple(ids), np.array(ids, dtype=np.int64)):
@@ -504,7 +504,7 @@ class TestTunerInItsOwnProcess:
         import threading
         from multiprocessing.connection import Connection
 
-        from marconi.integrations.tuner_process import Remote, unpack
+        from marconi.engines.integrations.tuner_process import Remote, unpack
 
         r, w = os.pipe()
         fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
@@ -587,7 +587,7 @@ class TestTunerInItsOwnProcess:
         down_r, down_w = os.pipe()
         up_r, up_w = os.pipe()
         child = subprocess.Popen(
-            [sys.executable, "-m", "marconi.integrations.tuner_process", str(down_r),
+            [sys.executable, "-m", "marconi.engines.integrations.tuner_process", str(down_r),
              str(up_w)], pass_fds=(down_r, up_w), stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL)
         os.close(down_r)
@@ -605,7 +605,7 @@ class TestVLLMWithoutTheEngine:
     def test_the_entry_point_names_the_plugin(self) -> None:
         meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
         entry = meta["project"]["entry-points"]["vllm.general_plugins"]["marconi"]
-        assert entry == "marconi.integrations.vllm:plugin"
+        assert entry == "marconi.engines.integrations.vllm:plugin"
 
     @pytest.mark.parametrize(("env", "said"), [
         ({"MARCONI_VLLM_CPU_SPLIT": "yes"}, "MARCONI_VLLM_CPU_SPLIT='yes' is not 0 or 1"),
@@ -687,7 +687,7 @@ class TestInsideVLLM:
     def test_any_other_version_is_refused(self) -> None:
         need("vllm")
         code = ("import vllm; vllm.__version__ = '0.35.0'\n"
-                "from marconi.integrations.vllm import install\n"
+                "from marconi.engines.integrations.vllm import install\n"
                 "from marconi.core.spec import PAPER_7B\n"
                 "install(PAPER_7B)\n")
         python = envs_dir() / "vllm" / "bin" / "python"

@@ -231,14 +231,19 @@ def test_policy_families_import_only_what_their_layer_allows() -> None:
     assert family_breaches(import_graph()) == {}
 
 
-# The layers above realpeers/ and integrations/ (docs/architecture.md, "Layers"): the
-# drivers and faces, the CLI and its commands, the library's API. realpeers/ (the engines'
-# environments and workers) sits below the registry too; integrations/ does not: its
-# choosers and tuner process build systems from it (`get_system`, `TunerOptions`).
+# The layers above the engines (docs/architecture.md, "Layers"): the drivers and faces, the
+# CLI and its commands, the library's API. Inside engines/, real/ (the engines' environments
+# and workers) reaches nothing above it, the registry included; integrations/ builds systems
+# from the registry (`get_system`, `TunerOptions`) and may drive real/'s loader; hf/
+# (marconi's own engine) runs systems and knows neither of the others.
 ABOVE_ENGINES = ("marconi.sim", "marconi.commands", "marconi.cli", "marconi.server",
-                 "marconi.report", "marconi.reproduction", "marconi.engine", "marconi.api")
-ABOVE = {"marconi.realpeers": (*ABOVE_ENGINES, "marconi.systems"),
-         "marconi.integrations": ABOVE_ENGINES}
+                 "marconi.report", "marconi.reproduction", "marconi.api")
+REAL, PLUGINS, HF = "marconi.engines.real", "marconi.engines.integrations", "marconi.engines.hf"
+ABOVE = {REAL: (*ABOVE_ENGINES, "marconi.systems", PLUGINS, HF),
+         PLUGINS: (*ABOVE_ENGINES, HF),
+         HF: (*ABOVE_ENGINES, REAL, PLUGINS)}
+
+
 def reach(graph: dict[str, set[str]], name: str) -> set[str]:
     """Every module that importing `name` imports, directly or through others, each with
     the packages above it (whose `__init__` runs first)."""
@@ -255,8 +260,7 @@ def reach(graph: dict[str, set[str]], name: str) -> set[str]:
 
 
 def layer_breaches(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    """Each realpeers/ or integrations/ module and the modules of a layer above it that it
-    reaches."""
+    """Each module of engines/ and the modules of a layer above it that it reaches."""
     out: dict[str, set[str]] = {}
     for name in graph:
         for package, above in ABOVE.items():
@@ -269,30 +273,31 @@ def layer_breaches(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 def test_layer_rule_finds_planted_imports() -> None:
     known = set(_modules())
-    worker = SRC / "marconi" / "realpeers" / "worker.py"
-    planted = imports_of(worker, known, "def f():\n    from ..sim.result import SimResult\n"
+    worker = SRC / "marconi" / "engines" / "real" / "worker.py"
+    planted = imports_of(worker, known, "def f():\n    from ...sim.result import SimResult\n"
                          "    from marconi.commands import sweep\n")
     assert planted == {"marconi.sim.result", "marconi.commands.sweep"}
-    graph = {"marconi.realpeers.worker": planted, "marconi.sim.result": set(),
+    graph = {"marconi.engines.real.worker": planted, "marconi.sim.result": set(),
              "marconi.commands.sweep": set(), "marconi.sim": set(), "marconi.commands": set()}
-    assert layer_breaches(graph) == {"marconi.realpeers.worker": {
+    assert layer_breaches(graph) == {"marconi.engines.real.worker": {
         "marconi.sim", "marconi.sim.result", "marconi.commands", "marconi.commands.sweep"}}
     # through a lower module, through a package's __init__, the registry
-    graph = {"marconi.realpeers.envs": {"marconi.workload.types"},
+    graph = {"marconi.engines.real.envs": {"marconi.workload.types"},
              "marconi.workload.types": {"marconi.core.tokens"}, "marconi.core.tokens": set(),
              "marconi.workload": {"marconi.sim.summary"}, "marconi.sim.summary": set(),
-             "marconi.realpeers.worker": {"marconi.systems"}, "marconi.systems": set(),
-             "marconi.integrations.common": {"marconi.systems", "marconi.server.app"},
+             "marconi.engines.real.worker": {"marconi.systems"}, "marconi.systems": set(),
+             "marconi.engines.integrations.common": {"marconi.systems", "marconi.server.app"},
              "marconi.server.app": set()}
     assert layer_breaches(graph) == {
-        "marconi.realpeers.envs": {"marconi.sim.summary"},  # through workload's __init__
-        "marconi.realpeers.worker": {"marconi.systems"},
-        "marconi.integrations.common": {"marconi.server.app"}}
+        "marconi.engines.real.envs": {"marconi.sim.summary"},  # through workload's __init__
+        "marconi.engines.real.worker": {"marconi.systems"},
+        "marconi.engines.integrations.common": {"marconi.server.app"}}
 
 
-def test_realpeers_and_integrations_import_no_layer_above() -> None:
-    """No module of realpeers/ or integrations/ reaches the drivers, the CLI, its commands
-    or the API (realpeers/ not the registry either)."""
+def test_engines_import_no_layer_above() -> None:
+    """No module of engines/ reaches the drivers, the CLI, its commands or the API; real/
+    reaches neither the registry nor the rest of engines/, and hf/ neither real/ nor
+    integrations/."""
     assert layer_breaches(import_graph()) == {}
 
 
@@ -311,15 +316,16 @@ def test_import_core_loads_nothing_else_of_marconi() -> None:
 
 
 def test_an_engine_worker_loads_only_its_own_folder_of_marconi() -> None:
-    """The workers run in the engines' environments as `marconi.realpeers.x`: importing
-    them loads `marconi` (which loads nothing eagerly) and realpeers/ alone."""
-    workers = sorted(p.stem for p in (SRC / "marconi" / "realpeers").glob("*_worker.py"))
+    """The workers run in the engines' environments as `marconi.engines.real.x`: importing
+    them loads `marconi` and `marconi.engines` (which load nothing eagerly), the engines'
+    flags (`marconi.engine_flags`, standard library only) and engines/real/ alone."""
+    workers = sorted(p.stem for p in (SRC / "marconi" / "engines" / "real").glob("*_worker.py"))
     assert len(workers) == 3
-    code = "\n".join(f"import marconi.realpeers.{w}" for w in workers)
+    code = "\n".join(f"import marconi.engines.real.{w}" for w in workers)
     ours = {m for m in _loaded_after(code) if m.startswith("marconi")}
-    assert {f"marconi.realpeers.{w}" for w in workers} <= ours
-    assert all(m == "marconi" or m.startswith("marconi.realpeers.") or m == "marconi.realpeers"
-               for m in ours), sorted(ours)
+    assert {f"marconi.engines.real.{w}" for w in workers} <= ours
+    alone = {"marconi", "marconi.engines", "marconi.engine_flags", REAL}
+    assert all(m in alone or m.startswith(REAL + ".") for m in ours), sorted(ours)
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["simulate", "--help"],
@@ -347,7 +353,7 @@ def test_drivers_reach_policies_only_through_the_registry() -> None:
 FAMILIES = ("marconi.paper", "marconi.peers", "marconi.plus")
 # who may import which policy modules; a key covers its package's modules (marconi.systems.*)
 REACH_POLICIES = {"marconi.systems": FAMILIES, "marconi.sim.oracle": ("marconi.paper.tuner",),
-                  "marconi.integrations.choosers": ("marconi.plus.shadows",)}
+                  "marconi.engines.integrations.choosers": ("marconi.plus.shadows",)}
 
 
 def policy_reach_breaches(graph: dict[str, set[str]]) -> dict[str, set[str]]:
@@ -368,7 +374,7 @@ def test_policy_reach_finds_planted_imports() -> None:
              "marconi.systems": {"marconi.systems.registry"},
              "marconi.sim.oracle": {"marconi.paper.tuner", "marconi.paper.eviction"},
              "marconi.sim.replay": {"marconi.plus.shadows"},
-             "marconi.integrations.choosers": {"marconi.plus.shadows"},
+             "marconi.engines.integrations.choosers": {"marconi.plus.shadows"},
              "marconi.plus.switchable": {"marconi.paper.eviction"}}
     assert policy_reach_breaches(graph) == {"marconi.sim.oracle": {"marconi.paper.eviction"},
                                             "marconi.sim.replay": {"marconi.plus.shadows"}}
@@ -431,38 +437,39 @@ def folder_cycles(folders: dict[str, dict[str, set[str]]]) -> list[list[str]]:
 
 def test_drawing_is_read() -> None:
     layers = drawn_layers(DOCS.read_text())
-    assert layers[0][:3] == ["commands", "cli", "api"] and layers[-1] == ["core", "settings"]
+    assert layers[0][:3] == ["commands", "cli", "api"]
+    assert layers[-1] == ["core", "settings", "engine_flags"]
     assert sum(len(names) for names in layers) == len({n for ns in layers for n in ns})
 
 
 def test_folder_rules_find_planted_arrows() -> None:
     known = set(_modules())
-    common = SRC / "marconi" / "integrations" / "common.py"
+    common = SRC / "marconi" / "engines" / "integrations" / "common.py"
     planted = imports_of(common, known, "def f():\n    import importlib\n"
                          "    importlib.import_module('marconi.sim.run')\n")
     assert planted == {"marconi.sim.run"}
-    engine = SRC / "marconi" / "realpeers" / "vllm_replay.py"
+    engine = SRC / "marconi" / "engines" / "real" / "vllm_replay.py"
     planted = ("def f():\n    from vllm_engine import Engine\n    import worker_io, json\n"
                "    importlib.import_module('sglang_load')\n")
     assert bare_imports(engine, planted) == {"vllm_engine", "worker_io", "sglang_load"}
     assert imports_of(engine, known, planted) == set()  # what the graph cannot see
-    graph = {"marconi.systems.engines": {"marconi.realpeers.envs", "marconi.core.spec"},
-             "marconi.realpeers.envs": set(), "marconi.core.spec": set(),
-             "marconi.realpeers.vllm_worker": {"marconi.integrations.common"},
-             "marconi.integrations.common": {"marconi.systems"}, "marconi.systems": set()}
+    # the loop before engines/ was one folder: the registry read the workers' flags
+    graph = {"marconi.systems.engines": {"marconi.engines.real.envs", "marconi.core.spec"},
+             "marconi.engines.real.envs": set(), "marconi.core.spec": set(),
+             "marconi.engines.integrations.common": {"marconi.systems"},
+             "marconi.systems": set()}
     folders = folder_graph(graph)
-    assert folder_cycles(folders) == [["integrations", "realpeers", "systems"]]
-    layers = [["integrations"], ["systems"], ["realpeers"], ["core"]]
+    assert folder_cycles(folders) == [["engines", "systems"]]
+    layers = [["engines"], ["systems"], ["core"]]
     assert upward_arrows(folders, layers) == {
-        "realpeers -> integrations": {
-            "marconi.realpeers.vllm_worker -> marconi.integrations.common"}}
+        "systems -> engines": {"marconi.systems.engines -> marconi.engines.real.envs"}}
     with pytest.raises(AssertionError, match=r"drawing: \['core'\]"):
         upward_arrows(folders, layers[:-1])
 
 
 def test_modules_import_their_neighbours_as_modules() -> None:
     """No module imports another of marconi's by bare name (the engines' workers included:
-    they run as `python -m marconi.realpeers.x`), so the import graph sees every arrow."""
+    they run as `python -m marconi.engines.real.x`), so the import graph sees every arrow."""
     found = {name: bare for name, path in _modules().items() if (bare := bare_imports(path))}
     assert found == {}
 

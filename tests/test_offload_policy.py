@@ -1,4 +1,4 @@
-"""Marconi's order as vLLM's CPU offload cache policy (marconi.integrations.vllm_offload),
+"""Marconi's order as vLLM's CPU offload cache policy (marconi.engines.integrations.vllm_offload),
 loaded by vLLM 0.34's own `CachePolicyFactory` from `cache_policy_module_path` and driven
 by its own `CPUOffloadingManager`, with no patch to vLLM.
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from marconi.core.spec import PAPER_7B
-from marconi.realpeers.envs import envs_dir
+from marconi.engines.real.envs import envs_dir
 from marconi.workload import TraceOptions, load_trace
 from tests.test_realpeers import need
 
@@ -29,7 +29,7 @@ THROUGH_VLLM = textwrap.dedent('''
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
     from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 
-    MODULE, NAME = "marconi.integrations.vllm_offload", "MarconiCachePolicy"
+    MODULE, NAME = "marconi.engines.integrations.vllm_offload", "MarconiCachePolicy"
 
     def manager(policy, chunks):
         if policy == "lru":
@@ -109,7 +109,7 @@ def test_a_missing_model_is_one_line() -> None:
     code = ("import os; os.environ['VLLM_TARGET_DEVICE'] = 'cpu'\n"
             "from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager\n"
             "CPUOffloadingManager(num_chunks=4, cache_policy='MarconiCachePolicy', "
-            "cache_policy_module_path='marconi.integrations.vllm_offload')\n")
+            "cache_policy_module_path='marconi.engines.integrations.vllm_offload')\n")
     env = {k: v for k, v in os.environ.items() if k != "MARCONI_MODEL"}
     done = subprocess.run([str(_python()), "-c", code], capture_output=True, text=True,
                           env={**env, "PYTHONPATH": str(ROOT / "src")}, timeout=300)
@@ -126,7 +126,7 @@ def test_a_trace_served_by_the_gpu_pool_and_the_host_tier() -> None:
 
     trace = load_trace("sharegpt", options=TraceOptions(min_turns=10, sessions=10))
     got = replay_offload(trace, PAPER_7B, "1GB", "2GB", "marconi", alpha=0.5)
-    assert got.meta["policy"] == "marconi.integrations.vllm_offload.MarconiCachePolicy"
+    assert got.meta["policy"] == "marconi.engines.integrations.vllm_offload.MarconiCachePolicy"
     assert got.meta["host_evictions"] > 0 and got.host_hit.sum() > 0
     assert (got.hit >= got.gpu_hit).all() and (got.hit == got.gpu_hit + got.host_hit).all()
     assert 0 < got.host_flops < got.flops_saved <= got.flops_total

@@ -62,7 +62,7 @@ def test_installed_versions_are_the_lock() -> None:
 
 def test_engine_refuses_a_transformers_below_its_floor() -> None:
     pytest.importorskip("transformers")
-    from marconi.engine._versions import MINIMUM, UnsupportedVersion, check
+    from marconi.engines.hf._versions import MINIMUM, UnsupportedVersion, check
 
     assert Version(MINIMUM["transformers"]) == Version("5.24")
     assert str(_extras()["transformers"].specifier) in (">=5.24,<6", "<6,>=5.24")

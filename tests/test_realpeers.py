@@ -1,4 +1,4 @@
-"""The engines' real cache code in our replays (marconi.realpeers): a missing environment
+"""The engines' real cache code in our replays (marconi.engines.real): a missing environment
 is one line naming the setup command, a failing engine never yields a partial result,
 and each emulation agrees with the real code on a trace that evicts.
 
@@ -17,9 +17,10 @@ import pytest
 
 from marconi.cli import main
 from marconi.core.spec import PAPER_7B
-from marconi.realpeers.arrivals import NoRoom, Schedule, run_concurrent
-from marconi.realpeers.envs import ENGINES, ENV_VAR, PeerError, available
-from marconi.realpeers.worker import run_worker
+from marconi.engine_flags import ENGINES
+from marconi.engines.real.arrivals import NoRoom, Schedule, run_concurrent
+from marconi.engines.real.envs import ENV_VAR, PeerError, available
+from marconi.engines.real.worker import run_worker
 from marconi.sim import SimConfig
 from marconi.sim.fidelity import BOUNDS, PAIRS, agreement
 from marconi.sim.run import run
@@ -27,7 +28,7 @@ from marconi.systems import get_system
 from marconi.workload import TraceOptions, load_trace
 from marconi.workload.types import Request
 
-REALPEERS = Path(__file__).resolve().parents[1] / "src" / "marconi" / "realpeers"
+REALPEERS = Path(__file__).resolve().parents[1] / "src" / "marconi" / "engines" / "real"
 TRACE = "synthetic:multi-turn:sessions=3"
 # the files beside the workers that they import by name: they run in the engines'
 # environments too, so they import no marconi, and may import their engine
@@ -74,7 +75,7 @@ class TestWithoutTheEngine:
             get_system("sglang-0.5.23").cache(PAPER_7B, "2GB")
 
     def test_workers_import_only_their_folder_and_nothing_else_imports_an_engine(self) -> None:
-        for path in sorted((REALPEERS.parents[0]).rglob("*.py")):
+        for path in sorted((REALPEERS.parents[1]).rglob("*.py")):
             tree = ast.parse(path.read_text())
             full = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
                     for a in n.names}
@@ -85,7 +86,8 @@ class TestWithoutTheEngine:
                 path.parent == REALPEERS and path.name in WORKER_SIDE)
             if worker_side:  # (an integration: loaded by name, asked)
                 ours = {name for name in full if name.split(".")[0] == "marconi"}
-                assert all(name.startswith("marconi.realpeers.") for name in ours), (path, ours)
+                assert all(name.startswith("marconi.engines.real.")
+                           or name == "marconi.engine_flags" for name in ours), (path, ours)
             elif "integrations" not in path.parts:  # an integration runs in its engine's env
                 assert not names & {"sglang", "vllm"}, path
 

@@ -21,10 +21,10 @@ from marconi.core.scores import (
     ranks,
 )
 from marconi.core.spec import PAPER_7B
-from marconi.integrations import sglang as sglang_integration
-from marconi.integrations.common import declared_score
-from marconi.integrations.vllm import MIRROR as VLLM_MIRROR
-from marconi.integrations.vllm import StateOrder, flop_scores
+from marconi.engines.integrations import sglang as sglang_integration
+from marconi.engines.integrations.common import declared_score
+from marconi.engines.integrations.vllm import MIRROR as VLLM_MIRROR
+from marconi.engines.integrations.vllm import StateOrder, flop_scores
 from marconi.paper import eviction
 from marconi.paper.eviction import MARCONI, MARCONI_INVERSE_AGE, FlopAware, Recency
 from marconi.peers.seglen import SegLen, seglen_score
@@ -111,7 +111,7 @@ def test_the_compiled_core_evaluates_the_declared_forms_it_has() -> None:
 
 def test_each_evaluator_refuses_what_it_cannot_read(monkeypatch: pytest.MonkeyPatch) -> None:
     depth = Score("by-depth", terms=(Term(Feature.RECENCY), Term(Feature.REPLAY, tuned=True)))
-    from marconi.integrations.vllm_offload import MarconiCachePolicy
+    from marconi.engines.integrations.vllm_offload import MarconiCachePolicy
 
     monkeypatch.setattr(eviction, "MARCONI", depth)
     monkeypatch.setitem(eviction.SCORES, Recency.TIME, depth)

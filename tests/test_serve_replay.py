@@ -1,4 +1,4 @@
-"""The replays' `openai` client against a real uvicorn server (realpeers/serve_replay.py).
+"""The replays' `openai` client against a real uvicorn server (engines/real/serve_replay.py).
 
 Its own module so that it runs at the dependency floors too (scripts/test-floors.sh): the
 client is built from whichever HTTP library the installed openai uses. The served
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import uvicorn
 
-from marconi.realpeers.serve_replay import Scaled, Turn, async_client, replay
+from marconi.engines.real.serve_replay import Scaled, Turn, async_client, replay
 
 KEEP_ALIVE_S = 1  # the test server's idle-connection timeout (vLLM's is 5 s)
 

@@ -1,6 +1,6 @@
 """A real vLLM server with marconi's plugin (docs/integrations.md, "Serving with vLLM"):
 started as a user would, by `bash scripts/serve-vllm.sh marconi` (the reference server
-without prefix caching by marconi.realpeers.vllm_server), on a contended pool, replaying
+without prefix caching by marconi.engines.real.vllm_server), on a contended pool, replaying
 multi-turn conversations through the real `openai` client with streaming. The plugin says
 it is on in the engine's processes, every request succeeds, requests hit, the greedy
 outputs equal token for token those of the same server with prefix caching off, and the
@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from marconi.realpeers.serve_replay import Replayed, replay, scaled
-from marconi.realpeers.vllm_server import (
+from marconi.engines.real.serve_replay import Replayed, replay, scaled
+from marconi.engines.real.vllm_server import (
     NAME,
     VOCAB,
     Server,

@@ -411,7 +411,7 @@ class TestRefusals:
     """What the serving replay cannot drive says so and names the way out."""
 
     def test_the_real_engines_own_code_refuses_it(self) -> None:
-        from marconi.realpeers.envs import PeerError
+        from marconi.engines.real.envs import PeerError
         from marconi.sim.real_engine import replay
 
         trace = load_trace("synthetic:multi-turn", options=TraceOptions(sessions=2))

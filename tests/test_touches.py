@@ -1,4 +1,4 @@
-"""What the plugins cost (marconi.integrations.touches, docs/integrations.md "What the
+"""What the plugins cost (marconi.engines.integrations.touches, docs/integrations.md "What the
 patches cost"): every engine name the plugins touch that is not an extension point is
 listed per supported version, each supported version installed still has each one (a
 version that drops one fails here, naming it, the plugin and how it is used), the docs
@@ -18,14 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from marconi.integrations import touches
-from marconi.integrations.touches import OWN, TOUCHED, Touch, markdown, missing
-from marconi.realpeers.envs import ENGINES, envs_dir
+from marconi.engine_flags import ENGINES
+from marconi.engines.integrations import touches
+from marconi.engines.integrations.touches import OWN, TOUCHED, Touch, markdown, missing
+from marconi.engines.real.envs import envs_dir
 from tests.test_realpeers import need
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "src" / "marconi" / "integrations" / "touches.py"
-# each engine environment (realpeers.envs.ENGINES): the engine it holds
+SCRIPT = ROOT / "src" / "marconi" / "engines" / "integrations" / "touches.py"
+# each engine environment (engine_flags.ENGINES): the engine it holds
 ENVIRONMENTS = {key: engine.kind or engine.name for key, engine in ENGINES.items()}
 
 
@@ -67,17 +68,18 @@ def test_a_name_gone_is_reported_with_the_plugin_and_how(tmp_path: Path,
               Touch("vllm", "touches_probe", "Pool.unset", "read", instance=True))
     lines = missing("vllm", "0.34.0", listed)
     assert lines == [
-        'vllm 0.34.0 has no touches_probe.Pool.gone, which marconi.integrations.vllm '
+        'vllm 0.34.0 has no touches_probe.Pool.gone, which marconi.engines.integrations.vllm '
         'needs (overridden; docs/integrations.md, "What the patches cost")',
-        'vllm 0.34.0 has no touches_probe.Pool.unset, which marconi.integrations.vllm '
+        'vllm 0.34.0 has no touches_probe.Pool.unset, which marconi.engines.integrations.vllm '
         'needs (read; docs/integrations.md, "What the patches cost")']
     assert len(missing("vllm", "0.32.1", listed)) == 3  # `old` asked of 0.32 too
     assert missing("vllm", "0.35.0", listed) == [
-        "vllm 0.35.0 is not a version marconi.integrations.vllm supports (0.32, 0.33, 0.34)"]
+        "vllm 0.35.0 is not a version marconi.engines.integrations.vllm supports "
+        "(0.32, 0.33, 0.34)"]
 
 
 def test_the_versions_are_the_plugins_own() -> None:
-    from marconi.integrations import sglang, vllm
+    from marconi.engines.integrations import sglang, vllm
 
     assert touches.VERSIONS["vllm"] == vllm.SUPPORTED_VERSIONS
     assert touches.VERSIONS["sglang"] == (sglang.SUPPORTED_VERSION,)
@@ -89,7 +91,7 @@ def test_the_versions_are_the_plugins_own() -> None:
 def test_the_docs_show_the_list() -> None:
     docs = (ROOT / "docs" / "integrations.md").read_text()
     assert markdown() in docs, "docs/integrations.md: run python " \
-        "src/marconi/integrations/touches.py --markdown and paste its table"
+        "src/marconi/engines/integrations/touches.py --markdown and paste its table"
     done = subprocess.run([sys.executable, str(SCRIPT), "--markdown"], capture_output=True,
                           text=True, check=True)
     assert done.stdout.strip() == markdown()
@@ -100,7 +102,7 @@ def test_the_plugins_touch_no_private_name_the_list_lacks(plugin: str) -> None:
     """Every underscore name in a plugin's source (every module of a plugin that is a
     package; an attribute read, written or overridden, or a name given as a string) is
     the engine's and listed, or marconi's own (`OWN`)."""
-    where = ROOT / "src" / "marconi" / "integrations"
+    where = ROOT / "src" / "marconi" / "engines" / "integrations"
     files = [where / f"{plugin}.py"] if (where / f"{plugin}.py").is_file() \
         else sorted((where / plugin).glob("*.py"))
     trees = [ast.parse(path.read_text()) for path in files]
@@ -118,5 +120,5 @@ def test_the_plugins_touch_no_private_name_the_list_lacks(plugin: str) -> None:
     private = {n for n in names if n.startswith("_") and not n.startswith("__")} - defined
     listed = {t.path.rsplit(".", 1)[-1] for t in TOUCHED if t.engine == plugin}
     unknown = sorted(private - listed - OWN)
-    assert not unknown, (f"marconi.integrations.{plugin} touches {unknown}: list each in "
-                         "marconi.integrations.touches.TOUCHED (an engine's) or OWN (ours)")
+    assert not unknown, (f"marconi.engines.integrations.{plugin} touches {unknown}: list each in "
+                         "marconi.engines.integrations.touches.TOUCHED (an engine's) or OWN (ours)")

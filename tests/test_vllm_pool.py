@@ -1,5 +1,5 @@
 """The served block size and pool, read from a vLLM server's own log
-(marconi.realpeers.vllm_server.read_pool), on excerpts of real logs: a vLLM 0.32 CPU
+(marconi.engines.real.vllm_server.read_pool), on excerpts of real logs: a vLLM 0.32 CPU
 server of benchmarks/bench_serve.py's tiny GraniteMoeHybrid, `--num-gpu-blocks-override
 96 --max-model-len 2048`, with prefix caching (`tests/fixtures/vllm-0.32-stock.log`) and
 without (`vllm-0.32-nocache.log`): the lines at its KV cache's start, as logged."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from marconi.realpeers.vllm_server import Pool, read_pool
+from marconi.engines.real.vllm_server import Pool, read_pool
 
 FIXTURES = Path(__file__).with_name("fixtures")
 STOCK = FIXTURES / "vllm-0.32-stock.log"

@@ -7,7 +7,7 @@ cache = make_cache(PAPER_7B, "2GB", "marconi")
 `import marconi` loads nothing of marconi: the core's names (`marconi.core`), the registry
 of named systems (`make_cache`, `SYSTEMS`, `get_system`) and the notebook API (`simulate`,
 `compare`, `load`: `marconi.api`) load on first use. So a module of marconi run where only
-part of it can load (an engine worker in the engine's own environment, `marconi.realpeers`)
+part of it can load (an engine worker in the engine's own environment, `marconi.engines.real`)
 imports as a module of the package and loads what it imports, no more.
 """
 

@@ -166,7 +166,8 @@ def _preflight(args: argparse.Namespace, systems: Sequence[str]) -> None:
     engines = [e for s in systems if s not in REFERENCES
                and (e := get_system(s).engine) is not None]
     if engines:
-        from marconi.realpeers.envs import ENGINES, python_of
+        from marconi.engine_flags import ENGINES
+        from marconi.engines.real.envs import python_of
 
         for engine in engines:
             python_of(ENGINES[engine])

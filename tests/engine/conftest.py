@@ -9,7 +9,7 @@ from tests.helpers import needs
 
 needs("torch", "transformers")  # CI: a missing extra fails
 
-from marconi.engine import HybridModel, tiny_model  # noqa: E402
+from marconi.engines.hf import HybridModel, tiny_model  # noqa: E402
 
 _MODELS: dict[str, HybridModel] = {}
 

@@ -22,9 +22,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from marconi.engine import Engine, Generation, HybridModel
-from marconi.engine.prefill import prefill
-from marconi.engine.state import snapshot_kv
+from marconi.engines.hf import Engine, Generation, HybridModel
+from marconi.engines.hf.prefill import prefill
+from marconi.engines.hf.state import snapshot_kv
 
 # float32, as the engine's own exactness tests: cached and uncached logits agree to
 # ~1e-6 on the tiny models (measured: at most 1.1e-6, qwen3_next), where a wrong state

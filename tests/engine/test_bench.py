@@ -10,7 +10,7 @@ import json
 import numpy as np
 
 from marconi.commands.engine_bench import register
-from marconi.engine.bench import (
+from marconi.engines.hf.bench import (
     agent,
     bench,
     conversation,
@@ -45,7 +45,7 @@ class TestWorkloads:
 
 class TestBench:
     def test_small_run_writes_table_and_profile(self, get_model, tmp_path, monkeypatch):
-        import marconi.engine.bench as module
+        import marconi.engines.hf.bench as module
 
         monkeypatch.setattr(module, "workloads", lambda model, agent_dir: {
             "conversation": conversation(256, turns=3, user=20, reply=4)})
@@ -70,7 +70,7 @@ class TestBench:
 
     def test_the_command_tells_its_progress_on_stderr(self, get_model, tmp_path, monkeypatch,
                                                       capsys):
-        import marconi.engine.bench as module
+        import marconi.engines.hf.bench as module
         from marconi.cli import main
 
         monkeypatch.setattr(module, "workloads", lambda model, agent_dir: {

@@ -14,7 +14,7 @@ from tests.engine.reference import assert_matches_reference, stop_after
 
 from marconi.core.families import ENGINE_FAMILIES
 from marconi.core.integrity import check_integrity
-from marconi.engine import Engine, Generation
+from marconi.engines.hf import Engine, Generation
 
 FAMILIES = ENGINE_FAMILIES  # the registry's (core/families.py)
 

@@ -10,9 +10,16 @@ import time
 import pytest
 import torch
 
-from marconi.engine.prefill import Capture, capture_points, prefill
-from marconi.engine.state import KVBlock, SSMState, concat_kv, restore, snapshot_kv, snapshot_state
-from marconi.engine.tensor_store import KVSource, TensorStore
+from marconi.engines.hf.prefill import Capture, capture_points, prefill
+from marconi.engines.hf.state import (
+    KVBlock,
+    SSMState,
+    concat_kv,
+    restore,
+    snapshot_kv,
+    snapshot_state,
+)
+from marconi.engines.hf.tensor_store import KVSource, TensorStore
 
 
 def _tokens(n: int) -> torch.Tensor:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from marconi.engine import Engine, Sampling, architecture, load_model, tiny_model
+from marconi.engines.hf import Engine, Sampling, architecture, load_model, tiny_model
 
 
 class TestArchitecture:

@@ -8,8 +8,8 @@ import torch
 from tests.engine.reference import TOL
 
 from marconi.core.families import ENGINE_FAMILIES
-from marconi.engine import Capture, Engine, Sampling, restore, snapshot_kv, snapshot_state
-from marconi.engine.prefill import forward, prefill
+from marconi.engines.hf import Capture, Engine, Sampling, restore, snapshot_kv, snapshot_state
+from marconi.engines.hf.prefill import forward, prefill
 
 FAMILIES = ENGINE_FAMILIES  # the registry's (core/families.py)
 SYSTEMS = ["marconi", "sglang+", "vllm+", "marconi+"]

@@ -27,7 +27,7 @@ from tests.engine.test_store import check_bytes
 from tests.engine.workload import Mix, Request
 
 from marconi.core.integrity import check_integrity
-from marconi.engine import Capture, Engine, Generation, HybridModel, PagedStore
+from marconi.engines.hf import Capture, Engine, Generation, HybridModel, PagedStore
 from marconi.systems import get_system
 
 REQUESTS = 30

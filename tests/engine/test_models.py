@@ -12,8 +12,8 @@ import torch
 from tests.engine.reference import TOL
 
 from marconi.core.families import ENGINE_FAMILIES
-from marconi.engine import HybridModel, SSMState, restore, snapshot_kv
-from marconi.engine.prefill import forward, prefill
+from marconi.engines.hf import HybridModel, SSMState, restore, snapshot_kv
+from marconi.engines.hf.prefill import forward, prefill
 
 FAMILIES = sorted(ENGINE_FAMILIES)
 SENSITIVE = 1e-2  # the least a zeroed state must move the next-token logits
@@ -52,7 +52,7 @@ def test_a_zeroed_state_moves_the_logits_in_every_family(get_model, arch, part):
 
 
 def test_every_family_has_its_mixers_adjusted(get_model):
-    from marconi.engine.models import PROJECTION_GAIN, SLOW_A_LOG
+    from marconi.engines.hf.models import PROJECTION_GAIN, SLOW_A_LOG
 
     for arch in FAMILIES:
         mixers = [m for m in get_model(arch).module.modules()
@@ -72,13 +72,13 @@ def test_the_reference_kernel_notice_is_said_once_in_our_words():
     import subprocess
     import sys
 
-    from marconi.engine._kernels import FALLBACK, NOTICE
+    from marconi.engines.hf._kernels import FALLBACK, NOTICE
 
     script = (
         "import logging, sys\n"
         "logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
         "import numpy as np\n"
-        "from marconi.engine import Engine, tiny_model\n"
+        "from marconi.engines.hf import Engine, tiny_model\n"
         "for arch in ('bamba', 'qwen3_next'):\n"
         "    Engine(tiny_model(arch), 'marconi').generate(np.arange(20) % 200, 3)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from tests.engine.reference import assert_matches_reference
 
-from marconi.engine import Capture, Engine, HybridModel
-from marconi.engine.paged_store import PagedStore
+from marconi.engines.hf import Capture, Engine, HybridModel
+from marconi.engines.hf.paged_store import PagedStore
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "paged_engine.py"
 

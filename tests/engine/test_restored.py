@@ -15,8 +15,8 @@ import torch
 from tests.engine.reference import STATE_TOL
 
 from marconi.core.families import FAMILIES
-from marconi.engine import Capture, Engine, HybridModel
-from marconi.engine.prefill import prefill
+from marconi.engines.hf import Capture, Engine, HybridModel
+from marconi.engines.hf.prefill import prefill
 
 CASES = [(arch, capture, paged) for arch, family in sorted(FAMILIES.items())
          if family.engine is not None

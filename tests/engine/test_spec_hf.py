@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM, DynamicCache, JambaConfig
 
 from marconi.core.families import ENGINE_FAMILIES, FAMILIES, Family, _registry
 from marconi.core.spec import HF_FAMILIES, from_hf_config
-from marconi.engine import (
+from marconi.engines.hf import (
     ARCHITECTURES,
     architecture,
     forward,

@@ -10,7 +10,7 @@ import pytest
 from tests.engine.test_paged import check_pools
 
 from marconi.core.families import ENGINE_FAMILIES
-from marconi.engine import Engine, KVBlock, PagedStore, SSMState
+from marconi.engines.hf import Engine, KVBlock, PagedStore, SSMState
 
 FAMILIES = ENGINE_FAMILIES  # the registry's (core/families.py)
 

@@ -7,8 +7,8 @@ import dataclasses
 
 import numpy as np
 
-from marconi.engine import Engine
-from marconi.engine.bench import Row, format_table
+from marconi.engines.hf import Engine
+from marconi.engines.hf.bench import Row, format_table
 
 
 def _prompt(n: int = 320) -> np.ndarray:

@@ -10,7 +10,7 @@ from tests.helpers import needs
 
 needs("torch", "fastapi", "openai")  # CI: a missing extra fails
 
-from marconi.engine import HybridModel  # noqa: E402
+from marconi.engines.hf import HybridModel  # noqa: E402
 from marconi.server import embedded_model  # noqa: E402
 from tests.server.harness import Served, serve  # noqa: E402
 

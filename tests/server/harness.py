@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from marconi.engine import HybridModel
+from marconi.engines.hf import HybridModel
 from marconi.server import Backend, ServerConfig, build_backend, create_app
 from marconi.server.app import uvicorn_config
 

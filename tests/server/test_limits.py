@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from marconi.engine import HybridModel
+from marconi.engines.hf import HybridModel
 from marconi.server.guard import DRAIN_BYTES
 from marconi.server.parsing import INLINE_BODY
 from tests.server.harness import Served, logged, post, scrape, serve, wait_for

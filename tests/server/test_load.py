@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from marconi.core.integrity import check_integrity
-from marconi.engine import HybridModel, tiny_model
+from marconi.engines.hf import HybridModel, tiny_model
 from marconi.server.backend import EMBEDDED_VOCAB
 from tests.server.harness import Served, scrape, serve, wait_for
 

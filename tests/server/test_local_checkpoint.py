@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from marconi.engine import tiny_model
+from marconi.engines.hf import tiny_model
 from tests.server.harness import serve
 
 VOCAB = 64

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from marconi.commands.serve import config_from_args, register
-from marconi.engine import Engine, HybridModel, Sampling, sample
+from marconi.engines.hf import Engine, HybridModel, Sampling, sample
 from marconi.server.chat import Detokenizer, EmbeddedCodec, Message
 from marconi.server.config import EMBEDDED_MODEL, ServerConfig
 from marconi.server.metrics import ServerMetrics

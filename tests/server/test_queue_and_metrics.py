@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import openai
 import pytest
 
-from marconi.engine import HybridModel
+from marconi.engines.hf import HybridModel
 from marconi.server import service
 from tests.server.harness import Served, logged, post, scrape, serve, wait_for
 

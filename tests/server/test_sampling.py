@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from marconi.engine import Engine, HybridModel
+from marconi.engines.hf import Engine, HybridModel
 from tests.server.harness import Served, serve
 
 PROMPT = "Once upon a time"

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import openai
 import pytest
 
-from marconi.engine import HybridModel
+from marconi.engines.hf import HybridModel
 from marconi.server import build_backend, create_app
 from marconi.server.config import ServerConfig
 from tests.server.harness import Served, post, run_app, scrape, serve

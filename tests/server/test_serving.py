@@ -9,7 +9,7 @@ from typing import Any
 import openai
 import pytest
 
-from marconi.engine import HybridModel
+from marconi.engines.hf import HybridModel
 from marconi.server.chat import EmbeddedCodec, Message
 from tests.server.harness import Served, scrape, serve
 

@@ -55,8 +55,8 @@ def run_command(args: argparse.Namespace) -> int:
     require("engine", "torch", "transformers")
     import torch
 
-    from marconi.engine.bench import bench, format_table
-    from marconi.engine.models import ARCHITECTURES, load_model, tiny_model
+    from marconi.engines.hf.bench import bench, format_table
+    from marconi.engines.hf.models import ARCHITECTURES, load_model, tiny_model
 
     if args.threads:
         torch.set_num_threads(args.threads)

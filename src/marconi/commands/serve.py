@@ -132,7 +132,7 @@ def _log_to_stderr() -> None:
     notice) beside uvicorn's, from INFO up."""
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
-    for name in ("marconi.server", "marconi.engine"):
+    for name in ("marconi.server", "marconi.engines.hf"):
         log = logging.getLogger(name)
         log.addHandler(handler)
         log.setLevel(logging.INFO)

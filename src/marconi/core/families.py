@@ -3,7 +3,7 @@
 A `Family` is one transformers `model_type`. It says how to read that family's Hugging Face
 `config.json` into exact `ModelSpec` fields (`spec.from_hf_config`, docs/architecture.md,
 "Cost model") and, when the reference engine runs it, the plain facts the engine needs
-(`EngineFacts`: a tiny random-weight config, the scan's chunk-size field). `engine/models.py`
+(`EngineFacts`: a tiny random-weight config, the scan's chunk-size field). `engines/hf/models.py`
 builds its `ARCHITECTURES` from the families with engine facts, `spec.HF_FAMILIES` is every
 family's reader, and the tests iterate `FAMILIES` / `ENGINE_FAMILIES`: adding a family is
 one entry here. Plain data and config arithmetic only: no torch, no transformers.
@@ -213,7 +213,7 @@ def _tiny_qwen3_next() -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineFacts:
-    """What the reference engine (engine/models.py) needs to run a family."""
+    """What the reference engine (engines/hf/models.py) needs to run a family."""
 
     tiny: Callable[[], dict[str, Any]]  # config fields of a small random-weight model
     chunk_key: str | None  # config field with the SSD scan's chunk size; None: no chunked scan

@@ -230,7 +230,7 @@ class BlockLRU(TwoListLRU):
 
 class BlockFlop(BlockLRU):
     """vLLM's free-block queue with Marconi's order for states (what
-    marconi.integrations.vllm puts into vLLM's block pool): whenever the queue's next
+    marconi.engines.integrations.vllm puts into vLLM's block pool): whenever the queue's next
     victim is a state, the state that leaves is the first in `FlopStates` order, its
     efficiency over the nearest state above it (vLLM keeps no tree, so no branch rule).
     KV leaves as in `BlockLRU`; alpha 0 is `BlockLRU` exactly."""

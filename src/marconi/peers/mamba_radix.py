@@ -1,5 +1,5 @@
 """SGLang 0.5.23's hybrid prefix cache (`UnifiedRadixCache`), emulated as a peer baseline
-(checked against the real code: `marconi.realpeers`, docs/peers.md).
+(checked against the real code: `marconi.engines.real`, docs/peers.md).
 
 Admission (where the engine saves a state), per request whose lookup hit `h` (at most
 `n_input - 1`: one input token is always computed):
@@ -255,7 +255,7 @@ class MambaRadixLRU(TwoListLRU):
 
 class MambaRadixFlop(MambaRadixLRU):
     """SGLang's two lists with Marconi's order for states (what
-    marconi.integrations.sglang puts into SGLang): the KV list stays LRU; the state list
+    marconi.engines.integrations.sglang puts into SGLang): the KV list stays LRU; the state list
     gives its victim in `FlopStates` order, the efficiency over the node's parent, states
     at branches (two or more children) after every other. Alpha 0 is `MambaRadixLRU`
     exactly."""

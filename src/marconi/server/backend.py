@@ -1,7 +1,7 @@
 """What the server runs: an `Engine` (model + prefix cache) and the matching `Codec`.
 
 With no `--model`, the embedded model: a tiny random-weight Bamba (attention + Mamba2
-layers, `marconi.engine.tiny_model`) whose vocabulary is Mistral v1's 32K, so it serves
+layers, `marconi.engines.hf.tiny_model`) whose vocabulary is Mistral v1's 32K, so it serves
 at once with no download. Its text is gibberish; its caching is real.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from marconi.core.tuning import Tuner
 from marconi.core.units import format_size
-from marconi.engine import Engine, HybridModel, load_model, tiny_model
+from marconi.engines.hf import Engine, HybridModel, load_model, tiny_model
 from marconi.server.chat import Codec, EmbeddedCodec, HFCodec
 from marconi.server.config import ServerConfig
 from marconi.systems import TunerOptions, get_system

@@ -7,7 +7,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # not at run time: the body parser's process imports errors, and so this
-    from marconi.engine import Generation
+    from marconi.engines.hf import Generation
 
 
 def new_id(prefix: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from marconi.engine import Generation
+from marconi.engines.hf import Generation
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from marconi.engine import Engine, Generation, Sampling
+from marconi.engines.hf import Engine, Generation, Sampling
 from marconi.server.metrics import ServerMetrics
 
 log = logging.getLogger("marconi.server")

@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from starlette.requests import Request
 
-from marconi.engine import Generation, Sampling
+from marconi.engines.hf import Generation, Sampling
 from marconi.server.backend import Backend
 from marconi.server.chat import Detokenizer, Message
 from marconi.server.errors import ApiError, bad_request

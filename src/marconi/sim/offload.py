@@ -1,7 +1,7 @@
 """vLLM 0.34's CPU offload tier beside its GPU pool, replayed with a cache policy of
 vLLM's (`lru`, `arc`) or marconi's (`marconi`: `integrations.vllm_offload`, loaded by
 vLLM's own `CachePolicyFactory` from its module path): `vllm_offload_worker.py` in vLLM
-0.34's environment (`realpeers/vllm_offload_worker.py`), and what it served
+0.34's environment (`engines/real/vllm_offload_worker.py`), and what it served
 (docs/integrations.md, "Marconi as vLLM's offload cache policy")."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import numpy as np
 from marconi.core.scores import FlopsAt
 from marconi.core.spec import ModelSpec
 from marconi.core.units import parse_size
-from marconi.realpeers.envs import ENGINES, Engine
-from marconi.realpeers.worker import run_worker
+from marconi.engine_flags import ENGINES, Engine
+from marconi.engines.real.worker import run_worker
 from marconi.sim.real_engine import model_options
 from marconi.workload.types import Request
 
 POLICIES = ("lru", "arc", "marconi")  # vLLM's two built-in policies, and marconi's
-MODULE = "marconi.integrations.vllm_offload"  # cache_policy_module_path
+MODULE = "marconi.engines.integrations.vllm_offload"  # cache_policy_module_path
 CLASS = "MarconiCachePolicy"  # eviction_policy
 # vLLM 0.34's environment, its offload worker beside the cache worker
 WORKER = Engine(name=ENGINES["vllm-0.34"].name, version=ENGINES["vllm-0.34"].version,

@@ -1,6 +1,6 @@
 """`replay`: a trace through an engine's real cache code, as a `SimResult` like any other
 (what `sim.run` runs for a system with an `engine`; the environments and workers it drives
-are `marconi.realpeers`).
+are `marconi.engines.real`).
 
 The engine's pools are sized from marconi's capacity the way the engine sizes them
 (docs/peers.md): SGLang gets the KV tokens and state slots of its layout (the same numbers
@@ -25,9 +25,10 @@ import numpy as np
 from marconi.core.spec import ModelSpec
 from marconi.core.stats import CacheStats
 from marconi.core.units import parse_size
-from marconi.integrations.common import IntegrationError, check_policy, declared_priority
-from marconi.realpeers.envs import ENGINES, PeerError
-from marconi.realpeers.worker import run_worker
+from marconi.engine_flags import ENGINES
+from marconi.engines.integrations.common import IntegrationError, check_policy, declared_priority
+from marconi.engines.real.envs import PeerError
+from marconi.engines.real.worker import run_worker
 from marconi.sim.result import Records, SimConfig, SimResult
 from marconi.systems import System
 from marconi.workload.types import Request, Trace
@@ -79,7 +80,7 @@ def sglang_options(config: SimConfig, system: System) -> dict[str, Any]:
 
 # The module a worker installs marconi's integration with (`install_from(engine, options)`,
 # `IntegrationError`), imported from `src` in the engine's environment.
-INSTALLER = "marconi.integrations.common"
+INSTALLER = "marconi.engines.integrations.common"
 
 
 def integration_options(config: SimConfig, system: System) -> dict[str, Any] | None:

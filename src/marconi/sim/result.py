@@ -225,7 +225,7 @@ class SimResult:
     tuning: TuningReport | None = None  # what the tuner did (None: no tuner, or nothing yet)
     # requests replayed when the bounds outgrew `config.bounds_tokens` and were dropped
     bounds_dropped: int | None = None
-    # a real engine's replay (marconi.realpeers): what its worker said of itself
+    # a real engine's replay (marconi.engines.real): what its worker said of itself
     engine: dict[str, Any] | None = None
     # a FLOP-aware system's alpha: "fixed" (by the user), "tuned" (the tuner finished),
     # "untuned" (it never did: alpha is None); None for systems without an alpha

@@ -31,7 +31,7 @@ def run(trace: Trace, config: SimConfig, *, progress: bool = False,
     `warn`: say on stderr when the run refused more than 1% of its commits, evicted for a
     commit it then refused (a policy bug), or dropped its bounds (they outgrew
     `config.bounds_tokens`). A system run by a real engine (`sglang-0.5.23`, `vllm-0.32`)
-    is replayed through the engine's own code (marconi.realpeers). Requests with an
+    is replayed through the engine's own code (marconi.engines.real). Requests with an
     empty input are dropped, and said (`replay.with_inputs`)."""
     trace = with_inputs(trace)  # type: ignore[assignment]  # a Trace stays a Trace
     check_reference(config)

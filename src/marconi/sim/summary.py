@@ -134,7 +134,7 @@ class Experts:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Engine:
-    """A real engine's replay (marconi.realpeers): which engine, what its cache cost."""
+    """A real engine's replay (marconi.engines.real): which engine, what its cache cost."""
 
     name: str | None
     version: str | None

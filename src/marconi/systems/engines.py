@@ -1,5 +1,5 @@
 """Today's engines as systems: SGLang's and vLLM's hybrid caches, emulated in process or
-run as their own code in their own environments (`marconi.realpeers`), each with the
+run as their own code in their own environments (`marconi.engines.real`), each with the
 options of the engine flags it runs."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from marconi.core.layout import Layout
 from marconi.core.spec import ModelSpec
-from marconi.realpeers.engine_flags import (
+from marconi.engine_flags import (
+    ENGINES,
     SGLANG_CORES,
     SGLANG_DEFAULTS,
     SGLANG_EVICTIONS,
@@ -24,7 +25,7 @@ from marconi.systems.registry import Option, Policies, Settings, System, registe
 # --- today's engines (what each models: docs/peers.md) ---------------------------------------
 # The emulations (`sglang-2026`, `vllm-2026`) are in-process caches; `sglang-0.5.23` and
 # `vllm-0.32` run the engines' real cache code in their own environments
-# (scripts/setup-peers.sh), replayed by `marconi.realpeers`; each has the options of the
+# (scripts/setup-peers.sh), replayed by `marconi.engines.real`; each has the options of the
 # engine flags it runs (`--system sglang-0.5.23:strategy=extra_buffer,eviction=lfu`).
 
 def sglang_options(strategies: tuple[str, ...], evictions: tuple[str, ...],
@@ -59,7 +60,7 @@ def integration_options(engine: str, module: str, needs: str = "") -> tuple[Opti
     """The options of a real-engine system that installs marconi's integration."""
     return (
         Option(name="integration", default="none",
-               help=f"installed in {engine}'s own cache (marconi.integrations.{module}): "
+               help=f"installed in {engine}'s own cache (marconi.engines.integrations.{module}): "
                     f"Marconi's eviction and bootstrap tuner (marconi), marconi+'s "
                     f"shadow experts choosing among the orders it can run (marconi+), or "
                     f"a system whose eviction is a declared priority (lfu, slru), "
@@ -70,13 +71,11 @@ def integration_options(engine: str, module: str, needs: str = "") -> tuple[Opti
 
 
 def environment(system: str) -> str:
-    """The engine environment (`realpeers.envs.ENGINES`) whose real code runs `system`."""
-    from marconi.realpeers.envs import ENGINES
-
+    """The engine environment (`engine_flags.ENGINES`) whose real code runs `system`."""
     for key, engine in ENGINES.items():
         if engine.system == system:
             return key
-    raise ValueError(f"no engine environment runs {system!r} (realpeers.envs.ENGINES)")
+    raise ValueError(f"no engine environment runs {system!r} (engine_flags.ENGINES)")
 
 
 def sglang_config(settings: Settings) -> object:
@@ -117,7 +116,7 @@ def sglang(name: str, description: str, settings: Settings, real: bool) -> Syste
 
 def _sglang_marconi(name: str, description: str, settings: Settings, real: bool) -> System:
     """SGLang's admission and layout with Marconi's eviction and tuner: what
-    marconi.integrations.sglang puts into SGLang, emulated (its tuner's mirror)."""
+    marconi.engines.integrations.sglang puts into SGLang, emulated (its tuner's mirror)."""
     base = sglang(name, description, settings, real)
 
     def policies(spec: ModelSpec, alpha: float) -> Policies:
@@ -201,7 +200,7 @@ def _vllm(name: str, description: str, settings: Settings, real: bool) -> System
 
 def _vllm_marconi(name: str, description: str, settings: Settings, real: bool) -> System:
     """vLLM's admission and layout with Marconi's order for states: what
-    marconi.integrations.vllm puts into vLLM, emulated (its tuner's mirror)."""
+    marconi.engines.integrations.vllm puts into vLLM, emulated (its tuner's mirror)."""
     base = _vllm(name, description, settings, real)
 
     def policies(spec: ModelSpec, alpha: float) -> Policies:
@@ -233,14 +232,14 @@ peer("sglang-2026-extra", "SGLang emulation (extra-buffer): 64-aligned chunk and
       tuple(o for o in sglang_options((), ("lru",), ("1",), real=False)
             if o.name != "strategy"), False, strategy="extra_buffer")
 peer("sglang-2026+marconi", "SGLang emulation with Marconi's FLOP-aware eviction and "
-      "bootstrap tuner (what marconi.integrations.sglang installs); its layout: a state "
+      "bootstrap tuner (what marconi.engines.integrations.sglang installs); its layout: a state "
       "pool beside the KV", _sglang_marconi,
       sglang_options(("no_buffer", "extra_buffer"), ("lru",), ("1",), real=False), False)
 peer("vllm-2026", "vLLM emulation (align mode): block-aligned states, shared-prefix "
       "junctions, block LRU; its layout: KV in pages of its block size", _vllm,
       _vllm_options(), False)
 peer("vllm-2026+marconi", "vLLM emulation with Marconi's order for the states its block "
-      "queue evicts and the bootstrap tuner (what marconi.integrations.vllm installs); its "
+      "queue evicts and the bootstrap tuner (what marconi.engines.integrations.vllm installs); its "
       "layout: KV in pages of its block size", _vllm_marconi, _vllm_options(), False)
 peer("sglang-0.5.23", "SGLang 0.5.23's own UnifiedRadixCache, replayed in its environment "
       "(scripts/setup-peers.sh)", sglang,

@@ -135,7 +135,7 @@ class System:
     # the same system with settings (defaults filled in) in force; None: no options
     configure: Callable[[Settings], System] | None = None
     settings: Settings = field(default_factory=dict)  # the values in force
-    # the engine whose real cache code replays it (marconi.realpeers); None: in process
+    # the engine whose real cache code replays it (marconi.engines.real); None: in process
     engine: str | None = None
     # why its memory grows with the stream beyond the cache's capacity (a server refuses
     # it: it is for replays); "": it keeps no more than its cache
