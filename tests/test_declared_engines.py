@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
-from marconi.core.priority import Feature
+from marconi.core.priority import Feature, Key, Priority, Term
 from marconi.core.spec import PAPER_7B
 from marconi.engine_flags import SGLANG_EVICTIONS
 from marconi.engines.integrations.common import IntegrationError, check_policy, declared_priorities
@@ -96,6 +97,42 @@ class TestDeclaredStates:
         assert set(order.key_values(0, 0)) == {Feature.RECENCY, Feature.HITS,
                                                Feature.CREATED, Feature.DEPTH,
                                                Feature.STATE}
+
+
+# declarations whose last key is recency alone (the free queue's order: `_lowest`'s fast
+# path) and others (the generic keys), over every feature, with weights and steps
+SHAPES = [
+    Priority("hits-depth", keys=(Key(Term(Feature.HITS), Term(Feature.DEPTH, -0.01)),
+                                 Key(Term(Feature.RECENCY, 2.0)))),
+    Priority("stepped", keys=(Key(Term(Feature.HITS, at_least=3)),
+                              Key(Term(Feature.CREATED, -1.0), Term(Feature.STATE)),
+                              Key(Term(Feature.RECENCY)))),
+    Priority("created-last", keys=(Key(Term(Feature.HITS)), Key(Term(Feature.CREATED)))),
+    Priority("recency-step", keys=(Key(Term(Feature.RECENCY, at_least=4)),
+                                   Key(Term(Feature.RECENCY)))),
+]
+
+
+@pytest.mark.parametrize("priority", [*(priority_of(n) for n in PRIORITIES), *SHAPES],
+                         ids=lambda p: p.name)
+def test_the_lowest_is_the_lowest_of_the_declared_keys(priority: Priority) -> None:
+    """`DeclaredStates` picks, over random books, the candidate whose full key (every
+    declared key over every feature, then the caching order) is lowest, the first in the
+    free queue among equals, whichever way it computes it."""
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        order = DeclaredStates(PAPER_7B, priority)
+        order.size(64)
+        n = int(rng.integers(2, 40))
+        ids = [int(i) for i in rng.permutation(60)[:n]]
+        for i in rng.permutation(ids).tolist():  # cached in another order than the queue's
+            order.note(i, bytes([i, trial % 7]), order.above_of(int(rng.integers(1, 9)) * 64, 0))
+        for i in ids:
+            order.touched([SimpleNamespace(block_id=i)] * int(rng.integers(0, 5)))
+        keys = [order.key(i, rank) for rank, i in enumerate(ids)]
+        found = {i: SimpleNamespace(block_id=i) for i in ids}
+        assert order.pick(found, set()) is found[ids[keys.index(min(keys))]]
+        assert order.first([found[i] for i in ids], None) == keys.index(min(keys))
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,12 @@ choice asks `pick` (`pool.MarconiBlockPool`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from marconi.core.priority import Feature, Priority, Score, key_value
+from marconi.core.priority import Feature, Key, Priority, Score, key_value
 from marconi.core.scores import (
     OVER_A_LIST,
     FlopsAt,
@@ -203,6 +204,13 @@ class DeclaredStates(StateOrder):
         self._clock = 0
         self._recency = self.priority.features == {Feature.RECENCY} and all(
             t.weight > 0 for k in priority.keys for t in k.terms)
+        # A last key of recency alone, weighed up, is the free queue's own order: the first
+        # candidate lowest on the keys before it is the lowest on all of them (ranks are
+        # unique, so no tie reaches the creation order), and only those keys are computed.
+        last = priority.keys[-1].terms
+        self._queue_last = (len(last) == 1 and last[0].feature is Feature.RECENCY
+                            and last[0].weight > 0 and last[0].at_least is None)
+        self._before = _key_function(priority.keys[:-1], self) if self._queue_last else None
 
     def by_recency(self) -> bool:
         return self._recency
@@ -251,11 +259,60 @@ class DeclaredStates(StateOrder):
         ids = [i for i in found if i not in skip] if skip else list(found)
         if len(ids) < 2 or self._recency:
             return found[ids[0]]
-        return found[min(enumerate(ids), key=lambda r: self.key(r[1], r[0]))[1]]
+        return found[ids[self._lowest(ids)]]
 
     def first(self, candidates: list[Any], cached: Any) -> int:
-        keys = [self.key(b.block_id, rank) for rank, b in enumerate(candidates)]
-        return keys.index(min(keys)) if keys else 0
+        return self._lowest([b.block_id for b in candidates]) if candidates else 0
+
+    def _lowest(self, ids: list[int]) -> int:
+        """The index in `ids` (free queue order) of the state block lowest on the keys."""
+        before = self._before
+        if before is not None:  # (`min` keeps the first of equals: the queue's order)
+            return min(range(len(ids)), key=lambda rank: before(ids[rank], rank))
+        return min(range(len(ids)), key=lambda rank: self.key(ids[rank], rank))
+
+
+def _key_function(keys: tuple[Key, ...], order: DeclaredStates) -> Callable[[int, int], Any]:
+    """`keys` over a state block of `order`'s books as one function of (block id, free
+    queue rank), computing only the features they read, each sum in `key_value`'s order
+    (a float for one key, else a tuple). On vLLM's scheduling path: the dict of every
+    feature that `key` builds per candidate costs more than the comparison."""
+    hits, created, state_of, above = order.hits, order.created, order.state_of, order.above
+
+    def depth(block: int) -> float:
+        known = above.get(block)
+        return float(known[0]) if known else 0.0
+
+    def born(block: int) -> float:
+        state = state_of.get(block)
+        return float(created.get(state, 0)) if state else 0.0
+
+    read: dict[Feature, Callable[[int, int], float]] = {
+        Feature.RECENCY: lambda block, rank: float(rank),
+        Feature.HITS: lambda block, rank: 1.0 + hits.get(block, 0),
+        Feature.CREATED: lambda block, rank: born(block),
+        Feature.DEPTH: lambda block, rank: depth(block),
+        Feature.STATE: lambda block, rank: 1.0}
+
+    def summed(key: Key) -> Callable[[int, int], float]:
+        terms = [(read[t.feature], t.weight, t.at_least) for t in key.terms]
+
+        def value(block: int, rank: int) -> float:
+            total = 0.0
+            for feature, weight, step in terms:
+                x = feature(block, rank)
+                if step is not None:
+                    x = 1.0 if x >= step else 0.0
+                total += weight * x
+            return total
+        return value
+
+    parts = [summed(k) for k in keys]
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:  # recency alone (`by_recency` takes the queue's head before this)
+        return lambda block, rank: 0.0
+    return lambda block, rank: tuple(part(block, rank) for part in parts)
 
 
 FEW = 48  # candidates up to which `StateOrder.pick` scores them in Python
