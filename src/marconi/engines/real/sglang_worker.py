@@ -27,7 +27,6 @@ pools cannot hold; exit 1 for anything unexpected.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import time
@@ -41,23 +40,12 @@ from marconi.engines.real.sglang_engine import Replayer
 from marconi.engines.real.sglang_load import check_version, load_sglang
 from marconi.engines.real.sglang_options import Trace, UsageError, read_options
 from marconi.engines.real.sglang_replay import RequestFailed, replay
-from marconi.engines.real.worker_io import check_paths, error_line, report_integration
-
-
-def install_integration(opts: dict[str, Any]) -> Any:
-    """marconi's integration, installed before the cache is built by the module the
-    options name (`installer`: its `install_from`; its `IntegrationError` a usage error);
-    None without one."""
-    wanted = opts["integration"]
-    if wanted is None:
-        return None
-    sys.path.insert(0, wanted["src"])
-    installer = importlib.import_module(wanted["installer"])
-    try:
-        return installer.install_from("sglang", wanted)
-    except installer.IntegrationError as err:
-        raise UsageError(str(err)) from None
-
+from marconi.engines.real.worker_io import (
+    check_paths,
+    error_line,
+    install_integration,
+    report_integration,
+)
 
 # --- command line -----------------------------------------------------------------------
 
@@ -93,7 +81,7 @@ def run_worker(args: argparse.Namespace) -> int:
     for name in ("result.npz", "meta.json"):  # a failed run must leave no result
         (args.out / name).unlink(missing_ok=True)
     sgl = load_sglang()
-    integration = install_integration(opts)
+    integration = install_integration("sglang", opts, UsageError)
     replayer = Replayer(sgl, opts, trace.max_len())
     columns, extra = replay(replayer, trace, opts)
     report_integration(integration, extra)

@@ -45,24 +45,7 @@ import numpy as np
 from marconi.engines.real.vllm_engine import build_engine, engine_meta, import_vllm
 from marconi.engines.real.vllm_options import UsageError, load_options, load_trace
 from marconi.engines.real.vllm_replay import replay, worker_main
-from marconi.engines.real.worker_io import report_integration
-
-
-def install_integration(options: dict[str, Any]) -> Any:
-    """marconi's integration, installed before the cache is built by the module the
-    options name (`installer`: its `install_from`; its `IntegrationError` a usage error);
-    None without one."""
-    import importlib
-
-    wanted = options["integration"]
-    if wanted is None:
-        return None
-    sys.path.insert(0, wanted["src"])
-    installer = importlib.import_module(wanted["installer"])
-    try:
-        return installer.install_from("vllm", wanted)
-    except installer.IntegrationError as err:
-        raise UsageError(str(err)) from None
+from marconi.engines.real.worker_io import install_integration, report_integration
 
 
 def write_outputs(out_dir: Path, results: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
@@ -80,7 +63,7 @@ def run(args: argparse.Namespace, started: float) -> None:
     options = load_options(args.options)
     trace = load_trace(args.trace)
     version = import_vllm()
-    integration = install_integration(options)
+    integration = install_integration("vllm", options, UsageError)
     if integration is not None and options["check"]:  # every victim checked the plain way
         integration.order.check = True
     longest = int(np.diff(trace.offsets).max()) if len(trace) else 1

@@ -1,12 +1,14 @@
 """What both workers (`sglang_worker.py`, `vllm_worker.py`) say to the process that runs
 them (marconi's `worker.py`), said once: the paths a run must be given, the `progress DONE
 TOTAL` lines on stderr that move its bar, the one `error: ...` line a failed run ends with,
-and marconi's integration, when one was installed, closed and reported into the meta.
+and marconi's integration: installed when the options ask for one, closed and reported
+into the meta.
 Standard library only, and no marconi: it runs in the engines' environments."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import Any
 
@@ -30,6 +32,22 @@ def progress_every(done: int, total: int, every: int) -> None:
 
 def error_line(message: str) -> None:
     print(f"error: {message}", file=sys.stderr, flush=True)
+
+
+def install_integration(engine: str, options: dict[str, Any],
+                        usage_error: type[Exception]) -> Any:
+    """marconi's integration in `engine`, installed before the cache is built by the module
+    the options name (`installer`: its `install_from`; its `IntegrationError` raised as
+    `usage_error`); None without one."""
+    wanted = options["integration"]
+    if wanted is None:
+        return None
+    sys.path.insert(0, wanted["src"])
+    installer = importlib.import_module(wanted["installer"])
+    try:
+        return installer.install_from(engine, wanted)
+    except installer.IntegrationError as err:
+        raise usage_error(str(err)) from None
 
 
 def report_integration(integration: Any, extra: dict[str, Any]) -> None:
