@@ -139,7 +139,7 @@ OWN = frozenset({
     "_marconi_choice", "_free_states", "_state_slots", "_victim", "_efficiency", "_f",
     "_kv", "_ssm", "_depths", "_depth", "_token_bytes", "_state_bytes", "_marconi_walk",
     "_marconi_quota", "_books", "_clock", "_recency", "_mamba", "_counters", "_features",
-    "_feature",
+    "_feature", "_before", "_lowest", "_queue_last",
 })
 
 
