@@ -28,12 +28,16 @@ from marconi.engines.integrations.vllm import StateOrder, flop_scores
 from marconi.paper import eviction
 from marconi.paper.eviction import MARCONI, MARCONI_INVERSE_AGE, FlopAware, Recency
 from marconi.peers.seglen import SegLen, seglen_score
+from marconi.plus.greedy_dual import GREEDY_DUAL_FLOP, GreedyDualFlop
 from marconi.systems import get_system
 from tests.helpers import SMALL
 
 # Marconi's order with the efficiency weighed three times: a change to its one declaration
 TRIPLE = Score("marconi-triple", terms=(Term(Feature.RECENCY),
                                         Term(Feature.EFFICIENCY, weight=3.0, tuned=True)))
+# GreedyDual-FLOP's declaration changed: the efficiency weighed twice, the replay length added
+LEVELED = Score("leveled", terms=(Term(Feature.LEVEL), Term(Feature.EFFICIENCY, weight=2.0),
+                                  Term(Feature.REPLAY, weight=1e-3)), normalized=False)
 ENGINES = ("sglang-2026+marconi", "vllm-2026+marconi")
 
 
@@ -53,7 +57,8 @@ def test_marconis_declaration_is_the_papers_formula() -> None:
 
 def test_python_evaluation_is_numpys_bit_for_bit() -> None:
     """`in_python` (the vLLM plugin's few candidates) against `evaluate`, on random
-    declarations of one to three terms, fixed and tuned weights, ties and equal columns."""
+    declarations of one to three terms, fixed and tuned weights, normalized or not, ties
+    and equal columns."""
     rng = np.random.default_rng(7)
     features = (Feature.RECENCY, Feature.EFFICIENCY, Feature.REPLAY)
     for _ in range(1500):
@@ -61,7 +66,7 @@ def test_python_evaluation_is_numpys_bit_for_bit() -> None:
         chosen = [features[int(i)] for i in rng.permutation(3)[:k]]
         terms = tuple(Term(f, weight=float(rng.choice([1.0, 0.85, 3.0, 1e-3])),
                            tuned=bool(rng.integers(2))) for f in chosen)
-        score = Score("random", terms=terms)
+        score = Score("random", terms=terms, normalized=bool(rng.integers(2)))
         n = int(rng.integers(1, 50))
         values = {f: [float(v) for v in (rng.integers(0, 3, n) * 0.1 if rng.integers(3) == 0
                                          else rng.random(n) * 10.0 ** rng.integers(-3, 9))]
@@ -95,16 +100,23 @@ def test_every_evaluator_reads_the_one_declaration(monkeypatch: pytest.MonkeyPat
 
 
 def test_the_compiled_core_evaluates_the_declared_forms_it_has() -> None:
-    assert score_form(MARCONI, ranked=False) == ([0, 2], [1.0, 1.0], [False, True])
-    assert score_form(MARCONI, ranked=True) == ([0, 2], [1.0, 1.0], [False, True])
-    assert score_form(MARCONI_INVERSE_AGE, ranked=False) == ([1, 2], [1.0, 1.0], [False, True])
-    assert score_form(seglen_score(0.85), ranked=False) == ([0, 3], [1.0, 0.85], [False, False])
-    assert score_form(TRIPLE, ranked=False) == ([0, 2], [1.0, 3.0], [False, True])
+    assert score_form(MARCONI, ranked=False) == ([0, 2], [1.0, 1.0], [False, True], True)
+    assert score_form(MARCONI, ranked=True) == ([0, 2], [1.0, 1.0], [False, True], True)
+    assert score_form(MARCONI_INVERSE_AGE, ranked=False) == (
+        [1, 2], [1.0, 1.0], [False, True], True)
+    assert score_form(seglen_score(0.85), ranked=False) == (
+        [0, 3], [1.0, 0.85], [False, False], True)
+    assert score_form(TRIPLE, ranked=False) == ([0, 2], [1.0, 3.0], [False, True], True)
+    assert score_form(GREEDY_DUAL_FLOP, ranked=False) == (
+        [4, 2], [1.0, 1.0], [False, False], False)
     hits = Score("hits", terms=(Term(Feature.RECENCY), Term(Feature.HITS)))
+    raw = Score("raw", terms=MARCONI.terms, normalized=False)
     for score, ranked, words in (
-            (MARCONI_INVERSE_AGE, True, "recency, then efficiency x alpha, over an engine's"),
+            (MARCONI_INVERSE_AGE, True, "recency, then efficiency x alpha, normalized, over"),
             (TRIPLE, True, "over an engine's state list"),
-            (hits, False, "efficiency, replay, not hits")):
+            (raw, True, "over an engine's state list"),
+            (GREEDY_DUAL_FLOP, True, "over an engine's state list"),
+            (hits, False, "efficiency, replay, level, not hits")):
         form = score_form(score, ranked)
         assert isinstance(form, str) and words in form, form
 
@@ -120,6 +132,14 @@ def test_each_evaluator_refuses_what_it_cannot_read(monkeypatch: pytest.MonkeyPa
     monkeypatch.undo()
     with pytest.raises(ValueError, match="reads replay, and marconi's order in SGLang"):
         sglang_integration.FlopOrder(PAPER_7B, depth)
+    with pytest.raises(ValueError, match="reads level, and marconi's order in SGLang"):
+        sglang_integration.FlopOrder(PAPER_7B, GREEDY_DUAL_FLOP)
+    with pytest.raises(ValueError, match="reads level, and marconi's order in vLLM computes"):
+        StateOrder(PAPER_7B, GREEDY_DUAL_FLOP)
+    with pytest.raises(ValueError, match="reads level, which an unnormalized score only"):
+        Score("s", terms=(Term(Feature.LEVEL), Term(Feature.EFFICIENCY)))
+    with pytest.raises(ValueError, match="reads level and recency: a touch stamps the level"):
+        Score("s", terms=(Term(Feature.LEVEL), Term(Feature.RECENCY)), normalized=False)
     with pytest.raises(ValueError, match="reads efficiency, and the Python core's Declared"):
         Declared(MARCONI)  # no model: no efficiency
     with pytest.raises(ValueError, match="touches of the hit"):
@@ -140,6 +160,33 @@ def test_the_policies_keep_their_declarations() -> None:
     assert FlopAware(PAPER_7B, 1.0).score is MARCONI
     assert FlopAware(PAPER_7B, 1.0, Recency.INVERSE_AGE).score is MARCONI_INVERSE_AGE
     assert SegLen(0.5).score == seglen_score(0.5) and SegLen(0.5).alpha is None
+    assert GreedyDualFlop(PAPER_7B).score is GREEDY_DUAL_FLOP
+    assert GREEDY_DUAL_FLOP.leveled and not MARCONI.leveled
+
+
+def test_a_leveled_score_stamps_the_level_and_each_victim_raises_it() -> None:
+    """GreedyDual-FLOP as declared: a touch stamps the level (not the clock), a victim
+    raises the level to its own score, and the score is level + efficiency, unnormalized."""
+    from marconi.core.cache import PrefixCache
+    from marconi.paper.admission import Judicious
+
+    policy = Declared(GREEDY_DUAL_FLOP, SMALL)
+    cache = PrefixCache(SMALL, "400KB", Judicious(), policy)
+    rng = np.random.default_rng(2)
+    levels = [0.0]
+    for _ in range(120):
+        tokens = rng.integers(0, 1000, int(rng.integers(30, 200)))
+        cache.lookup(tokens)
+        if len(policy.columns):
+            n = len(policy.columns)
+            expected = policy.columns["rec"][:n] + policy.columns["eff"][:n]
+            assert np.array_equal(policy.scores(cache.clock), expected)
+        cache.commit(tokens, len(tokens))
+        levels.append(policy.level)
+    assert cache.stats.evictions > 0 and levels[-1] > 0
+    assert levels == sorted(levels)  # the level never falls
+    n = len(policy.columns)
+    assert set(policy.columns["rec"][:n].tolist()) <= set(levels)  # stamps are levels
 
 
 def test_an_engines_own_order_is_taken_only_where_the_score_is_recencys() -> None:
@@ -171,7 +218,7 @@ def test_a_declared_score_runs_compiled_where_its_form_maps() -> None:
     three = Score("three", terms=(Term(Feature.INVERSE_AGE, weight=0.5),
                                   Term(Feature.EFFICIENCY, weight=3.0, tuned=True),
                                   Term(Feature.REPLAY, weight=0.25)))
-    for score in (MARCONI, TRIPLE, three):
+    for score in (MARCONI, TRIPLE, three, GREEDY_DUAL_FLOP, LEVELED):
         compiled = replay_cache(SMALL, "400KB", Judicious(), Declared(score, SMALL, 0.7))
         python = PrefixCache(SMALL, "400KB", Judicious(), Declared(score, SMALL, 0.7))
         assert isinstance(compiled, CompiledCache), score.name
@@ -185,6 +232,8 @@ def test_a_declared_score_runs_compiled_where_its_form_maps() -> None:
             assert hits[0] == hits[1], (score.name, i)
             for c in (compiled, python):
                 c.commit(tokens, n_input)
+            if score.leveled:  # the level each victim raised, bit for bit
+                assert compiled.level == python.eviction.level, (score.name, i)  # type: ignore[attr-defined]
         assert compiled.stats.evictions == python.stats.evictions > 0, score.name
         assert compiled.stats.hit_tokens == python.stats.hit_tokens, score.name
 
@@ -218,3 +267,43 @@ def test_a_declared_score_keeps_its_alpha_and_only_the_books_it_reads() -> None:
         check_features(MARCONI, {Feature.INVERSE_AGE, Feature.REPLAY}, "who")
     assert str(missing.value) == ("who cannot evaluate score 'marconi': it reads efficiency, "
                                   "recency, and who computes only inverse-age, replay")
+
+
+def test_marconi_plus_runs_its_flop_experts_declaration_on_both_cores() -> None:
+    """marconi+'s live cache (`Switchable`) evaluates its FLOP expert's declared score in
+    the compiled core too: GreedyDual-FLOP's declaration changed (`LEVELED`) runs there
+    victim for victim and level for level as on the Python core, in its own mode and
+    following (the level raised) while hit density chooses."""
+    from marconi.core.cache import PrefixCache
+    from marconi.core.compiled import CompiledCache, built, replay_cache
+    from marconi.paper.admission import Judicious
+    from marconi.plus.switchable import Mode, Setting, Switchable
+
+    if not built():
+        pytest.skip("the compiled core is not built")
+
+    def live() -> Switchable:
+        return Switchable(SMALL, Mode.FLOP, flop=Declared(LEVELED, SMALL), depth=False)
+
+    compiled = replay_cache(SMALL, "2MB", Judicious(), live())
+    python = PrefixCache(SMALL, "2MB", Judicious(), live())
+    assert isinstance(compiled, CompiledCache)
+    rng = np.random.default_rng(11)
+    base = rng.integers(0, 1000, 300)
+    levels = []
+    for i in range(240):
+        if i in (80, 160):  # hit density chooses, then the declared score again
+            mode = Mode.DENSITY if i == 80 else Mode.FLOP
+            for c in (compiled, python):
+                c.eviction.set_setting(Setting(mode))
+        tokens = np.concatenate([base[:int(rng.integers(20, 300))],
+                                 rng.integers(0, 1000, int(rng.integers(5, 60)))])
+        hits = [c.lookup(tokens[:-3]).hit for c in (compiled, python)]
+        assert hits[0] == hits[1], i
+        for c in (compiled, python):
+            c.commit(tokens, len(tokens) - 3)
+        assert compiled.level == python.eviction.flop.level, i  # type: ignore[attr-defined]
+        levels.append(compiled.level)
+    assert compiled.stats.evictions == python.stats.evictions > 100
+    assert compiled.stats.hit_tokens == python.stats.hit_tokens
+    assert levels[100] < levels[159]  # (hit density chose, and the level followed)

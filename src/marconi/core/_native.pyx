@@ -91,7 +91,7 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         i64 reserved_states()
         void set_flop_states(const Spec&)
         void set_score_terms(const vector[int]&, const vector[double]&,
-                             const vector[cbool]&) except +
+                             const vector[cbool]&, cbool) except +
         void set_tlru(i64, i64) except +
         void set_keys(const vector[int]&, const vector[int]&, const vector[double]&,
                       const vector[double]&) except +
@@ -204,9 +204,9 @@ cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gi
 
 
 ADMISSIONS = {"judicious": 0, "none": 1, "block": 2, "align": 3, "radix": 4}
-EVICTIONS = {"lru": 0, "scored": 1, "keep": 2, "gd": 3, "density": 4, "switchable": 5,
-             "blocklru": 6, "blockflop": 6, "radixlru": 7, "radixflop": 7,
-             "radixtlru": 7, "ranked": 0}
+EVICTIONS = {"lru": 0, "scored": 1, "keep": 2, "density": 3, "switchable": 4,
+             "blocklru": 5, "blockflop": 5, "radixlru": 6, "radixflop": 6,
+             "radixtlru": 6, "ranked": 0}
 ACTIONS = ("remove", "merge", "drop-state")
 
 
@@ -295,11 +295,11 @@ cdef class NativeCore:
         feature (0-4), weight and step threshold (NaN: none)."""
         self.core.set_keys(key, feature, weight, at_least)
 
-    def set_score_terms(self, feature, weight, tuned):
+    def set_score_terms(self, feature, weight, tuned, cbool normalized=True):
         """A declared score's terms (`Core::set_score_terms`): per term its feature (0
-        recency, 1 inverse age, 2 efficiency, 3 replay length), weight and whether alpha
-        multiplies it."""
-        self.core.set_score_terms(feature, weight, tuned)
+        recency, 1 inverse age, 2 efficiency, 3 replay length, 4 level), weight and whether
+        alpha multiplies it; whether the terms are min-max normalized."""
+        self.core.set_score_terms(feature, weight, tuned, normalized)
 
     # --- structured admission, GreedyDual-FLOP, hit density --------------------------------
 

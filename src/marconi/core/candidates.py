@@ -212,11 +212,13 @@ class Declared(Scored):
     """A declared `Score` (marconi.core.priority) evaluated over the candidates, on the
     Python core: `RECENCY` the stamp of a node's last touch, `INVERSE_AGE` from it,
     `EFFICIENCY` its column (given a model), `REPLAY` read at each choice (a state gained
-    or lost above a candidate changes it without the candidate changing). A score reading
-    another feature, or other candidates or touches than `Scored`'s, is refused."""
+    or lost above a candidate changes it without the candidate changing), `LEVEL` the
+    stamp of a node's last touch where a touch stamps the level (`level`: the highest
+    victim's score so far). A score reading another feature, or other candidates or
+    touches than `Scored`'s, is refused."""
 
     FEATURES = frozenset({Feature.RECENCY, Feature.INVERSE_AGE, Feature.EFFICIENCY,
-                          Feature.REPLAY})
+                          Feature.REPLAY, Feature.LEVEL})
     # the compiled core evaluates a score of the form `compiled_forms.score_form` maps
     # (any other runs on the Python core, the reason printed); a subclass declares its own
     compiled_as = "scored"
@@ -235,13 +237,31 @@ class Declared(Scored):
         self.score = score
         self.alpha = check_alpha(alpha if alpha is not None else 0.0) if score.tuned \
             else None
+        self.level = 0.0  # (a leveled score's) the highest victim's score so far
+
+    def touched(self, now: int) -> float:
+        """What a touch stamps: the level where the score reads it, else the clock."""
+        return self.level if self.score.leveled else now
+
+    def chose(self, score: float) -> None:
+        """A leveled score's victim raises the level to its own score."""
+        if self.score.leveled:
+            self.level = max(self.level, score)
+
+    def follow(self, now: int) -> None:
+        """A leveled score, when another policy chose the victim (a `Switchable` expert
+        not running), raises its level to where its own victim would put it, so that a
+        switch to it finds a live order (frozen, the level would rank by the other terms
+        alone until it caught up)."""
+        if self.score.leveled and self.columns:
+            self.level = max(self.level, float(self.scores(now).min()))
 
     def values(self, now: int) -> dict[Feature, np.ndarray]:
         """Each feature the score reads, per candidate in row order."""
         columns, features = self.columns, self.score.features
         n = len(columns)
         rec = columns["rec"][:n]
-        out = {Feature.RECENCY: rec}
+        out = {Feature.LEVEL if self.score.leveled else Feature.RECENCY: rec}
         if Feature.INVERSE_AGE in features:
             out[Feature.INVERSE_AGE] = 1.0 / (now - rec + 1.0)
         if Feature.EFFICIENCY in features:

@@ -274,6 +274,7 @@ class CompiledCache:
             form = score_form(policy.score, ranked=False)
             assert not isinstance(form, str)  # (`compiled_reason` refused it otherwise)
             self._core.set_score_terms(*form)
+            self._core.set_level(float(policy.level))  # (a leveled score's; else unread)
         if compiled_as(eviction) == "radixtlru":  # T-LRU's KV order
             self._core.set_tlru(policy.threshold, policy.next_prompt)
         if compiled_as(eviction) in ("blockflop", "radixflop"):  # its own model's sizes
@@ -281,13 +282,14 @@ class CompiledCache:
         if compiled_as(eviction) == "density":
             # (bucket and class bounds, tables, constants: `HitDensity.compiled_books`)
             self._core.set_density(0, *policy.compiled_books())
-        elif compiled_as(eviction) == "gd":
-            self._core.set_level(float(policy.level))
         elif compiled_as(eviction) == "switchable":  # marconi+'s live cache
             runs, density, depth = policy.compiled_books()
             self._core.set_density(0, *density)
             if depth is not None:
                 self._core.set_density(1, *depth)
+            form = score_form(policy.flop.score, ranked=False)  # its FLOP expert's
+            assert not isinstance(form, str)  # (`compiled_reason` refused it otherwise)
+            self._core.set_score_terms(*form)
             self._core.set_level(float(policy.flop.level))
             self._core.set_run(runs[policy.mode])
         self.eviction = _Eviction(eviction, self._core)

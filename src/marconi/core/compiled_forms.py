@@ -5,6 +5,8 @@ policy's class declares (`compiled_as`), how a declared score maps onto its eval
 
 from __future__ import annotations
 
+from typing import Any
+
 from marconi.core.layout import Layout
 from marconi.core.policy import Admission, Eviction
 from marconi.core.priority import Feature, Score
@@ -12,7 +14,7 @@ from marconi.core.spec import ModelSpec
 
 # what the compiled core runs, by `compiled_as`
 ADMISSIONS = ("judicious", "none", "block", "structured", "sparse", "align", "radix")
-EVICTIONS = ("lru", "scored", "keep", "gd", "density",
+EVICTIONS = ("lru", "scored", "keep", "density",
              "switchable", "blocklru", "blockflop", "radixlru", "radixflop", "radixtlru",
              "ranked")
 # the evictions that evaluate a declared score (their `score`): over Marconi's candidates,
@@ -39,26 +41,30 @@ def compiled_as(policy: Admission | Eviction) -> str | None:
 
 # the features the compiled core computes for a declared score, by their code there
 # (`Core::ScoreFeature`)
-SCORE_FEATURES = (Feature.RECENCY, Feature.INVERSE_AGE, Feature.EFFICIENCY, Feature.REPLAY)
+SCORE_FEATURES = (Feature.RECENCY, Feature.INVERSE_AGE, Feature.EFFICIENCY, Feature.REPLAY,
+                  Feature.LEVEL)
 # Marconi's terms: all that `flop_pick` evaluates over an engine's state list
 _MARCONIS = [(Feature.RECENCY, 1.0, False), (Feature.EFFICIENCY, 1.0, True)]
 
 
 def score_form(score: Score, ranked: bool
-               ) -> tuple[list[int], list[float], list[bool]] | str:
+               ) -> tuple[list[int], list[float], list[bool], bool] | str:
     """How the compiled core evaluates a declared `Score`: per term its feature's code
-    (`SCORE_FEATURES`), its weight and whether alpha multiplies it (`Core::set_score_terms`,
-    any terms over those features); over an engine's state list (`ranked`: `flop_pick`),
-    Marconi's terms only (recency at weight 1, then efficiency x alpha). Or why it cannot."""
+    (`SCORE_FEATURES`), its weight and whether alpha multiplies it, and whether the terms
+    are normalized (`Core::set_score_terms`, any terms over those features); over an
+    engine's state list (`ranked`: `flop_pick`), Marconi's terms only (recency at weight 1,
+    then efficiency x alpha, normalized). Or why it cannot."""
     python = f"score {score.name!r} runs in Python only: the compiled core evaluates"
-    if ranked and [(t.feature, t.weight, t.tuned) for t in score.terms] != _MARCONIS:
-        return f"{python} recency, then efficiency x alpha, over an engine's state list"
+    if ranked and ([(t.feature, t.weight, t.tuned) for t in score.terms] != _MARCONIS
+                   or not score.normalized):
+        return (f"{python} recency, then efficiency x alpha, normalized, over an engine's "
+                "state list")
     for term in score.terms:
         if term.feature not in SCORE_FEATURES:
             return (f"{python} {', '.join(f.value for f in SCORE_FEATURES)}, not "
                     f"{term.feature.value}")
     return ([SCORE_FEATURES.index(t.feature) for t in score.terms],
-            [t.weight for t in score.terms], [t.tuned for t in score.terms])
+            [t.weight for t in score.terms], [t.tuned for t in score.terms], score.normalized)
 
 
 def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
@@ -70,9 +76,10 @@ def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
         return f"eviction {type(eviction).__name__} runs in Python only (as configured)"
     if compiled_as(eviction) == "ranked" and len(eviction.priority.keys) > 2:  # type: ignore[attr-defined]
         return "a declared priority of more than two keys runs in Python only"
-    if compiled_as(eviction) in SCORED:
-        form = score_form(eviction.score,  # type: ignore[attr-defined]
-                          ranked=compiled_as(eviction) != "scored")
+    if compiled_as(eviction) in SCORED or compiled_as(eviction) == "switchable":
+        scored: Any = getattr(eviction, "flop", eviction)  # (marconi+'s: its FLOP expert's)
+        form = score_form(scored.score,
+                          ranked=compiled_as(eviction) not in ("scored", "switchable"))
         if isinstance(form, str):
             return form
     if compiled_as(admission) == "structured" and spec.ssm_layers == 0:

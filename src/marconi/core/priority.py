@@ -43,7 +43,17 @@ emulations read it), features relative to the node's neighbours:
 - `INVERSE_AGE`: `1 / (now - last touch + 1)` (the artifact's recency);
 - `EFFICIENCY`: prefill FLOPs it saves over where its replay starts, per byte it holds;
 - `REPLAY`: tokens from the nearest ancestor holding a state to it (what a hit recomputes
-  if it left).
+  if it left);
+- `LEVEL`: the inflation level when it was last touched, where the level is the highest
+  score a victim has had so far (an evaluator stamps it at each touch and raises it at each
+  victim). It reads in an unnormalized score only (`normalized=False`: each term's feature
+  as it is, weighted, summed), and in place of `RECENCY` (a touch stamps one or the other).
+  GreedyDual-FLOP is one (`marconi.plus.greedy_dual.GREEDY_DUAL_FLOP`):
+
+```
+Score("greedy-dual-flop", terms=(Term(LEVEL), Term(EFFICIENCY)), normalized=False)
+    -> S(v) = L(v) + FLOPs saved per byte; a victim raises the level to its S
+```
 """
 
 from __future__ import annotations
@@ -63,6 +73,7 @@ class Feature(Enum):
     INVERSE_AGE = "inverse-age"
     EFFICIENCY = "efficiency"
     REPLAY = "replay"
+    LEVEL = "level"
 
 
 # what a `Priority`'s keys may read: a node's own features
@@ -144,13 +155,14 @@ class Priority:
 @dataclass(frozen=True)
 class Score:
     """An eviction order relative to the candidates of the moment: each term's feature
-    min-max normalized over them (all equal: 1), times its weight (a `tuned` one's times
-    alpha), summed in order; the lowest leaves first."""
+    min-max normalized over them (all equal: 1; `normalized=False`: as it is), times its
+    weight (a `tuned` one's times alpha), summed in order; the lowest leaves first."""
 
     name: str
     terms: tuple[Term, ...]
     candidates: Candidates = Candidates.ONE_CHILD
     touches: Touches = Touches.HIT
+    normalized: bool = True
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -164,11 +176,27 @@ class Score:
             if term.weight < 0:
                 raise ValueError(f"score {self.name!r}: term {term.feature.value} weighs "
                                  f"{term.weight}: weights are >= 0")
+        if Feature.LEVEL in self.features:
+            if self.normalized:
+                raise ValueError(f"score {self.name!r}: reads level, which an unnormalized "
+                                 "score only may read (normalized=False): the level rises "
+                                 "to each victim's score")
+            clock = self.features & {Feature.RECENCY, Feature.INVERSE_AGE}
+            if clock:
+                raise ValueError(f"score {self.name!r}: reads level and "
+                                 f"{', '.join(sorted(f.value for f in clock))}: a touch "
+                                 "stamps the level or the clock, not both")
 
     @property
     def features(self) -> frozenset[Feature]:
         """The features its terms read (an evaluator computes these only)."""
         return frozenset(t.feature for t in self.terms)
+
+    @property
+    def leveled(self) -> bool:
+        """Whether it reads `LEVEL`: its evaluator stamps the level at each touch and
+        raises it to each victim's score."""
+        return Feature.LEVEL in self.features
 
     @property
     def tuned(self) -> bool:

@@ -2,12 +2,12 @@
 every policy and integration that orders candidates by one (docs/architecture.md,
 "Declared priorities"), so that a score is written once, in its policy's module.
 
-`evaluate`: each term's feature min-max normalized over the candidates (all equal -> 1),
-times its weight (a tuned term's times alpha), summed in the declaration's order; the
-lowest score leaves first. `in_python` is the same, bit for bit, on lists (fewer than some
-fifty candidates cost less there than numpy's calls). Callers that keep candidates in a
-list and no clock give them least recently used first, and their rank as `RECENCY`
-(`ranks`).
+`evaluate`: each term's feature min-max normalized over the candidates (all equal -> 1;
+an unnormalized score's as it is), times its weight (a tuned term's times alpha), summed in
+the declaration's order; the lowest score leaves first. `in_python` is the same, bit for
+bit, on lists (fewer than some fifty candidates cost less there than numpy's calls).
+Callers that keep candidates in a list and no clock give them least recently used first,
+and their rank as `RECENCY` (`ranks`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def evaluate(score: Score, values: Mapping[Feature, np.ndarray], alpha: float) -
     """Each candidate's score (a fresh array), `values[f][i]` candidate i's feature f."""
     total: np.ndarray | None = None
     for weight, term in zip(score.weights(alpha), score.terms, strict=True):
-        part = normalized(np.asarray(values[term.feature], dtype=np.float64))
+        x = np.asarray(values[term.feature], dtype=np.float64)
+        part = normalized(x) if score.normalized else x.copy()
         if weight != 1.0:
             part = weight * part
         total = part if total is None else total + part
@@ -68,6 +69,13 @@ def in_python(score: Score, values: Mapping[Feature, Sequence[float]],
     """`evaluate(...).tolist()`, bit for bit, in plain Python: the same IEEE operations on
     the same doubles in the same order (a weight of 1 multiplies exactly, so every term is
     weighed here)."""
+    if not score.normalized:
+        raw: list[float] | None = None
+        for weight, term in zip(score.weights(alpha), score.terms, strict=True):
+            part = [weight * x for x in values[term.feature]]
+            raw = part if raw is None else [a + b for a, b in zip(raw, part, strict=True)]
+        assert raw is not None
+        return raw
     terms = []  # per term: its column, its low, its span (0: all equal), its weight
     for weight, term in zip(score.weights(alpha), score.terms, strict=True):
         xs = values[term.feature]

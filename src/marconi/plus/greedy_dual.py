@@ -1,5 +1,7 @@
 """GreedyDual-FLOP: GreedyDual-Size (Young's Landlord) with the FLOPs a node saves as its
-cost, over Marconi's candidates (nodes with at most one child).
+cost, over Marconi's candidates (nodes with at most one child), declared once as a score
+(`GREEDY_DUAL_FLOP`) that every core evaluates (docs/architecture.md, "Declared
+priorities").
 
 S(v) = L(v) + eff(v), unnormalized, where L(v) is the inflation level when v was last
 touched and every victim raises the level to its own score. Entries age out as the level
@@ -8,48 +10,33 @@ passes them, efficient ones later; the order is scale-free, so there is no alpha
 
 from __future__ import annotations
 
-import numpy as np
-
-from marconi.core.candidates import Efficiency, Scored
+from marconi.core.candidates import Declared
+from marconi.core.priority import Feature, Score, Term
 from marconi.core.spec import ModelSpec
 
+GREEDY_DUAL_FLOP = Score("greedy-dual-flop",
+                         terms=(Term(Feature.LEVEL), Term(Feature.EFFICIENCY)),
+                         normalized=False,
+                         description="the level at the last touch + FLOPs saved per byte, "
+                                     "lowest first; each victim raises the level to its "
+                                     "score")
 
-class GreedyDualFlop(Scored):
-    """Marconi's candidates and FLOP efficiency (`Candidates`); a touch stamps the level.
+
+class GreedyDualFlop(Declared):
+    """`GREEDY_DUAL_FLOP` over Marconi's candidates (`Declared`): a touch stamps the level,
+    each victim raises it, and under `Switchable` another expert's victim too (`follow`).
 
     Lookups touch the node they resume from and commits the nodes they create, as in
     Marconi; the `rec` column holds the level at that touch.
     """
 
-    compiled_as = "gd"  # the compiled core runs it (marconi.core.compiled)
+    compiled_as = "scored"  # the compiled core evaluates its score (marconi.core.compiled)
 
     def __init__(self, spec: ModelSpec) -> None:
-        self.efficiency = Efficiency(spec)
-        super().__init__(self.efficiency)
+        super().__init__(GREEDY_DUAL_FLOP, spec)
         self.spec = spec
-        self.level = 0.0  # inflation level: the score of the last victim (never falls)
 
     def fresh(self, alpha: float) -> GreedyDualFlop:
         """An empty GreedyDual-FLOP at level 0 (a shadow of Switchable's FLOP mode); its
         order has no weight, so `alpha` is not used."""
         return GreedyDualFlop(self.spec)
-
-    def touched(self, now: int) -> float:
-        """A touch stamps the level, not the clock."""
-        return self.level
-
-    def scores(self, now: int) -> np.ndarray:
-        """S(v) = L(v) + eff(v) for every candidate, in row order."""
-        n = len(self.columns)
-        return self.columns["rec"][:n] + self.columns["eff"][:n]
-
-    def chose(self, score: float) -> None:
-        """Every victim raises the level to its own score."""
-        self.level = max(self.level, score)
-
-    def follow(self, now: int) -> None:
-        """Raise the level to where this policy's own victim would put it, when another
-        policy chose the victim (so that a switch to this one finds a live recency order;
-        frozen at 0, it would rank by efficiency alone until the level caught up)."""
-        if self.columns:
-            self.level = max(self.level, float(self.scores(now).min()))

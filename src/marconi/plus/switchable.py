@@ -17,6 +17,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from marconi.core.candidates import Declared
+from marconi.core.compiled_forms import compiled_as
 from marconi.core.policy import Eviction, Victim, check_alpha, overrides
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
@@ -35,7 +37,7 @@ class Mode(Enum):
     MARCONI = "marconi"  # Marconi's recency + alpha x FLOP efficiency at the setting's alpha
 
 
-# the compiled core's number for each expert it runs (`Core::set_run`)
+# the compiled core's number for each expert it runs (`Core::set_run`; FLOP: the score)
 RUNS = {Mode.FLOP: 0, Mode.LRU: 1, Mode.DENSITY: 2, Mode.DEPTH: 3}
 
 
@@ -91,9 +93,12 @@ class Switchable(Eviction):
 
     @property
     def compiled_as(self) -> str | None:
-        """The compiled core runs it (`marconi.core.compiled`) as marconi+ builds it:
-        GreedyDual-FLOP, LRU and hit density (and by depth), no FLOP-aware expert."""
-        plain = (type(self.flop) is GreedyDualFlop and type(self.lru) is LRULeaf
+        """The compiled core runs it (`marconi.core.compiled`) as marconi+ builds it: a
+        FLOP expert that evaluates a declared score with no alpha (GreedyDual-FLOP's, or
+        any other whose form the compiled core maps: `compiled_forms.compiled_reason`
+        says where not), LRU and hit density (and by depth), no FLOP-aware expert."""
+        plain = (isinstance(self.flop, Declared) and compiled_as(self.flop) == "scored"
+                 and not self.flop.score.tuned and type(self.lru) is LRULeaf
                  and type(self.density) is HitDensity and self.marconi is None
                  and (self.depth is None or type(self.depth) is HitDensity))
         return "switchable" if plain else None

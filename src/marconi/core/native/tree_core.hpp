@@ -33,10 +33,12 @@ using i64 = long long;
 using i128 = __int128;
 using i32 = int32_t;
 
-// KEEP: an unbounded cache's, never asked; GD: GreedyDual-FLOP (a touch stamps the level,
-// each victim raises it); DENSITY: FLOP-weighted hit density (`plus.density.HitDensity`)
-// MULTI: marconi+'s live cache (`plus.switchable.Switchable`): GreedyDual-FLOP, LRU and hit
-// density (leaves in one class, and by depth) all kept current, `Run` choosing the victims
+// SCORED: a declared score over the candidates (`core.candidates.Declared`, its terms by
+// `set_score_terms`; a leveled one stamps the level at a touch, each victim raising it)
+// KEEP: an unbounded cache's, never asked; DENSITY: FLOP-weighted hit density (`plus.density.HitDensity`)
+// MULTI: marconi+'s live cache (`plus.switchable.Switchable`): a declared score (its FLOP
+// expert's, by `set_score_terms`), LRU and hit density (leaves in one class, and by
+// depth) all kept current, `Run` choosing the victims
 // TWO: vLLM's block queue (`peers.mamba_align.BlockLRU`): an LRU list of KV leaves and one of
 // states, the older head leaving first; with `flop_states_` (`BlockFlop`) a state leaving
 // is chosen by Marconi's score over the states (`peers.two_lists.FlopStates`)
@@ -44,9 +46,8 @@ using i32 = int32_t;
 // list gives the victim by which pool is short, a state at an inner node leaving alone,
 // stateless leaves collected as garbage; with `flop_states_` (`MambaRadixFlop`) the state
 // list's victim by Marconi's score over the parent, states at branches last
-enum class Evict { LRU = 0, FLOP = 1, KEEP = 2, GD = 3, DENSITY = 4, MULTI = 5, TWO = 6,
-                   RADIX = 7 };
-enum class Run { GD = 0, LRU = 1, DENSITY = 2, DEPTH = 3 };
+enum class Evict { LRU = 0, SCORED = 1, KEEP = 2, DENSITY = 3, MULTI = 4, TWO = 5, RADIX = 6 };
+enum class Run { SCORED = 0, LRU = 1, DENSITY = 2, DEPTH = 3 };
 // BLOCK: vLLM+'s, every `block` tokens; ALIGN: vLLM's align mode (`peers.mamba_align.Align`);
 // RADIX: SGLang's (`peers.mamba_radix.MambaRadix`), no-buffer or extra-buffer
 enum class Admit { JUDICIOUS = 0, NONE = 1, BLOCK = 2, ALIGN = 3, RADIX = 4 };
@@ -267,20 +268,33 @@ class Core {
         next_prompt_ = next_prompt;
     }
 
-    // A declared score's terms (`core.priority.Score`, `Evict::FLOP` only; before any
+    // A declared score's terms (`core.priority.Score`, `Evict::SCORED` only; before any
     // request), in order: per term its feature (`ScoreFeature`), weight and whether alpha
-    // multiplies it. Default: Marconi's, recency + alpha x efficiency
+    // multiplies it; whether each term is min-max normalized over the candidates.
+    // Default: Marconi's, recency + alpha x efficiency, normalized. A score reading
+    // `LEVEL` (unnormalized, not with the clock's features) stamps the level at a touch
     void set_score_terms(const std::vector<int>& feature, const std::vector<double>& weight,
-                         const std::vector<bool>& tuned) {
-        if (evict_ != Evict::FLOP) throw std::invalid_argument("set_score_terms: a scored eviction only");
+                         const std::vector<bool>& tuned, bool normalized) {
+        if (evict_ != Evict::SCORED && evict_ != Evict::MULTI)
+            throw std::invalid_argument("set_score_terms: a scored eviction or marconi+'s only");
         if (feature.empty() || weight.size() != feature.size() || tuned.size() != feature.size())
             throw std::invalid_argument("set_score_terms: one feature, weight and flag per term");
         score_terms_.clear();
         for (size_t k = 0; k < feature.size(); ++k) {
-            if (feature[k] < 0 || feature[k] > static_cast<int>(ScoreFeature::REPLAY))
+            if (feature[k] < 0 || feature[k] > static_cast<int>(ScoreFeature::LEVEL))
                 throw std::invalid_argument("set_score_terms: a feature out of range");
             score_terms_.push_back({static_cast<ScoreFeature>(feature[k]), weight[k], tuned[k]});
         }
+        score_normalized_ = normalized;
+        score_leveled_ = false;
+        bool clock = false;
+        for (const ScoreTerm& t : score_terms_) {
+            score_leveled_ = score_leveled_ || t.feature == ScoreFeature::LEVEL;
+            clock = clock || t.feature == ScoreFeature::RECENCY || t.feature == ScoreFeature::INVERSE_AGE;
+        }
+        if (score_leveled_ && (normalized || clock))
+            throw std::invalid_argument("set_score_terms: the level reads in an unnormalized "
+                                        "score, without recency");
     }
 
     // --- the request's life ------------------------------------------------------------
@@ -725,7 +739,8 @@ class Core {
     bool tlru_ = false;              // `TailLRU` (`set_tlru`): its threshold and estimate
     i64 threshold_ = 0, next_prompt_ = 0;
     // a declared score's terms (`set_score_terms`): the feature, its weight, x alpha or not
-    enum class ScoreFeature { RECENCY = 0, INVERSE_AGE = 1, EFFICIENCY = 2, REPLAY = 3 };
+    // (`LEVEL`: the stamp, where a touch stamps the level)
+    enum class ScoreFeature { RECENCY = 0, INVERSE_AGE = 1, EFFICIENCY = 2, REPLAY = 3, LEVEL = 4 };
     struct ScoreTerm {
         ScoreFeature feature;
         double weight;
@@ -733,6 +748,7 @@ class Core {
     };
     std::vector<ScoreTerm> score_terms_{{ScoreFeature::RECENCY, 1.0, false},
                                         {ScoreFeature::EFFICIENCY, 1.0, true}};
+    bool score_normalized_ = true, score_leveled_ = false;
     std::vector<double> term_rec_, term_eff_;
     Spec flop_spec_;
     double now_ = 0;                 // the block queue's clock: the last lookup's or commit's
@@ -762,13 +778,13 @@ class Core {
     // marconi+'s live cache: hit density's touches, the depth-classed one's classes
     std::vector<double> rec2_;
     std::vector<int> cls2_;
-    Run run_ = Run::GD;
+    Run run_ = Run::SCORED;
 
     // structured admission's positions for the next calls (`set_positions`)
     std::vector<i64> extra_;
     bool given_ = false;
 
-    double level_ = 0;  // GreedyDual-FLOP's inflation level
+    double level_ = 0;  // a leveled score's inflation level (`Declared.level`)
     Density dens_[2];   // hit density (`set_density`); [1]: by depth (marconi+'s live cache)
 
     std::vector<int> loaded_;
@@ -1288,9 +1304,9 @@ class Core {
         stats.states_admitted += nw;
         // eviction.on_commit(path to the end, created + new)
         if (evict_ == Evict::KEEP) {
-        } else if (multi()) {  // Switchable's experts in its order: GD, LRU, densities
-            for (int v : created) { nodes_[v].stamp = level_; candidate_update(v); }
-            for (int v : fresh) { nodes_[v].stamp = level_; candidate_update(v); }
+        } else if (multi()) {  // Switchable's experts in its order: scored, LRU, densities
+            for (int v : created) { nodes_[v].stamp = touch_value(); candidate_update(v); }
+            for (int v : fresh) { nodes_[v].stamp = touch_value(); candidate_update(v); }
             std::vector<int> up;
             for (int v = end; v != 0; v = nodes_[v].parent) up.push_back(v);
             double now = static_cast<double>(clock);
@@ -1368,7 +1384,7 @@ class Core {
     void set_stamp(int v, double t) { nodes_[v].stamp = t; }
 
     bool scored() const {
-        return evict_ == Evict::FLOP || evict_ == Evict::GD || evict_ == Evict::DENSITY;
+        return evict_ == Evict::SCORED || evict_ == Evict::DENSITY;
     }
     bool multi() const { return evict_ == Evict::MULTI; }
     // two LRU lists, KV leaves and states: vLLM's block queue or SGLang's lists
@@ -1384,9 +1400,9 @@ class Core {
         }
     }
 
-    // what a touch stamps (`Scored.touched`): GreedyDual's level, else the clock
+    // what a touch stamps (`Scored.touched`): a leveled score's level, else the clock
     double touch_value() const {
-        return evict_ == Evict::GD ? level_ : static_cast<double>(clock);
+        return score_leveled_ ? level_ : static_cast<double>(clock);
     }
 
     // LRU's touch of a path (the live cache's LRU stamps its own)
@@ -1414,8 +1430,8 @@ class Core {
             state_update(hit);
         } else if (evict_ == Evict::LRU) {
             touch_path(path_);
-        } else if (multi()) {  // Switchable's experts in its order: GD, LRU, densities
-            if (hit >= 0) { nodes_[hit].stamp = level_; candidate_update(hit); }
+        } else if (multi()) {  // Switchable's experts in its order: scored, LRU, densities
+            if (hit >= 0) { nodes_[hit].stamp = touch_value(); candidate_update(hit); }
             touch_path(path_);
             see_clock();
             if (hit >= 0) {
@@ -1820,20 +1836,26 @@ class Core {
         if (two()) return two_victim(v, act);
         size_t n = cand_.size();
         if (multi()) {
-            // `Switchable.victim`: GreedyDual, when another expert chooses, follows: its
-            // level rises to its own lowest score (`GreedyDualFlop.follow`)
-            if (run_ != Run::GD && n > 0) {
-                double low = rec_[0] + eff_[0];
-                for (size_t i = 1; i < n; ++i) low = std::min(low, rec_[i] + eff_[i]);
-                level_ = std::max(level_, low);
+            // `Switchable.victim`: a leveled score, when another expert chooses, follows:
+            // its level rises to its own lowest score (`GreedyDualFlop.follow`)
+            if (run_ != Run::SCORED && score_leveled_ && n > 0) {
+                const std::vector<double>& score = flop_scores();
+                level_ = std::max(level_, *std::min_element(score.begin(), score.end()));
             }
             if (run_ == Run::LRU) return lru_victim(v, act);
             if (n == 0) return false;
-            return lowest(v, act, run_ == Run::GD ? -1 : run_ == Run::DENSITY ? 0 : 1);
+            if (run_ == Run::SCORED) return scored_victim(v, act);
+            return lowest(v, act, run_ == Run::DENSITY ? 0 : 1);
         }
         if (n == 0) return false;
-        if (evict_ == Evict::GD) return lowest(v, act, -1);
         if (evict_ == Evict::DENSITY) return lowest(v, act, 0);
+        return scored_victim(v, act);
+    }
+
+    // `Declared.victim`: the first lowest declared score outside the protected; a leveled
+    // score's victim raises the level to its score (`Declared.chose`)
+    bool scored_victim(int* v, Act* act) {
+        size_t n = cand_.size();
         const std::vector<double>& score = flop_scores();
         double best = std::numeric_limits<double>::infinity();
         size_t found = n;
@@ -1842,6 +1864,7 @@ class Core {
             if (score[i] < best) { best = score[i]; found = i; }
         }
         if (found == n) return false;
+        if (score_leveled_) level_ = std::max(level_, best);
         *v = cand_[found];
         *act = nodes_[*v].nchild == 0 ? Act::REMOVE : Act::MERGE;
         return true;
@@ -1850,8 +1873,8 @@ class Core {
   public:
     // The declared score of every candidate now, in slot order (`Declared.scores`, as
     // `core.scores.evaluate` computes it): term by term, the feature min-max normalized
-    // over the candidates (all equal: 1), times its weight unless that is 1 (x alpha where
-    // tuned), summed in the declaration's order
+    // over the candidates (all equal: 1; unnormalized: as it is), times its weight unless
+    // that is 1 (x alpha where tuned), summed in the declaration's order
     const std::vector<double>& flop_scores() {
         const size_t n = cand_.size();
         score_.resize(n);
@@ -1859,7 +1882,7 @@ class Core {
         for (size_t k = 0; k < score_terms_.size(); ++k) {
             const ScoreTerm& term = score_terms_[k];
             const std::vector<double>& x =
-                term.feature == ScoreFeature::RECENCY ? rec_
+                term.feature == ScoreFeature::RECENCY || term.feature == ScoreFeature::LEVEL ? rec_
                 : term.feature == ScoreFeature::INVERSE_AGE ? inverse_ages()
                 : term.feature == ScoreFeature::EFFICIENCY ? eff_ : replay_lengths();
             double lo = x[0], hi = x[0];
@@ -1868,7 +1891,7 @@ class Core {
             const double weight = term.tuned ? term.weight * alpha_ : term.weight;
             const double span = hi - lo;
             for (size_t i = 0; i < n; ++i) {
-                double t = hi > lo ? (x[i] - lo) / span : 1.0;
+                double t = !score_normalized_ ? x[i] : hi > lo ? (x[i] - lo) / span : 1.0;
                 if (weight != 1.0) t = weight * t;
                 score_[i] = k == 0 ? t : score_[i] + t;
             }
@@ -1898,26 +1921,22 @@ class Core {
         return term_eff_;
     }
 
-    // `Scored.victim` for GreedyDual-FLOP (rec + eff; the victim raises the level to its
-    // score) and hit density (eff x density[class, bucket of the idle age]): the first
-    // lowest score outside the protected
-    // (`which`: -1 GreedyDual, 0 hit density, 1 the one by depth)
+    // `Scored.victim` for hit density (eff x density[class, bucket of the idle age]): the
+    // first lowest score outside the protected (`which`: 0 hit density, 1 the one by depth)
     bool lowest(int* v, Act* act, int which) {
         size_t n = cand_.size();
         double now = static_cast<double>(clock);
         double best = std::numeric_limits<double>::infinity();
         size_t found = n;
-        if (which >= 0) dens_[which].now = now;  // `scores(now)` sets it
-        const std::vector<double>& rec = multi() && which >= 0 ? rec2_ : rec_;
+        dens_[which].now = now;  // `scores(now)` sets it
+        const std::vector<double>& rec = multi() ? rec2_ : rec_;
         const std::vector<int>& cls = which == 1 ? cls2_ : cls_;
         for (size_t i = 0; i < n; ++i) {
             if (protected_(cand_[i])) continue;
-            double s = which < 0 ? rec[i] + eff_[i]
-                                 : dens_[which].score(eff_[i], cls[i], now, rec[i]);
+            double s = dens_[which].score(eff_[i], cls[i], now, rec[i]);
             if (s < best) { best = s; found = i; }
         }
         if (found == n) return false;
-        if (which < 0) level_ = std::max(level_, best);
         *v = cand_[found];
         *act = nodes_[*v].nchild == 0 ? Act::REMOVE : Act::MERGE;
         return true;
