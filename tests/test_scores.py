@@ -307,3 +307,18 @@ def test_marconi_plus_runs_its_flop_experts_declaration_on_both_cores() -> None:
     assert compiled.stats.evictions == python.stats.evictions > 100
     assert compiled.stats.hit_tokens == python.stats.hit_tokens
     assert levels[100] < levels[159]  # (hit density chose, and the level followed)
+
+
+def test_greedy_duals_declaration_reaches_every_system_that_runs_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Changing GreedyDual-FLOP's one declaration (`plus/greedy_dual.py`) reaches marconi+'s
+    live cache and its FLOP experts' shadows, which the compiled core still runs."""
+    from marconi.plus import greedy_dual
+    from marconi.plus.switchable import Mode
+
+    monkeypatch.setattr(greedy_dual, "GREEDY_DUAL_FLOP", LEVELED)
+    for name in ("marconi+", "marconi+-gd", "marconi+-no-density"):
+        admission, live = get_system(name).policies(PAPER_7B, 0.0)
+        assert live.flop.score is LEVELED, name  # type: ignore[attr-defined]
+        assert live.solo(Mode.FLOP).score is LEVELED, name  # type: ignore[attr-defined]
+        assert compiled_reason(PAPER_7B, admission, live, Layout()) is None, name
