@@ -525,3 +525,33 @@ def test_every_module_is_a_small_room() -> None:
     found = [x for name, path in _modules().items()
              for x in oversized(path.read_text(), name)]
     assert found == []
+
+
+def _eviction_reads(source: str) -> list[str]:
+    """What the compiled cache's builder reads of the eviction it was given: each
+    attribute read on a name `eviction` or `policy`, and each comparison of
+    `compiled_as(eviction)` with a name (a branch on the policy)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in ("eviction", "policy"):
+            found.append(f"{node.value.id}.{node.attr}")
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Call) \
+                and getattr(node.left.func, "id", None) == "compiled_as" \
+                and any(getattr(a, "id", None) == "eviction" for a in node.left.args):
+            found.append(f"compiled_as(eviction) compared (line {node.lineno})")
+    return found
+
+
+def test_the_compiled_core_reads_no_policys_attributes() -> None:
+    """`CompiledCache` is handed an eviction's declaration and books (`CoreBooks`) and
+    reads nothing else of it but its alpha; `_Eviction`, the driver's view of the
+    policy it runs, passes calls through."""
+    tree = ast.parse((SRC / "marconi/core/compiled.py").read_text())
+    cache = next(n for n in tree.body
+                 if isinstance(n, ast.ClassDef) and n.name == "CompiledCache")
+    assert set(_eviction_reads(ast.unparse(cache))) <= {"eviction.alpha"}
+    planted = ("def f(eviction):\n    if compiled_as(eviction) == 'gd':\n"
+               "        x = eviction.level\n")
+    assert sorted(_eviction_reads(planted)) == ["compiled_as(eviction) compared (line 2)",
+                                                "eviction.level"]

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from marconi.core.columns import Columns
+from marconi.core.compiled_forms import CoreBooks
 from marconi.core.policy import Action, Eviction, Victim, alive, check_alpha
 from marconi.core.priority import Candidates as Among
 from marconi.core.priority import Feature, Score, Touches
@@ -238,6 +239,9 @@ class Declared(Scored):
         self.alpha = check_alpha(alpha if alpha is not None else 0.0) if score.tuned \
             else None
         self.level = 0.0  # (a leveled score's) the highest victim's score so far
+
+    def core_books(self) -> CoreBooks:
+        return CoreBooks(score=self.score, level=self.level)
 
     def touched(self, now: int) -> float:
         """What a touch stamps: the level where the score reads it, else the clock."""

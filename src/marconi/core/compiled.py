@@ -59,7 +59,8 @@ from marconi.core.compiled_forms import BLOCK_QUEUES as BLOCK_QUEUES
 from marconi.core.compiled_forms import ENGINE_PAIRS as ENGINE_PAIRS
 from marconi.core.compiled_forms import EVICTIONS as EVICTIONS
 from marconi.core.compiled_forms import RADIX_LISTS as RADIX_LISTS
-from marconi.core.compiled_forms import SCORED as SCORED
+from marconi.core.compiled_forms import CoreBooks as CoreBooks
+from marconi.core.compiled_forms import books_of as books_of
 from marconi.core.compiled_forms import compiled_as as compiled_as
 from marconi.core.compiled_forms import compiled_reason as compiled_reason
 from marconi.core.compiled_forms import score_form as score_form
@@ -169,7 +170,7 @@ class _Eviction:
     def set_setting(self, setting: Any) -> None:
         policy: Any = self.policy
         policy.set_setting(setting)  # checks it
-        self._core.set_run(policy.compiled_books()[0][policy.mode])
+        self._core.set_run(policy.run)
 
     @property
     def setting(self) -> Any:
@@ -249,12 +250,11 @@ class CompiledCache:
         # the positions their Python side works out per request (`extra_positions`)
         # handed over first
         self._structured = kind in ("structured", "sparse")
+        books = books_of(eviction)
         self._core = _native.NativeCore(
             _sizes(spec), self.capacity, "judicious" if self._structured else kind,
-            compiled_as(eviction), float(eviction.alpha or 0.0),
-            bool(getattr(getattr(eviction, "lru", eviction), "deepest_first", False)),
+            compiled_as(eviction), float(eviction.alpha or 0.0), books.deepest_first,
             int(getattr(self.admission, "block", 0)))
-        policy: Any = eviction
         if kind == "align":  # vLLM's align mode (`peers.mamba_align.Align`)
             config = self.admission.config  # type: ignore[attr-defined]
             self._core.set_align(self.admission.block, config.chunk,  # type: ignore[attr-defined]
@@ -263,37 +263,35 @@ class CompiledCache:
             config = self.admission.config  # type: ignore[attr-defined]
             self._core.set_radix(config.mode.value == "extra-buffer", config.chunk,
                                  config.track, config.decode_interval)
+            assert books.state_share is not None  # (SGLang's lists hand their share)
             self._core.set_pool(self.layout.state_slots,
                                 self.layout.kv_capacity(spec, self.capacity),
-                                float(policy.config.state_share))
+                                float(books.state_share))
         if self.layout.page_size > 1:
             self._core.set_pages(self.layout.page_size)
-        if compiled_as(eviction) == "ranked":  # a declared priority (`core.priority`)
-            self._core.set_keys(*terms(policy.priority))
-        if compiled_as(eviction) == "scored":  # a declared score (`core.priority.Score`)
-            form = score_form(policy.score, ranked=False)
-            assert not isinstance(form, str)  # (`compiled_reason` refused it otherwise)
-            self._core.set_score_terms(*form)
-            self._core.set_level(float(policy.level))  # (a leveled score's; else unread)
-        if compiled_as(eviction) == "radixtlru":  # T-LRU's KV order
-            self._core.set_tlru(policy.threshold, policy.next_prompt)
-        if compiled_as(eviction) in ("blockflop", "radixflop"):  # its own model's sizes
-            self._core.set_flop_states(_sizes(policy.spec))
-        if compiled_as(eviction) == "density":
-            # (bucket and class bounds, tables, constants: `HitDensity.compiled_books`)
-            self._core.set_density(0, *policy.compiled_books())
-        elif compiled_as(eviction) == "switchable":  # marconi+'s live cache
-            runs, density, depth = policy.compiled_books()
-            self._core.set_density(0, *density)
-            if depth is not None:
-                self._core.set_density(1, *depth)
-            form = score_form(policy.flop.score, ranked=False)  # its FLOP expert's
-            assert not isinstance(form, str)  # (`compiled_reason` refused it otherwise)
-            self._core.set_score_terms(*form)
-            self._core.set_level(float(policy.flop.level))
-            self._core.set_run(runs[policy.mode])
+        self._hand(books)
         self.eviction = _Eviction(eviction, self._core)
         self.stats = _Stats(self._core)
+
+    def _hand(self, books: CoreBooks) -> None:
+        """Hand the core the eviction's declaration and books (`CoreBooks`), each to its
+        setter, whichever eviction it is."""
+        if books.keys is not None:  # a declared priority (`core.priority`)
+            self._core.set_keys(*terms(books.keys))
+        if books.score is not None:  # a declared score (`core.priority.Score`)
+            form = score_form(books.score, ranked=False)
+            assert not isinstance(form, str)  # (`compiled_reason` refused it otherwise)
+            self._core.set_score_terms(*form)
+            self._core.set_level(float(books.level))  # (a leveled score's; else unread)
+        if books.tlru is not None:  # T-LRU's KV order
+            self._core.set_tlru(*books.tlru)
+        if books.flop_states is not None:  # Marconi's order of the states, their model's sizes
+            self._core.set_flop_states(_sizes(books.flop_states))
+        for k, density in enumerate(books.densities):
+            # (bucket and class bounds, tables, constants: `HitDensity.compiled_books`)
+            self._core.set_density(k, *density)
+        if books.run is not None:  # marconi+'s live cache: the expert choosing
+            self._core.set_run(books.run)
 
     def _place(self, key: builtins.bytes, n_input: int, boundaries: Sequence[int],
                phase: str) -> None:

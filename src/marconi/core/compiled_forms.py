@@ -5,11 +5,12 @@ policy's class declares (`compiled_as`), how a declared score maps onto its eval
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from marconi.core.layout import Layout
 from marconi.core.policy import Admission, Eviction
-from marconi.core.priority import Feature, Score
+from marconi.core.priority import Feature, Priority, Score
 from marconi.core.spec import ModelSpec
 
 # what the compiled core runs, by `compiled_as`
@@ -17,9 +18,6 @@ ADMISSIONS = ("judicious", "none", "block", "structured", "sparse", "align", "ra
 EVICTIONS = ("lru", "scored", "keep", "density",
              "switchable", "blocklru", "blockflop", "radixlru", "radixflop", "radixtlru",
              "ranked")
-# the evictions that evaluate a declared score (their `score`): over Marconi's candidates,
-# or over an engine's state list, ranked
-SCORED = ("scored", "blockflop", "radixflop")
 # vLLM's align mode runs with its block queue (and it alone), KV in pages or per token;
 # SGLang's admission with its two lists (and they alone), a state pool or not; either may
 # run with `keep` (the unbounded cache of the bounds, which never evicts)
@@ -28,6 +26,34 @@ RADIX_LISTS = ("radixlru", "radixflop", "radixtlru")
 # an engine's admission -> the evictions it runs compiled with, in words
 ENGINE_PAIRS = {"align": (BLOCK_QUEUES, "vLLM's align mode", "its block queue"),
                 "radix": (RADIX_LISTS, "SGLang's admission", "its two lists")}
+
+
+@dataclass(frozen=True)
+class CoreBooks:
+    """What an eviction the compiled core runs hands it before any request, beside its
+    name (`compiled_as`): its declaration and books, each read by one setter of `Core`, so
+    the compiled core reads no policy's attributes. An eviction that has any defines
+    `core_books()` (`books_of` asks it); the rest hand nothing."""
+
+    deepest_first: bool = False  # LRU ties, deeper leaves first (the constructor's flag)
+    keys: Priority | None = None  # a declared priority (`set_keys`)
+    score: Score | None = None  # a declared score over the candidates (`set_score_terms`)
+    level: float = 0.0  # a leveled score's level so far (`set_level`)
+    densities: tuple[tuple[Any, ...], ...] = ()  # hit density's books, then by depth
+    run: int | None = None  # marconi+'s live cache: the expert choosing (`set_run`)
+    tlru: tuple[int, int] | None = None  # T-LRU's threshold and next prompt (`set_tlru`)
+    # Marconi's order of an engine's states: its model (`set_flop_states`) and its score
+    # (the compiled core evaluates Marconi's terms only there: `score_form`, ranked)
+    flop_states: ModelSpec | None = None
+    state_score: Score | None = None
+    state_share: float | None = None  # SGLang's pools: the states' share (`set_pool`)
+    cap_per_path: int | None = None  # SGLang's cap on states per path (not compiled)
+
+
+def books_of(eviction: Eviction) -> CoreBooks:
+    """`eviction.core_books()`, or none where it hands the compiled core nothing."""
+    method = getattr(eviction, "core_books", None)
+    return method() if method is not None else CoreBooks()
 
 
 def compiled_as(policy: Admission | Eviction) -> str | None:
@@ -74,12 +100,11 @@ def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
         return f"admission {type(admission).__name__} runs in Python only"
     if compiled_as(eviction) not in EVICTIONS:
         return f"eviction {type(eviction).__name__} runs in Python only (as configured)"
-    if compiled_as(eviction) == "ranked" and len(eviction.priority.keys) > 2:  # type: ignore[attr-defined]
+    books = books_of(eviction)
+    if books.keys is not None and len(books.keys.keys) > 2:
         return "a declared priority of more than two keys runs in Python only"
-    if compiled_as(eviction) in SCORED or compiled_as(eviction) == "switchable":
-        scored: Any = getattr(eviction, "flop", eviction)  # (marconi+'s: its FLOP expert's)
-        form = score_form(scored.score,
-                          ranked=compiled_as(eviction) not in ("scored", "switchable"))
+    for score, ranked in ((books.score, False), (books.state_score, True)):
+        form = score_form(score, ranked) if score is not None else None
         if isinstance(form, str):
             return form
     if compiled_as(admission) == "structured" and spec.ssm_layers == 0:
@@ -93,8 +118,7 @@ def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
         if mine and spec.ssm_layers == 0:
             return f"{who} for a model without SSM layers runs in Python only"
     aligned, radix = compiled_as(admission) == "align", compiled_as(admission) == "radix"
-    if radix and getattr(eviction, "config", None) is not None \
-            and eviction.config.max_states_per_path is not None:  # type: ignore[attr-defined]
+    if radix and books.cap_per_path is not None:
         return "SGLang's cap on states per path runs in Python only"
     if (layout.pooled and not radix) or (layout.page_size > 1 and not aligned):
         return (f"layout {layout.describe()} runs in Python only (compiled: one byte "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Collection, Iterable, Sequence
 
+from marconi.core.compiled_forms import CoreBooks
 from marconi.core.policy import Action, Eviction, Victim, alive
 from marconi.core.priority import Feature, Priority, key_value
 from marconi.core.tree import Node
@@ -29,6 +30,9 @@ class Ranked(Eviction):
     """Evicts the candidate whose declared key is lowest; ties by creation order."""
 
     compiled_as = "ranked"  # the compiled core evaluates declarations of up to two keys
+
+    def core_books(self) -> CoreBooks:
+        return CoreBooks(keys=self.priority)
 
     def __init__(self, priority: Priority) -> None:
         super().__init__()

@@ -10,6 +10,7 @@ from collections.abc import Collection, Iterable, Sequence
 from enum import Enum
 
 from marconi.core.candidates import Declared
+from marconi.core.compiled_forms import CoreBooks
 from marconi.core.lazy_heap import HeapEntry, compact, lazy_min
 from marconi.core.policy import Action, Eviction, Victim, check_alpha
 from marconi.core.priority import Feature, Score, Term
@@ -28,6 +29,9 @@ class LRULeaf(Eviction):
     """
 
     compiled_as = "lru"  # the compiled core runs it, either tie-break (marconi.core.compiled)
+
+    def core_books(self) -> CoreBooks:
+        return CoreBooks(deepest_first=self.deepest_first)
 
     def __init__(self, *, deepest_first: bool = False) -> None:
         super().__init__()

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from marconi.core.compiled_forms import CoreBooks
 from marconi.core.layout import Layout
 from marconi.core.policy import Action, Admission, Victim, check_alpha
 from marconi.core.priority import Score
@@ -242,6 +243,10 @@ class BlockFlop(BlockLRU):
         self.spec, self.alpha, self.score = spec, check_alpha(alpha), score
         self.flop = FlopStates(spec, score, parent_depth=state_above,
                                branches_last=False)
+
+    def core_books(self) -> CoreBooks:
+        """Marconi's order of the states: its model and its score."""
+        return CoreBooks(flop_states=self.spec, state_score=self.score)
 
     def set_alpha(self, alpha: float) -> None:
         self.alpha = check_alpha(alpha)

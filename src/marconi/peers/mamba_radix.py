@@ -20,9 +20,10 @@ Eviction: two LRU lists (`MambaRadixLRU`). See docs/peers.md for what is not mod
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
+from marconi.core.compiled_forms import CoreBooks
 from marconi.core.layout import Layout
 from marconi.core.policy import Action, Admission, Pressure, Victim, alive, check_alpha
 from marconi.core.priority import Score
@@ -168,6 +169,11 @@ class MambaRadixLRU(TwoListLRU):
         self.last_path: list[Node] = []  # the path the latest commit ran along
         self._pressure: Pressure | None = None
 
+    def core_books(self) -> CoreBooks:
+        """The compiled core's: the pools' split and the cap on states per path."""
+        return CoreBooks(state_share=self.config.state_share,
+                         cap_per_path=self.config.max_states_per_path)
+
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         self.now = now
         if hit is not None:
@@ -268,6 +274,10 @@ class MambaRadixFlop(MambaRadixLRU):
         self.spec, self.alpha, self.score = spec, check_alpha(alpha), score
         self.flop = FlopStates(spec, score, parent_depth=parent_node_depth,
                                branches_last=True)
+
+    def core_books(self) -> CoreBooks:
+        """The lists' books, and Marconi's order of the states (its model, its score)."""
+        return replace(super().core_books(), flop_states=self.spec, state_score=self.score)
 
     def set_alpha(self, alpha: float) -> None:
         self.alpha = check_alpha(alpha)

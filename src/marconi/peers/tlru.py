@@ -18,7 +18,9 @@ T-LRU.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
+from dataclasses import replace
 
+from marconi.core.compiled_forms import CoreBooks
 from marconi.core.policy import Action, Victim
 from marconi.core.tree import Node
 from marconi.peers.mamba_radix import MambaRadixLRU, SGLangConfig
@@ -44,6 +46,10 @@ class TailLRU(MambaRadixLRU):
                              f"got {threshold} and {next_prompt}")
         self.threshold, self.next_prompt = threshold, next_prompt
         self.high: dict[Node, int] = {}  # the deepest depth ever inserted at or below
+
+    def core_books(self) -> CoreBooks:
+        """The lists' books, and the KV order's threshold and next prompt."""
+        return replace(super().core_books(), tlru=(self.threshold, self.next_prompt))
 
     def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
         path, new = list(path), list(new)

@@ -49,6 +49,7 @@ import numpy as np
 
 from marconi.core.candidates import Efficiency, Scored
 from marconi.core.compiled import first_ages
+from marconi.core.compiled_forms import CoreBooks
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 
@@ -76,6 +77,10 @@ class HitDensity(Scored):
     """
 
     compiled_as = "density"  # the compiled core runs it, depth classes too (core.compiled)
+
+    def core_books(self) -> CoreBooks:
+        """What the compiled core's hit density starts from (`compiled_books`)."""
+        return CoreBooks(densities=(self.compiled_books(),))
 
     def __init__(self, spec: ModelSpec, *, per_octave: int = 8, buckets: int = 192,
                  every: int = 512, decay: float = 0.9, depth_classes: int = 0,

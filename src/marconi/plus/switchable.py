@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from marconi.core.candidates import Declared
-from marconi.core.compiled_forms import compiled_as
+from marconi.core.compiled_forms import CoreBooks, compiled_as
 from marconi.core.policy import Eviction, Victim, check_alpha, overrides
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
@@ -103,12 +103,21 @@ class Switchable(Eviction):
                  and (self.depth is None or type(self.depth) is HitDensity))
         return "switchable" if plain else None
 
-    def compiled_books(self) -> tuple[dict[Mode, int], tuple[object, ...],
-                                      tuple[object, ...] | None]:
-        """What the compiled core starts from: its number for each mode, hit density's
-        books and the depth-classed one's (None: not kept)."""
-        depth = self.depth.compiled_books() if self.depth is not None else None
-        return RUNS, self.density.compiled_books(), depth
+    def core_books(self) -> CoreBooks:
+        """What the compiled core starts from: the LRU expert's tie-break, the FLOP
+        expert's declared score and level, hit density's books and the depth-classed
+        one's (where kept), and the expert choosing."""
+        flop = self.flop
+        assert isinstance(flop, Declared)  # (`compiled_as`: the core runs no other)
+        densities = (self.density.compiled_books(),
+                     *((self.depth.compiled_books(),) if self.depth is not None else ()))
+        return CoreBooks(deepest_first=self.lru.deepest_first, score=flop.score,
+                         level=flop.level, densities=densities, run=self.run)
+
+    @property
+    def run(self) -> int:
+        """The compiled core's number for the expert choosing now (`Core::set_run`)."""
+        return RUNS[self.mode]
 
     def set_setting(self, setting: Setting) -> None:
         if setting.mode not in self.experts:
