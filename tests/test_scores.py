@@ -322,3 +322,15 @@ def test_greedy_duals_declaration_reaches_every_system_that_runs_it(
         assert live.flop.score is LEVELED, name  # type: ignore[attr-defined]
         assert live.solo(Mode.FLOP).score is LEVELED, name  # type: ignore[attr-defined]
         assert compiled_reason(PAPER_7B, admission, live, Layout()) is None, name
+
+
+def test_an_evaluated_score_is_a_fresh_array() -> None:
+    """`evaluate` returns an array of its own (a victim choice overwrites the protected
+    candidates' scores in it), an unnormalized term of weight 1 included."""
+    column = np.array([3.0, 1.0, 2.0])
+    for score in (Score("raw", terms=(Term(Feature.RECENCY),), normalized=False),
+                  Score("raw2", terms=(Term(Feature.RECENCY), Term(Feature.REPLAY)),
+                        normalized=False),
+                  MARCONI):
+        got = evaluate(score, {f: column for f in score.features}, 1.0)
+        assert not np.shares_memory(got, column), score.name

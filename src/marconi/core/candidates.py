@@ -239,17 +239,18 @@ class Declared(Scored):
         self.alpha = check_alpha(alpha if alpha is not None else 0.0) if score.tuned \
             else None
         self.level = 0.0  # (a leveled score's) the highest victim's score so far
+        self._leveled = score.leveled  # (read at every touch)
 
     def core_books(self) -> CoreBooks:
         return CoreBooks(score=self.score, level=self.level)
 
     def touched(self, now: int) -> float:
         """What a touch stamps: the level where the score reads it, else the clock."""
-        return self.level if self.score.leveled else now
+        return self.level if self._leveled else now
 
     def chose(self, score: float) -> None:
         """A leveled score's victim raises the level to its own score."""
-        if self.score.leveled:
+        if self._leveled:
             self.level = max(self.level, score)
 
     def follow(self, now: int) -> None:
@@ -257,7 +258,7 @@ class Declared(Scored):
         not running), raises its level to where its own victim would put it, so that a
         switch to it finds a live order (frozen, the level would rank by the other terms
         alone until it caught up)."""
-        if self.score.leveled and self.columns:
+        if self._leveled and self.columns:
             self.level = max(self.level, float(self.scores(now).min()))
 
     def values(self, now: int) -> dict[Feature, np.ndarray]:
@@ -265,7 +266,7 @@ class Declared(Scored):
         columns, features = self.columns, self.score.features
         n = len(columns)
         rec = columns["rec"][:n]
-        out = {Feature.LEVEL if self.score.leveled else Feature.RECENCY: rec}
+        out = {Feature.LEVEL if self._leveled else Feature.RECENCY: rec}
         if Feature.INVERSE_AGE in features:
             out[Feature.INVERSE_AGE] = 1.0 / (now - rec + 1.0)
         if Feature.EFFICIENCY in features:

@@ -56,12 +56,13 @@ def evaluate(score: Score, values: Mapping[Feature, np.ndarray], alpha: float) -
     total: np.ndarray | None = None
     for weight, term in zip(score.weights(alpha), score.terms, strict=True):
         x = np.asarray(values[term.feature], dtype=np.float64)
-        part = normalized(x) if score.normalized else x.copy()
+        part = normalized(x) if score.normalized else x
         if weight != 1.0:
             part = weight * part
         total = part if total is None else total + part
     assert total is not None  # (a Score has a term)
-    return total
+    # (one unnormalized term of weight 1 is its column itself: a fresh copy of it)
+    return total.copy() if len(score.terms) == 1 and total is x else total
 
 
 def in_python(score: Score, values: Mapping[Feature, Sequence[float]],
