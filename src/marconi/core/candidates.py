@@ -240,6 +240,7 @@ class Declared(Scored):
             else None
         self.level = 0.0  # (a leveled score's) the highest victim's score so far
         self._leveled = score.leveled  # (read at every touch)
+        self._features = score.features  # (read at every choice)
 
     def core_books(self) -> CoreBooks:
         return CoreBooks(score=self.score, level=self.level)
@@ -263,7 +264,7 @@ class Declared(Scored):
 
     def values(self, now: int) -> dict[Feature, np.ndarray]:
         """Each feature the score reads, per candidate in row order."""
-        columns, features = self.columns, self.score.features
+        columns, features = self.columns, self._features
         n = len(columns)
         rec = columns["rec"][:n]
         out = {Feature.LEVEL if self._leveled else Feature.RECENCY: rec}
