@@ -268,8 +268,8 @@ class Core {
         next_prompt_ = next_prompt;
     }
 
-    // A declared score's terms (`core.priority.Score`, `Evict::SCORED` only; before any
-    // request), in order: per term its feature (`ScoreFeature`), weight and whether alpha
+    // A declared score's terms (`core.priority.Score`; `Evict::SCORED`, or `MULTI`'s FLOP
+    // expert; before any request), in order: per term its feature (`ScoreFeature`), weight and whether alpha
     // multiplies it; whether each term is min-max normalized over the candidates.
     // Default: Marconi's, recency + alpha x efficiency, normalized. A score reading
     // `LEVEL` (unnormalized, not with the clock's features) stamps the level at a touch
@@ -1837,7 +1837,7 @@ class Core {
         size_t n = cand_.size();
         if (multi()) {
             // `Switchable.victim`: a leveled score, when another expert chooses, follows:
-            // its level rises to its own lowest score (`GreedyDualFlop.follow`)
+            // its level rises to its own lowest score (`Declared.follow`)
             if (run_ != Run::SCORED && score_leveled_ && n > 0) {
                 const std::vector<double>& score = flop_scores();
                 level_ = std::max(level_, *std::min_element(score.begin(), score.end()));
