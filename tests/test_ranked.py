@@ -1,5 +1,6 @@
-"""Declared priorities (marconi.core.priority) run by `Ranked` on the Python core: the
-declared LRU is the paper's LRU request by request, and LFU keeps what was hit often."""
+"""Declared priorities (marconi.core.priority) run by `Ranked` on the Python core and by
+the compiled core: the paper's LRU is one (changing it is one change), LFU keeps what was
+hit often, SLRU protects what was hit twice."""
 
 from __future__ import annotations
 
@@ -9,41 +10,105 @@ import pytest
 from marconi.core import compiled
 from marconi.core.cache import PrefixCache
 from marconi.core.compiled import replay_cache
+from marconi.core.compiled_forms import compiled_reason
 from marconi.core.integrity import check_integrity
+from marconi.core.layout import Layout
+from marconi.core.policy import Eviction
 from marconi.core.priority import Feature, Key, Priority, Term
 from marconi.core.ranked import Ranked
+from marconi.engines.integrations.common import declared_priority
+from marconi.paper import eviction as paper
 from marconi.paper.admission import Judicious
-from marconi.paper.eviction import LRULeaf
 from marconi.peers.lfu import LFU
 from marconi.peers.slru import SLRU
+from marconi.plus.switchable import Mode, Switchable
+from marconi.systems import get_system
 from marconi.workload import TraceOptions, load_trace
 from tests.helpers import SMALL, serve
 
-LRU = Priority("lru", keys=(Key(Term(Feature.RECENCY)),))
+LRU = paper.LRU
 CORES = [c for c in compiled.CORES if c == "python" or compiled.built()]
 KV, STATE = SMALL.kv_bytes_per_token, SMALL.ssm_bytes
 
 
-def replay(eviction: Ranked | LRULeaf, capacity: int) -> list[int]:
-    cache = PrefixCache(SMALL, capacity, Judicious(), eviction)
+def replay(cache: PrefixCache) -> list[int]:
+    """Each request's hit over a multi-turn trace, the books checked after each."""
     trace = load_trace("synthetic:multi-turn", options=TraceOptions(sessions=12))
     hits = []
     for request in trace.requests:
         tokens = np.concatenate([request.input_tokens, request.output_tokens])
         hits.append(serve(cache, None, tokens, len(request.input_tokens)))
-        check_integrity(cache)
+        _check(cache)
     return hits
 
 
-@pytest.mark.parametrize("capacity", [300_000, 1_000_000, 4_000_000])
-def test_the_declared_lru_is_the_paper_lru(capacity: int) -> None:
-    """LRU over leaves declared as one key (the last touch) evicts as `LRULeaf` does."""
-    declared, written = replay(Ranked(LRU), capacity), replay(LRULeaf(), capacity)
-    assert declared == written
-    assert sum(declared) > 0
+def test_the_papers_lru_is_its_declaration() -> None:
+    """sglang+, vLLM+ and marconi+'s LRU expert evaluate `LRU` / `LRU_DEEPEST_FIRST`."""
+    assert get_system("sglang+").policies(SMALL, 0.0)[1].priority is paper.LRU  # type: ignore[attr-defined]
+    assert (get_system("vllm+").policies(SMALL, 0.0)[1].priority  # type: ignore[attr-defined]
+            is paper.LRU_DEEPEST_FIRST)
+    assert Switchable(SMALL).lru.priority is paper.LRU
+    assert declared_priority("sglang+") is None  # (the plugins offer lfu and slru by name)
 
 
-def _cache(core: str, capacity: int, eviction: Ranked,
+# a changed LRU: the shallowest leaf first, then the least recently used (recency, depth
+# and states only: marconi+'s live cache still runs it compiled)
+SHALLOWEST_FIRST = Priority("lru-shallowest-first",
+                            keys=(Key(Term(Feature.DEPTH)), Key(Term(Feature.RECENCY))))
+
+
+@pytest.mark.parametrize("capacity", [1_000_000, 2_000_000])
+def test_changing_the_lru_declaration_is_one_change(capacity: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Changing `paper/eviction.py`'s `LRU` reaches sglang+ and marconi+'s LRU expert on
+    both cores, hit for hit; a declaration that counts hits keeps marconi+ on the Python
+    core, with the reason."""
+    before = {core: replay(_system_cache(core, "sglang+", capacity, monkeypatch))
+              for core in CORES}
+    for core in CORES:  # marconi+'s LRU expert is sglang+'s order, its stamps its own
+        assert replay(_cache(core, capacity, Switchable(SMALL, Mode.LRU), monkeypatch)) \
+            == before["python"]
+    monkeypatch.setattr(paper, "LRU", SHALLOWEST_FIRST)
+    after = {core: replay(_system_cache(core, "sglang+", capacity, monkeypatch))
+             for core in CORES}
+    expert = {core: replay(_cache(core, capacity, Switchable(SMALL, Mode.LRU), monkeypatch))
+              for core in CORES}
+    reference = replay(PrefixCache(SMALL, capacity, Judicious(), Ranked(SHALLOWEST_FIRST)))
+    for core in CORES:
+        assert after[core] == expert[core] == reference
+        assert before[core] == before["python"]
+    assert reference != before["python"] and sum(reference) > 0
+    monkeypatch.setattr(paper, "LRU", LFU)
+    plus = Switchable(SMALL)
+    reason = compiled_reason(SMALL, Judicious(), plus, Layout())
+    assert reason is not None and "Switchable runs in Python only" in reason
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_marconi_plus_lru_expert_reads_its_own_stamps(core: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Room for two sequences: A, then B, then A again, then C. marconi+ choosing by LRU
+    evicts B (touched last before A's second visit); the FLOP expert's stamps, the level
+    at a touch, tie A and B (no victim raised the level between) and would evict A."""
+    a, b, c = (np.arange(start, start + 100, dtype=np.int32) for start in (0, 1000, 2000))
+    cache = _cache(core, 2 * (100 * KV + STATE) + 50 * KV, Switchable(SMALL, Mode.LRU),
+                   monkeypatch)
+    for tokens in (a, b, a, c):
+        serve(cache, None, tokens, len(tokens))
+    _check(cache)
+    assert [cache.lookup(t).hit for t in (a, b)] == [100, 0]
+
+
+def _system_cache(core: str, system: str, capacity: int,
+                  monkeypatch: pytest.MonkeyPatch) -> PrefixCache:
+    monkeypatch.setenv(compiled.CORE_ENV, core)
+    admission, policy = get_system(system).policies(SMALL, 0.0)
+    cache = replay_cache(SMALL, capacity, admission, policy)
+    assert getattr(cache, "compiled", False) == (core == "compiled")
+    return cache
+
+
+def _cache(core: str, capacity: int, eviction: Eviction,
            monkeypatch: pytest.MonkeyPatch) -> PrefixCache:
     """A cache of `eviction` on `core` (the compiled core evaluates the declaration)."""
     monkeypatch.setenv(compiled.CORE_ENV, core)
@@ -74,6 +139,21 @@ def test_lfu_keeps_the_leaf_hit_most_often(core: str, monkeypatch: pytest.Monkey
         survivors[name] = [cache.lookup(t).hit for t in (a, b)]
     assert survivors["lfu"] == [100, 0]  # A kept
     assert survivors["lru"] == [0, 100]
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_lfu_breaks_equal_counts_by_its_second_key(core: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A and B committed once each, then A looked up (a touch, not a commit: no count);
+    C evicts B, the less recent of two equal counts, where creation order would take A."""
+    a, b, c = (np.arange(start, start + 100, dtype=np.int32) for start in (0, 1000, 2000))
+    cache = _cache(core, 2 * (100 * KV + STATE) + 50 * KV, Ranked(LFU), monkeypatch)
+    serve(cache, None, a, 100)
+    serve(cache, None, b, 100)
+    assert cache.lookup(a).hit == 100
+    serve(cache, None, c, 100)
+    _check(cache)
+    assert [cache.lookup(t).hit for t in (a, b)] == [100, 0]
 
 
 @pytest.mark.parametrize(("a_commits", "b_commits", "kept"),

@@ -49,7 +49,7 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         i64 depth, bytes
 
     cdef cppclass Core:
-        Core(const Spec&, i64, int, int, double, cbool, i64) except +
+        Core(const Spec&, i64, int, int, double, i64) except +
         Core(const Core&) except +
         Stats stats
         i64 clock
@@ -204,9 +204,9 @@ cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gi
 
 
 ADMISSIONS = {"judicious": 0, "none": 1, "block": 2, "align": 3, "radix": 4}
-EVICTIONS = {"lru": 0, "scored": 1, "keep": 2, "density": 3, "switchable": 4,
+EVICTIONS = {"ranked": 0, "scored": 1, "keep": 2, "density": 3, "switchable": 4,
              "blocklru": 5, "blockflop": 5, "radixlru": 6, "radixflop": 6,
-             "radixtlru": 6, "ranked": 0}
+             "radixtlru": 6}
 ACTIONS = ("remove", "merge", "drop-state")
 
 
@@ -228,8 +228,7 @@ cdef class NativeCore:
     cdef Core* core
 
     def __cinit__(self, dict spec=None, i64 capacity=0, str admission="none",
-                  str eviction="keep", double alpha=0.0, cbool deepest_first=False,
-                  i64 block=0):
+                  str eviction="keep", double alpha=0.0, i64 block=0):
         cdef Spec s
         self.core = NULL
         if spec is None:  # `copy` fills it
@@ -238,7 +237,7 @@ cdef class NativeCore:
         if admission == "block" and block <= 0:
             raise ValueError(f"block admission needs a block size > 0, got {block}")
         self.core = new Core(s, capacity, ADMISSIONS[admission], EVICTIONS[eviction], alpha,
-                             deepest_first, block)
+                             block)
         self.core.exact_div = _exact_div
 
     def __dealloc__(self):

@@ -253,7 +253,7 @@ class CompiledCache:
         books = books_of(eviction)
         self._core = _native.NativeCore(
             _sizes(spec), self.capacity, "judicious" if self._structured else kind,
-            compiled_as(eviction), float(eviction.alpha or 0.0), books.deepest_first,
+            compiled_as(eviction), float(eviction.alpha or 0.0),
             int(getattr(self.admission, "block", 0)))
         if kind == "align":  # vLLM's align mode (`peers.mamba_align.Align`)
             config = self.admission.config  # type: ignore[attr-defined]

@@ -15,9 +15,8 @@ from marconi.core.spec import ModelSpec
 
 # what the compiled core runs, by `compiled_as`
 ADMISSIONS = ("judicious", "none", "block", "structured", "sparse", "align", "radix")
-EVICTIONS = ("lru", "scored", "keep", "density",
-             "switchable", "blocklru", "blockflop", "radixlru", "radixflop", "radixtlru",
-             "ranked")
+EVICTIONS = ("ranked", "scored", "keep", "density",
+             "switchable", "blocklru", "blockflop", "radixlru", "radixflop", "radixtlru")
 # vLLM's align mode runs with its block queue (and it alone), KV in pages or per token;
 # SGLang's admission with its two lists (and they alone), a state pool or not; either may
 # run with `keep` (the unbounded cache of the bounds, which never evicts)
@@ -35,7 +34,6 @@ class CoreBooks:
     the compiled core reads no policy's attributes. An eviction that has any defines
     `core_books()` (`books_of` asks it); the rest hand nothing."""
 
-    deepest_first: bool = False  # LRU ties, deeper leaves first (the constructor's flag)
     keys: Priority | None = None  # a declared priority (`set_keys`)
     score: Score | None = None  # a declared score over the candidates (`set_score_terms`)
     level: float = 0.0  # a leveled score's level so far (`set_level`)

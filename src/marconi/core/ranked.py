@@ -19,6 +19,8 @@ from marconi.core.priority import Feature, Priority, key_value
 from marconi.core.tree import Node
 
 Entry = tuple[tuple[float, ...], int, Node]  # (key, node id, node)
+# the features whose books (`hits`, `created`) each commit keeps
+COUNTED = frozenset({Feature.HITS, Feature.CREATED})
 
 
 def _candidate(node: Node) -> bool:
@@ -37,19 +39,29 @@ class Ranked(Eviction):
     def __init__(self, priority: Priority) -> None:
         super().__init__()
         self.priority = priority
+        # the features its keys read; hit counts and creation clocks are kept only where
+        # one is read (nothing else reads them)
+        self._reads = tuple(priority.features)
+        self._counts = bool(COUNTED & priority.features)
         self.hits: dict[Node, int] = {}
         self.created: dict[Node, float] = {}
         self._key: dict[Node, tuple[float, ...]] = {}
         self._heap: list[Entry] = []
 
-    def features(self, node: Node) -> dict[Feature, float]:
-        """`node`'s features as the declaration reads them."""
-        return {Feature.RECENCY: self.stamp.get(node, 0), Feature.HITS: self.hits.get(node, 0),
-                Feature.CREATED: self.created.get(node, 0), Feature.DEPTH: node.depth,
-                Feature.STATE: 1.0 if node.has_state else 0.0}
+    def feature(self, feature: Feature, node: Node) -> float:
+        """One of `node`'s features, as the declaration reads it."""
+        if feature is Feature.RECENCY:
+            return self.stamp.get(node, 0)
+        if feature is Feature.DEPTH:
+            return node.depth
+        if feature is Feature.HITS:
+            return self.hits.get(node, 0)
+        if feature is Feature.CREATED:
+            return self.created.get(node, 0)
+        return 1.0 if node.has_state else 0.0
 
     def key(self, node: Node) -> tuple[float, ...]:
-        values = self.features(node)
+        values = {f: self.feature(f, node) for f in self._reads}
         return tuple(key_value(k, values) for k in self.priority.keys)
 
     # --- events ---------------------------------------------------------------------
@@ -82,6 +94,9 @@ class Ranked(Eviction):
     def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
         # deepest first, a split's upper half keeping its first child's count and creation
         # (that child is the split's lower half, or a deeper upper half set just before)
+        if not self._counts:
+            self._touch(path, now)
+            return
         for node in sorted(new, key=lambda n: -n.depth):
             child = next(iter(node.children.values()), None)
             self.hits[node] = self.hits.get(child, 0) if child is not None else 0

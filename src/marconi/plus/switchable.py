@@ -20,6 +20,7 @@ from enum import Enum
 from marconi.core.candidates import Declared
 from marconi.core.compiled_forms import CoreBooks, compiled_as
 from marconi.core.policy import Eviction, Victim, check_alpha, overrides
+from marconi.core.ranked import COUNTED
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 from marconi.paper.eviction import FlopAware, LRULeaf
@@ -96,23 +97,26 @@ class Switchable(Eviction):
         """The compiled core runs it (`marconi.core.compiled`) as marconi+ builds it: a
         FLOP expert that evaluates a declared score with no alpha (GreedyDual-FLOP's, or
         any other whose form the compiled core maps: `compiled_forms.compiled_reason`
-        says where not), LRU and hit density (and by depth), no FLOP-aware expert."""
+        says where not), LRU (a declaration of recency, depth and states: its stamps are
+        its own, its hit counts not kept) and hit density (and by depth), no FLOP-aware
+        expert."""
         plain = (isinstance(self.flop, Declared) and compiled_as(self.flop) == "scored"
                  and not self.flop.score.tuned and type(self.lru) is LRULeaf
+                 and not COUNTED & self.lru.priority.features
                  and type(self.density) is HitDensity and self.marconi is None
                  and (self.depth is None or type(self.depth) is HitDensity))
         return "switchable" if plain else None
 
     def core_books(self) -> CoreBooks:
-        """What the compiled core starts from: the LRU expert's tie-break, the FLOP
+        """What the compiled core starts from: the LRU expert's declared keys, the FLOP
         expert's declared score and level, hit density's books and the depth-classed
         one's (where kept), and the expert choosing."""
         flop = self.flop
         assert isinstance(flop, Declared)  # (`compiled_as`: the core runs no other)
         densities = (self.density.compiled_books(),
                      *((self.depth.compiled_books(),) if self.depth is not None else ()))
-        return CoreBooks(deepest_first=self.lru.deepest_first, score=flop.score,
-                         level=flop.level, densities=densities, run=self.run)
+        return CoreBooks(keys=self.lru.priority, score=flop.score, level=flop.level,
+                         densities=densities, run=self.run)
 
     @property
     def run(self) -> int:

@@ -3,8 +3,8 @@
 // it supports, step for step, so that every hit, victim and byte count is the Python
 // core's: the radix tree (nodes are integer slots into one array, children found through
 // one hash map and kept in a list in the order a Python dict keeps them), the paper's
-// judicious admission (or none), and two evictions: LRU over leaves and Marconi's
-// FLOP-aware score over candidates in slots. One byte budget, KV per token, the default
+// judicious admission (or none), and the evictions: a declared priority's keys over leaves
+// and a declared score over candidates in slots. One byte budget, KV per token, the default
 // namespace, pins (a pinned node and its ancestors leave no book a victim is taken from,
 // as `PrefixCache.pin`), no engine handles: what a trace replay and a running request need.
 //
@@ -33,12 +33,15 @@ using i64 = long long;
 using i128 = __int128;
 using i32 = int32_t;
 
+// KEYED: a declared priority (`core.ranked.Ranked`, its keys by `set_keys`) over the
+// leaves, lowest keys first, ties by creation
 // SCORED: a declared score over the candidates (`core.candidates.Declared`, its terms by
 // `set_score_terms`; a leveled one stamps the level at a touch, each victim raising it)
 // KEEP: an unbounded cache's, never asked; DENSITY: FLOP-weighted hit density (`plus.density.HitDensity`)
 // MULTI: marconi+'s live cache (`plus.switchable.Switchable`): a declared score (its FLOP
-// expert's, by `set_score_terms`), LRU and hit density (leaves in one class, and by
-// depth) all kept current, `Run` choosing the victims
+// expert's, by `set_score_terms`), a declared priority (its LRU expert's, by `set_keys`,
+// recency its own stamp) and hit density (leaves in one class, and by depth) all kept
+// current, `Run` choosing the victims
 // TWO: vLLM's block queue (`peers.mamba_align.BlockLRU`): an LRU list of KV leaves and one of
 // states, the older head leaving first; with `flop_states_` (`BlockFlop`) a state leaving
 // is chosen by Marconi's score over the states (`peers.two_lists.FlopStates`)
@@ -46,8 +49,8 @@ using i32 = int32_t;
 // list gives the victim by which pool is short, a state at an inner node leaving alone,
 // stateless leaves collected as garbage; with `flop_states_` (`MambaRadixFlop`) the state
 // list's victim by Marconi's score over the parent, states at branches last
-enum class Evict { LRU = 0, SCORED = 1, KEEP = 2, DENSITY = 3, MULTI = 4, TWO = 5, RADIX = 6 };
-enum class Run { SCORED = 0, LRU = 1, DENSITY = 2, DEPTH = 3 };
+enum class Evict { KEYED = 0, SCORED = 1, KEEP = 2, DENSITY = 3, MULTI = 4, TWO = 5, RADIX = 6 };
+enum class Run { SCORED = 0, KEYED = 1, DENSITY = 2, DEPTH = 3 };
 // BLOCK: vLLM+'s, every `block` tokens; ALIGN: vLLM's align mode (`peers.mamba_align.Align`);
 // RADIX: SGLang's (`peers.mamba_radix.MambaRadix`), no-buffer or extra-buffer
 enum class Admit { JUDICIOUS = 0, NONE = 1, BLOCK = 2, ALIGN = 3, RADIX = 4 };
@@ -164,11 +167,9 @@ typedef double (*ExactDiv)(i64 hi, unsigned long long lo, i64 held);
 
 class Core {
   public:
-    Core(const Spec& spec, i64 capacity, int admit, int evict, double alpha, bool deepest_first,
-         i64 block)
+    Core(const Spec& spec, i64 capacity, int admit, int evict, double alpha, i64 block)
         : spec_(spec), capacity_(capacity), admit_(static_cast<Admit>(admit)),
           evict_(static_cast<Evict>(evict)), alpha_(alpha), block_(block),
-          deepest_first_(deepest_first || evict_ == Evict::TWO),
           kv_capacity_(capacity) {
         nodes_.emplace_back();  // the default namespace's root, id 0
         nodes_[0].alive = true;
@@ -234,19 +235,23 @@ class Core {
     // order's two keys, each the sum of its terms `weight x feature` (a step where
     // `at_least` is not NaN: 1 when the feature reaches it, else 0), ties by creation.
     // Features: 0 the stamp, 1 hits, 2 creation clock, 3 depth, 4 holds a state. Before
-    // any request; the LRU mode only.
+    // any request; the keyed eviction, or marconi+'s (its LRU expert's keys).
     void set_keys(const std::vector<int>& key, const std::vector<int>& feature,
                   const std::vector<double>& weight, const std::vector<double>& at_least) {
         size_t n = key.size();
-        if (evict_ != Evict::LRU || feature.size() != n || weight.size() != n ||
-            at_least.size() != n)
-            throw std::invalid_argument("set_keys: the LRU mode, one key, feature, weight "
-                                        "and threshold per term");
+        if ((evict_ != Evict::KEYED && evict_ != Evict::MULTI) || feature.size() != n ||
+            weight.size() != n || at_least.size() != n)
+            throw std::invalid_argument("set_keys: a keyed eviction or marconi+'s, one key, "
+                                        "feature, weight and threshold per term");
         for (size_t i = 0; i < n; ++i) {
             if (key[i] < 0 || key[i] > 1 || feature[i] < 0 || feature[i] > 4)
                 throw std::invalid_argument("set_keys: keys 0-1, features 0-4");
             terms_[key[i]].push_back(Term{feature[i], weight[i], at_least[i]});
+            keys_count_ = keys_count_ || feature[i] == 1 || feature[i] == 2;
         }
+        if (evict_ == Evict::MULTI && keys_count_)
+            throw std::invalid_argument("set_keys: marconi+'s keyed expert reads recency, "
+                                        "depth and states only");
         declared_ = true;
     }
 
@@ -438,7 +443,7 @@ class Core {
             // `on_commit(path, (), now)`: LRU touches the path; hit density sees the clock
             if (tlru_) tlru_commit(path_, {}, {});
             if (declared_) declared_commit(path_, {}, {});
-            if (evict_ == Evict::LRU || multi() || two()) touch_path(path_);
+            if (evict_ == Evict::KEYED || multi() || two()) touch_path(path_);
             see_clock();
             now_ = static_cast<double>(clock);
             admitted.clear();
@@ -656,7 +661,7 @@ class Core {
             if (!free && (x.in_order || x.in_states || x.slot >= 0)) return "a pinned node in a book";
             if (x.pins > nodes_[x.parent].pins && x.parent != 0) return "a node pinned more than its parent";
             if ((x.pins > 0) != (pinned_.count(v) > 0)) return "the pinned set differs";
-            if (evict_ == Evict::LRU && free && x.nchild == 0 && !x.in_order) return "a leaf out of the LRU order";
+            if (evict_ == Evict::KEYED && free && x.nchild == 0 && !x.in_order) return "a leaf out of the keyed order";
             if ((scored() || multi()) && (free && x.nchild <= 1) != (x.slot >= 0)) return "candidates differ";
             if ((evict_ == Evict::DENSITY || multi()) && x.slot >= 0 &&
                 cls_[x.slot] != dens_[0].classify(x.nchild, x.depth))
@@ -715,7 +720,6 @@ class Core {
     Evict evict_;
     double alpha_;
     i64 block_;
-    bool deepest_first_;
     i64 chunk_ = 1, retention_ = 0;  // `Align`'s (`set_align`), `MambaRadix`'s chunk
     bool extra_buffer_ = false;      // `MambaRadix` (`set_radix`)
     i64 track_ = 1, decode_interval_ = 1;
@@ -735,6 +739,7 @@ class Core {
         double weight, at_least;
     };
     bool declared_ = false;          // a declared priority's keys (`set_keys`)
+    bool keys_count_ = false;        // one of them reads hits or the creation clock
     std::vector<Term> terms_[2];
     bool tlru_ = false;              // `TailLRU` (`set_tlru`): its threshold and estimate
     i64 threshold_ = 0, next_prompt_ = 0;
@@ -1317,7 +1322,7 @@ class Core {
             see_clock();
             for (int v : created) { nodes_[v].stamp_clock = now; candidate_update(v); }
             for (int v : fresh) { nodes_[v].stamp_clock = now; candidate_update(v); }
-        } else if (evict_ == Evict::LRU) {
+        } else if (evict_ == Evict::KEYED) {
             std::vector<int> up;
             for (int v = end; v != 0; v = nodes_[v].parent) up.push_back(v);
             if (declared_) declared_commit(up, created, fresh);
@@ -1428,7 +1433,7 @@ class Core {
             nodes_[hit].sstamp = now_;
             nodes_[hit].sstamped = true;
             state_update(hit);
-        } else if (evict_ == Evict::LRU) {
+        } else if (evict_ == Evict::KEYED) {
             touch_path(path_);
         } else if (multi()) {  // Switchable's experts in its order: scored, LRU, densities
             if (hit >= 0) { nodes_[hit].stamp = touch_value(); candidate_update(hit); }
@@ -1466,7 +1471,7 @@ class Core {
                 tombs_.emplace_back(v, x.uid);
                 x.in_tomb = true;
             }
-        } else if (evict_ == Evict::LRU) lru_update(v);
+        } else if (evict_ == Evict::KEYED) lru_update(v);
         else if (multi()) { lru_update(v); candidate_update(v); }
         else if (scored()) candidate_update(v);
     }
@@ -1500,7 +1505,7 @@ class Core {
 
     double feature(int f, const Node& x) const {
         switch (f) {
-            case 0: return x.stamp;
+            case 0: return multi() ? x.stamp_lru : x.stamp;  // (marconi+'s keyed expert's own)
             case 1: return static_cast<double>(x.hits);
             case 2: return x.created;
             case 3: return static_cast<double>(x.depth);
@@ -1524,6 +1529,7 @@ class Core {
     // more commit through every node of the path (`up`, in any order)
     void declared_commit(const std::vector<int>& up, const std::vector<int>& created,
                          const std::vector<int>& fresh) {
+        if (!keys_count_) return;  // (kept only where a key reads them)
         double now = static_cast<double>(clock);
         std::vector<int> fresh_nodes(created);
         fresh_nodes.insert(fresh_nodes.end(), fresh.begin(), fresh.end());
@@ -1539,8 +1545,9 @@ class Core {
         for (int v : up) nodes_[v].hits += 1;
     }
 
-    // LRU: the order holds each live unpinned leaf once, at its current stamp (the Python
-    // policy's lazy heap, whose valid entries are exactly these).
+    // The leaf order: each live unpinned leaf once, at its declared keys (`Ranked`'s lazy
+    // heap, whose valid entries are exactly these), or in the engines' KV lists at its
+    // stamp, vLLM's deepest first at equal stamps, SGLang's shallowest first.
     void lru_update(int v) {
         Node& x = nodes_[v];
         bool leaf = x.alive && x.nchild == 0 && v != 0 && x.pins == 0;
@@ -1549,11 +1556,11 @@ class Core {
             x.in_order = false;
         }
         if (leaf) {
+            if (!declared_ && !two())
+                throw std::logic_error("a keyed leaf order without its keys (set_keys)");
             x.order_key = declared_
                 ? std::make_tuple(key_value(0, x), key_value(1, x), x.uid)
-                : std::make_tuple(multi() ? x.stamp_lru : x.stamp,
-                                  static_cast<double>(deepest_first_ ? -x.depth
-                                                      : radix() ? x.depth : 0),
+                : std::make_tuple(x.stamp, static_cast<double>(radix() ? x.depth : -x.depth),
                                   x.uid);
             order_.insert(std::tuple_cat(x.order_key, std::make_tuple(v)));
             x.in_order = true;
@@ -1831,7 +1838,7 @@ class Core {
 
     bool victim(int* v, Act* act) {
         if (evict_ == Evict::KEEP) throw std::logic_error("a cache that keeps everything was asked for a victim");
-        if (evict_ == Evict::LRU) return lru_victim(v, act);
+        if (evict_ == Evict::KEYED) return lru_victim(v, act);
         if (radix()) return radix_victim(v, act);
         if (two()) return two_victim(v, act);
         size_t n = cand_.size();
@@ -1842,7 +1849,7 @@ class Core {
                 const std::vector<double>& score = flop_scores();
                 level_ = std::max(level_, *std::min_element(score.begin(), score.end()));
             }
-            if (run_ == Run::LRU) return lru_victim(v, act);
+            if (run_ == Run::KEYED) return lru_victim(v, act);
             if (n == 0) return false;
             if (run_ == Run::SCORED) return scored_victim(v, act);
             return lowest(v, act, run_ == Run::DENSITY ? 0 : 1);

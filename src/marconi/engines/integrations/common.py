@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from marconi.core.policy import check_alpha
+from marconi.core.ranked import Ranked
 from marconi.engines.integrations.choosers import ENGINE_ALPHAS as ENGINE_ALPHAS  # (re-exported)
 from marconi.engines.integrations.choosers import Bootstrap, Shadows
 
@@ -32,15 +33,19 @@ POLICIES = ("marconi", "marconi+")
 
 def declared_priority(system: str) -> Any:
     """The `core.priority.Priority` that registered system `system`'s eviction declares (a
-    `core.ranked.Ranked`'s), or None (no such system, or one whose eviction is written, not
-    declared): what a plugin asked for `system` by name evaluates in the engine."""
+    `core.ranked.Ranked`'s), or None (no such system, one whose eviction is written, not
+    declared, or the paper's LRU): what a plugin asked for `system` by name evaluates in
+    the engine."""
     from marconi.core.spec import PAPER_7B
     from marconi.systems.registry import SYSTEMS
 
     found = SYSTEMS.get(system)
     if system in POLICIES or found is None or found.engine is not None:
         return None
-    return getattr(found.policies(PAPER_7B, 0.0)[1], "priority", None)
+    # a `Ranked` as such: the paper's LRU (`LRULeaf`, the systems sglang+, vllm+, vanilla
+    # and sparse-prefix run) is declared too, and is each engine's own order already
+    eviction = found.policies(PAPER_7B, 0.0)[1]
+    return eviction.priority if type(eviction) is Ranked else None
 
 
 def declared_priorities() -> list[str]:
