@@ -49,7 +49,7 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         i64 depth, bytes
 
     cdef cppclass Core:
-        Core(const Spec&, i64, int, int, double, i64) except +
+        Core(const Spec&, i64, int, int, double) except +
         Core(const Core&) except +
         Stats stats
         i64 clock
@@ -81,6 +81,7 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         double stamp(int)
         const vector[int32_t]& key_of(int)
         void load_node(int, const int32_t*, i64, cbool, cbool) except +
+        void set_placement(cbool, i64, cbool) except +
         void set_align(i64, i64, i64, cbool) except +
         void set_pages(i64) except +
         void set_radix(cbool, i64, i64, i64) except +
@@ -203,7 +204,7 @@ cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gi
     return ((<object>hi << 64) | <object>lo) / <object>held
 
 
-ADMISSIONS = {"judicious": 0, "none": 1, "block": 2, "align": 3, "radix": 4}
+ADMISSIONS = {"placed": 0, "align": 1, "radix": 2}
 EVICTIONS = {"ranked": 0, "scored": 1, "keep": 2, "density": 3, "switchable": 4,
              "blocklru": 5, "blockflop": 5, "radixlru": 6, "radixflop": 6,
              "radixtlru": 6}
@@ -227,17 +228,14 @@ cdef class NativeCore:
 
     cdef Core* core
 
-    def __cinit__(self, dict spec=None, i64 capacity=0, str admission="none",
-                  str eviction="keep", double alpha=0.0, i64 block=0):
+    def __cinit__(self, dict spec=None, i64 capacity=0, str admission="placed",
+                  str eviction="keep", double alpha=0.0):
         cdef Spec s
         self.core = NULL
         if spec is None:  # `copy` fills it
             return
         s = _spec(spec)
-        if admission == "block" and block <= 0:
-            raise ValueError(f"block admission needs a block size > 0, got {block}")
-        self.core = new Core(s, capacity, ADMISSIONS[admission], EVICTIONS[eviction], alpha,
-                             block)
+        self.core = new Core(s, capacity, ADMISSIONS[admission], EVICTIONS[eviction], alpha)
         self.core.exact_div = _exact_div
 
     def __dealloc__(self):
@@ -251,6 +249,10 @@ cdef class NativeCore:
         return out
 
     # --- vLLM's align mode and block queue, KV pages ----------------------------------------
+
+    def set_placement(self, cbool branch, i64 every, cbool end):
+        """A declared placement (`Core::set_placement`; none set: nothing cached)."""
+        self.core.set_placement(branch, every, end)
 
     def set_align(self, i64 block, i64 chunk, retention, cbool junctions):
         """vLLM's align-mode admission (`Core::set_align`; `retention` None: every block)."""

@@ -9,10 +9,10 @@ cache = replay_cache(spec, "2GB", Judicious(), LRULeaf(), name="sglang+")   # co
 cache.lookup(tokens); cache.commit(tokens, n_input); cache.stats; cache.serve(key, n)
 ```
 What runs compiled (`compiled_reason` says why anything else does not): the policies
-whose class declares `compiled_as`, the paper's judicious admission, vLLM+'s block
-admission, marconi+'s structured admission (its boundaries or planner's points handed over
-per request), sparse prefix caching's (its placement's points, the same way) or none, with
-LRU over leaves (either tie-break), a declared priority of up to two keys, a declared
+whose class declares `compiled_as`, a declared placement (the paper's judicious, vLLM+'s
+block admission, none), marconi+'s structured admission (its boundaries or planner's
+points handed over per request), sparse prefix caching's (its placement's points, the
+same way), with a declared priority of up to two keys (LRU over leaves among them), a declared
 score over the features `compiled_forms.score_form` maps (Marconi's FLOP-aware eviction
 with the paper's recency or the artifact's, SegLen: the replay length in place of the
 efficiency), GreedyDual-FLOP, hit density (by depth too), marconi+'s
@@ -246,15 +246,17 @@ class CompiledCache:
         self.name = name
         self.admission = admission.for_model(spec)
         kind = compiled_as(admission)
-        # structured admission and sparse prefix caching's: judicious in the core, with
-        # the positions their Python side works out per request (`extra_positions`)
-        # handed over first
+        # structured admission and sparse prefix caching's: placed in the core (their
+        # declared placement, or none), with the positions their Python side works out per
+        # request (`extra_positions`) handed over first
         self._structured = kind in ("structured", "sparse")
         books = books_of(eviction)
         self._core = _native.NativeCore(
-            _sizes(spec), self.capacity, "judicious" if self._structured else kind,
-            compiled_as(eviction), float(eviction.alpha or 0.0),
-            int(getattr(self.admission, "block", 0)))
+            _sizes(spec), self.capacity, "placed" if self._structured else kind,
+            compiled_as(eviction), float(eviction.alpha or 0.0))
+        placement = self.admission.placement
+        if placement is not None:  # a declared placement (`core.placement.Placed`)
+            self._core.set_placement(placement.branch, placement.every, placement.end)
         if kind == "align":  # vLLM's align mode (`peers.mamba_align.Align`)
             config = self.admission.config  # type: ignore[attr-defined]
             self._core.set_align(self.admission.block, config.chunk,  # type: ignore[attr-defined]

@@ -14,7 +14,7 @@ from marconi.core.priority import Feature, Priority, Score
 from marconi.core.spec import ModelSpec
 
 # what the compiled core runs, by `compiled_as`
-ADMISSIONS = ("judicious", "none", "block", "structured", "sparse", "align", "radix")
+ADMISSIONS = ("placed", "structured", "sparse", "align", "radix")
 EVICTIONS = ("ranked", "scored", "keep", "density",
              "switchable", "blocklru", "blockflop", "radixlru", "radixflop", "radixtlru")
 # vLLM's align mode runs with its block queue (and it alone), KV in pages or per token;

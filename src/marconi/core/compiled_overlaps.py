@@ -28,7 +28,9 @@ class SequenceTree:
         assert _native is not None
         self._core = core if core is not None else _native.NativeCore(
             {"kv_per_token": 1, "ssm_bytes": 0, "attention": 0, "mlp": 0, "ssm": 1,
-             "d_model": 1, "d_state": 1}, 1 << 62, "judicious", "keep", 0.0, False)
+             "d_model": 1, "d_state": 1}, 1 << 62, "placed", "keep", 0.0)
+        if core is None:  # each sequence kept whole (its branch point and end placed)
+            self._core.set_placement(True, 0, True)
 
     def depth(self, key: builtins.bytes) -> int:
         """Tokens of `key` (int32 bytes) that some sequence spelled."""

@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from marconi.core.priority import Placement
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Match, Node
 
@@ -30,6 +31,9 @@ class Admission(ABC):
     """Decides where SSM checkpoints are taken. One instance per cache."""
 
     caches = True  # False: the system caches nothing at all (vanilla)
+    # where it places states, declared (`core.placement.Placed`, which every core
+    # evaluates); None: placed by its own code
+    placement: Placement | None = None
     # True: a namespace per session (a server slot of its own): a driver that knows each
     # request's session passes it as `salt` (the simulator); one that does not runs every
     # request in the default namespace

@@ -54,6 +54,19 @@ emulations read it), features relative to the node's neighbours:
 Score("greedy-dual-flop", terms=(Term(LEVEL), Term(EFFICIENCY)), normalized=False)
     -> S(v) = L(v) + FLOPs saved per byte; a victim raises the level to its S
 ```
+
+An admission that only places states is declared as a `Placement`: at the branch point
+(where a sequence leaves the tree at a new or stateless branch), every `every` tokens (the
+final partial block of a sequence growing in place as a later one extends it), at the end
+of the sequence, or any union of these; none of them: nothing is cached. The evaluators:
+`marconi.core.placement.Placed` on the Python core, `Core::set_placement` on the compiled
+one. Marconi's judicious admission is one (`marconi.paper.admission.JUDICIOUS`):
+
+```
+Placement("judicious", branch=True, end=True)
+    -> checkpoints: the branch point of the input past the hit
+    -> positions: the branch point of input + output, and its end
+```
 """
 
 from __future__ import annotations
@@ -236,3 +249,27 @@ def key_value(key: Key, values: dict[Feature, float]) -> float:
             x = 1.0 if x >= term.at_least else 0.0
         total += term.weight * x
     return total
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where an admission places states: at the branch point (`branch`), every `every`
+    tokens (0: not), at the end of the sequence (`end`); any union. Prefill captures the
+    input's branch point and blocks past the hit; the rest, the end included, is taken at
+    commit. None of them: the cache keeps nothing."""
+
+    name: str
+    branch: bool = False
+    every: int = 0
+    end: bool = False
+    description: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 0:
+            raise ValueError(f"placement {self.name!r}: every must be an integer >= 0 "
+                             f"(tokens; 0: no blocks), got {self.every!r}")
+
+    @property
+    def caches(self) -> bool:
+        """Whether it places any state (a cache placing none keeps nothing)."""
+        return self.branch or self.every > 0 or self.end

@@ -1,99 +1,66 @@
-"""The paper's admissions: judicious (Marconi, SGLang+), block (vLLM+), none (vanilla).
+"""The paper's admissions: judicious (Marconi, SGLang+), block (vLLM+), none (vanilla),
+each a `Placement` declared once here and evaluated by every core (`core.placement.Placed`
+on the Python core, `Core::set_placement` on the compiled one).
 
 See docs/architecture.md ("Admission") for the rules they follow.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from marconi.core.placement import Placed
+from marconi.core.placement import branch_point as branch_point  # (re-exported)
+from marconi.core.priority import Placement
 
-from marconi.core.policy import Admission
-from marconi.core.tree import Match, Node
-
-
-def branch_point(match: Match, n_tokens: int) -> int | None:
-    """Where a sequence of `n_tokens` leaves the tree at a new or stateless branch.
-
-    ```
-    tree:  |---- shared ----|-- old continuation --|
-    input: |---- shared ----|-- new continuation ------|
-                            ^ branch point (inserting the input splits the edge here)
-    ```
-    A sequence that ends inside an edge, or follows the tree to its end, branches nowhere.
-    """
-    if match.length >= n_tokens:
-        return None
-    if match.partial is not None:
-        return match.length  # leaves mid-edge: the insertion creates this node
-    node = match.node
-    if node is not None and not node.has_state and node.children:
-        return match.length  # an existing branch node that lost (or never had) its state
-    return None
+# Marconi / SGLang+: a state at a new branch point and at the end of each request
+JUDICIOUS = Placement("judicious", branch=True, end=True,
+                      description="the branch point and the end of each sequence")
+# vanilla: nothing is cached
+NOTHING = Placement("none", description="no state anywhere: nothing is cached")
 
 
-class Judicious(Admission):
-    """Marconi / SGLang+: a state at a new branch point and at the end of each request.
-
-    The branch point comes from a speculative insertion of the input before prefill; a
-    branch inside the output (the output leaves an existing edge) is admitted at commit
-    too, as the paper's artifact does.
-    """
-
-    compiled_as = "judicious"  # the compiled core runs it (marconi.core.compiled)
-
-    def checkpoints(self, match: Match, n_input: int, hit: int) -> tuple[int, ...]:
-        p = branch_point(match, n_input)
-        return (p,) if p is not None and p > hit else ()
-
-    def positions(self, match: Match, n_total: int, n_input: int) -> tuple[int, ...]:
-        p = branch_point(match, n_total)
-        return (p, n_total) if p is not None else (n_total,)
-
-
-class Block(Admission):
+def every_block(block: int) -> Placement:
     """vLLM+: a state at every `block`-token boundary, each block a node; the final
     partial block of a sequence is kept as a node with a state too (as in the paper)."""
+    return Placement(f"block-{block}", every=block, end=True,
+                     description=f"every {block} tokens and the end of each sequence")
 
-    compiled_as = "block"  # the compiled core runs it (marconi.core.compiled)
+
+class Judicious(Placed):
+    """Marconi / SGLang+ (`JUDICIOUS`). The branch point comes from a speculative
+    insertion of the input before prefill; a branch inside the output (the output leaves
+    an existing edge) is admitted at commit too, as the paper's artifact does."""
+
+    compiled_as = "placed"  # the compiled core evaluates its declaration
+
+    def __init__(self) -> None:
+        pass  # (its placement is the module's `JUDICIOUS`, read where it is used)
+
+    @property
+    def placement(self) -> Placement:  # type: ignore[override]
+        return JUDICIOUS
+
+
+class Block(Placed):
+    """vLLM+ (`every_block(block)`): a state at every `block`-token boundary, each block a
+    node, the final partial block growing in place as a later sequence extends it."""
+
+    compiled_as = "placed"  # the compiled core evaluates its declaration
 
     def __init__(self, block: int = 32) -> None:
-        if not isinstance(block, int) or block <= 0:
+        if not isinstance(block, int) or isinstance(block, bool) or block <= 0:
             raise ValueError(f"block size must be a positive integer, got {block!r}")
+        super().__init__(every_block(block))
         self.block = block
 
-    def checkpoints(self, match: Match, n_input: int, hit: int) -> tuple[int, ...]:
-        first = (hit // self.block + 1) * self.block
-        return tuple(range(first, n_input + 1, self.block))
 
-    def positions(self, match: Match, n_total: int, n_input: int) -> tuple[int, ...]:
-        aligned = list(range(self.block, n_total + 1, self.block))
-        if not aligned or aligned[-1] != n_total:
-            aligned.append(n_total)
-        return tuple(aligned)
+class NoAdmission(Placed):
+    """Vanilla (`NOTHING`): nothing is cached."""
 
-    def superseded(self, path: Sequence[Node], n_total: int) -> tuple[Node, ...]:
-        """An earlier sequence's final partial block that this one extends: as in the
-        paper's artifact, the block grows in place (its state moves to the block's new
-        end) instead of staying behind as an interior node with a state.
+    compiled_as = "placed"  # the compiled core evaluates its declaration
 
-        ```
-        before:  | 32 | 64 | 96 |100|            states at 32, 64, 96, 100
-        commit:  | 32 | 64 | 96 |100| 128 | 150  states at 128, 150 added
-        after:   | 32 | 64 | 96 ---- 128 | 150  the partial block [96, 100) grew
-        ```
-        """
-        return tuple(n for n in path if n.has_state and n.depth % self.block
-                     and n.depth < n_total)
+    def __init__(self) -> None:
+        pass  # (its placement is the module's `NOTHING`)
 
-
-class NoAdmission(Admission):
-    """Vanilla: nothing is cached."""
-
-    caches = False
-    compiled_as = "none"
-
-    def checkpoints(self, match: Match, n_input: int, hit: int) -> tuple[int, ...]:
-        return ()
-
-    def positions(self, match: Match, n_total: int, n_input: int) -> tuple[int, ...]:
-        return ()
+    @property
+    def placement(self) -> Placement:  # type: ignore[override]
+        return NOTHING

@@ -51,9 +51,12 @@ using i32 = int32_t;
 // list's victim by Marconi's score over the parent, states at branches last
 enum class Evict { KEYED = 0, SCORED = 1, KEEP = 2, DENSITY = 3, MULTI = 4, TWO = 5, RADIX = 6 };
 enum class Run { SCORED = 0, KEYED = 1, DENSITY = 2, DEPTH = 3 };
-// BLOCK: vLLM+'s, every `block` tokens; ALIGN: vLLM's align mode (`peers.mamba_align.Align`);
-// RADIX: SGLang's (`peers.mamba_radix.MambaRadix`), no-buffer or extra-buffer
-enum class Admit { JUDICIOUS = 0, NONE = 1, BLOCK = 2, ALIGN = 3, RADIX = 4 };
+// PLACED: a declared placement (`core.placement.Placed`, by `set_placement`: the branch
+// point, every `every` tokens, the end; none of them: nothing cached), with the positions
+// a Python side works out per request beside it or in its place (`set_positions`);
+// ALIGN: vLLM's align mode (`peers.mamba_align.Align`); RADIX: SGLang's
+// (`peers.mamba_radix.MambaRadix`), no-buffer or extra-buffer
+enum class Admit { PLACED = 0, ALIGN = 1, RADIX = 2 };
 enum class Act { REMOVE = 0, MERGE = 1, DROP = 2 };  // DROP: the state only, the node stays
 
 struct Spec {
@@ -167,9 +170,9 @@ typedef double (*ExactDiv)(i64 hi, unsigned long long lo, i64 held);
 
 class Core {
   public:
-    Core(const Spec& spec, i64 capacity, int admit, int evict, double alpha, i64 block)
+    Core(const Spec& spec, i64 capacity, int admit, int evict, double alpha)
         : spec_(spec), capacity_(capacity), admit_(static_cast<Admit>(admit)),
-          evict_(static_cast<Evict>(evict)), alpha_(alpha), block_(block),
+          evict_(static_cast<Evict>(evict)), alpha_(alpha), block_(0),
           kv_capacity_(capacity) {
         nodes_.emplace_back();  // the default namespace's root, id 0
         nodes_[0].alive = true;
@@ -187,6 +190,16 @@ class Core {
     void set_alpha(double a) { alpha_ = a; }
     i64 capacity() const { return capacity_; }
     size_t size() const { return size_; }
+
+    // A declared placement (`core.priority.Placement`): the branch point, every `every`
+    // tokens (0: not; a final partial block grows in place), the end. Before any request.
+    void set_placement(bool branch, i64 every, bool end) {
+        if (admit_ != Admit::PLACED || every < 0)
+            throw std::invalid_argument("set_placement: a placed admission, every >= 0");
+        branch_ = branch;
+        every_ = every;
+        end_ = end;
+    }
 
     // vLLM's align-mode admission (`Align`): its block, longest prefill step (`chunk`),
     // retention interval (-1: None, a state every step end and block of the output; 0:
@@ -332,22 +345,21 @@ class Core {
     // The positions in (hit, n] prefill must capture, into `checkpoints`.
     void checkpoints_of(const PlanOut& plan, i64 n) {
         checkpoints.clear();
-        if (admit_ == Admit::JUDICIOUS && given_) {  // the planner's points past the hit
+        if (admit_ == Admit::PLACED && given_) {  // the planner's points past the hit
             for (i64 p : extra_)
                 if (p > plan.hit) checkpoints.push_back(p);
-        } else if (admit_ == Admit::JUDICIOUS) {
-            i64 p = branch_point(n);
-            if (p >= 0 && p > plan.hit) checkpoints.push_back(p);
-            if (!extra_.empty()) {  // boundaries past the hit, inside the input, not held
-                for (i64 b : extra_)
-                    if (plan.hit < b && b < n && !held(b)) checkpoints.push_back(b);
-                std::sort(checkpoints.begin(), checkpoints.end());
-                checkpoints.erase(std::unique(checkpoints.begin(), checkpoints.end()),
-                                  checkpoints.end());
+        } else if (admit_ == Admit::PLACED) {  // `Placed.checkpoints`
+            if (branch_) {
+                i64 p = branch_point(n);
+                if (p >= 0 && p > plan.hit) checkpoints.push_back(p);
             }
-        } else if (admit_ == Admit::BLOCK) {
-            for (i64 p = (plan.hit / block_ + 1) * block_; p <= n; p += block_)
-                checkpoints.push_back(p);
+            if (every_ > 0)
+                for (i64 p = (plan.hit / every_ + 1) * every_; p <= n; p += every_)
+                    checkpoints.push_back(p);
+            // (structured admission's boundaries past the hit, inside the input, not held)
+            for (i64 b : extra_)
+                if (plan.hit < b && b < n && !held(b)) checkpoints.push_back(b);
+            sort_unique(checkpoints);
         } else if (admit_ == Admit::ALIGN) {  // `Align.checkpoints`
             align_prefill(n, plan.hit, checkpoints);
             sort_unique(checkpoints);
@@ -367,8 +379,8 @@ class Core {
         stats.commits += 1;
         admitted.clear();
         CommitOut out;
-        if (admit_ == Admit::NONE) {
-            match(key, 0);
+        if (admit_ == Admit::PLACED && !given_ && !branch_ && every_ == 0 && !end_) {
+            match(key, 0);  // nothing placed: nothing cached
             return out;
         }
         positions_.clear();
@@ -395,7 +407,7 @@ class Core {
             room = kept;
             working = extra_buffer_ ? 2 : 0;  // extra-buffer's two ping-pong tracking slots
             n = kept;
-        } else if (admit_ == Admit::JUDICIOUS && given_) {
+        } else if (given_) {
             // the planner's points only; the sequence kept up to the last (`truncates`)
             i64 kept = 0;
             for (i64 p : extra_)
@@ -406,26 +418,23 @@ class Core {
             std::sort(positions_.begin(), positions_.end());
             positions_.erase(std::unique(positions_.begin(), positions_.end()), positions_.end());
         } else {
-            match(key, n, resume);
-            if (admit_ == Admit::JUDICIOUS) {  // the branch point, then the end of the sequence
+            match(key, n, resume);  // `Placed.positions`
+            if (branch_) {
                 i64 bp = branch_point(n);
                 if (bp >= 0) positions_.push_back(bp);
-                if (!extra_.empty()) {  // boundaries past the deepest state held in the input
-                    i64 hit = 0;
-                    for (int v : path_)
-                        if (nodes_[v].has_state && nodes_[v].depth <= n_input)
-                            hit = std::max(hit, nodes_[v].depth);
-                    for (i64 b : extra_)
-                        if (hit < b && b < n_input && !held(b)) positions_.push_back(b);
-                    positions_.push_back(n);
-                    std::sort(positions_.begin(), positions_.end());
-                    positions_.erase(std::unique(positions_.begin(), positions_.end()),
-                                     positions_.end());
-                }
-            } else {  // every block boundary, then the end of a final partial block
-                for (i64 p = block_; p <= n; p += block_) positions_.push_back(p);
             }
-            if (positions_.empty() || positions_.back() != n) positions_.push_back(n);
+            if (every_ > 0)
+                for (i64 p = every_; p <= n; p += every_) positions_.push_back(p);
+            if (end_) positions_.push_back(n);
+            if (!extra_.empty()) {  // boundaries past the deepest state held in the input
+                i64 hit = 0;
+                for (int v : path_)
+                    if (nodes_[v].has_state && nodes_[v].depth <= n_input)
+                        hit = std::max(hit, nodes_[v].depth);
+                for (i64 b : extra_)
+                    if (hit < b && b < n_input && !held(b)) positions_.push_back(b);
+            }
+            sort_unique(positions_);
         }
         if (admit_ != Admit::ALIGN && admit_ != Admit::RADIX) room = n;  // (n: what is kept)
         // the wanted ones: not held by a matched node (both lists ascend)
@@ -451,7 +460,7 @@ class Core {
             return out;
         }
         out.end = insert(key, n, admitted);
-        if (admit_ == Admit::BLOCK) grow_in_place(out.end, n);
+        if (admit_ == Admit::PLACED && every_ > 0) grow_in_place(out.end, n);
         if (radix()) {  // `_collect_garbage(set())`: nothing protected
             protect_round_ += 1;
             collect_garbage();
@@ -788,6 +797,9 @@ class Core {
     // structured admission's positions for the next calls (`set_positions`)
     std::vector<i64> extra_;
     bool given_ = false;
+    // a declared placement's (`set_placement`)
+    bool branch_ = false, end_ = false;
+    i64 every_ = 0;
 
     double level_ = 0;  // a leveled score's inflation level (`Declared.level`)
     Density dens_[2];   // hit density (`set_density`); [1]: by depth (marconi+'s live cache)
@@ -1353,7 +1365,7 @@ class Core {
         return end;
     }
 
-    // `Block.superseded`, carried out as `Inserting._grow_in_place`: an earlier final
+    // `Placed.superseded`, carried out as `Inserting._grow_in_place`: an earlier final
     // partial block on the committed path, now extended, is merged into its one child
     // (its state replaced, not evicted).
     void grow_in_place(int end, i64 n) {
@@ -1362,7 +1374,7 @@ class Core {
         std::vector<int> superseded;
         for (auto it = up.rbegin(); it != up.rend(); ++it) {
             const Node& x = nodes_[*it];
-            if (x.has_state && x.depth % block_ && x.depth < n) superseded.push_back(*it);
+            if (x.has_state && x.depth % every_ && x.depth < n) superseded.push_back(*it);
         }
         for (int v : superseded) {
             const Node& x = nodes_[v];
