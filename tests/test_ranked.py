@@ -4,6 +4,8 @@ hit often, SLRU protects what was hit twice."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,7 @@ from marconi.core.compiled_forms import compiled_reason
 from marconi.core.integrity import check_integrity
 from marconi.core.layout import Layout
 from marconi.core.policy import Eviction
-from marconi.core.priority import Feature, Key, Priority, Term
+from marconi.core.priority import Feature, Key, Priority, Term, key_function, key_value
 from marconi.core.ranked import Ranked
 from marconi.engines.integrations.common import declared_priority
 from marconi.paper import eviction as paper
@@ -191,3 +193,18 @@ def test_a_priority_needs_keys_and_finite_weights() -> None:
         Priority("empty", keys=())
     with pytest.raises(ValueError, match="weight must be finite"):
         Term(Feature.HITS, weight=float("nan"))
+
+
+@pytest.mark.parametrize("priority", [LRU, LFU, SLRU, paper.LRU_DEEPEST_FIRST],
+                         ids=lambda p: p.name)
+def test_a_key_function_sums_as_key_value_does(priority: Priority) -> None:
+    """`key_function` (what the vLLM order calls per candidate) gives `key_value`'s sums,
+    a tuple of them, or one key's as a float."""
+    values = {Feature.RECENCY: 7.0, Feature.HITS: 2.0, Feature.CREATED: 3.0,
+              Feature.DEPTH: 40.0, Feature.STATE: 1.0}
+    read = {f: functools.partial(float, v) for f, v in values.items()}
+    expected = tuple(key_value(k, values) for k in priority.keys)
+    assert key_function(priority.keys, read)() == expected
+    one = key_function(priority.keys[:1], read, one_as_float=True)()
+    assert one == expected[0] and isinstance(one, float)
+    assert key_function((), read, one_as_float=True)() == 0.0

@@ -72,8 +72,10 @@ Placement("judicious", branch=True, end=True)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 
 class Feature(Enum):
@@ -238,6 +240,36 @@ def terms(priority: Priority) -> tuple[list[int], list[int], list[float], list[f
             for k, key in enumerate(priority.keys) for t in key.terms]
     return ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
             [r[3] for r in rows])
+
+
+def key_function(keys: Sequence[Key], read: Mapping[Feature, Callable[..., float]], *,
+                 one_as_float: bool = False) -> Callable[..., Any]:
+    """`keys` as one function of the arguments `read`'s functions take (a node; a block and
+    its rank), reading only the features the keys name, each key summed in `key_value`'s
+    order: a tuple of the keys' values (with `one_as_float`, one key's value as a float;
+    no keys: 0.0). What an evaluator calls for every candidate, without the dict of every
+    feature that `key_value` reads."""
+
+    def summed(key: Key) -> Callable[..., float]:
+        terms = [(read[t.feature], t.weight, t.at_least) for t in key.terms]
+
+        def value(*node: Any) -> float:
+            total = 0.0
+            for feature, weight, step in terms:
+                x = feature(*node)
+                if step is not None:
+                    x = 1.0 if x >= step else 0.0
+                total += weight * x
+            return total
+        return value
+
+    parts = [summed(k) for k in keys]
+    if not parts:
+        return lambda *node: 0.0
+    if len(parts) == 1:
+        only = parts[0]
+        return only if one_as_float else lambda *node: (only(*node),)
+    return lambda *node: tuple(part(*node) for part in parts)
 
 
 def key_value(key: Key, values: dict[Feature, float]) -> float:

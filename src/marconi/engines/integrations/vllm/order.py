@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from marconi.core.priority import Feature, Key, Priority, Score, key_value
+from marconi.core.priority import Feature, Key, Priority, Score, key_function, key_value
 from marconi.core.scores import (
     OVER_A_LIST,
     FlopsAt,
@@ -274,9 +274,9 @@ class DeclaredStates(StateOrder):
 
 def _key_function(keys: tuple[Key, ...], order: DeclaredStates) -> Callable[[int, int], Any]:
     """`keys` over a state block of `order`'s books as one function of (block id, free
-    queue rank), computing only the features they read, each sum in `key_value`'s order
-    (a float for one key, else a tuple). On vLLM's scheduling path: the dict of every
-    feature that `key` builds per candidate costs more than the comparison."""
+    queue rank) (`core.priority.key_function`: a float for one key, else a tuple). On
+    vLLM's scheduling path: the dict of every feature that `key` builds per candidate
+    costs more than the comparison."""
     hits, created, state_of, above = order.hits, order.created, order.state_of, order.above
 
     def depth(block: int) -> float:
@@ -293,26 +293,7 @@ def _key_function(keys: tuple[Key, ...], order: DeclaredStates) -> Callable[[int
         Feature.CREATED: lambda block, rank: born(block),
         Feature.DEPTH: lambda block, rank: depth(block),
         Feature.STATE: lambda block, rank: 1.0}
-
-    def summed(key: Key) -> Callable[[int, int], float]:
-        terms = [(read[t.feature], t.weight, t.at_least) for t in key.terms]
-
-        def value(block: int, rank: int) -> float:
-            total = 0.0
-            for feature, weight, step in terms:
-                x = feature(block, rank)
-                if step is not None:
-                    x = 1.0 if x >= step else 0.0
-                total += weight * x
-            return total
-        return value
-
-    parts = [summed(k) for k in keys]
-    if len(parts) == 1:
-        return parts[0]
-    if not parts:  # recency alone (`by_recency` takes the queue's head before this)
-        return lambda block, rank: 0.0
-    return lambda block, rank: tuple(part(block, rank) for part in parts)
+    return key_function(keys, read, one_as_float=True)
 
 
 FEW = 48  # candidates up to which `StateOrder.pick` scores them in Python
