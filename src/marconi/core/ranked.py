@@ -86,7 +86,8 @@ class Ranked(Eviction):
     def _touch(self, nodes: Iterable[Node], now: int) -> None:
         for node in nodes:
             self.stamp[node] = now
-            self.changed(node)
+            if not node.children:  # (an inner node has no key: it lost it, reported
+                self.changed(node)  # changed, when it gained its first child)
 
     def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
         self._touch(path, now)
