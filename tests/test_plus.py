@@ -7,7 +7,6 @@ import pytest
 
 from marconi.core.cache import PrefixCache
 from marconi.core.integrity import check_integrity
-from marconi.core.policy import overrides
 from marconi.core.spec import PAPER_7B
 from marconi.core.tree import RadixTree
 from marconi.paper.eviction import LRULeaf
@@ -92,7 +91,7 @@ class TestSwitchable:
         policy.set_setting(Setting(Mode.FLOP))
         chosen = policy.victim((), 3)
         assert chosen is not None and gd.level == lowest  # its own victim: the same low
-        assert not overrides(policy.density, "follow")  # only GreedyDual's order keeps up
+        assert set(policy._followers) == {Mode.FLOP}  # only GreedyDual's order keeps up
 
 
 

@@ -28,6 +28,7 @@ from marconi.engines.integrations.vllm import StateOrder, flop_scores
 from marconi.paper import eviction
 from marconi.paper.eviction import MARCONI, MARCONI_INVERSE_AGE, FlopAware, Recency
 from marconi.peers.seglen import SegLen, seglen_score
+from marconi.plus.density import HIT_DENSITY
 from marconi.plus.greedy_dual import GREEDY_DUAL_FLOP, GreedyDualFlop
 from marconi.systems import get_system
 from tests.helpers import SMALL
@@ -100,15 +101,18 @@ def test_every_evaluator_reads_the_one_declaration(monkeypatch: pytest.MonkeyPat
 
 
 def test_the_compiled_core_evaluates_the_declared_forms_it_has() -> None:
-    assert score_form(MARCONI, ranked=False) == ([0, 2], [1.0, 1.0], [False, True], True)
-    assert score_form(MARCONI, ranked=True) == ([0, 2], [1.0, 1.0], [False, True], True)
+    assert score_form(MARCONI, ranked=False) == ([0, 2], [1.0, 1.0], [False, True], True, False)
+    assert score_form(MARCONI, ranked=True) == ([0, 2], [1.0, 1.0], [False, True], True, False)
     assert score_form(MARCONI_INVERSE_AGE, ranked=False) == (
-        [1, 2], [1.0, 1.0], [False, True], True)
+        [1, 2], [1.0, 1.0], [False, True], True, False)
     assert score_form(seglen_score(0.85), ranked=False) == (
-        [0, 3], [1.0, 0.85], [False, False], True)
-    assert score_form(TRIPLE, ranked=False) == ([0, 2], [1.0, 3.0], [False, True], True)
+        [0, 3], [1.0, 0.85], [False, False], True, False)
+    assert score_form(TRIPLE, ranked=False) == (
+        [0, 2], [1.0, 3.0], [False, True], True, False)
     assert score_form(GREEDY_DUAL_FLOP, ranked=False) == (
-        [4, 2], [1.0, 1.0], [False, False], False)
+        [4, 2], [1.0, 1.0], [False, False], False, False)
+    assert score_form(HIT_DENSITY, ranked=False) == (
+        [2, 5], [1.0, 1.0], [False, False], False, True)
     hits = Score("hits", terms=(Term(Feature.RECENCY), Term(Feature.HITS)))
     raw = Score("raw", terms=MARCONI.terms, normalized=False)
     for score, ranked, words in (
@@ -116,7 +120,8 @@ def test_the_compiled_core_evaluates_the_declared_forms_it_has() -> None:
             (TRIPLE, True, "over an engine's state list"),
             (raw, True, "over an engine's state list"),
             (GREEDY_DUAL_FLOP, True, "over an engine's state list"),
-            (hits, False, "efficiency, replay, level, not hits")):
+            (HIT_DENSITY, True, "over an engine's state list"),
+            (hits, False, "efficiency, replay, level, density, not hits")):
         form = score_form(score, ranked)
         assert isinstance(form, str) and words in form, form
 

@@ -92,7 +92,7 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         i64 reserved_states()
         void set_flop_states(const Spec&)
         void set_score_terms(const vector[int]&, const vector[double]&,
-                             const vector[cbool]&, cbool) except +
+                             const vector[cbool]&, cbool, cbool) except +
         void set_tlru(i64, i64) except +
         void set_keys(const vector[int]&, const vector[int]&, const vector[double]&,
                       const vector[double]&) except +
@@ -205,9 +205,9 @@ cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gi
 
 
 ADMISSIONS = {"placed": 0, "align": 1, "radix": 2}
-EVICTIONS = {"ranked": 0, "scored": 1, "keep": 2, "density": 3, "switchable": 4,
-             "blocklru": 5, "blockflop": 5, "radixlru": 6, "radixflop": 6,
-             "radixtlru": 6}
+EVICTIONS = {"ranked": 0, "scored": 1, "keep": 2, "switchable": 3,
+             "blocklru": 4, "blockflop": 4, "radixlru": 5, "radixflop": 5,
+             "radixtlru": 5}
 ACTIONS = ("remove", "merge", "drop-state")
 
 
@@ -296,11 +296,13 @@ cdef class NativeCore:
         feature (0-4), weight and step threshold (NaN: none)."""
         self.core.set_keys(key, feature, weight, at_least)
 
-    def set_score_terms(self, feature, weight, tuned, cbool normalized=True):
+    def set_score_terms(self, feature, weight, tuned, cbool normalized=True,
+                        cbool product=False):
         """A declared score's terms (`Core::set_score_terms`): per term its feature (0
-        recency, 1 inverse age, 2 efficiency, 3 replay length, 4 level), weight and whether
-        alpha multiplies it; whether the terms are min-max normalized."""
-        self.core.set_score_terms(feature, weight, tuned, normalized)
+        recency, 1 inverse age, 2 efficiency, 3 replay length, 4 level, 5 the learned
+        density), weight and whether alpha multiplies it; whether the terms are min-max
+        normalized; whether multiplied."""
+        self.core.set_score_terms(feature, weight, tuned, normalized, product)
 
     # --- structured admission, GreedyDual-FLOP, hit density --------------------------------
 

@@ -225,7 +225,8 @@ class Declared(Scored):
     compiled_as = "scored"
 
     def __init__(self, score: Score, spec: ModelSpec | None = None,
-                 alpha: float | None = None) -> None:
+                 alpha: float | None = None,
+                 extra: Mapping[str, npt.DTypeLike] | None = None) -> None:
         who = f"the Python core's {type(self).__name__}"
         have = self.FEATURES if spec is not None else self.FEATURES - {Feature.EFFICIENCY}
         check_features(score, have, who)
@@ -234,7 +235,7 @@ class Declared(Scored):
                              "candidates of at most one child and touches of the hit")
         self.efficiency = Efficiency(spec) if Feature.EFFICIENCY in score.features \
             and spec is not None else None
-        super().__init__(self.efficiency)
+        super().__init__(self.efficiency, extra)
         self.score = score
         self.alpha = check_alpha(alpha if alpha is not None else 0.0) if score.tuned \
             else None

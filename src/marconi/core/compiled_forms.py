@@ -15,7 +15,7 @@ from marconi.core.spec import ModelSpec
 
 # what the compiled core runs, by `compiled_as`
 ADMISSIONS = ("placed", "structured", "sparse", "align", "radix")
-EVICTIONS = ("ranked", "scored", "keep", "density",
+EVICTIONS = ("ranked", "scored", "keep",
              "switchable", "blocklru", "blockflop", "radixlru", "radixflop", "radixtlru")
 # vLLM's align mode runs with its block queue (and it alone), KV in pages or per token;
 # SGLang's admission with its two lists (and they alone), a state pool or not; either may
@@ -66,16 +66,17 @@ def compiled_as(policy: Admission | Eviction) -> str | None:
 # the features the compiled core computes for a declared score, by their code there
 # (`Core::ScoreFeature`)
 SCORE_FEATURES = (Feature.RECENCY, Feature.INVERSE_AGE, Feature.EFFICIENCY, Feature.REPLAY,
-                  Feature.LEVEL)
+                  Feature.LEVEL, Feature.DENSITY)
 # Marconi's terms: all that `flop_pick` evaluates over an engine's state list
 _MARCONIS = [(Feature.RECENCY, 1.0, False), (Feature.EFFICIENCY, 1.0, True)]
 
 
 def score_form(score: Score, ranked: bool
-               ) -> tuple[list[int], list[float], list[bool], bool] | str:
+               ) -> tuple[list[int], list[float], list[bool], bool, bool] | str:
     """How the compiled core evaluates a declared `Score`: per term its feature's code
-    (`SCORE_FEATURES`), its weight and whether alpha multiplies it, and whether the terms
-    are normalized (`Core::set_score_terms`, any terms over those features); over an
+    (`SCORE_FEATURES`), its weight and whether alpha multiplies it, whether the terms are
+    normalized and whether multiplied (`Core::set_score_terms`, any terms over those
+    features, `DENSITY` learned from the books `set_density` hands it); over an
     engine's state list (`ranked`: `flop_pick`), Marconi's terms only (recency at weight 1,
     then efficiency x alpha, normalized). Or why it cannot."""
     python = f"score {score.name!r} runs in Python only: the compiled core evaluates"
@@ -88,7 +89,20 @@ def score_form(score: Score, ranked: bool
             return (f"{python} {', '.join(f.value for f in SCORE_FEATURES)}, not "
                     f"{term.feature.value}")
     return ([SCORE_FEATURES.index(t.feature) for t in score.terms],
-            [t.weight for t in score.terms], [t.tuned for t in score.terms], score.normalized)
+            [t.weight for t in score.terms], [t.tuned for t in score.terms], score.normalized,
+            score.product)
+
+
+# what marconi+'s live cache evaluates for each hit-density expert (`Core::lowest`, `Run`):
+# FLOP efficiency times the learned density, unnormalized; an expert declared otherwise
+# runs marconi+ on the Python core
+DENSITY_RUN = ((Feature.EFFICIENCY, 1.0, False), (Feature.DENSITY, 1.0, False))
+
+
+def runs_density(score: Score) -> bool:
+    """Whether marconi+'s live cache evaluates `score` as a hit-density expert's."""
+    return [(t.feature, t.weight, t.tuned) for t in score.terms] == list(DENSITY_RUN) \
+        and not score.normalized and score.product
 
 
 def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,

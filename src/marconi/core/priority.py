@@ -55,6 +55,20 @@ Score("greedy-dual-flop", terms=(Term(LEVEL), Term(EFFICIENCY)), normalized=Fals
     -> S(v) = L(v) + FLOPs saved per byte; a victim raises the level to its S
 ```
 
+- `DENSITY`: learned by its evaluator from the hits and evictions it sees: how often
+  candidates of the node's class (leaf or interior; leaves by depth where the evaluator
+  classes them so), as idle as it is now, were still hit, per tick they then stayed
+  (`marconi.plus.density.HitDensity` learns it; it reads the clock, not the level).
+
+A `product` score multiplies its weighted terms in order instead of summing them
+(unnormalized only). FLOP-weighted hit density is one (`marconi.plus.density.HIT_DENSITY`):
+
+```
+Score("hit-density", terms=(Term(EFFICIENCY), Term(DENSITY)), normalized=False,
+      product=True)
+    -> S(v) = FLOPs saved per byte x learned density(class, idle age), lowest first
+```
+
 An admission that only places states is declared as a `Placement`: at the branch point
 (where a sequence leaves the tree at a new or stateless branch), every `every` tokens (the
 final partial block of a sequence growing in place as a later one extends it), at the end
@@ -89,6 +103,7 @@ class Feature(Enum):
     EFFICIENCY = "efficiency"
     REPLAY = "replay"
     LEVEL = "level"
+    DENSITY = "density"  # learned by its evaluator (`marconi.plus.density.HitDensity`)
 
 
 # what a `Priority`'s keys may read: a node's own features
@@ -171,18 +186,27 @@ class Priority:
 class Score:
     """An eviction order relative to the candidates of the moment: each term's feature
     min-max normalized over them (all equal: 1; `normalized=False`: as it is), times its
-    weight (a `tuned` one's times alpha), summed in order; the lowest leaves first."""
+    weight (a `tuned` one's times alpha), summed in order (`product`: multiplied, an
+    unnormalized score's only); the lowest leaves first."""
 
     name: str
     terms: tuple[Term, ...]
     candidates: Candidates = Candidates.ONE_CHILD
     touches: Touches = Touches.HIT
     normalized: bool = True
+    product: bool = False
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if not self.terms:
             raise ValueError(f"score {self.name!r}: needs at least one term")
+        if self.product and self.normalized:
+            raise ValueError(f"score {self.name!r}: a product of terms is unnormalized "
+                             "only (normalized=False): each normalized term's lowest is 0")
+        if Feature.DENSITY in self.features and Feature.LEVEL in self.features:
+            raise ValueError(f"score {self.name!r}: reads density and level: density is "
+                             "learned at each candidate's idle age on the clock, and a "
+                             "touch stamps the level or the clock, not both")
         for term in self.terms:
             if term.at_least is not None:
                 raise ValueError(f"score {self.name!r}: term {term.feature.value} is a "
@@ -226,6 +250,8 @@ class Score:
         """Whether at `alpha` it orders by recency alone (every other term weighs 0,
         recency more): an evaluator given candidates least recently used first may then
         take them in that order (Marconi's at alpha 0: an engine's own LRU order)."""
+        if self.product:
+            return False
         pairs = list(zip(self.weights(alpha), self.terms, strict=True))
         return all(w == 0 for w, t in pairs if t.feature is not Feature.RECENCY) \
             and any(w > 0 for w, t in pairs if t.feature is Feature.RECENCY)

@@ -4,8 +4,9 @@ every policy and integration that orders candidates by one (docs/architecture.md
 
 `evaluate`: each term's feature min-max normalized over the candidates (all equal -> 1;
 an unnormalized score's as it is), times its weight (a tuned term's times alpha), summed in
-the declaration's order; the lowest score leaves first. `in_python` is the same, bit for
-bit, on lists (fewer than some fifty candidates cost less there than numpy's calls).
+the declaration's order (a `product` score's multiplied); the lowest score leaves first.
+`in_python` is the same, bit for bit, on lists (fewer than some fifty candidates cost less
+there than numpy's calls).
 Callers that keep candidates in a list and no clock give them least recently used first,
 and their rank as `RECENCY` (`ranks`).
 """
@@ -59,7 +60,7 @@ def evaluate(score: Score, values: Mapping[Feature, np.ndarray], alpha: float) -
         part = normalized(x) if score.normalized else x
         if weight != 1.0:
             part = weight * part
-        total = part if total is None else total + part
+        total = part if total is None else total * part if score.product else total + part
     assert total is not None  # (a Score has a term)
     # (one unnormalized term of weight 1 is its column itself: a fresh copy of it)
     return total.copy() if len(score.terms) == 1 and total is x else total
@@ -74,7 +75,9 @@ def in_python(score: Score, values: Mapping[Feature, Sequence[float]],
         raw: list[float] | None = None
         for weight, term in zip(score.weights(alpha), score.terms, strict=True):
             part = [weight * x for x in values[term.feature]]
-            raw = part if raw is None else [a + b for a, b in zip(raw, part, strict=True)]
+            raw = part if raw is None else \
+                [a * b for a, b in zip(raw, part, strict=True)] if score.product else \
+                [a + b for a, b in zip(raw, part, strict=True)]
         assert raw is not None
         return raw
     terms = []  # per term: its column, its low, its span (0: all equal), its weight

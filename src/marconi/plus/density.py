@@ -47,9 +47,10 @@ from typing import Any
 
 import numpy as np
 
-from marconi.core.candidates import Efficiency, Scored
+from marconi.core.candidates import Declared
 from marconi.core.compiled import first_ages
 from marconi.core.compiled_forms import CoreBooks
+from marconi.core.priority import Feature, Score, Term
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
 
@@ -60,8 +61,16 @@ PRIOR_HITS, PRIOR_EVENTS = 1e-3, 2e-3  # pseudo-counts in every age bucket (modu
 _FIRSTS: dict[tuple[int, ...], tuple[list[float], list[float], list[int]]] = {}
 
 
-class HitDensity(Scored):
-    """FLOP-weighted hit density over Marconi's candidates (nodes with at most one child).
+# FLOP-weighted hit density, declared once: the compiled core and `HitDensity` evaluate it
+HIT_DENSITY = Score("hit-density", terms=(Term(Feature.EFFICIENCY), Term(Feature.DENSITY)),
+                    normalized=False, product=True,
+                    description="FLOPs saved per byte x the learned hit density of the "
+                                "candidate's class at its idle age, lowest first")
+
+
+class HitDensity(Declared):
+    """`HIT_DENSITY` over Marconi's candidates (nodes with at most one child), with the
+    density it reads learned here (module doc).
 
     The candidates' columns (`Candidates`: `rec` the clock at the last touch, `eff` the
     FLOP efficiency) carry each candidate's class too (`cls`). It has no alpha: the table
@@ -76,11 +85,14 @@ class HitDensity(Scored):
     produced at ages >= a, not by per-entry rates.
     """
 
-    compiled_as = "density"  # the compiled core runs it, depth classes too (core.compiled)
+    FEATURES = Declared.FEATURES | {Feature.DENSITY}
+    compiled_as = "scored"  # the compiled core evaluates its score, the density learned there
 
     def core_books(self) -> CoreBooks:
-        """What the compiled core's hit density starts from (`compiled_books`)."""
-        return CoreBooks(densities=(self.compiled_books(),))
+        """Its declared score and the books the compiled core learns the density from
+        (`compiled_books`)."""
+        return CoreBooks(score=self.score, level=self.level,
+                         densities=(self.compiled_books(),))
 
     def __init__(self, spec: ModelSpec, *, per_octave: int = 8, buckets: int = 192,
                  every: int = 512, decay: float = 0.9, depth_classes: int = 0,
@@ -91,9 +103,8 @@ class HitDensity(Scored):
                              "0 < decay <= 1, depth_classes >= 0, depth_base >= 1 and "
                              f"per_doubling >= 1; got {per_octave}, {buckets}, {every}, "
                              f"{decay}, {depth_classes}, {depth_base}, {per_doubling}")
+        super().__init__(HIT_DENSITY, spec, extra={"cls": np.intp})
         self.spec = spec
-        self.efficiency = Efficiency(spec)
-        super().__init__(self.efficiency, {"cls": np.intp})
         self.per_octave, self.every, self.decay = per_octave, every, decay
         self.depth_classes, self.depth_base = depth_classes, depth_base
         self.per_doubling = per_doubling
@@ -200,12 +211,19 @@ class HitDensity(Scored):
             self._count(node, hit=False)
         super().removed(node)
 
+    def values(self, now: int) -> dict[Feature, np.ndarray]:
+        """`Declared.values`, and `DENSITY`: the table at each candidate's class and the
+        bucket of its idle age."""
+        out = super().values(now)
+        if Feature.DENSITY in self._features:
+            n, columns = len(self.columns), self.columns
+            ages = self.bucket(now - columns["rec"][:n])
+            out[Feature.DENSITY] = self.density[columns["cls"][:n], ages]
+        return out
+
     def scores(self, now: int) -> np.ndarray:
-        n = len(self.columns)
         self.now = now
-        columns = self.columns
-        ages = self.bucket(now - columns["rec"][:n])
-        return columns["eff"][:n] * self.density[columns["cls"][:n], ages]
+        return super().scores(now)
 
     def check(self, nodes: Sequence[Node]) -> None:
         super().check(nodes)

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 from marconi.core.candidates import Declared
-from marconi.core.compiled_forms import CoreBooks, compiled_as
+from marconi.core.compiled_forms import CoreBooks, compiled_as, runs_density
 from marconi.core.policy import Eviction, Victim, check_alpha, overrides
+from marconi.core.priority import Feature
 from marconi.core.ranked import COUNTED
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node
@@ -87,7 +88,7 @@ class Switchable(Eviction):
         if self.marconi is not None:
             self.experts[Mode.MARCONI] = self.marconi
         # experts whose order depends on their own victims: told of the others' (`victim`)
-        self._followers = {m: e for m, e in self.experts.items() if overrides(e, "follow")}
+        self._followers = {m: e for m, e in self.experts.items() if _follows(e)}
         self.alpha: float = self.flop.alpha or 0.0  # the FLOP mode's alpha
         self.mode = Mode.FLOP
         self.set_setting(Setting(Mode(mode), self.alpha))
@@ -96,15 +97,19 @@ class Switchable(Eviction):
     def compiled_as(self) -> str | None:
         """The compiled core runs it (`marconi.core.compiled`) as marconi+ builds it: a
         FLOP expert that evaluates a declared score with no alpha (GreedyDual-FLOP's, or
-        any other whose form the compiled core maps: `compiled_forms.compiled_reason`
-        says where not), LRU (a declaration of recency, depth and states: its stamps are
-        its own, its hit counts not kept) and hit density (and by depth), no FLOP-aware
-        expert."""
+        any other whose form the compiled core maps and that reads no learned density:
+        `compiled_forms.compiled_reason` says where not), LRU (a declaration of recency,
+        depth and states: its stamps are its own, its hit counts not kept) and hit density
+        (and by depth) declared as the core runs them (`compiled_forms.DENSITY_RUN`), no
+        FLOP-aware expert."""
         plain = (isinstance(self.flop, Declared) and compiled_as(self.flop) == "scored"
-                 and not self.flop.score.tuned and type(self.lru) is LRULeaf
+                 and not self.flop.score.tuned
+                 and Feature.DENSITY not in self.flop.score.features
+                 and type(self.lru) is LRULeaf
                  and not COUNTED & self.lru.priority.features
-                 and type(self.density) is HitDensity and self.marconi is None
-                 and (self.depth is None or type(self.depth) is HitDensity))
+                 and all(type(d) is HitDensity and runs_density(d.score)
+                         for d in (self.density, self.depth) if d is not None)
+                 and self.marconi is None)
         return "switchable" if plain else None
 
     def core_books(self) -> CoreBooks:
@@ -194,3 +199,12 @@ class Switchable(Eviction):
     def check(self, nodes: Sequence[Node]) -> None:
         for expert in self.experts.values():
             expert.check(nodes)
+
+
+def _follows(expert: Eviction) -> bool:
+    """Whether `expert`'s order depends on its own victims, so that it is told of the
+    others' (`follow`): a declared score's where it reads the level, another policy's where
+    its class defines `follow`."""
+    if isinstance(expert, Declared):
+        return expert.score.leveled
+    return overrides(expert, "follow")

@@ -36,8 +36,9 @@ using i32 = int32_t;
 // KEYED: a declared priority (`core.ranked.Ranked`, its keys by `set_keys`) over the
 // leaves, lowest keys first, ties by creation
 // SCORED: a declared score over the candidates (`core.candidates.Declared`, its terms by
-// `set_score_terms`; a leveled one stamps the level at a touch, each victim raising it)
-// KEEP: an unbounded cache's, never asked; DENSITY: FLOP-weighted hit density (`plus.density.HitDensity`)
+// `set_score_terms`; a leveled one stamps the level at a touch, each victim raising it; one
+// reading the learned density learns it from the books `set_density` hands it)
+// KEEP: an unbounded cache's, never asked
 // MULTI: marconi+'s live cache (`plus.switchable.Switchable`): a declared score (its FLOP
 // expert's, by `set_score_terms`), a declared priority (its LRU expert's, by `set_keys`,
 // recency its own stamp) and hit density (leaves in one class, and by depth) all kept
@@ -49,7 +50,7 @@ using i32 = int32_t;
 // list gives the victim by which pool is short, a state at an inner node leaving alone,
 // stateless leaves collected as garbage; with `flop_states_` (`MambaRadixFlop`) the state
 // list's victim by Marconi's score over the parent, states at branches last
-enum class Evict { KEYED = 0, SCORED = 1, KEEP = 2, DENSITY = 3, MULTI = 4, TWO = 5, RADIX = 6 };
+enum class Evict { KEYED = 0, SCORED = 1, KEEP = 2, MULTI = 3, TWO = 4, RADIX = 5 };
 enum class Run { SCORED = 0, KEYED = 1, DENSITY = 2, DEPTH = 3 };
 // PLACED: a declared placement (`core.placement.Placed`, by `set_placement`: the branch
 // point, every `every` tokens, the end; none of them: nothing cached), with the positions
@@ -158,11 +159,15 @@ struct Density {
         for (double& e : events) e *= decay;
     }
 
-    // `HitDensity.scores` of one candidate at clock `t`
-    double score(double eff, int cls, double t, double rec) const {
+    // the density of a candidate of class `cls` last touched at `rec`, at clock `t`
+    // (`HitDensity.values`: the table at its class and the bucket of its idle age)
+    double at(int cls, double t, double rec) const {
         int b = bucket_of(age_vec, t - rec);
-        return eff * table[static_cast<size_t>(cls) * start.size() + static_cast<size_t>(b)];
+        return table[static_cast<size_t>(cls) * start.size() + static_cast<size_t>(b)];
     }
+
+    // `DENSITY_RUN` (`compiled_forms`), marconi+'s density experts: eff x density
+    double score(double eff, int cls, double t, double rec) const { return eff * at(cls, t, rec); }
 };
 
 // `saved / held` correctly rounded, `saved` given as hi * 2^64 + lo (Python's int / int)
@@ -292,27 +297,35 @@ class Core {
     // Default: Marconi's, recency + alpha x efficiency, normalized. A score reading
     // `LEVEL` (unnormalized, not with the clock's features) stamps the level at a touch
     void set_score_terms(const std::vector<int>& feature, const std::vector<double>& weight,
-                         const std::vector<bool>& tuned, bool normalized) {
+                         const std::vector<bool>& tuned, bool normalized, bool product) {
         if (evict_ != Evict::SCORED && evict_ != Evict::MULTI)
             throw std::invalid_argument("set_score_terms: a scored eviction or marconi+'s only");
         if (feature.empty() || weight.size() != feature.size() || tuned.size() != feature.size())
             throw std::invalid_argument("set_score_terms: one feature, weight and flag per term");
         score_terms_.clear();
         for (size_t k = 0; k < feature.size(); ++k) {
-            if (feature[k] < 0 || feature[k] > static_cast<int>(ScoreFeature::LEVEL))
+            if (feature[k] < 0 || feature[k] > static_cast<int>(ScoreFeature::DENSITY))
                 throw std::invalid_argument("set_score_terms: a feature out of range");
+            if (feature[k] == static_cast<int>(ScoreFeature::DENSITY) && multi())
+                throw std::invalid_argument("set_score_terms: marconi+'s live cache runs its "
+                                            "density experts by `set_run`, not a FLOP score");
             score_terms_.push_back({static_cast<ScoreFeature>(feature[k]), weight[k], tuned[k]});
         }
+        if (product && normalized)
+            throw std::invalid_argument("set_score_terms: a product is unnormalized only");
         score_normalized_ = normalized;
+        score_product_ = product;
         score_leveled_ = false;
+        density_read_ = false;
         bool clock = false;
         for (const ScoreTerm& t : score_terms_) {
             score_leveled_ = score_leveled_ || t.feature == ScoreFeature::LEVEL;
+            density_read_ = density_read_ || t.feature == ScoreFeature::DENSITY;
             clock = clock || t.feature == ScoreFeature::RECENCY || t.feature == ScoreFeature::INVERSE_AGE;
         }
-        if (score_leveled_ && (normalized || clock))
+        if (score_leveled_ && (normalized || clock || density_read_))
             throw std::invalid_argument("set_score_terms: the level reads in an unnormalized "
-                                        "score, without recency");
+                                        "score, without recency or density");
     }
 
     // --- the request's life ------------------------------------------------------------
@@ -672,7 +685,7 @@ class Core {
             if ((x.pins > 0) != (pinned_.count(v) > 0)) return "the pinned set differs";
             if (evict_ == Evict::KEYED && free && x.nchild == 0 && !x.in_order) return "a leaf out of the keyed order";
             if ((scored() || multi()) && (free && x.nchild <= 1) != (x.slot >= 0)) return "candidates differ";
-            if ((evict_ == Evict::DENSITY || multi()) && x.slot >= 0 &&
+            if ((density_read_ || multi()) && x.slot >= 0 &&
                 cls_[x.slot] != dens_[0].classify(x.nchild, x.depth))
                 return "a stale class";
             if (multi() && free && x.nchild == 0 && !x.in_order) return "a leaf out of the LRU order";
@@ -754,7 +767,8 @@ class Core {
     i64 threshold_ = 0, next_prompt_ = 0;
     // a declared score's terms (`set_score_terms`): the feature, its weight, x alpha or not
     // (`LEVEL`: the stamp, where a touch stamps the level)
-    enum class ScoreFeature { RECENCY = 0, INVERSE_AGE = 1, EFFICIENCY = 2, REPLAY = 3, LEVEL = 4 };
+    enum class ScoreFeature { RECENCY = 0, INVERSE_AGE = 1, EFFICIENCY = 2, REPLAY = 3, LEVEL = 4,
+                              DENSITY = 5 };
     struct ScoreTerm {
         ScoreFeature feature;
         double weight;
@@ -762,8 +776,9 @@ class Core {
     };
     std::vector<ScoreTerm> score_terms_{{ScoreFeature::RECENCY, 1.0, false},
                                         {ScoreFeature::EFFICIENCY, 1.0, true}};
-    bool score_normalized_ = true, score_leveled_ = false;
-    std::vector<double> term_rec_, term_eff_;
+    bool score_normalized_ = true, score_leveled_ = false, score_product_ = false;
+    bool density_read_ = false;  // the score reads the learned density (`dens_[0]`)
+    std::vector<double> term_rec_, term_eff_, term_den_;
     Spec flop_spec_;
     double now_ = 0;                 // the block queue's clock: the last lookup's or commit's
     // an entry of an LRU order: (stamp, tie-break, id) -> slot
@@ -1401,7 +1416,7 @@ class Core {
     void set_stamp(int v, double t) { nodes_[v].stamp = t; }
 
     bool scored() const {
-        return evict_ == Evict::SCORED || evict_ == Evict::DENSITY;
+        return evict_ == Evict::SCORED;
     }
     bool multi() const { return evict_ == Evict::MULTI; }
     // two LRU lists, KV leaves and states: vLLM's block queue or SGLang's lists
@@ -1411,7 +1426,7 @@ class Core {
     // hit density's `now` at a lookup or a commit (`on_lookup`, `on_commit` set it)
     void see_clock() {
         double now = static_cast<double>(clock);
-        if (evict_ == Evict::DENSITY || multi()) {
+        if (density_read_ || multi()) {
             dens_[0].now = now;
             if (dens_[1].on) dens_[1].now = now;
         }
@@ -1463,7 +1478,7 @@ class Core {
         } else {
             see_clock();
             if (hit >= 0) {
-                if (evict_ == Evict::DENSITY && nodes_[hit].slot >= 0)
+                if (density_read_ && nodes_[hit].slot >= 0)
                     dens_[0].count(cls_[nodes_[hit].slot], nodes_[hit].stamp, true);
                 set_stamp(hit, touch_value());
                 changed(hit);
@@ -1490,7 +1505,7 @@ class Core {
 
     void removed(int v) {
         Node& x = nodes_[v];
-        if (evict_ == Evict::DENSITY && x.slot >= 0) dens_[0].count(cls_[x.slot], x.stamp, false);
+        if (density_read_ && x.slot >= 0) dens_[0].count(cls_[x.slot], x.stamp, false);
         if (multi() && x.slot >= 0) {  // each policy counts with its own clock
             dens_[0].count(cls_[x.slot], x.stamp_clock, false);
             if (dens_[1].on) dens_[1].count(cls2_[x.slot], x.stamp_clock, false);
@@ -1752,7 +1767,7 @@ class Core {
             }
             rec_[x.slot] = x.stamp;
             eff_[x.slot] = efficiency(v);
-            if (evict_ == Evict::DENSITY || multi()) cls_[x.slot] = dens_[0].classify(x.nchild, x.depth);
+            if (density_read_ || multi()) cls_[x.slot] = dens_[0].classify(x.nchild, x.depth);
             if (multi()) {
                 rec2_[x.slot] = x.stamp_clock;
                 if (dens_[1].on) cls2_[x.slot] = dens_[1].classify(x.nchild, x.depth);
@@ -1867,7 +1882,6 @@ class Core {
             return lowest(v, act, run_ == Run::DENSITY ? 0 : 1);
         }
         if (n == 0) return false;
-        if (evict_ == Evict::DENSITY) return lowest(v, act, 0);
         return scored_victim(v, act);
     }
 
@@ -1903,7 +1917,8 @@ class Core {
             const std::vector<double>& x =
                 term.feature == ScoreFeature::RECENCY || term.feature == ScoreFeature::LEVEL ? rec_
                 : term.feature == ScoreFeature::INVERSE_AGE ? inverse_ages()
-                : term.feature == ScoreFeature::EFFICIENCY ? eff_ : replay_lengths();
+                : term.feature == ScoreFeature::EFFICIENCY ? eff_
+                : term.feature == ScoreFeature::DENSITY ? densities() : replay_lengths();
             double lo = x[0], hi = x[0];
             for (size_t i = 1; i < n; ++i) { lo = std::min(lo, x[i]); hi = std::max(hi, x[i]); }
             // built with -ffp-contract=off: no fused multiply-add
@@ -1912,13 +1927,24 @@ class Core {
             for (size_t i = 0; i < n; ++i) {
                 double t = !score_normalized_ ? x[i] : hi > lo ? (x[i] - lo) / span : 1.0;
                 if (weight != 1.0) t = weight * t;
-                score_[i] = k == 0 ? t : score_[i] + t;
+                score_[i] = k == 0 ? t : score_product_ ? score_[i] * t : score_[i] + t;
             }
         }
         return score_;
     }
 
   private:
+    // `DENSITY` (`HitDensity.values`): the learned table at each candidate's class and
+    // idle age; the clock is its `now` from here (`HitDensity.scores` sets it)
+    const std::vector<double>& densities() {
+        if (!dens_[0].on) throw std::logic_error("a score reads the density, and no books were handed");
+        const double now = static_cast<double>(clock);
+        dens_[0].now = now;
+        term_den_.resize(cand_.size());
+        for (size_t i = 0; i < cand_.size(); ++i) term_den_[i] = dens_[0].at(cls_[i], now, rec_[i]);
+        return term_den_;
+    }
+
     // `INVERSE_AGE` (`Declared.values`): `1.0 / (now - t + 1.0)` per
     // candidate, as numpy computes it (the clock a double: exact below 2^53)
     const std::vector<double>& inverse_ages() {
