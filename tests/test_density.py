@@ -6,10 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from marconi.core import compiled
 from marconi.core.cache import PrefixCache
+from marconi.core.compiled import replay_cache
+from marconi.core.compiled_forms import compiled_reason, runs_density
 from marconi.core.integrity import check_integrity
+from marconi.core.layout import Layout
+from marconi.core.priority import Feature, Score, Term
 from marconi.core.spec import PAPER_7B
 from marconi.core.tree import Node
+from marconi.paper.admission import Judicious
+from marconi.plus import density
 from marconi.plus.density import (
     DEPTH_BASE,
     INTERIOR,
@@ -23,7 +30,7 @@ from marconi.sim.replay import simulate
 from marconi.sim.result import SimConfig
 from marconi.systems import make_cache
 from marconi.workload import TraceOptions, load_trace
-from tests.helpers import SMALL
+from tests.helpers import SMALL, serve
 
 
 def _reference_density(policy: HitDensity, hits: np.ndarray, events: np.ndarray) -> np.ndarray:
@@ -210,3 +217,46 @@ def test_one_age_falls_in_the_bucket_the_vector_gives() -> None:
     edges = 2.0 ** (np.arange(0, 200) / h.per_octave) - 1
     ages = np.concatenate([np.arange(0, 5000), edges, edges - 1e-9, edges + 1e-9, [-3, 1e12]])
     assert [h._bucket_of(a) for a in ages] == h.bucket(ages).tolist()
+
+
+# a changed hit density: the product also weighs the inverse idle age
+BY_AGE_TOO = Score("hit-density-by-age", terms=(Term(Feature.EFFICIENCY), Term(Feature.DENSITY),
+                                                Term(Feature.INVERSE_AGE)),
+                   normalized=False, product=True)
+CORES = [c for c in compiled.CORES if c == "python" or compiled.built()]
+
+
+def _replay(core: str, capacity: int, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Hit density's hit per request over a multi-turn trace on `core` (learning every 8
+    events), the books checked after each."""
+    monkeypatch.setenv(compiled.CORE_ENV, core)
+    cache = replay_cache(SMALL, capacity, Judicious(), HitDensity(SMALL, every=8))
+    assert getattr(cache, "compiled", False) == (core == "compiled")
+    trace = load_trace("synthetic:multi-turn", options=TraceOptions(sessions=12))
+    hits = []
+    for request in trace.requests:
+        tokens = np.concatenate([request.input_tokens, request.output_tokens])
+        hits.append(serve(cache, None, tokens, len(request.input_tokens)))
+        if getattr(cache, "compiled", False):
+            cache.check()  # type: ignore[attr-defined]
+        else:
+            check_integrity(cache)
+    return hits
+
+
+@pytest.mark.parametrize("capacity", [1_000_000, 2_000_000])
+def test_changing_the_hit_density_declaration_is_one_change(
+        capacity: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Changing `HIT_DENSITY` reaches hit density on both cores, hit for hit; marconi+,
+    whose live cache runs its density experts as `DENSITY_RUN` declares, then runs on the
+    Python core, with the reason."""
+    assert HitDensity(SMALL).score is density.HIT_DENSITY
+    assert runs_density(density.HIT_DENSITY)
+    before = {core: _replay(core, capacity, monkeypatch) for core in CORES}
+    monkeypatch.setattr(density, "HIT_DENSITY", BY_AGE_TOO)
+    after = {core: _replay(core, capacity, monkeypatch) for core in CORES}
+    for core in CORES:
+        assert before[core] == before["python"] and after[core] == after["python"]
+    assert after["python"] != before["python"] and sum(after["python"]) > 0
+    reason = compiled_reason(SMALL, Judicious(), Switchable(SMALL), Layout())
+    assert reason is not None and "Switchable runs in Python only" in reason
