@@ -9,9 +9,11 @@ sit in the cache until then:
     score(v) = eff(v) x density(class(v), age(v))
     density(c, a) = P(hit | class c survived to age a) / E[remaining time in cache]
 
-`eff` is Marconi's FLOPs saved per byte held; `age` is clock ticks since v was last
-touched; the classes are leaves and interior nodes (a single-child node whose request
-moved on: in chat and agent traces its state is rarely reused, a leaf's often). Every
+declared once as `HIT_DENSITY` (a product of two terms: `core.priority`, `Feature.DENSITY`
+the table below), which both cores evaluate. `eff` is Marconi's FLOPs saved per byte held;
+`age` is clock ticks since v was last touched; the classes are leaves and interior nodes
+(a single-child node whose request moved on: in chat and agent traces its state is rarely
+reused, a leaf's often). Every
 hit and every eviction is counted at the age it happened, in log-spaced age buckets
 (`per_octave` a doubling), and the tables decay so the estimate follows the workload:
 
