@@ -9,7 +9,7 @@ import pytest
 from marconi.core import compiled
 from marconi.core.cache import PrefixCache
 from marconi.core.compiled import replay_cache
-from marconi.core.compiled_forms import compiled_reason, runs_density
+from marconi.core.compiled_forms import compiled_reason
 from marconi.core.integrity import check_integrity
 from marconi.core.layout import Layout
 from marconi.core.priority import Feature, Score, Term
@@ -25,7 +25,7 @@ from marconi.plus.density import (
     PRIOR_HITS,
     HitDensity,
 )
-from marconi.plus.switchable import Switchable
+from marconi.plus.switchable import Mode, Switchable
 from marconi.sim.replay import simulate
 from marconi.sim.result import SimConfig
 from marconi.systems import make_cache
@@ -226,13 +226,16 @@ BY_AGE_TOO = Score("hit-density-by-age", terms=(Term(Feature.EFFICIENCY), Term(F
 CORES = [c for c in compiled.CORES if c == "python" or compiled.built()]
 
 
-def _replay(core: str, capacity: int, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def _replay(core: str, capacity: int, monkeypatch: pytest.MonkeyPatch,
+            mode: Mode | None = None) -> list[int]:
     """Hit density's hit per request over a multi-turn trace on `core` (learning every 8
-    events), the books checked after each."""
+    events; with `mode`, marconi+ choosing by that expert, which learns every 512: the 48
+    sessions make over 512 events), the books checked after each."""
     monkeypatch.setenv(compiled.CORE_ENV, core)
-    cache = replay_cache(SMALL, capacity, Judicious(), HitDensity(SMALL, every=8))
+    eviction = HitDensity(SMALL, every=8) if mode is None else Switchable(SMALL, mode)
+    cache = replay_cache(SMALL, capacity, Judicious(), eviction)
     assert getattr(cache, "compiled", False) == (core == "compiled")
-    trace = load_trace("synthetic:multi-turn", options=TraceOptions(sessions=12))
+    trace = load_trace("synthetic:multi-turn", options=TraceOptions(sessions=48))
     hits = []
     for request in trace.requests:
         tokens = np.concatenate([request.input_tokens, request.output_tokens])
@@ -247,16 +250,31 @@ def _replay(core: str, capacity: int, monkeypatch: pytest.MonkeyPatch) -> list[i
 @pytest.mark.parametrize("capacity", [1_000_000, 2_000_000])
 def test_changing_the_hit_density_declaration_is_one_change(
         capacity: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Changing `HIT_DENSITY` reaches hit density on both cores, hit for hit; marconi+,
-    whose live cache runs its density experts as `DENSITY_RUN` declares, then runs on the
-    Python core, with the reason."""
+    """Changing `HIT_DENSITY` reaches hit density on both cores, hit for hit, alone and as
+    marconi+'s two density experts (its live cache evaluates their declared scores)."""
     assert HitDensity(SMALL).score is density.HIT_DENSITY
-    assert runs_density(density.HIT_DENSITY)
-    before = {core: _replay(core, capacity, monkeypatch) for core in CORES}
+    runs = (None, Mode.DENSITY, Mode.DEPTH)
+    before = {(core, mode): _replay(core, capacity, monkeypatch, mode)
+              for core in CORES for mode in runs}
     monkeypatch.setattr(density, "HIT_DENSITY", BY_AGE_TOO)
-    after = {core: _replay(core, capacity, monkeypatch) for core in CORES}
+    after = {(core, mode): _replay(core, capacity, monkeypatch, mode)
+             for core in CORES for mode in runs}
     for core in CORES:
-        assert before[core] == before["python"] and after[core] == after["python"]
-    assert after["python"] != before["python"] and sum(after["python"]) > 0
+        for mode in runs:
+            assert before[core, mode] == before["python", mode]
+            assert after[core, mode] == after["python", mode]
+    for mode in runs:
+        assert after["python", mode] != before["python", mode]
+        assert sum(after["python", mode]) > 0
+
+
+def test_a_density_expert_reading_the_level_runs_marconi_plus_in_python(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """marconi+'s live cache stamps its density experts with the clock: one declared over
+    the level runs marconi+ on the Python core, with the reason."""
+    assert compiled_reason(SMALL, Judicious(), Switchable(SMALL), Layout()) is None
+    leveled = Score("leveled", terms=(Term(Feature.LEVEL), Term(Feature.EFFICIENCY)),
+                    normalized=False)
+    monkeypatch.setattr(density, "HIT_DENSITY", leveled)
     reason = compiled_reason(SMALL, Judicious(), Switchable(SMALL), Layout())
     assert reason is not None and "Switchable runs in Python only" in reason

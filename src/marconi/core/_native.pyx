@@ -93,6 +93,9 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         void set_flop_states(const Spec&)
         void set_score_terms(const vector[int]&, const vector[double]&,
                              const vector[cbool]&, cbool, cbool) except +
+        void set_learned_terms(int, const vector[int]&, const vector[double]&,
+                               const vector[cbool]&, cbool, cbool) except +
+        const vector[double]& learned_scores(int) except +
         void set_tlru(i64, i64) except +
         void set_keys(const vector[int]&, const vector[int]&, const vector[double]&,
                       const vector[double]&) except +
@@ -304,6 +307,12 @@ cdef class NativeCore:
         normalized; whether multiplied."""
         self.core.set_score_terms(feature, weight, tuned, normalized, product)
 
+    def set_learned_terms(self, int k, feature, weight, tuned, cbool normalized=True,
+                          cbool product=False):
+        """marconi+'s live cache: learned expert `k`'s declared score
+        (`Core::set_learned_terms`), as `set_score_terms` takes one."""
+        self.core.set_learned_terms(k, feature, weight, tuned, normalized, product)
+
     # --- structured admission, GreedyDual-FLOP, hit density --------------------------------
 
     def set_positions(self, positions, cbool given):
@@ -316,13 +325,13 @@ cdef class NativeCore:
     def set_density(self, int k, start, age_vec, age_one, depth_from, hits, events, density,
                     i64 counted, i64 every, double decay, double prior_hits,
                     double prior_events, int depth_classes):
-        """Hit density `k`'s books (0; 1: marconi+'s live cache's by depth)."""
+        """Learned density `k`'s books (0; 1: marconi+'s live cache's second)."""
         self.core.set_density(k, start, age_vec, age_one, depth_from, hits, events, density,
                               counted, every, decay, prior_hits, prior_events, depth_classes)
 
     def set_run(self, int run):
-        """marconi+'s live cache: the expert choosing victims (0 GreedyDual-FLOP, 1 LRU,
-        2 hit density, 3 by depth)."""
+        """marconi+'s live cache: the expert choosing victims (0 its declared score, 1 its
+        declared priority, 2 + k its learned expert k)."""
         self.core.set_run(run)
 
     @property
@@ -530,6 +539,11 @@ cdef class NativeCore:
         """FLOP-aware candidates in row order: (depth, last touch, efficiency)."""
         cdef vector[cpp_tuple3] out = self.core.candidates()
         return [(get0(out[i]), get1(out[i]), get2(out[i])) for i in range(<int>out.size())]
+
+    def learned_scores(self, int k):
+        """marconi+'s live cache: learned expert `k`'s score of every candidate now, in
+        slot order."""
+        return list(self.core.learned_scores(k))
 
     def flop_scores(self):
         """FLOP-aware eviction's score of each candidate now, in row order."""

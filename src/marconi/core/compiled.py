@@ -292,6 +292,10 @@ class CompiledCache:
         for k, density in enumerate(books.densities):
             # (bucket and class bounds, tables, constants: `HitDensity.compiled_books`)
             self._core.set_density(k, *density)
+        for k, score in enumerate(books.learned):  # marconi+'s learned experts' scores
+            form = score_form(score, ranked=False)
+            assert not isinstance(form, str)  # (`compiled_reason` refused it otherwise)
+            self._core.set_learned_terms(k, *form)
         if books.run is not None:  # marconi+'s live cache: the expert choosing
             self._core.set_run(books.run)
 

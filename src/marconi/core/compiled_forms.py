@@ -37,7 +37,10 @@ class CoreBooks:
     keys: Priority | None = None  # a declared priority (`set_keys`)
     score: Score | None = None  # a declared score over the candidates (`set_score_terms`)
     level: float = 0.0  # a leveled score's level so far (`set_level`)
-    densities: tuple[tuple[Any, ...], ...] = ()  # hit density's books, then by depth
+    densities: tuple[tuple[Any, ...], ...] = ()  # learned densities' books (`set_density`)
+    # marconi+'s live cache: its learned experts' declared scores, over `densities` in turn
+    # (`set_learned_terms`)
+    learned: tuple[Score, ...] = ()
     run: int | None = None  # marconi+'s live cache: the expert choosing (`set_run`)
     tlru: tuple[int, int] | None = None  # T-LRU's threshold and next prompt (`set_tlru`)
     # Marconi's order of an engine's states: its model (`set_flop_states`) and its score
@@ -93,18 +96,6 @@ def score_form(score: Score, ranked: bool
             score.product)
 
 
-# what marconi+'s live cache evaluates for each hit-density expert (`Core::lowest`, `Run`):
-# FLOP efficiency times the learned density, unnormalized; an expert declared otherwise
-# runs marconi+ on the Python core
-DENSITY_RUN = ((Feature.EFFICIENCY, 1.0, False), (Feature.DENSITY, 1.0, False))
-
-
-def runs_density(score: Score) -> bool:
-    """Whether marconi+'s live cache evaluates `score` as a hit-density expert's."""
-    return [(t.feature, t.weight, t.tuned) for t in score.terms] == list(DENSITY_RUN) \
-        and not score.normalized and score.product
-
-
 def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
                     layout: Layout) -> str | None:
     """Why these policies cannot run on the compiled core; None when they can."""
@@ -115,7 +106,8 @@ def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
     books = books_of(eviction)
     if books.keys is not None and len(books.keys.keys) > 2:
         return "a declared priority of more than two keys runs in Python only"
-    for score, ranked in ((books.score, False), (books.state_score, True)):
+    for score, ranked in ((books.score, False), (books.state_score, True),
+                          *((s, False) for s in books.learned)):
         form = score_form(score, ranked) if score is not None else None
         if isinstance(form, str):
             return form

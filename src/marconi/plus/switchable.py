@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from marconi.core.candidates import Declared
-from marconi.core.compiled_forms import CoreBooks, compiled_as, runs_density
+from marconi.core.compiled_forms import CoreBooks, compiled_as
 from marconi.core.policy import Eviction, Victim, check_alpha, overrides
 from marconi.core.priority import Feature
 from marconi.core.ranked import COUNTED
@@ -100,28 +100,29 @@ class Switchable(Eviction):
         any other whose form the compiled core maps and that reads no learned density:
         `compiled_forms.compiled_reason` says where not), LRU (a declaration of recency,
         depth and states: its stamps are its own, its hit counts not kept) and hit density
-        (and by depth) declared as the core runs them (`compiled_forms.DENSITY_RUN`), no
-        FLOP-aware expert."""
+        (and by depth), each a declared score that reads no level and has no alpha (its
+        stamps are the clock's), no FLOP-aware expert."""
         plain = (isinstance(self.flop, Declared) and compiled_as(self.flop) == "scored"
                  and not self.flop.score.tuned
                  and Feature.DENSITY not in self.flop.score.features
                  and type(self.lru) is LRULeaf
                  and not COUNTED & self.lru.priority.features
-                 and all(type(d) is HitDensity and runs_density(d.score)
+                 and all(type(d) is HitDensity and Feature.LEVEL not in d.score.features
+                         and not d.score.tuned
                          for d in (self.density, self.depth) if d is not None)
                  and self.marconi is None)
         return "switchable" if plain else None
 
     def core_books(self) -> CoreBooks:
         """What the compiled core starts from: the LRU expert's declared keys, the FLOP
-        expert's declared score and level, hit density's books and the depth-classed
-        one's (where kept), and the expert choosing."""
+        expert's declared score and level, the hit density experts' declared scores and
+        books (the depth-classed one's where kept), and the expert choosing."""
         flop = self.flop
         assert isinstance(flop, Declared)  # (`compiled_as`: the core runs no other)
-        densities = (self.density.compiled_books(),
-                     *((self.depth.compiled_books(),) if self.depth is not None else ()))
+        learned = (self.density, *((self.depth,) if self.depth is not None else ()))
         return CoreBooks(keys=self.lru.priority, score=flop.score, level=flop.level,
-                         densities=densities, run=self.run)
+                         densities=tuple(d.compiled_books() for d in learned),
+                         learned=tuple(d.score for d in learned), run=self.run)
 
     @property
     def run(self) -> int:

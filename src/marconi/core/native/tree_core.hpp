@@ -41,8 +41,9 @@ using i32 = int32_t;
 // KEEP: an unbounded cache's, never asked
 // MULTI: marconi+'s live cache (`plus.switchable.Switchable`): a declared score (its FLOP
 // expert's, by `set_score_terms`), a declared priority (its LRU expert's, by `set_keys`,
-// recency its own stamp) and hit density (leaves in one class, and by depth) all kept
-// current, `Run` choosing the victims
+// recency its own stamp) and up to two declared scores over learned densities (its hit
+// density experts', by `set_learned_terms`, their stamps the clock's) all kept current,
+// `Run` choosing the victims
 // TWO: vLLM's block queue (`peers.mamba_align.BlockLRU`): an LRU list of KV leaves and one of
 // states, the older head leaving first; with `flop_states_` (`BlockFlop`) a state leaving
 // is chosen by Marconi's score over the states (`peers.two_lists.FlopStates`)
@@ -51,7 +52,8 @@ using i32 = int32_t;
 // stateless leaves collected as garbage; with `flop_states_` (`MambaRadixFlop`) the state
 // list's victim by Marconi's score over the parent, states at branches last
 enum class Evict { KEYED = 0, SCORED = 1, KEEP = 2, MULTI = 3, TWO = 4, RADIX = 5 };
-enum class Run { SCORED = 0, KEYED = 1, DENSITY = 2, DEPTH = 3 };
+// the expert choosing: the declared score, the declared priority, a learned score (k 0, 1)
+enum class Run { SCORED = 0, KEYED = 1, LEARNED_0 = 2, LEARNED_1 = 3 };
 // PLACED: a declared placement (`core.placement.Placed`, by `set_placement`: the branch
 // point, every `every` tokens, the end; none of them: nothing cached), with the positions
 // a Python side works out per request beside it or in its place (`set_positions`);
@@ -165,9 +167,6 @@ struct Density {
         int b = bucket_of(age_vec, t - rec);
         return table[static_cast<size_t>(cls) * start.size() + static_cast<size_t>(b)];
     }
-
-    // `DENSITY_RUN` (`compiled_forms`), marconi+'s density experts: eff x density
-    double score(double eff, int cls, double t, double rec) const { return eff * at(cls, t, rec); }
 };
 
 // `saved / held` correctly rounded, `saved` given as hi * 2^64 + lo (Python's int / int)
@@ -300,32 +299,43 @@ class Core {
                          const std::vector<bool>& tuned, bool normalized, bool product) {
         if (evict_ != Evict::SCORED && evict_ != Evict::MULTI)
             throw std::invalid_argument("set_score_terms: a scored eviction or marconi+'s only");
-        if (feature.empty() || weight.size() != feature.size() || tuned.size() != feature.size())
-            throw std::invalid_argument("set_score_terms: one feature, weight and flag per term");
-        score_terms_.clear();
-        for (size_t k = 0; k < feature.size(); ++k) {
-            if (feature[k] < 0 || feature[k] > static_cast<int>(ScoreFeature::DENSITY))
-                throw std::invalid_argument("set_score_terms: a feature out of range");
-            if (feature[k] == static_cast<int>(ScoreFeature::DENSITY) && multi())
-                throw std::invalid_argument("set_score_terms: marconi+'s live cache runs its "
-                                            "density experts by `set_run`, not a FLOP score");
-            score_terms_.push_back({static_cast<ScoreFeature>(feature[k]), weight[k], tuned[k]});
-        }
-        if (product && normalized)
-            throw std::invalid_argument("set_score_terms: a product is unnormalized only");
+        score_terms_ = parse_terms(feature, weight, tuned, normalized, product, "set_score_terms");
+        for (const ScoreTerm& t : score_terms_)
+            if (t.feature == ScoreFeature::DENSITY && multi())
+                throw std::invalid_argument("set_score_terms: marconi+'s live cache reads the "
+                                            "learned densities in its learned experts' scores "
+                                            "(`set_learned_terms`), not its FLOP expert's");
         score_normalized_ = normalized;
         score_product_ = product;
         score_leveled_ = false;
-        density_read_ = false;
+        bool density_read = false;
         bool clock = false;
         for (const ScoreTerm& t : score_terms_) {
             score_leveled_ = score_leveled_ || t.feature == ScoreFeature::LEVEL;
-            density_read_ = density_read_ || t.feature == ScoreFeature::DENSITY;
+            density_read = density_read || t.feature == ScoreFeature::DENSITY;
             clock = clock || t.feature == ScoreFeature::RECENCY || t.feature == ScoreFeature::INVERSE_AGE;
         }
-        if (score_leveled_ && (normalized || clock || density_read_))
+        if (score_leveled_ && (normalized || clock || density_read))
             throw std::invalid_argument("set_score_terms: the level reads in an unnormalized "
                                         "score, without recency or density");
+    }
+
+    // marconi+'s live cache: learned expert `k`'s declared score (its hit density's, over
+    // the density `set_density(k, ...)` hands; before any request), as `set_score_terms`
+    // takes one, its stamps the clock's: no level, no alpha
+    void set_learned_terms(int k, const std::vector<int>& feature, const std::vector<double>& weight,
+                           const std::vector<bool>& tuned, bool normalized, bool product) {
+        if (!multi()) throw std::invalid_argument("set_learned_terms: marconi+'s live cache only");
+        if (k < 0 || k > 1) throw std::invalid_argument("set_learned_terms: k is 0 or 1");
+        ScoreDecl& d = learned_[k];
+        d.terms = parse_terms(feature, weight, tuned, normalized, product, "set_learned_terms");
+        for (const ScoreTerm& t : d.terms)
+            if (t.feature == ScoreFeature::LEVEL || t.tuned)
+                throw std::invalid_argument("set_learned_terms: a learned expert's score reads "
+                                            "no level and has no alpha");
+        d.normalized = normalized;
+        d.product = product;
+        d.set = true;
     }
 
     // --- the request's life ------------------------------------------------------------
@@ -640,7 +650,7 @@ class Core {
     void set_level(double level) { level_ = level; }
     // marconi+'s live cache: the expert choosing the victims (`Run`)
     void set_run(int run) {
-        if (run < 0 || run > 3 || (run == 3 && !dens_[1].on))
+        if (run < 0 || run > 3 || (run >= 2 && (!learned_[run - 2].set || !dens_[run - 2].on)))
             throw std::invalid_argument("set_run: no such expert here");
         run_ = static_cast<Run>(run);
     }
@@ -685,7 +695,7 @@ class Core {
             if ((x.pins > 0) != (pinned_.count(v) > 0)) return "the pinned set differs";
             if (evict_ == Evict::KEYED && free && x.nchild == 0 && !x.in_order) return "a leaf out of the keyed order";
             if ((scored() || multi()) && (free && x.nchild <= 1) != (x.slot >= 0)) return "candidates differ";
-            if ((density_read_ || multi()) && x.slot >= 0 &&
+            if ((learns() || multi()) && x.slot >= 0 &&
                 cls_[x.slot] != dens_[0].classify(x.nchild, x.depth))
                 return "a stale class";
             if (multi() && free && x.nchild == 0 && !x.in_order) return "a leaf out of the LRU order";
@@ -776,9 +786,32 @@ class Core {
     };
     std::vector<ScoreTerm> score_terms_{{ScoreFeature::RECENCY, 1.0, false},
                                         {ScoreFeature::EFFICIENCY, 1.0, true}};
+    // a declared score's terms as its setter `who` is handed them
+    static std::vector<ScoreTerm> parse_terms(const std::vector<int>& feature,
+                                              const std::vector<double>& weight,
+                                              const std::vector<bool>& tuned, bool normalized,
+                                              bool product, const std::string& who) {
+        if (feature.empty() || weight.size() != feature.size() || tuned.size() != feature.size())
+            throw std::invalid_argument(who + ": one feature, weight and flag per term");
+        if (product && normalized)
+            throw std::invalid_argument(who + ": a product is unnormalized only");
+        std::vector<ScoreTerm> out;
+        for (size_t k = 0; k < feature.size(); ++k) {
+            if (feature[k] < 0 || feature[k] > static_cast<int>(ScoreFeature::DENSITY))
+                throw std::invalid_argument(who + ": a feature out of range");
+            out.push_back({static_cast<ScoreFeature>(feature[k]), weight[k], tuned[k]});
+        }
+        return out;
+    }
+
+    // marconi+'s learned experts' scores (`set_learned_terms`)
+    struct ScoreDecl {
+        std::vector<ScoreTerm> terms;
+        bool normalized = true, product = false, set = false;
+    };
+    ScoreDecl learned_[2];
     bool score_normalized_ = true, score_leveled_ = false, score_product_ = false;
-    bool density_read_ = false;  // the score reads the learned density (`dens_[0]`)
-    std::vector<double> term_rec_, term_eff_, term_den_;
+    std::vector<double> term_rec_, term_eff_, term_den_, learned_score_;
     Spec flop_spec_;
     double now_ = 0;                 // the block queue's clock: the last lookup's or commit's
     // an entry of an LRU order: (stamp, tie-break, id) -> slot
@@ -1419,6 +1452,8 @@ class Core {
         return evict_ == Evict::SCORED;
     }
     bool multi() const { return evict_ == Evict::MULTI; }
+    // a scored eviction handed a density's books learns it (`HitDensity`: whatever its score)
+    bool learns() const { return scored() && dens_[0].on; }
     // two LRU lists, KV leaves and states: vLLM's block queue or SGLang's lists
     bool two() const { return evict_ == Evict::TWO || evict_ == Evict::RADIX; }
     bool radix() const { return evict_ == Evict::RADIX; }
@@ -1426,7 +1461,7 @@ class Core {
     // hit density's `now` at a lookup or a commit (`on_lookup`, `on_commit` set it)
     void see_clock() {
         double now = static_cast<double>(clock);
-        if (density_read_ || multi()) {
+        if (learns() || multi()) {
             dens_[0].now = now;
             if (dens_[1].on) dens_[1].now = now;
         }
@@ -1478,7 +1513,7 @@ class Core {
         } else {
             see_clock();
             if (hit >= 0) {
-                if (density_read_ && nodes_[hit].slot >= 0)
+                if (learns() && nodes_[hit].slot >= 0)
                     dens_[0].count(cls_[nodes_[hit].slot], nodes_[hit].stamp, true);
                 set_stamp(hit, touch_value());
                 changed(hit);
@@ -1505,7 +1540,7 @@ class Core {
 
     void removed(int v) {
         Node& x = nodes_[v];
-        if (density_read_ && x.slot >= 0) dens_[0].count(cls_[x.slot], x.stamp, false);
+        if (learns() && x.slot >= 0) dens_[0].count(cls_[x.slot], x.stamp, false);
         if (multi() && x.slot >= 0) {  // each policy counts with its own clock
             dens_[0].count(cls_[x.slot], x.stamp_clock, false);
             if (dens_[1].on) dens_[1].count(cls2_[x.slot], x.stamp_clock, false);
@@ -1767,7 +1802,7 @@ class Core {
             }
             rec_[x.slot] = x.stamp;
             eff_[x.slot] = efficiency(v);
-            if (density_read_ || multi()) cls_[x.slot] = dens_[0].classify(x.nchild, x.depth);
+            if (learns() || multi()) cls_[x.slot] = dens_[0].classify(x.nchild, x.depth);
             if (multi()) {
                 rec2_[x.slot] = x.stamp_clock;
                 if (dens_[1].on) cls2_[x.slot] = dens_[1].classify(x.nchild, x.depth);
@@ -1879,7 +1914,7 @@ class Core {
             if (run_ == Run::KEYED) return lru_victim(v, act);
             if (n == 0) return false;
             if (run_ == Run::SCORED) return scored_victim(v, act);
-            return lowest(v, act, run_ == Run::DENSITY ? 0 : 1);
+            return learned_victim(v, act, run_ == Run::LEARNED_0 ? 0 : 1);
         }
         if (n == 0) return false;
         return scored_victim(v, act);
@@ -1887,9 +1922,12 @@ class Core {
 
     // `Declared.victim`: the first lowest declared score outside the protected; a leveled
     // score's victim raises the level to its score (`Declared.chose`)
-    bool scored_victim(int* v, Act* act) {
+    bool scored_victim(int* v, Act* act) { return first_lowest(flop_scores(), score_leveled_, v, act); }
+
+    // the first lowest of `score` outside the protected; a `leveled` score's victim raises
+    // the level to its score
+    bool first_lowest(const std::vector<double>& score, bool leveled, int* v, Act* act) {
         size_t n = cand_.size();
-        const std::vector<double>& score = flop_scores();
         double best = std::numeric_limits<double>::infinity();
         size_t found = n;
         for (size_t i = 0; i < n; ++i) {  // the first lowest outside the protected
@@ -1897,7 +1935,7 @@ class Core {
             if (score[i] < best) { best = score[i]; found = i; }
         }
         if (found == n) return false;
-        if (score_leveled_) level_ = std::max(level_, best);
+        if (leveled) level_ = std::max(level_, best);
         *v = cand_[found];
         *act = nodes_[*v].nchild == 0 ? Act::REMOVE : Act::MERGE;
         return true;
@@ -1909,48 +1947,65 @@ class Core {
     // over the candidates (all equal: 1; unnormalized: as it is), times its weight unless
     // that is 1 (x alpha where tuned), summed in the declaration's order
     const std::vector<double>& flop_scores() {
+        if (learns()) dens_[0].now = static_cast<double>(clock);  // (`HitDensity.scores`)
+        return evaluate(score_terms_, score_normalized_, score_product_, rec_, 0, score_);
+    }
+
+    // marconi+'s live cache: learned expert `k`'s declared score of every candidate now,
+    // in slot order, its stamps the clock's (`HitDensity.scores` of that expert)
+    const std::vector<double>& learned_scores(int k) {
+        const ScoreDecl& d = learned_[k];
+        dens_[k].now = static_cast<double>(clock);
+        return evaluate(d.terms, d.normalized, d.product, rec2_, k, learned_score_);
+    }
+
+  private:
+    // `terms` over the candidates, into `out`: `rec` the stamps they read, `table` the
+    // learned density (`dens_[table]`, its classes) `DENSITY` reads
+    const std::vector<double>& evaluate(const std::vector<ScoreTerm>& terms, bool normalized,
+                                        bool product, const std::vector<double>& rec, int table,
+                                        std::vector<double>& out) {
         const size_t n = cand_.size();
-        score_.resize(n);
-        if (n == 0) return score_;
-        for (size_t k = 0; k < score_terms_.size(); ++k) {
-            const ScoreTerm& term = score_terms_[k];
+        out.resize(n);
+        if (n == 0) return out;
+        for (size_t k = 0; k < terms.size(); ++k) {
+            const ScoreTerm& term = terms[k];
             const std::vector<double>& x =
-                term.feature == ScoreFeature::RECENCY || term.feature == ScoreFeature::LEVEL ? rec_
-                : term.feature == ScoreFeature::INVERSE_AGE ? inverse_ages()
+                term.feature == ScoreFeature::RECENCY || term.feature == ScoreFeature::LEVEL ? rec
+                : term.feature == ScoreFeature::INVERSE_AGE ? inverse_ages(rec)
                 : term.feature == ScoreFeature::EFFICIENCY ? eff_
-                : term.feature == ScoreFeature::DENSITY ? densities() : replay_lengths();
+                : term.feature == ScoreFeature::DENSITY ? densities(table, rec) : replay_lengths();
             double lo = x[0], hi = x[0];
             for (size_t i = 1; i < n; ++i) { lo = std::min(lo, x[i]); hi = std::max(hi, x[i]); }
             // built with -ffp-contract=off: no fused multiply-add
             const double weight = term.tuned ? term.weight * alpha_ : term.weight;
             const double span = hi - lo;
             for (size_t i = 0; i < n; ++i) {
-                double t = !score_normalized_ ? x[i] : hi > lo ? (x[i] - lo) / span : 1.0;
+                double t = !normalized ? x[i] : hi > lo ? (x[i] - lo) / span : 1.0;
                 if (weight != 1.0) t = weight * t;
-                score_[i] = k == 0 ? t : score_product_ ? score_[i] * t : score_[i] + t;
+                out[i] = k == 0 ? t : product ? out[i] * t : out[i] + t;
             }
         }
-        return score_;
+        return out;
     }
 
-  private:
-    // `DENSITY` (`HitDensity.values`): the learned table at each candidate's class and
-    // idle age; the clock is its `now` from here (`HitDensity.scores` sets it)
-    const std::vector<double>& densities() {
-        if (!dens_[0].on) throw std::logic_error("a score reads the density, and no books were handed");
+    // `DENSITY` (`HitDensity.values`): learned table `k` at each candidate's class and the
+    // bucket of its idle age since `rec`
+    const std::vector<double>& densities(int k, const std::vector<double>& rec) {
+        if (!dens_[k].on) throw std::logic_error("a score reads a density, and no books were handed");
         const double now = static_cast<double>(clock);
-        dens_[0].now = now;
+        const std::vector<int>& cls = k == 0 ? cls_ : cls2_;
         term_den_.resize(cand_.size());
-        for (size_t i = 0; i < cand_.size(); ++i) term_den_[i] = dens_[0].at(cls_[i], now, rec_[i]);
+        for (size_t i = 0; i < cand_.size(); ++i) term_den_[i] = dens_[k].at(cls[i], now, rec[i]);
         return term_den_;
     }
 
     // `INVERSE_AGE` (`Declared.values`): `1.0 / (now - t + 1.0)` per
     // candidate, as numpy computes it (the clock a double: exact below 2^53)
-    const std::vector<double>& inverse_ages() {
+    const std::vector<double>& inverse_ages(const std::vector<double>& rec) {
         const double now = static_cast<double>(clock);
-        term_rec_.resize(rec_.size());
-        for (size_t i = 0; i < rec_.size(); ++i) term_rec_[i] = 1.0 / ((now - rec_[i]) + 1.0);
+        term_rec_.resize(cand_.size());
+        for (size_t i = 0; i < cand_.size(); ++i) term_rec_[i] = 1.0 / ((now - rec[i]) + 1.0);
         return term_rec_;
     }
 
@@ -1966,25 +2021,10 @@ class Core {
         return term_eff_;
     }
 
-    // `Scored.victim` for hit density (eff x density[class, bucket of the idle age]): the
-    // first lowest score outside the protected (`which`: 0 hit density, 1 the one by depth)
-    bool lowest(int* v, Act* act, int which) {
-        size_t n = cand_.size();
-        double now = static_cast<double>(clock);
-        double best = std::numeric_limits<double>::infinity();
-        size_t found = n;
-        dens_[which].now = now;  // `scores(now)` sets it
-        const std::vector<double>& rec = multi() ? rec2_ : rec_;
-        const std::vector<int>& cls = which == 1 ? cls2_ : cls_;
-        for (size_t i = 0; i < n; ++i) {
-            if (protected_(cand_[i])) continue;
-            double s = dens_[which].score(eff_[i], cls[i], now, rec[i]);
-            if (s < best) { best = s; found = i; }
-        }
-        if (found == n) return false;
-        *v = cand_[found];
-        *act = nodes_[*v].nchild == 0 ? Act::REMOVE : Act::MERGE;
-        return true;
+    // marconi+'s learned expert `k` choosing (`Scored.victim`): its first lowest score
+    // outside the protected
+    bool learned_victim(int* v, Act* act, int k) {
+        return first_lowest(learned_scores(k), false, v, act);
     }
 };
 
