@@ -4,7 +4,9 @@ hit often, SLRU protects what was hit twice."""
 
 from __future__ import annotations
 
+import copy
 import functools
+import pickle
 
 import numpy as np
 import pytest
@@ -208,3 +210,25 @@ def test_a_key_function_sums_as_key_value_does(priority: Priority) -> None:
     one = key_function(priority.keys[:1], read, one_as_float=True)()
     assert one == expected[0] and isinstance(one, float)
     assert key_function((), read, one_as_float=True)() == 0.0
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copy_keys_by_its_own_books(how: str) -> None:
+    """`Ranked.key` is built once over the instance's books: a copy (a shadow's, a
+    snapshot's) keys by its own, and the original by its own."""
+    cache = PrefixCache(SMALL, 10**9, Judicious(), Ranked(LFU))
+    for tokens in (np.arange(50, dtype=np.int32), np.arange(100, 160, dtype=np.int32)):
+        serve(cache, None, tokens, len(tokens))
+    original = cache.eviction
+    assert isinstance(original, Ranked)
+    leaf = next(n for n in original._key if not n.children)
+    before = original.key(leaf)
+    twin = copy.deepcopy(cache) if how == "deepcopy" else pickle.loads(pickle.dumps(cache))
+    twin_policy = twin.eviction
+    assert isinstance(twin_policy, Ranked)
+    twin_leaf = next(n for n in twin_policy._key if n.depth == leaf.depth and not n.children)
+    assert twin_policy.key(twin_leaf) == before
+    twin_policy.hits[twin_leaf] += 5
+    twin_policy.stamp[twin_leaf] = 99
+    assert twin_policy.key(twin_leaf) == (before[0] + 5, 99)
+    assert original.key(leaf) == before

@@ -11,11 +11,12 @@ and creation clock at 0, on either core.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any
 
 from marconi.core.compiled_forms import CoreBooks
 from marconi.core.policy import Action, Eviction, Victim, alive
-from marconi.core.priority import Feature, Priority, key_value
+from marconi.core.priority import Feature, Priority, key_function
 from marconi.core.tree import Node
 
 Entry = tuple[tuple[float, ...], int, Node]  # (key, node id, node)
@@ -39,14 +40,21 @@ class Ranked(Eviction):
     def __init__(self, priority: Priority) -> None:
         super().__init__()
         self.priority = priority
-        # the features its keys read; hit counts and creation clocks are kept only where
-        # one is read (nothing else reads them)
-        self._reads = tuple(priority.features)
+        # hit counts and creation clocks are kept only where a key reads one (nothing else
+        # reads them)
         self._counts = bool(COUNTED & priority.features)
         self.hits: dict[Node, int] = {}
         self.created: dict[Node, float] = {}
         self._key: dict[Node, tuple[float, ...]] = {}
         self._heap: list[Entry] = []
+        self._key_of: Callable[[Node], tuple[float, ...]] | None = None  # (`key`)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Its state without the key function, which reads this instance's books: a copy
+        or an unpickled one builds its own (`key`)."""
+        state = self.__dict__.copy()
+        state["_key_of"] = None
+        return state
 
     def feature(self, feature: Feature, node: Node) -> float:
         """One of `node`'s features, as the declaration reads it."""
@@ -61,8 +69,18 @@ class Ranked(Eviction):
         return 1.0 if node.has_state else 0.0
 
     def key(self, node: Node) -> tuple[float, ...]:
-        values = {f: self.feature(f, node) for f in self._reads}
-        return tuple(key_value(k, values) for k in self.priority.keys)
+        """`node`'s keys, each summed as `key_value` sums it (`key_function`, built once)."""
+        key_of = self._key_of
+        if key_of is None:
+            stamp, hits, created = self.stamp, self.hits, self.created
+            read: dict[Feature, Callable[[Node], float]] = {
+                Feature.RECENCY: lambda n: stamp.get(n, 0),
+                Feature.DEPTH: lambda n: n.depth,
+                Feature.HITS: lambda n: hits.get(n, 0),
+                Feature.CREATED: lambda n: created.get(n, 0),
+                Feature.STATE: lambda n: 1.0 if n.has_state else 0.0}
+            key_of = self._key_of = key_function(self.priority.keys, read)
+        return key_of(node)
 
     # --- events ---------------------------------------------------------------------
 
