@@ -56,20 +56,10 @@ class Ranked(Eviction):
         state["_key_of"] = None
         return state
 
-    def feature(self, feature: Feature, node: Node) -> float:
-        """One of `node`'s features, as the declaration reads it."""
-        if feature is Feature.RECENCY:
-            return self.stamp.get(node, 0)
-        if feature is Feature.DEPTH:
-            return node.depth
-        if feature is Feature.HITS:
-            return self.hits.get(node, 0)
-        if feature is Feature.CREATED:
-            return self.created.get(node, 0)
-        return 1.0 if node.has_state else 0.0
-
     def key(self, node: Node) -> tuple[float, ...]:
-        """`node`'s keys, each summed as `key_value` sums it (`key_function`, built once)."""
+        """`node`'s keys, each summed as `key_value` sums it (`key_function`, built once
+        over the instance's books: a node's last touch, depth, hits, creation clock and
+        whether it holds a state)."""
         key_of = self._key_of
         if key_of is None:
             stamp, hits, created = self.stamp, self.hits, self.created
