@@ -90,7 +90,8 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         void release(i64, i64) except +
         i64 reserved_kv()
         i64 reserved_states()
-        void set_flop_states(const Spec&)
+        void set_state_score(const Spec&, const vector[int]&, const vector[double]&,
+                             const vector[cbool]&, cbool, cbool, cbool, cbool) except +
         void set_score_terms(const vector[int]&, const vector[double]&,
                              const vector[cbool]&, cbool, cbool) except +
         void set_learned_terms(int, const vector[int]&, const vector[double]&,
@@ -286,9 +287,12 @@ cdef class NativeCore:
         """KV in pages of `page` tokens (`Core::set_pages`)."""
         self.core.set_pages(page)
 
-    def set_flop_states(self, dict spec):
-        """The block queue's states in Marconi's order, efficiencies from `spec`."""
-        self.core.set_flop_states(_spec(spec))
+    def set_state_score(self, dict spec, feature, weight, tuned, cbool normalized,
+                        cbool product, cbool from_parent, cbool branches_last):
+        """An engine's state list ordered by a declared score (`Core::set_state_score`),
+        efficiencies from `spec`."""
+        self.core.set_state_score(_spec(spec), feature, weight, tuned, normalized, product,
+                                  from_parent, branches_last)
 
     def set_tlru(self, i64 threshold, i64 next_prompt):
         """T-LRU's KV order in SGLang's lists (`Core::set_tlru`)."""

@@ -287,8 +287,12 @@ class CompiledCache:
             self._core.set_level(float(books.level))  # (a leveled score's; else unread)
         if books.tlru is not None:  # T-LRU's KV order
             self._core.set_tlru(*books.tlru)
-        if books.flop_states is not None:  # Marconi's order of the states, their model's sizes
-            self._core.set_flop_states(_sizes(books.flop_states))
+        if books.state_score is not None:  # a declared score over an engine's state list
+            declared = books.state_score
+            form = score_form(declared.score, ranked=True)
+            assert not isinstance(form, str)  # (`compiled_reason` refused it otherwise)
+            self._core.set_state_score(_sizes(declared.spec), *form, declared.from_parent,
+                                       declared.branches_last)
         for k, density in enumerate(books.densities):
             # (bucket and class bounds, tables, constants: `HitDensity.compiled_books`)
             self._core.set_density(k, *density)

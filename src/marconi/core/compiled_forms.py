@@ -11,6 +11,7 @@ from typing import Any
 from marconi.core.layout import Layout
 from marconi.core.policy import Admission, Eviction
 from marconi.core.priority import Feature, Priority, Score
+from marconi.core.scores import OVER_A_LIST, ListScore
 from marconi.core.spec import ModelSpec
 
 # what the compiled core runs, by `compiled_as`
@@ -43,10 +44,8 @@ class CoreBooks:
     learned: tuple[Score, ...] = ()
     run: int | None = None  # marconi+'s live cache: the expert choosing (`set_run`)
     tlru: tuple[int, int] | None = None  # T-LRU's threshold and next prompt (`set_tlru`)
-    # Marconi's order of an engine's states: its model (`set_flop_states`) and its score
-    # (the compiled core evaluates Marconi's terms only there: `score_form`, ranked)
-    flop_states: ModelSpec | None = None
-    state_score: Score | None = None
+    # a declared score over an engine's state list (`set_state_score`)
+    state_score: ListScore | None = None
     state_share: float | None = None  # SGLang's pools: the states' share (`set_pool`)
     cap_per_path: int | None = None  # SGLang's cap on states per path (not compiled)
 
@@ -70,8 +69,6 @@ def compiled_as(policy: Admission | Eviction) -> str | None:
 # (`Core::ScoreFeature`)
 SCORE_FEATURES = (Feature.RECENCY, Feature.INVERSE_AGE, Feature.EFFICIENCY, Feature.REPLAY,
                   Feature.LEVEL, Feature.DENSITY)
-# Marconi's terms: all that `flop_pick` evaluates over an engine's state list
-_MARCONIS = [(Feature.RECENCY, 1.0, False), (Feature.EFFICIENCY, 1.0, True)]
 
 
 def score_form(score: Score, ranked: bool
@@ -79,17 +76,14 @@ def score_form(score: Score, ranked: bool
     """How the compiled core evaluates a declared `Score`: per term its feature's code
     (`SCORE_FEATURES`), its weight and whether alpha multiplies it, whether the terms are
     normalized and whether multiplied (`Core::set_score_terms`, any terms over those
-    features, `DENSITY` learned from the books `set_density` hands it); over an
-    engine's state list (`ranked`: `flop_pick`), Marconi's terms only (recency at weight 1,
-    then efficiency x alpha, normalized). Or why it cannot."""
+    features, `DENSITY` learned from the books `set_density` hands it; over an engine's
+    state list, `ranked`, recency and efficiency only: `OVER_A_LIST`). Or why it cannot."""
     python = f"score {score.name!r} runs in Python only: the compiled core evaluates"
-    if ranked and ([(t.feature, t.weight, t.tuned) for t in score.terms] != _MARCONIS
-                   or not score.normalized):
-        return (f"{python} recency, then efficiency x alpha, normalized, over an engine's "
-                "state list")
+    have = [f for f in SCORE_FEATURES if not ranked or f in OVER_A_LIST]
+    where = " over an engine's state list" if ranked else ""
     for term in score.terms:
-        if term.feature not in SCORE_FEATURES:
-            return (f"{python} {', '.join(f.value for f in SCORE_FEATURES)}, not "
+        if term.feature not in have:
+            return (f"{python} {', '.join(f.value for f in have)}{where}, not "
                     f"{term.feature.value}")
     return ([SCORE_FEATURES.index(t.feature) for t in score.terms],
             [t.weight for t in score.terms], [t.tuned for t in score.terms], score.normalized,
@@ -106,7 +100,8 @@ def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
     books = books_of(eviction)
     if books.keys is not None and len(books.keys.keys) > 2:
         return "a declared priority of more than two keys runs in Python only"
-    for score, ranked in ((books.score, False), (books.state_score, True),
+    state_score = books.state_score.score if books.state_score is not None else None
+    for score, ranked in ((books.score, False), (state_score, True),
                           *((s, False) for s in books.learned)):
         form = score_form(score, ranked) if score is not None else None
         if isinstance(form, str):

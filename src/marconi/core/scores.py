@@ -14,6 +14,7 @@ and their rank as `RECENCY` (`ranks`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -119,6 +120,21 @@ def order(score: Score, values: Mapping[Feature, np.ndarray], alpha: float,
     given = ranks(len(score_of))
     keys = (given, score_of) if last is None else (given, score_of, last)
     return np.lexsort(keys)
+
+
+@dataclass(frozen=True)
+class ListScore:
+    """A declared score over an engine's own state list, as an engine's emulation or
+    plugin puts it there: `score` over `OVER_A_LIST`, each state's `EFFICIENCY` from
+    `spec` (the policy's own model) over its parent (`from_parent`: an engine that keeps
+    a tree) or over the nearest state above it; `branches_last`: states at a node with two
+    or more children go after every other. Both cores evaluate it
+    (`peers.two_lists.FlopStates`, `Core::set_state_score`)."""
+
+    score: Score
+    spec: ModelSpec
+    from_parent: bool
+    branches_last: bool
 
 
 class FlopsAt:

@@ -23,10 +23,10 @@ from marconi.core.compiled_forms import CoreBooks
 from marconi.core.layout import Layout
 from marconi.core.policy import Action, Admission, Victim, check_alpha
 from marconi.core.priority import Score
+from marconi.core.scores import ListScore
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Match, Node
 from marconi.peers.mamba_radix import deepest_state
-from marconi.peers.seglen import replay_length
 from marconi.peers.two_lists import FlopStates, TwoListLRU
 
 ATTENTION_ALIGN = 16  # vLLM rounds the attention block size to a multiple of 16 tokens
@@ -241,12 +241,11 @@ class BlockFlop(BlockLRU):
     def __init__(self, spec: ModelSpec, alpha: float = 0.0, *, score: Score) -> None:
         super().__init__()
         self.spec, self.alpha, self.score = spec, check_alpha(alpha), score
-        self.flop = FlopStates(spec, score, parent_depth=state_above,
-                               branches_last=False)
+        self.flop = FlopStates(ListScore(score, spec, from_parent=False, branches_last=False))
 
     def core_books(self) -> CoreBooks:
-        """Marconi's order of the states: its model and its score."""
-        return CoreBooks(flop_states=self.spec, state_score=self.score)
+        """The states' declared score (Marconi's): over the nearest state above, no tree."""
+        return CoreBooks(state_score=self.flop.declared)
 
     def set_alpha(self, alpha: float) -> None:
         self.alpha = check_alpha(alpha)
@@ -258,7 +257,3 @@ class BlockFlop(BlockLRU):
         return self.flop.pick(self.states, protected, self.alpha or 0.0) or lru_state
 
 
-
-def state_above(node: Node) -> int:
-    """Where a state's replay starts without a tree (vLLM): the nearest state above it."""
-    return node.depth - replay_length(node)

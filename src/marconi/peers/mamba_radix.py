@@ -27,9 +27,10 @@ from marconi.core.compiled_forms import CoreBooks
 from marconi.core.layout import Layout
 from marconi.core.policy import Action, Admission, Pressure, Victim, alive, check_alpha
 from marconi.core.priority import Score
+from marconi.core.scores import ListScore
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Match, Node
-from marconi.peers.two_lists import FlopStates, TwoListLRU, parent_node_depth
+from marconi.peers.two_lists import FlopStates, TwoListLRU
 
 
 class BufferMode(Enum):
@@ -272,12 +273,11 @@ class MambaRadixFlop(MambaRadixLRU):
                  *, score: Score) -> None:
         super().__init__(config)
         self.spec, self.alpha, self.score = spec, check_alpha(alpha), score
-        self.flop = FlopStates(spec, score, parent_depth=parent_node_depth,
-                               branches_last=True)
+        self.flop = FlopStates(ListScore(score, spec, from_parent=True, branches_last=True))
 
     def core_books(self) -> CoreBooks:
-        """The lists' books, and Marconi's order of the states (its model, its score)."""
-        return replace(super().core_books(), flop_states=self.spec, state_score=self.score)
+        """The lists' books, and the states' declared score (Marconi's)."""
+        return replace(super().core_books(), state_score=self.flop.declared)
 
     def set_alpha(self, alpha: float) -> None:
         self.alpha = check_alpha(alpha)

@@ -17,11 +17,11 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 
 import numpy as np
 
+from marconi.core.candidates import replay_length
 from marconi.core.lazy_heap import HeapEntry, compact, lazy_min
 from marconi.core.policy import Eviction, alive
-from marconi.core.priority import Feature, Score
-from marconi.core.scores import OVER_A_LIST, FlopsAt, check_features, order, ranks
-from marconi.core.spec import ModelSpec
+from marconi.core.priority import Feature
+from marconi.core.scores import OVER_A_LIST, FlopsAt, ListScore, check_features, order, ranks
 from marconi.core.tree import Node
 
 Entry = HeapEntry
@@ -129,22 +129,28 @@ class TwoListLRU(Eviction):
 
 
 class FlopStates:
-    """A declared score over a state list (Marconi's, where marconi's integrations put it
-    into an engine's walk): the lowest first (`core.scores.order`), `RECENCY` the
-    candidate's rank in the list's LRU order, `EFFICIENCY = (F(depth) - F(parent depth)) /
-    (KV bytes between them + state bytes)`. `parent_depth` says where a candidate's replay
-    starts; `branches_last`: states at a node with two or more children go after every
-    other. Where the score orders by recency alone (Marconi's at alpha 0), the list's own
-LRU order, exactly."""
+    """A declared score over a state list (`core.scores.ListScore`: Marconi's, where
+    marconi's integrations put it into an engine's walk), evaluated: the lowest first
+    (`core.scores.order`), `RECENCY` the candidate's rank in the list's LRU order,
+    `EFFICIENCY = (F(depth) - F(top)) / (KV bytes between them + state bytes)`, `top` the
+    parent's depth or the nearest state's above. Where the score orders by recency alone
+    (Marconi's at alpha 0), the list's own LRU order, exactly."""
 
     FEATURES = OVER_A_LIST
 
-    def __init__(self, spec: ModelSpec, score: Score, parent_depth: Callable[[Node], int],
-                 branches_last: bool) -> None:
-        check_features(score, self.FEATURES, "an engine's state list")
-        self.spec, self.score = spec, score
-        self.parent_depth, self.branches_last = parent_depth, branches_last
-        self._f = FlopsAt(spec)
+    def __init__(self, declared: ListScore) -> None:
+        check_features(declared.score, self.FEATURES, "an engine's state list")
+        self.declared = declared
+        self.spec, self.score = declared.spec, declared.score
+        self.branches_last = declared.branches_last
+        self._f = FlopsAt(declared.spec)
+
+    def parent_depth(self, node: Node) -> int:
+        """Where a state's replay starts: its parent (a tree's engine, Marconi's paper), or
+        the nearest state above it (vLLM keeps no tree)."""
+        if self.declared.from_parent:
+            return node.depth - node.edge_len
+        return node.depth - replay_length(node)
 
     def pick(self, states: LazyLRU, protected: Collection[Node], alpha: float) -> Node | None:
         """The state to evict from `states` (outside `protected`) at `alpha`, or None."""
@@ -174,8 +180,3 @@ LRU order, exactly."""
             top = self.parent_depth(n)
             eff[i] = (self._f(n.depth) - self._f(top)) / (kv * (n.depth - top) + state)
         return nodes, eff
-
-
-def parent_node_depth(node: Node) -> int:
-    """Where a node's replay starts in a tree: its parent's depth (Marconi's paper)."""
-    return node.depth - node.edge_len

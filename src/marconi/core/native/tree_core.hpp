@@ -45,12 +45,11 @@ using i32 = int32_t;
 // density experts', by `set_learned_terms`, their stamps the clock's) all kept current,
 // `Run` choosing the victims
 // TWO: vLLM's block queue (`peers.mamba_align.BlockLRU`): an LRU list of KV leaves and one of
-// states, the older head leaving first; with `flop_states_` (`BlockFlop`) a state leaving
-// is chosen by Marconi's score over the states (`peers.two_lists.FlopStates`)
+// states, the older head leaving first; the state leaving chosen by a declared score over
+// the state list where one is handed (`set_state_score`: `BlockFlop`, `MambaRadixFlop`)
 // RADIX: SGLang's two lists (`peers.mamba_radix.MambaRadixLRU`): the KV list or the state
 // list gives the victim by which pool is short, a state at an inner node leaving alone,
-// stateless leaves collected as garbage; with `flop_states_` (`MambaRadixFlop`) the state
-// list's victim by Marconi's score over the parent, states at branches last
+// stateless leaves collected as garbage
 enum class Evict { KEYED = 0, SCORED = 1, KEEP = 2, MULTI = 3, TWO = 4, RADIX = 5 };
 // the expert choosing: the declared score, the declared priority, a learned score (k 0, 1)
 enum class Run { SCORED = 0, KEYED = 1, LEARNED_0 = 2, LEARNED_1 = 3 };
@@ -272,10 +271,26 @@ class Core {
         declared_ = true;
     }
 
-    // `BlockFlop`: a state leaving the block queue is the first in Marconi's order, FLOP
-    // efficiencies from `spec` (the policy's own model, unpadded)
-    void set_flop_states(const Spec& spec) {
-        flop_states_ = true;
+    // An engine's state list ordered by a declared score (`peers.two_lists.FlopStates`;
+    // `TWO` or `RADIX`, before any request): its terms as `set_score_terms` takes them,
+    // over recency (the rank in the list's LRU order) and efficiency only, the efficiencies
+    // from `spec` (the policy's own model, unpadded) over the parent (`from_parent`) or the
+    // nearest state above; `branches_last`: states at a branch after every other
+    void set_state_score(const Spec& spec, const std::vector<int>& feature,
+                         const std::vector<double>& weight, const std::vector<bool>& tuned,
+                         bool normalized, bool product, bool from_parent, bool branches_last) {
+        if (!two()) throw std::invalid_argument("set_state_score: an engine's lists only");
+        state_score_.terms = parse_terms(feature, weight, tuned, normalized, product,
+                                         "set_state_score");
+        for (const ScoreTerm& t : state_score_.terms)
+            if (t.feature != ScoreFeature::RECENCY && t.feature != ScoreFeature::EFFICIENCY)
+                throw std::invalid_argument("set_state_score: a state list's score reads "
+                                            "recency and efficiency only");
+        state_score_.normalized = normalized;
+        state_score_.product = product;
+        state_score_.set = true;
+        state_from_parent_ = from_parent;
+        state_branches_last_ = branches_last;
         flop_spec_ = spec;
     }
 
@@ -765,7 +780,6 @@ class Core {
     std::vector<std::pair<int, i64>> tombs_;
     bool junctions_ = true;
     i64 page_ = 1;                   // tokens per KV page (`set_pages`)
-    bool flop_states_ = false;       // `BlockFlop` (`set_flop_states`)
     struct Term {
         int feature;
         double weight, at_least;
@@ -810,6 +824,9 @@ class Core {
         bool normalized = true, product = false, set = false;
     };
     ScoreDecl learned_[2];
+    // an engine's state list's declared score (`set_state_score`; unset: its LRU order)
+    ScoreDecl state_score_;
+    bool state_from_parent_ = false, state_branches_last_ = false;
     bool score_normalized_ = true, score_leveled_ = false, score_product_ = false;
     std::vector<double> term_rec_, term_eff_, term_den_, learned_score_;
     Spec flop_spec_;
@@ -1654,7 +1671,7 @@ class Core {
             return std::make_tuple(std::get<0>(*e), std::get<1>(*e), std::get<2>(*e));
         };
         if (st != nullptr && (kv == nullptr || head(st) <= head(kv))) {
-            *v = flop_states_ && alpha_ != 0.0 ? flop_pick() : std::get<3>(*st);
+            *v = states_by_recency() ? std::get<3>(*st) : state_pick();
             *act = Act::DROP;
             return true;
         }
@@ -1681,7 +1698,7 @@ class Core {
             if ((k == 0) == states_first) {
                 int u = -1;
                 if (const Entry* e = first_free(states_order_))
-                    u = flop_states_ && alpha_ != 0.0 ? flop_pick() : std::get<3>(*e);
+                    u = states_by_recency() ? std::get<3>(*e) : state_pick();
                 if (u >= 0) {
                     *v = u;
                     *act = nodes_[u].nchild == 0 ? Act::REMOVE : Act::DROP;
@@ -1720,28 +1737,42 @@ class Core {
         }
     }
 
+    // `Score.by_recency` of the state list's score at the alpha now: unset, or every other
+    // term weighing 0 and recency more (the list's own LRU order, exactly)
+    bool states_by_recency() const {
+        if (!state_score_.set) return true;
+        if (state_score_.product) return false;
+        bool recency = false;
+        for (const ScoreTerm& t : state_score_.terms) {
+            const double w = t.tuned ? t.weight * alpha_ : t.weight;
+            if (t.feature == ScoreFeature::RECENCY) recency = recency || w > 0;
+            else if (w != 0) return false;
+        }
+        return recency;
+    }
+
     // `FlopStates.pick`: among the unprotected states (`rank_states`), the first lowest
-    // `recency + alpha x efficiency` (both min-max normalized, as `core.scores.order` computes)
-    int flop_pick() {
+    // declared score (`core.scores.order`), recency their rank in the LRU order; with
+    // `branches_last`, states at a branch (two or more children) after every other
+    int state_pick() {
         rank_states(true);
         const std::vector<int>& nodes = pick_nodes_;
-        const std::vector<double>& eff = pick_eff_;
-        size_t n = nodes.size();
-        double elo = eff[0], ehi = eff[0];
-        for (size_t i = 1; i < n; ++i) { elo = std::min(elo, eff[i]); ehi = std::max(ehi, eff[i]); }
-        const double alpha = alpha_, espan = ehi - elo, rspan = static_cast<double>(n - 1);
+        const size_t n = nodes.size();
+        if (n == 0) throw std::logic_error("a state list's pick with no unprotected state");
+        state_rank_.resize(n);
+        for (size_t i = 0; i < n; ++i) state_rank_[i] = static_cast<double>(i);
+        const std::vector<double>& score =
+            evaluate(state_score_.terms, state_score_.normalized, state_score_.product, n,
+                     [&](ScoreFeature f) -> const std::vector<double>& {
+                         return f == ScoreFeature::RECENCY ? state_rank_ : pick_eff_;
+                     }, state_out_);
         double best = std::numeric_limits<double>::infinity();
         bool best_last = true;
         size_t found = n;
         for (size_t i = 0; i < n; ++i) {
-            double r = n > 1 ? static_cast<double>(i) / rspan : 1.0;
-            double e = ehi > elo ? (eff[i] - elo) / espan : 1.0;
-            double product = alpha * e;
-            double score = r + product;
-            // SGLang's: states at a branch (two or more children) after every other
-            bool last = radix() && nodes_[nodes[i]].nchild >= 2;
-            if (found == n || (!last && best_last) || (last == best_last && score < best)) {
-                best = score;
+            bool last = state_branches_last_ && nodes_[nodes[i]].nchild >= 2;
+            if (found == n || (!last && best_last) || (last == best_last && score[i] < best)) {
+                best = score[i];
                 best_last = last;
                 found = i;
             }
@@ -1751,7 +1782,8 @@ class Core {
 
     // `FlopStates.ranked`: the states (unprotected ones with `skip_protected`) least
     // recently used first into `pick_nodes_`, and into `pick_eff_` each one's efficiency
-    // over the nearest state above it (`state_above`), in floats as Python computes it:
+    // over its parent (`from_parent`) or the nearest state above it, in floats as Python
+    // computes it:
     // `(float(F(depth)) - float(F(top))) / (kv x (depth - top) + state)`
     void rank_states(bool skip_protected) {
         pick_nodes_.clear();
@@ -1761,7 +1793,7 @@ class Core {
             if (skip_protected && protected_(u)) continue;
             pick_nodes_.push_back(u);
             i64 depth = nodes_[u].depth, top = 0;
-            if (radix()) top = nodes_[nodes_[u].parent].depth;  // `parent_node_depth`
+            if (state_from_parent_) top = nodes_[nodes_[u].parent].depth;  // `parent_node_depth`
             else
                 for (int a = nodes_[u].parent; a != 0; a = nodes_[a].parent)
                     if (nodes_[a].has_state) { top = nodes_[a].depth; break; }
@@ -1773,7 +1805,7 @@ class Core {
     }
 
   public:
-    // `BlockFlop`'s states in LRU order: (depth, stamp, efficiency) (tests).
+    // A state list's states in LRU order: (depth, stamp, efficiency) (tests).
     std::vector<std::tuple<i64, double, double>> state_ranks() {
         rank_states(false);
         std::vector<std::tuple<i64, double, double>> out;
@@ -1785,7 +1817,7 @@ class Core {
 
   private:
     std::vector<int> pick_nodes_;
-    std::vector<double> pick_eff_;
+    std::vector<double> pick_eff_, state_rank_, state_out_;
 
     // FLOP-aware: `Candidates.update` (unpinned, at most one child), rows as `Columns`.
     void candidate_update(int v) {
@@ -1948,7 +1980,10 @@ class Core {
     // that is 1 (x alpha where tuned), summed in the declaration's order
     const std::vector<double>& flop_scores() {
         if (learns()) dens_[0].now = static_cast<double>(clock);  // (`HitDensity.scores`)
-        return evaluate(score_terms_, score_normalized_, score_product_, rec_, 0, score_);
+        return evaluate(score_terms_, score_normalized_, score_product_, cand_.size(),
+                        [&](ScoreFeature f) -> const std::vector<double>& {
+                            return column(f, rec_, 0);
+                        }, score_);
     }
 
     // marconi+'s live cache: learned expert `k`'s declared score of every candidate now,
@@ -1956,25 +1991,33 @@ class Core {
     const std::vector<double>& learned_scores(int k) {
         const ScoreDecl& d = learned_[k];
         dens_[k].now = static_cast<double>(clock);
-        return evaluate(d.terms, d.normalized, d.product, rec2_, k, learned_score_);
+        return evaluate(d.terms, d.normalized, d.product, cand_.size(),
+                        [&](ScoreFeature f) -> const std::vector<double>& {
+                            return column(f, rec2_, k);
+                        }, learned_score_);
     }
 
   private:
-    // `terms` over the candidates, into `out`: `rec` the stamps they read, `table` the
-    // learned density (`dens_[table]`, its classes) `DENSITY` reads
+    // A candidate's feature `f`, every candidate's (`Declared.values`): `rec` the stamps
+    // they read, `table` the learned density (`dens_[table]`, its classes) `DENSITY` reads
+    const std::vector<double>& column(ScoreFeature f, const std::vector<double>& rec, int table) {
+        return f == ScoreFeature::RECENCY || f == ScoreFeature::LEVEL ? rec
+            : f == ScoreFeature::INVERSE_AGE ? inverse_ages(rec)
+            : f == ScoreFeature::EFFICIENCY ? eff_
+            : f == ScoreFeature::DENSITY ? densities(table, rec) : replay_lengths();
+    }
+
+    // `terms` over `n` candidates (`core.scores.evaluate`), into `out`, `column(f)` each
+    // one's feature `f`
+    template <class Column>
     const std::vector<double>& evaluate(const std::vector<ScoreTerm>& terms, bool normalized,
-                                        bool product, const std::vector<double>& rec, int table,
+                                        bool product, size_t n, Column column,
                                         std::vector<double>& out) {
-        const size_t n = cand_.size();
         out.resize(n);
         if (n == 0) return out;
         for (size_t k = 0; k < terms.size(); ++k) {
             const ScoreTerm& term = terms[k];
-            const std::vector<double>& x =
-                term.feature == ScoreFeature::RECENCY || term.feature == ScoreFeature::LEVEL ? rec
-                : term.feature == ScoreFeature::INVERSE_AGE ? inverse_ages(rec)
-                : term.feature == ScoreFeature::EFFICIENCY ? eff_
-                : term.feature == ScoreFeature::DENSITY ? densities(table, rec) : replay_lengths();
+            const std::vector<double>& x = column(term.feature);
             double lo = x[0], hi = x[0];
             for (size_t i = 1; i < n; ++i) { lo = std::min(lo, x[i]); hi = std::max(hi, x[i]); }
             // built with -ffp-contract=off: no fused multiply-add
