@@ -20,6 +20,7 @@ from marconi.core.candidates import Scored
 from marconi.core.compiled import CompiledCache, CompiledNode, replay_cache
 from marconi.core.integrity import check_integrity
 from marconi.core.layout import Layout
+from marconi.core.priority import Feature, Score, Term
 from marconi.core.ranked import Ranked
 from marconi.core.snapshot import clone, rebuild, take
 from marconi.core.spec import PAPER_7B, ModelSpec
@@ -57,6 +58,15 @@ ATTENTION_ONLY = ModelSpec(name="attention", d_model=64, attention_layers=4, ssm
 WIDE = ModelSpec(name="wide", d_model=2**24 - 3, attention_layers=1, ssm_layers=1, mlp_layers=1,
                  d_state=16)
 SPECS = {"small": SMALL, "attention": ATTENTION_ONLY, "wide": WIDE, "paper-7b": PAPER_7B}
+# declared scores over an engine's state list (`BlockFlop`, `MambaRadixFlop`): Marconi's,
+# and two it is not (efficiency first, its alpha weighing it; a raw product, never the LRU
+# order, alpha 0 included), which both cores evaluate from the declaration alone
+STATE_SCORES = {
+    "marconi": MARCONI,
+    "efficiency-first": Score("efficiency-first", terms=(
+        Term(Feature.EFFICIENCY, tuned=True), Term(Feature.RECENCY, weight=0.25))),
+    "product": Score("product", terms=(Term(Feature.RECENCY), Term(Feature.EFFICIENCY)),
+                     normalized=False, product=True)}
 POLICIES = {
     "sglang+": lambda spec, alpha, planner: (Judicious(), LRULeaf()),
     "lru-deepest": lambda spec, alpha, planner: (Judicious(), LRULeaf(deepest_first=True)),
@@ -398,10 +408,10 @@ class AlignTwins(Twins):
                 page=st.sampled_from(["1", "block", "3"]), chunk=st.sampled_from([1, 5, 8192]),
                 retention=st.sampled_from(["0", "none", "2 blocks"]),
                 junctions=st.booleans(), flop=st.booleans(), pad=st.integers(0, 3),
-                states=st.integers(3, 10))
+                states=st.integers(3, 10), score=st.sampled_from(sorted(STATE_SCORES)))
     def make(self, spec: str, entries: int, alpha: float, block: int,  # type: ignore[override]
              page: str, chunk: int, retention: str, junctions: bool, flop: bool,
-             pad: int, states: int) -> None:
+             pad: int, states: int, score: str) -> None:
         model = SPECS[spec]
         config = VLLMConfig(block=block, chunk=chunk, junctions=junctions,
                             retention={"0": 0, "none": None, "2 blocks": 2 * block}[retention])
@@ -412,7 +422,8 @@ class AlignTwins(Twins):
         self.spec = model.replace(checkpoint_extra_bytes=model.checkpoint_extra_bytes
                                   + pad * model.ssm_bytes // 2)
         self.policy = lambda spec, alpha, planner: (
-            Align(config), BlockFlop(model, alpha, score=MARCONI) if flop else BlockLRU())
+            Align(config),
+            BlockFlop(model, alpha, score=STATE_SCORES[score]) if flop else BlockLRU())
         self.alpha, self.planner = alpha, OverlapPlanner()
         # room for a running request's two working states beside the ones it keeps
         self.capacity = (entries * self.spec.kv_bytes_per_token
@@ -442,16 +453,17 @@ class RadixTwins(Twins):
                 share=st.sampled_from([0.0, 0.3, 0.9 / 1.9, 1.0]),
                 slots=st.integers(0, 6), states=st.integers(0, 6),
                 lists=st.sampled_from(["lru", "flop", "tlru"]),
-                threshold=st.integers(0, 24), estimate=st.integers(0, 12))
+                threshold=st.integers(0, 24), estimate=st.integers(0, 12),
+                score=st.sampled_from(sorted(STATE_SCORES)))
     def make(self, spec: str, entries: int, alpha: float, extra: bool,  # type: ignore[override]
              chunk: int, track: int, interval: int, share: float, slots: int, states: int,
-             lists: str, threshold: int, estimate: int) -> None:
+             lists: str, threshold: int, estimate: int, score: str) -> None:
         self._radix(spec, entries, alpha, extra, chunk, track, interval, share, slots, states,
-                    lists, threshold, estimate)
+                    lists, threshold, estimate, STATE_SCORES[score])
 
     def _radix(self, spec: str, entries: int, alpha: float, extra: bool, chunk: int,
                track: int, interval: int, share: float, slots: int, states: int, lists: str,
-               threshold: int, estimate: int) -> None:
+               threshold: int, estimate: int, score: Score = MARCONI) -> None:
         model = SPECS[spec]
         config = SGLangConfig(mode=BufferMode.EXTRA_BUFFER if extra else BufferMode.NO_BUFFER,
                               chunk=chunk, track=track, decode_interval=interval,
@@ -460,7 +472,7 @@ class RadixTwins(Twins):
         self.structured, self.spec = False, model
         self.policy = lambda spec, alpha, planner: (
             MambaRadix(config),
-            MambaRadixFlop(config, model, alpha, score=MARCONI) if lists == "flop"
+            MambaRadixFlop(config, model, alpha, score=score) if lists == "flop"
             else TailLRU(config, threshold=threshold, next_prompt=estimate) if lists == "tlru"
             else MambaRadixLRU(config))
         self.alpha, self.planner = alpha, OverlapPlanner()

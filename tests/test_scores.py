@@ -81,8 +81,7 @@ def test_python_evaluation_is_numpys_bit_for_bit() -> None:
 def test_every_evaluator_reads_the_one_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
     """Changing Marconi's declaration in `paper/eviction.py` reaches the simulator's
     system, the engines' emulations and both plugins; the compiled core runs it over
-    Marconi's candidates, and over an engine's state list (Marconi's terms only there)
-    refuses it, naming it (those caches then run on the Python core)."""
+    Marconi's candidates and over an engine's state list."""
     monkeypatch.setattr(eviction, "MARCONI", TRIPLE)
     monkeypatch.setitem(eviction.SCORES, Recency.TIME, TRIPLE)
     marconi = get_system("marconi").policies(PAPER_7B, 0.5)
@@ -92,9 +91,9 @@ def test_every_evaluator_reads_the_one_declaration(monkeypatch: pytest.MonkeyPat
     assert declared_score(sglang_integration.MIRROR, PAPER_7B) is TRIPLE
     assert declared_score(VLLM_MIRROR, PAPER_7B) is TRIPLE
     assert compiled_reason(PAPER_7B, *marconi, Layout()) is None
-    engine = get_system("vllm-2026+marconi").policies(PAPER_7B, 0.5)
-    reason = compiled_reason(PAPER_7B, *engine, Layout())
-    assert reason is not None and "'marconi-triple' runs in Python only" in reason
+    for name in ENGINES:
+        assert compiled_reason(PAPER_7B, *get_system(name).policies(PAPER_7B, 0.5),
+                               Layout()) is None
     effs = [0.5, 0.1, 0.3, 0.1]
     scores = flop_scores(effs, 1.0, TRIPLE)
     assert scores == pytest.approx([k / 3 + 3.0 * (e - 0.1) / 0.4 for k, e in enumerate(effs)])
@@ -113,14 +112,16 @@ def test_the_compiled_core_evaluates_the_declared_forms_it_has() -> None:
         [4, 2], [1.0, 1.0], [False, False], False, False)
     assert score_form(HIT_DENSITY, ranked=False) == (
         [2, 5], [1.0, 1.0], [False, False], False, True)
+    # over an engine's state list: any terms over recency and efficiency
+    assert score_form(TRIPLE, ranked=True) == ([0, 2], [1.0, 3.0], [False, True], True, False)
+    raw = Score("raw", terms=MARCONI.terms, normalized=False, product=True)
+    assert score_form(raw, ranked=True) == ([0, 2], [1.0, 1.0], [False, True], False, True)
     hits = Score("hits", terms=(Term(Feature.RECENCY), Term(Feature.HITS)))
-    raw = Score("raw", terms=MARCONI.terms, normalized=False)
+    over_a_list = "recency, efficiency over an engine's state list, not"
     for score, ranked, words in (
-            (MARCONI_INVERSE_AGE, True, "recency, then efficiency x alpha, normalized, over"),
-            (TRIPLE, True, "over an engine's state list"),
-            (raw, True, "over an engine's state list"),
-            (GREEDY_DUAL_FLOP, True, "over an engine's state list"),
-            (HIT_DENSITY, True, "over an engine's state list"),
+            (MARCONI_INVERSE_AGE, True, f"{over_a_list} inverse-age"),
+            (GREEDY_DUAL_FLOP, True, f"{over_a_list} level"),
+            (HIT_DENSITY, True, f"{over_a_list} density"),
             (hits, False, "efficiency, replay, level, density, not hits")):
         form = score_form(score, ranked)
         assert isinstance(form, str) and words in form, form
@@ -241,6 +242,43 @@ def test_a_declared_score_runs_compiled_where_its_form_maps() -> None:
                 assert compiled.level == python.eviction.level, (score.name, i)  # type: ignore[attr-defined]
         assert compiled.stats.evictions == python.stats.evictions > 0, score.name
         assert compiled.stats.hit_tokens == python.stats.hit_tokens, score.name
+
+
+def _engine_hits(system: str, capacity: str, core: str,
+                 monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The hit per request of `system` at alpha 1, served, over an agent trace on `core`."""
+    from marconi.core import compiled
+    from marconi.sim import SimConfig, simulate
+    from marconi.workload import TraceOptions, load_trace
+
+    monkeypatch.setenv(compiled.CORE_ENV, core)
+    trace = load_trace("synthetic:agent", options=TraceOptions(sessions=12, use_cache=False))
+    config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, alpha=1.0,
+                       bounds=False, replay="serving")
+    result = simulate(trace, config)
+    assert result.summary().to_json()["evictions"] > 0  # the capacity binds
+    return [int(h) for h in result.records.hit]
+
+
+# SGLang's states short of room (a small share of the memory): its state list gives victims
+@pytest.mark.parametrize(("system", "capacity"), [
+    ("vllm-2026+marconi", "2GB"), ("sglang-2026+marconi:mamba_full_memory_ratio=0.05", "1GB")])
+def test_changing_marconis_declaration_reaches_the_engines_state_lists_on_both_cores(
+        system: str, capacity: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engines' emulations order their state lists by Marconi's declared score
+    (`core.scores.ListScore`), which both cores evaluate: a changed declaration replays
+    hit for hit on both, and differently from Marconi's."""
+    from marconi.core import compiled
+
+    cores = [c for c in compiled.CORES if c == "python" or compiled.built()]
+    before = {core: _engine_hits(system, capacity, core, monkeypatch) for core in cores}
+    monkeypatch.setattr(eviction, "MARCONI", TRIPLE)
+    after = {core: _engine_hits(system, capacity, core, monkeypatch) for core in cores}
+    for core in cores:
+        assert before[core] == before["python"]
+        assert after[core] == after["python"]
+    assert after["python"] != before["python"]
+    assert sum(after["python"]) > 0
 
 
 @pytest.mark.parametrize("columns", [((0.3, 0.1, 0.9), (2.0, 2.0, 2.0)),
