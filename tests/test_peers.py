@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from marconi.core.cache import PrefixCache
 from marconi.core.integrity import check_integrity
+from marconi.core.priority import ListVictim
 from marconi.core.spec import PAPER_7B
 from marconi.peers.mamba_align import (
     Align,
@@ -287,3 +288,81 @@ class TestSGLangWithMarconi:
         _request(cache, _seq(200_000, 40))  # a third state: one of the first two leaves
         assert cache.lookup([*long_prompt, 7]).hit > 0
         assert cache.lookup([*short_prompt, 7]).hit == 0
+
+
+def _engine_hits(system: str, trace: str, capacity: str, core: str,
+                 monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The hit per request of `system`, served, over `trace` at `capacity` on `core`."""
+    from marconi.core import compiled
+    from marconi.workload import TraceOptions
+
+    monkeypatch.setenv(compiled.CORE_ENV, core)
+    sessions = 12 if trace == "synthetic:agent" else 48
+    requests = load_trace(trace, options=TraceOptions(sessions=sessions, use_cache=False))
+    config = SimConfig(spec=PAPER_7B, capacity=capacity, system=system, bounds=False,
+                       replay="serving")
+    result = simulate(requests, config)
+    assert result.summary().to_json()["evictions"] > 0  # the capacity binds
+    return [int(h) for h in result.records.hit]
+
+
+# (the system, a trace and capacity where the change shows, its lists' class, the
+# declaration changed); SGLang's states short of room (a small share of the memory), so
+# that its state list gives victims, for the garbage
+LISTS_CHANGED = [
+    ("vllm-2026", "synthetic:agent", "5GB", BlockLRU, {"shallow_first": True}),
+    ("sglang-2026", "synthetic:multi-turn", "1GB", MambaRadixLRU,
+     {"victim": ListVictim.OLDER_HEAD}),
+    ("sglang-2026:mamba_full_memory_ratio=0.05", "synthetic:agent", "1GB", MambaRadixLRU,
+     {"garbage": False})]
+
+
+@pytest.mark.parametrize(("system", "trace", "capacity", "lists", "change"), LISTS_CHANGED,
+                         ids=["vllm-ties", "sglang-victim", "sglang-garbage"])
+def test_changing_an_engines_declared_lists_is_one_change_on_both_cores(
+        system: str, trace: str, capacity: str, lists: type, change: dict[str, object],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engines' two lists are declared (`core.priority.Lists`: `BLOCK_QUEUE`,
+    `SGLANG_LISTS`) and both cores evaluate the declaration: a changed one replays hit
+    for hit on both, and differently."""
+    from dataclasses import replace
+
+    from marconi.core import compiled
+
+    cores = [c for c in compiled.CORES if c == "python" or compiled.built()]
+    before = {core: _engine_hits(system, trace, capacity, core, monkeypatch) for core in cores}
+    monkeypatch.setattr(lists, "LISTS", replace(lists.LISTS, **change))  # type: ignore[attr-defined]
+    after = {core: _engine_hits(system, trace, capacity, core, monkeypatch) for core in cores}
+    for core in cores:
+        assert before[core] == before["python"]
+        assert after[core] == after["python"]
+    assert after["python"] != before["python"]
+    assert sum(after["python"]) > 0
+
+
+@pytest.mark.parametrize("garbage", [True, False])
+def test_a_leafs_state_leaves_with_its_leaf_only_where_stateless_leaves_are_garbage(
+        garbage: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Room for one request, states over their share (none of the budget): the state
+    list gives the victim, the first request's state at a leaf. Under SGLang's lists the
+    leaf leaves with it; declared without garbage, the leaf stays with its KV. The same
+    on both cores."""
+    from dataclasses import replace
+
+    from marconi.core import compiled
+
+    monkeypatch.setattr(MambaRadixLRU, "LISTS", replace(MambaRadixLRU.LISTS, garbage=garbage))
+    cores = [c for c in compiled.CORES if c == "python" or compiled.built()]
+    kv = {}
+    for core in cores:
+        monkeypatch.setenv(compiled.CORE_ENV, core)
+        cfg = SGLangConfig(state_share=0.0)
+        cache = compiled.replay_cache(SMALL, 150_000, MambaRadix(cfg), MambaRadixLRU(cfg))
+        assert getattr(cache, "compiled", False) == (core == "compiled")
+        _request(cache, _seq(0, 40))
+        _request(cache, _seq(1000, 40))
+        assert cache.stats.evictions >= 1
+        kv[core] = cache.stats.kv_bytes
+    first = 40 * KV  # the first request's KV: a leaf of 40 tokens (one state fits)
+    assert all(v == kv["python"] for v in kv.values())
+    assert kv["python"] == (40 * KV if garbage else 40 * KV + first)

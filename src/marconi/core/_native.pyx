@@ -90,6 +90,7 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         void release(i64, i64) except +
         i64 reserved_kv()
         i64 reserved_states()
+        void set_lists(cbool, cbool, cbool) except +
         void set_state_score(const Spec&, const vector[int]&, const vector[double]&,
                              const vector[cbool]&, cbool, cbool, cbool, cbool) except +
         void set_score_terms(const vector[int]&, const vector[double]&,
@@ -210,8 +211,8 @@ cdef double _exact_div(i64 hi, unsigned long long lo, i64 held) noexcept with gi
 
 ADMISSIONS = {"placed": 0, "align": 1, "radix": 2}
 EVICTIONS = {"ranked": 0, "scored": 1, "keep": 2, "switchable": 3,
-             "blocklru": 4, "blockflop": 4, "radixlru": 5, "radixflop": 5,
-             "radixtlru": 5}
+             "blocklru": 4, "blockflop": 4, "radixlru": 4, "radixflop": 4,
+             "radixtlru": 4}
 ACTIONS = ("remove", "merge", "drop-state")
 
 
@@ -286,6 +287,10 @@ cdef class NativeCore:
     def set_pages(self, i64 page):
         """KV in pages of `page` tokens (`Core::set_pages`)."""
         self.core.set_pages(page)
+
+    def set_lists(self, cbool by_pool, cbool shallow_first, cbool garbage):
+        """An engine's two lists, declared (`Core::set_lists`)."""
+        self.core.set_lists(by_pool, shallow_first, garbage)
 
     def set_state_score(self, dict spec, feature, weight, tuned, cbool normalized,
                         cbool product, cbool from_parent, cbool branches_last):

@@ -69,7 +69,7 @@ from marconi.core.compiled_overlaps import SequenceTree as SequenceTree  # (re-e
 from marconi.core.compiled_overlaps import place as place  # (re-exported)
 from marconi.core.layout import Layout
 from marconi.core.policy import Admission, Eviction
-from marconi.core.priority import terms
+from marconi.core.priority import ListVictim, terms
 from marconi.core.snapshot import Snapshot
 from marconi.core.spec import ModelSpec
 from marconi.core.stats import CacheStats
@@ -285,6 +285,10 @@ class CompiledCache:
             assert not isinstance(form, str)  # (`compiled_reason` refused it otherwise)
             self._core.set_score_terms(*form)
             self._core.set_level(float(books.level))  # (a leveled score's; else unread)
+        if books.lists is not None:  # an engine's two lists (`core.priority.Lists`)
+            lists = books.lists
+            self._core.set_lists(lists.victim is ListVictim.SHORT_POOL, lists.shallow_first,
+                                 lists.garbage)
         if books.tlru is not None:  # T-LRU's KV order
             self._core.set_tlru(*books.tlru)
         if books.state_score is not None:  # a declared score over an engine's state list

@@ -10,7 +10,7 @@ from typing import Any
 
 from marconi.core.layout import Layout
 from marconi.core.policy import Admission, Eviction
-from marconi.core.priority import Feature, Priority, Score
+from marconi.core.priority import Feature, Lists, Priority, Score
 from marconi.core.scores import OVER_A_LIST, ListScore
 from marconi.core.spec import ModelSpec
 
@@ -44,6 +44,8 @@ class CoreBooks:
     learned: tuple[Score, ...] = ()
     run: int | None = None  # marconi+'s live cache: the expert choosing (`set_run`)
     tlru: tuple[int, int] | None = None  # T-LRU's threshold and next prompt (`set_tlru`)
+    # an engine's two lists, declared (`set_lists`)
+    lists: Lists | None = None
     # a declared score over an engine's state list (`set_state_score`)
     state_score: ListScore | None = None
     state_share: float | None = None  # SGLang's pools: the states' share (`set_pool`)

@@ -331,3 +331,33 @@ class Placement:
     def caches(self) -> bool:
         """Whether it places any state (a cache placing none keeps nothing)."""
         return self.branch or self.every > 0 or self.end
+
+
+class ListVictim(Enum):
+    """Which of an engine's two lists gives the next victim (`Lists`)."""
+
+    # the older of the two heads, a state on a tie (one free queue over both: vLLM's)
+    OLDER_HEAD = "older-head"
+    # the state list while states are over their budget (the state pool's, or their share
+    # of one budget, counting the pending insert's), else the KV list; either falls back
+    # to the other (a pool each: SGLang's)
+    SHORT_POOL = "short-pool"
+
+
+@dataclass(frozen=True)
+class Lists:
+    """An engine's eviction as two LRU lists over one tree, declared: one of KV leaves
+    (a leaf leaving whole, its state with it), one of states (any node's, a state leaving
+    alone). A lookup touches the KV up to the hit and the hit's state; a commit the KV of
+    its whole path, a state gained stamped then. `victim`: which list gives the victim;
+    `shallow_first`: at equal stamps the entry nearer the root leaves first (else the
+    deeper: a request's blocks freed tail first); `garbage`: a leaf left without a state
+    is garbage, collected at once, and a state at a leaf leaves with its leaf.
+    `peers.two_lists.TwoListLRU` evaluates it on the Python core, `Core::set_lists` on the
+    compiled one."""
+
+    name: str
+    victim: ListVictim
+    shallow_first: bool
+    garbage: bool
+    description: str = field(default="", compare=False)

@@ -16,13 +16,13 @@ Eviction is LRU over freed blocks, a request's tail blocks first (`BlockLRU`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 from marconi.core.compiled_forms import CoreBooks
 from marconi.core.layout import Layout
-from marconi.core.policy import Action, Admission, Victim, check_alpha
-from marconi.core.priority import Score
+from marconi.core.policy import Admission, check_alpha
+from marconi.core.priority import Lists, ListVictim, Score
 from marconi.core.scores import ListScore
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Match, Node
@@ -194,8 +194,15 @@ class Align(Admission):
         return tuple(sorted(out))
 
 
+# vLLM's free-block queue, declared
+BLOCK_QUEUE = Lists("vllm-block-queue", victim=ListVictim.OLDER_HEAD, shallow_first=False,
+                    garbage=False, description="one LRU over KV and state blocks, a "
+                    "request's blocks freed tail first")
+
+
 class BlockLRU(TwoListLRU):
-    """vLLM's free-block queue: one LRU over KV blocks and state blocks alike.
+    """vLLM's free-block queue: one LRU over KV blocks and state blocks alike
+    (`BLOCK_QUEUE`).
 
     A request's blocks are freed together at its end, tail first, so at equal stamps
     the deeper entry leaves first. A lookup refreshes the KV up to the hit and the state
@@ -204,29 +211,8 @@ class BlockLRU(TwoListLRU):
     leaf leaves with its state. KV without a state after it stays until it is LRU.
     """
 
-    shallow_first = False
+    LISTS = BLOCK_QUEUE
     compiled_as = "blocklru"  # marconi.core.compiled runs it
-
-    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
-        self.now = now
-        if hit is not None:
-            nodes = list(path)
-            self.touch(nodes[: nodes.index(hit) + 1], now, states=False)
-            self.states.touch(hit, now)
-
-    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
-        self.now = now
-        self.touch(path, now, states=False)
-
-    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
-        kv, state = self.kv.peek(protected), self.states.peek(protected)
-        if state is not None and (kv is None or state[:3] <= kv[:3]):
-            return Victim(self._state_victim(state[3], protected), Action.DROP_STATE)
-        return Victim(kv[3], Action.REMOVE) if kv is not None else None
-
-    def _state_victim(self, lru_state: Node, protected: Collection[Node]) -> Node:
-        """Which state leaves when the queue's next victim is a state: that one."""
-        return lru_state
 
 
 class BlockFlop(BlockLRU):
@@ -244,8 +230,9 @@ class BlockFlop(BlockLRU):
         self.flop = FlopStates(ListScore(score, spec, from_parent=False, branches_last=False))
 
     def core_books(self) -> CoreBooks:
-        """The states' declared score (Marconi's): over the nearest state above, no tree."""
-        return CoreBooks(state_score=self.flop.declared)
+        """The lists' books, and the states' declared score (Marconi's): over the nearest
+        state above, no tree."""
+        return replace(super().core_books(), state_score=self.flop.declared)
 
     def set_alpha(self, alpha: float) -> None:
         self.alpha = check_alpha(alpha)
@@ -253,7 +240,5 @@ class BlockFlop(BlockLRU):
     def fresh(self, alpha: float) -> BlockFlop:
         return BlockFlop(self.spec, alpha, score=self.score)
 
-    def _state_victim(self, lru_state: Node, protected: Collection[Node]) -> Node:
-        return self.flop.pick(self.states, protected, self.alpha or 0.0) or lru_state
-
-
+    def _state_pick(self, lru: Node, protected: Collection[Node]) -> Node:
+        return self.flop.pick(self.states, protected, self.alpha or 0.0) or lru

@@ -19,14 +19,14 @@ Eviction: two LRU lists (`MambaRadixLRU`). See docs/peers.md for what is not mod
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
 
 from marconi.core.compiled_forms import CoreBooks
 from marconi.core.layout import Layout
-from marconi.core.policy import Action, Admission, Pressure, Victim, alive, check_alpha
-from marconi.core.priority import Score
+from marconi.core.policy import Action, Admission, Victim, alive, check_alpha
+from marconi.core.priority import Lists, ListVictim, Score
 from marconi.core.scores import ListScore
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Match, Node
@@ -144,8 +144,14 @@ class MambaRadix(Admission):
         return tuple(sorted(p for p in out if p > 0))
 
 
+# SGLang's two lists, declared
+SGLANG_LISTS = Lists("sglang-lists", victim=ListVictim.SHORT_POOL, shallow_first=True,
+                     garbage=True, description="a full-KV LRU list and a mamba LRU list, "
+                     "each evicting when its pool is short; stateless leaves collected")
+
+
 class MambaRadixLRU(TwoListLRU):
-    """SGLang's two LRU lists under one byte capacity.
+    """SGLang's two LRU lists under one byte capacity (`SGLANG_LISTS`).
 
     SGLang evicts from the KV list when the KV pool is full and from the mamba list
     when the state pool is full. In a cache with a state-slot pool (SGLang's layout)
@@ -158,88 +164,28 @@ class MambaRadixLRU(TwoListLRU):
     - a leaf left without a state (a tombstone whose children all left) is garbage.
     A lookup refreshes the node it resumes from and its ancestors (SGLang's
     `reset_node_and_parents_mru`), not the KV matched beyond it; a commit refreshes the
-    whole path.
+    whole path. SGLang's cap on states per path runs on the Python core only.
     """
 
+    LISTS = SGLANG_LISTS
     compiled_as = "radixlru"  # marconi.core.compiled runs it (no cap on states per path)
 
     def __init__(self, config: SGLangConfig | None = None) -> None:
-        super().__init__()
         self.config = config or SGLangConfig()
-        self.tombstones: dict[Node, None] = {}  # leaves seen without a state (ordered set)
+        super().__init__(self.config.state_share)
         self.last_path: list[Node] = []  # the path the latest commit ran along
-        self._pressure: Pressure | None = None
 
     def core_books(self) -> CoreBooks:
-        """The compiled core's: the pools' split and the cap on states per path."""
-        return CoreBooks(state_share=self.config.state_share,
-                         cap_per_path=self.config.max_states_per_path)
-
-    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
-        self.now = now
-        if hit is not None:
-            nodes = list(path)
-            self.touch(nodes[: nodes.index(hit) + 1], now, states=False)
-            self.states.touch(hit, now)  # only the state the match uses
+        """The compiled core's: the lists, the pools' split and the cap on states per
+        path."""
+        return replace(super().core_books(), cap_per_path=self.config.max_states_per_path)
 
     def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
-        self.now = now
         self.last_path = list(path)
-        self.touch(self.last_path, now, states=False)  # new states: stamped by `changed`
-        for node in new:
-            self.changed(node)
-
-    def changed(self, node: Node) -> None:
-        super().changed(node)
-        if alive(node) and node.is_leaf and not node.has_state:
-            self.tombstones[node] = None
-
-    def pressure(self, pressure: Pressure) -> None:
-        self._pressure = pressure
-
-    def states_first(self) -> bool:
-        """Whether states are over their budget: the slot pool when the cache has one,
-        else `state_share` of the one byte budget."""
-        p = self._pressure
-        if p is None:
-            return False
-        budget = self.config.state_share * p.capacity if p.ssm_capacity is None \
-            else p.ssm_capacity
-        return p.ssm_held + p.ssm_need > budget
-
-    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
-        order = (self._state_victim, self._kv_victim)
-        for pick in order if self.states_first() else order[::-1]:
-            victim = pick(protected)
-            if victim is not None:
-                return victim
-        return None
-
-    def _kv_victim(self, protected: Collection[Node]) -> Victim | None:
-        entry = self.kv.peek(protected)
-        return Victim(entry[3], Action.REMOVE) if entry else None
-
-    def _state_victim(self, protected: Collection[Node]) -> Victim | None:
-        entry = self.states.peek(protected)
-        if entry is None:
-            return None
-        node = entry[3]
-        return Victim(node, Action.REMOVE if node.is_leaf else Action.DROP_STATE)
+        super().on_commit(self.last_path, new, now)
 
     def garbage(self, protected: Collection[Node]) -> Victim | None:
-        kept, found = [], None
-        while self.tombstones and found is None:
-            node, _ = self.tombstones.popitem()
-            if not (alive(node) and node.is_leaf and not node.has_state and not node.pins):
-                continue  # gone, or no longer a stateless leaf; unpinning re-reports it
-            if node in protected:
-                kept.append(node)
-            else:
-                found = node
-        self.tombstones.update(dict.fromkeys(kept))
-        if found is not None:
-            return Victim(found, Action.REMOVE)
-        return self._excess_state(protected)
+        return super().garbage(protected) or self._excess_state(protected)
 
     def _excess_state(self, protected: Collection[Node]) -> Victim | None:
         """The LRU inner state on the last committed path beyond the per-path cap."""
@@ -252,12 +198,6 @@ class MambaRadixLRU(TwoListLRU):
             return None
         oldest = min(inner, key=lambda n: (self.state_stamp.get(n, 0), n.depth, n.id))
         return Victim(oldest, Action.DROP_STATE)
-
-    def check(self, nodes: Sequence[Node]) -> None:
-        super().check(nodes)
-        for node in nodes:
-            if node.is_leaf and not node.has_state and not node.pins:
-                assert node in self.tombstones, f"stateless leaf {node!r} not queued"
 
 
 class MambaRadixFlop(MambaRadixLRU):
@@ -285,8 +225,5 @@ class MambaRadixFlop(MambaRadixLRU):
     def fresh(self, alpha: float) -> MambaRadixFlop:
         return MambaRadixFlop(self.config, self.spec, alpha, score=self.score)
 
-    def _state_victim(self, protected: Collection[Node]) -> Victim | None:
-        node = self.flop.pick(self.states, protected, self.alpha or 0.0)
-        if node is None:
-            return None
-        return Victim(node, Action.REMOVE if node.is_leaf else Action.DROP_STATE)
+    def _state_pick(self, lru: Node, protected: Collection[Node]) -> Node:
+        return self.flop.pick(self.states, protected, self.alpha or 0.0) or lru

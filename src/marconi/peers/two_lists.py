@@ -18,9 +18,10 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 import numpy as np
 
 from marconi.core.candidates import replay_length
+from marconi.core.compiled_forms import CoreBooks
 from marconi.core.lazy_heap import HeapEntry, compact, lazy_min
-from marconi.core.policy import Eviction, alive
-from marconi.core.priority import Feature
+from marconi.core.policy import Action, Eviction, Pressure, Victim, alive
+from marconi.core.priority import Feature, Lists, ListVictim
 from marconi.core.scores import OVER_A_LIST, FlopsAt, ListScore, check_features, order, ranks
 from marconi.core.tree import Node
 
@@ -75,20 +76,101 @@ class LazyLRU:
 
 
 class TwoListLRU(Eviction):
-    """A KV list (`self.kv`, stamps in `self.stamp`) and a state list (`self.states`).
+    """An engine's two lists as its class declares them (`LISTS`, a
+    `core.priority.Lists`): a KV list (`self.kv`, stamps in `self.stamp`) and a state
+    list (`self.states`).
 
     A state newly gained by an existing node (a tombstone re-admitted) is stamped with
-    the clock of the commit that admitted it; a dropped state forgets its stamp.
+    the clock of the commit that admitted it; a dropped state forgets its stamp. Under
+    `ListVictim.SHORT_POOL` states are over their budget past their pool (a cache with
+    one) or `state_share` of the one byte budget; with `garbage`, stateless leaves are
+    queued (an insertion-ordered set, the last queued collected first).
     """
 
-    shallow_first = True
+    LISTS: Lists
 
-    def __init__(self) -> None:
+    def __init__(self, state_share: float = 0.0) -> None:
         super().__init__()
+        self.state_share = state_share
         self.state_stamp: dict[Node, float] = {}
-        self.kv = LazyLRU(self.stamp, kv_candidate, self.shallow_first)
-        self.states = LazyLRU(self.state_stamp, state_candidate, self.shallow_first)
+        shallow = self.LISTS.shallow_first
+        self.kv = LazyLRU(self.stamp, kv_candidate, shallow)
+        self.states = LazyLRU(self.state_stamp, state_candidate, shallow)
+        self.tombstones: dict[Node, None] = {}  # leaves seen without a state (garbage)
+        self._pressure: Pressure | None = None
         self.now = 0
+
+    def core_books(self) -> CoreBooks:
+        """The compiled core's: the declaration, and the states' share of one budget."""
+        return CoreBooks(lists=self.LISTS, state_share=self.state_share)
+
+    def on_lookup(self, path: Iterable[Node], hit: Node | None, now: int) -> None:
+        self.now = now
+        if hit is not None:
+            nodes = list(path)
+            self.touch(nodes[: nodes.index(hit) + 1], now, states=False)
+            self.states.touch(hit, now)  # only the state the match uses
+
+    def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        self.now = now
+        self.touch(path, now, states=False)  # new states: stamped by `changed`
+        if self.LISTS.garbage:
+            for node in new:
+                self.changed(node)
+
+    def pressure(self, pressure: Pressure) -> None:
+        self._pressure = pressure
+
+    def states_first(self) -> bool:
+        """Whether states are over their budget: the slot pool when the cache has one,
+        else `state_share` of the one byte budget."""
+        p = self._pressure
+        if p is None:
+            return False
+        budget = self.state_share * p.capacity if p.ssm_capacity is None else p.ssm_capacity
+        return p.ssm_held + p.ssm_need > budget
+
+    def victim(self, protected: Collection[Node], now: int) -> Victim | None:
+        if self.LISTS.victim is ListVictim.OLDER_HEAD:
+            kv, state = self.kv.peek(protected), self.states.peek(protected)
+            if state is not None and (kv is None or state[:3] <= kv[:3]):
+                return self._state_victim(protected)
+            return Victim(kv[3], Action.REMOVE) if kv is not None else None
+        order = (self._state_victim, self._kv_victim)
+        for pick in order if self.states_first() else order[::-1]:
+            victim = pick(protected)
+            if victim is not None:
+                return victim
+        return None
+
+    def _kv_victim(self, protected: Collection[Node]) -> Victim | None:
+        entry = self.kv.peek(protected)
+        return Victim(entry[3], Action.REMOVE) if entry else None
+
+    def _state_victim(self, protected: Collection[Node]) -> Victim | None:
+        entry = self.states.peek(protected)
+        if entry is None:
+            return None
+        node = self._state_pick(entry[3], protected)
+        leaves = self.LISTS.garbage and node.is_leaf  # it would be garbage at once
+        return Victim(node, Action.REMOVE if leaves else Action.DROP_STATE)
+
+    def _state_pick(self, lru: Node, protected: Collection[Node]) -> Node:
+        """Which state leaves when the state list gives the victim: its head, `lru`."""
+        return lru
+
+    def garbage(self, protected: Collection[Node]) -> Victim | None:
+        kept, found = [], None
+        while self.tombstones and found is None:
+            node, _ = self.tombstones.popitem()
+            if not (alive(node) and node.is_leaf and not node.has_state and not node.pins):
+                continue  # gone, or no longer a stateless leaf; unpinning re-reports it
+            if node in protected:
+                kept.append(node)
+            else:
+                found = node
+        self.tombstones.update(dict.fromkeys(kept))
+        return Victim(found, Action.REMOVE) if found is not None else None
 
     def touch(self, nodes: Iterable[Node], now: int, *, states: bool) -> None:
         """Refresh the KV of `nodes` and, with `states`, the states they hold."""
@@ -104,6 +186,8 @@ class TwoListLRU(Eviction):
             self.state_stamp[node] = self.now
         self.kv.push(node)
         self.states.push(node)
+        if self.LISTS.garbage and alive(node) and node.is_leaf and not node.has_state:
+            self.tombstones[node] = None
 
     def removed(self, node: Node) -> None:
         super().removed(node)
@@ -125,6 +209,8 @@ class TwoListLRU(Eviction):
             if node.has_state and not node.pins:
                 assert node in states, f"state of {node!r} missing from the state list"
             assert (node in stamped) == node.has_state, f"state stamp of {node!r} out of step"
+            if self.LISTS.garbage and node.is_leaf and not node.has_state and not node.pins:
+                assert node in self.tombstones, f"stateless leaf {node!r} not queued"
         assert stamped <= set(nodes), "state stamps kept for nodes no longer in the tree"
 
 

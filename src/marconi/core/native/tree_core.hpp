@@ -44,13 +44,13 @@ using i32 = int32_t;
 // recency its own stamp) and up to two declared scores over learned densities (its hit
 // density experts', by `set_learned_terms`, their stamps the clock's) all kept current,
 // `Run` choosing the victims
-// TWO: vLLM's block queue (`peers.mamba_align.BlockLRU`): an LRU list of KV leaves and one of
-// states, the older head leaving first; the state leaving chosen by a declared score over
-// the state list where one is handed (`set_state_score`: `BlockFlop`, `MambaRadixFlop`)
-// RADIX: SGLang's two lists (`peers.mamba_radix.MambaRadixLRU`): the KV list or the state
-// list gives the victim by which pool is short, a state at an inner node leaving alone,
-// stateless leaves collected as garbage
-enum class Evict { KEYED = 0, SCORED = 1, KEEP = 2, MULTI = 3, TWO = 4, RADIX = 5 };
+// LISTS: an engine's two LRU lists over one tree, KV leaves and states, declared
+// (`core.priority.Lists`, by `set_lists`): which list gives the victim (the older head, or
+// the state list while states are short of room), the tie at equal stamps, and whether
+// stateless leaves are garbage (collected at once, a leaf's state leaving with its leaf);
+// the state leaving chosen by a declared score over the state list where one is handed
+// (`set_state_score`)
+enum class Evict { KEYED = 0, SCORED = 1, KEEP = 2, MULTI = 3, LISTS = 4 };
 // the expert choosing: the declared score, the declared priority, a learned score (k 0, 1)
 enum class Run { SCORED = 0, KEYED = 1, LEARNED_0 = 2, LEARNED_1 = 3 };
 // PLACED: a declared placement (`core.placement.Placed`, by `set_placement`: the branch
@@ -271,8 +271,19 @@ class Core {
         declared_ = true;
     }
 
+    // An engine's two lists (`LISTS`, before any request; `core.priority.Lists`): the
+    // state list gives the victim while states are short of room (`by_pool`, else the
+    // older head), `shallow_first` at equal stamps, stateless leaves `garbage`
+    void set_lists(bool by_pool, bool shallow_first, bool garbage) {
+        if (!two()) throw std::invalid_argument("set_lists: an engine's lists only");
+        lists_set_ = true;
+        lists_by_pool_ = by_pool;
+        lists_shallow_ = shallow_first;
+        lists_garbage_ = garbage;
+    }
+
     // An engine's state list ordered by a declared score (`peers.two_lists.FlopStates`;
-    // `TWO` or `RADIX`, before any request): its terms as `set_score_terms` takes them,
+    // `LISTS`, after `set_lists`, before any request): its terms as `set_score_terms` takes them,
     // over recency (the rank in the list's LRU order) and efficiency only, the efficiencies
     // from `spec` (the policy's own model, unpadded) over the parent (`from_parent`) or the
     // nearest state above; `branches_last`: states at a branch after every other
@@ -294,12 +305,13 @@ class Core {
         flop_spec_ = spec;
     }
 
-    // T-LRU (`peers.tlru.TailLRU`, SGLang's lists only; before any request): the KV list
+    // T-LRU (`peers.tlru.TailLRU`, two lists giving victims by pool; before any request): the KV list
     // gives its first TEL-safe leaf first, a conversation's next prefill kept within
     // `threshold` tokens when its next prompt adds `next_prompt`
     void set_tlru(i64 threshold, i64 next_prompt) {
-        if (evict_ != Evict::RADIX || threshold < 0 || next_prompt < 0)
-            throw std::invalid_argument("set_tlru: SGLang's lists, a threshold and estimate >= 0");
+        if (!two() || !lists_set_ || !lists_by_pool_ || threshold < 0 || next_prompt < 0)
+            throw std::invalid_argument("set_tlru: two lists giving victims by pool (after "
+                                        "set_lists), a threshold and estimate >= 0");
         tlru_ = true;
         threshold_ = threshold;
         next_prompt_ = next_prompt;
@@ -499,7 +511,7 @@ class Core {
         }
         out.end = insert(key, n, admitted);
         if (admit_ == Admit::PLACED && every_ > 0) grow_in_place(out.end, n);
-        if (radix()) {  // `_collect_garbage(set())`: nothing protected
+        if (lists_garbage_) {  // `_collect_garbage(set())`: nothing protected
             protect_round_ += 1;
             collect_garbage();
         }
@@ -717,7 +729,7 @@ class Core {
             if (two() && (free && x.nchild == 0) != x.in_order) return "the KV list differs";
             if (two() && ((free && x.has_state) != x.in_states || x.has_state != x.sstamped))
                 return "the state list differs";
-            if (radix() && free && x.nchild == 0 && !x.has_state && !x.in_tomb)
+            if (lists_garbage_ && free && x.nchild == 0 && !x.has_state && !x.in_tomb)
                 return "a stateless leaf not queued";
             if (x.copy && (page_ == 1 || (x.depth - edge_len(v)) % page_ == 0))
                 return "a page copy where no page is shared";
@@ -755,7 +767,7 @@ class Core {
         double created = 0;
         int slot = -1;                            // its candidate slot (FLOP), or -1
         bool copy = false;  // holds its own copy of the page it starts in (`PageBooks`)
-        // the block queue's state list (TWO): the state's stamp, its entry if in_states
+        // an engine's state list (LISTS): the state's stamp, its entry if in_states
         bool sstamped = false, in_states = false, in_tomb = false;
         double sstamp = 0;
         std::tuple<double, double, i64> states_key;
@@ -824,16 +836,18 @@ class Core {
         bool normalized = true, product = false, set = false;
     };
     ScoreDecl learned_[2];
+    // an engine's lists (`set_lists`)
+    bool lists_set_ = false, lists_by_pool_ = false, lists_shallow_ = false, lists_garbage_ = false;
     // an engine's state list's declared score (`set_state_score`; unset: its LRU order)
     ScoreDecl state_score_;
     bool state_from_parent_ = false, state_branches_last_ = false;
     bool score_normalized_ = true, score_leveled_ = false, score_product_ = false;
     std::vector<double> term_rec_, term_eff_, term_den_, learned_score_;
     Spec flop_spec_;
-    double now_ = 0;                 // the block queue's clock: the last lookup's or commit's
+    double now_ = 0;                 // the lists' clock: the last lookup's or commit's
     // an entry of an LRU order: (stamp, tie-break, id) -> slot
     using Entry = std::tuple<double, double, i64, int>;
-    // the block queue's state list: every live unpinned state
+    // an engine's state list: every live unpinned state
     std::set<Entry> states_order_;
 
     std::vector<Node> nodes_;
@@ -1217,7 +1231,7 @@ class Core {
                 return false;
             }
             evict(v, act);
-            if (radix()) collect_garbage();
+            if (lists_garbage_) collect_garbage();
         }
         return true;
     }
@@ -1271,7 +1285,7 @@ class Core {
                 return false;
             }
             evict(v, act);
-            if (radix()) collect_garbage();
+            if (lists_garbage_) collect_garbage();
         }
         return true;
     }
@@ -1416,7 +1430,7 @@ class Core {
                 set_stamp(*it, now_);
                 lru_update(*it);
             }
-            if (radix()) {  // `MambaRadixLRU.on_commit`: then the new nodes changed
+            if (lists_garbage_) {  // `TwoListLRU.on_commit`: then the new nodes changed
                 for (int v : created) changed(v);
                 for (int v : fresh) changed(v);
             }
@@ -1471,9 +1485,8 @@ class Core {
     bool multi() const { return evict_ == Evict::MULTI; }
     // a scored eviction handed a density's books learns it (`HitDensity`: whatever its score)
     bool learns() const { return scored() && dens_[0].on; }
-    // two LRU lists, KV leaves and states: vLLM's block queue or SGLang's lists
-    bool two() const { return evict_ == Evict::TWO || evict_ == Evict::RADIX; }
-    bool radix() const { return evict_ == Evict::RADIX; }
+    // an engine's two LRU lists, KV leaves and states (`Lists`)
+    bool two() const { return evict_ == Evict::LISTS; }
 
     // hit density's `now` at a lookup or a commit (`on_lookup`, `on_commit` set it)
     void see_clock() {
@@ -1501,7 +1514,7 @@ class Core {
 
     void on_lookup(int hit) {
         if (evict_ == Evict::KEEP) return;
-        if (two()) {  // `BlockLRU.on_lookup`: the KV up to the hit, and the hit's state
+        if (two()) {  // `TwoListLRU.on_lookup`: the KV up to the hit, and the hit's state
             now_ = static_cast<double>(clock);
             if (hit < 0) return;
             for (int v : path_) {
@@ -1545,8 +1558,8 @@ class Core {
             else if (!x.sstamped) { x.sstamp = now_; x.sstamped = true; }
             lru_update(v);
             state_update(v);
-            // `MambaRadixLRU.changed`: a stateless leaf queued (once) for collection
-            if (radix() && x.alive && v != 0 && x.nchild == 0 && !x.has_state && !x.in_tomb) {
+            // garbage: a stateless leaf queued (once) for collection
+            if (lists_garbage_ && x.alive && v != 0 && x.nchild == 0 && !x.has_state && !x.in_tomb) {
                 tombs_.emplace_back(v, x.uid);
                 x.in_tomb = true;
             }
@@ -1626,7 +1639,7 @@ class Core {
 
     // The leaf order: each live unpinned leaf once, at its declared keys (`Ranked`'s lazy
     // heap, whose valid entries are exactly these), or in the engines' KV lists at its
-    // stamp, vLLM's deepest first at equal stamps, SGLang's shallowest first.
+    // stamp, at equal stamps the shallower first or the deeper (`Lists.shallow_first`).
     void lru_update(int v) {
         Node& x = nodes_[v];
         bool leaf = x.alive && x.nchild == 0 && v != 0 && x.pins == 0;
@@ -1635,19 +1648,20 @@ class Core {
             x.in_order = false;
         }
         if (leaf) {
-            if (!declared_ && !two())
-                throw std::logic_error("a keyed leaf order without its keys (set_keys)");
+            if (!declared_ && !lists_set_)
+                throw std::logic_error("a keyed leaf order without its keys (set_keys) or "
+                                       "an engine's lists without theirs (set_lists)");
             x.order_key = declared_
                 ? std::make_tuple(key_value(0, x), key_value(1, x), x.uid)
-                : std::make_tuple(x.stamp, static_cast<double>(radix() ? x.depth : -x.depth),
+                : std::make_tuple(x.stamp, static_cast<double>(lists_shallow_ ? x.depth : -x.depth),
                                   x.uid);
             order_.insert(std::tuple_cat(x.order_key, std::make_tuple(v)));
             x.in_order = true;
         }
     }
 
-    // The block queue's state list: each live state once, at its stamp (the Python list's
-    // lazy heap, whose valid entries are exactly these); deeper first at equal stamps.
+    // An engine's state list: each live state once, at its stamp (the Python list's
+    // lazy heap, whose valid entries are exactly these); at equal stamps as the KV list.
     void state_update(int v) {
         Node& x = nodes_[v];
         if (x.in_states) {
@@ -1656,35 +1670,31 @@ class Core {
         }
         if (x.alive && x.has_state && v != 0 && x.pins == 0) {
             x.states_key = std::make_tuple(x.sstamped ? x.sstamp : 0.0,
-                                           radix() ? x.depth : -x.depth, x.uid);
+                                           lists_shallow_ ? x.depth : -x.depth, x.uid);
             states_order_.insert(std::tuple_cat(x.states_key, std::make_tuple(v)));
             x.in_states = true;
         }
     }
 
-    // `BlockLRU.victim`: the older of the two lists' heads (a state on a tie), a state
-    // leaving alone; `BlockFlop`: the state that leaves is the first in Marconi's order
-    bool two_victim(int* v, Act* act) {
+    // `TwoListLRU.victim`, the older head (`ListVictim.OLDER_HEAD`): the older of the two
+    // lists' heads (a state on a tie)
+    bool head_victim(int* v, Act* act) {
         const Entry* kv = first_free(order_);
         const Entry* st = first_free(states_order_);
         auto head = [](const Entry* e) {
             return std::make_tuple(std::get<0>(*e), std::get<1>(*e), std::get<2>(*e));
         };
-        if (st != nullptr && (kv == nullptr || head(st) <= head(kv))) {
-            *v = states_by_recency() ? std::get<3>(*st) : state_pick();
-            *act = Act::DROP;
-            return true;
-        }
+        if (st != nullptr && (kv == nullptr || head(st) <= head(kv))) return state_victim(*st, v, act);
         if (kv == nullptr) return false;
         *v = std::get<3>(*kv);
         *act = Act::REMOVE;
         return true;
     }
 
-    // `MambaRadixLRU.victim`: the state list first when states are short of room (the
-    // pool's, or their share of one budget, counting the pending insert's), else the KV
-    // list; either falls back to the other. A state at a leaf leaves with its leaf.
-    bool radix_victim(int* v, Act* act) {
+    // `TwoListLRU.victim` by pool (`ListVictim.SHORT_POOL`): the state list first when
+    // states are short of room (the pool's, or their share of one budget, counting the
+    // pending insert's), else the KV list; either falls back to the other
+    bool pool_victim(int* v, Act* act) {
         i128 ssm = static_cast<i128>(stats.ssm_bytes) +
                    static_cast<i128>(need_states_) * spec_.ssm_bytes;
         bool states_first;
@@ -1696,14 +1706,7 @@ class Core {
         }
         for (int k = 0; k < 2; ++k) {
             if ((k == 0) == states_first) {
-                int u = -1;
-                if (const Entry* e = first_free(states_order_))
-                    u = states_by_recency() ? std::get<3>(*e) : state_pick();
-                if (u >= 0) {
-                    *v = u;
-                    *act = nodes_[u].nchild == 0 ? Act::REMOVE : Act::DROP;
-                    return true;
-                }
+                if (const Entry* e = first_free(states_order_)) return state_victim(*e, v, act);
             } else if (const Entry* e = tlru_ ? first_tel_safe() : first_free(order_)) {
                 *v = std::get<3>(*e);
                 *act = Act::REMOVE;
@@ -1713,7 +1716,16 @@ class Core {
         return false;
     }
 
-    // `MambaRadixLRU.garbage`, carried out until none is left (`_collect_garbage`): the
+    // `TwoListLRU._state_victim`, the state list's head `head` given: the state leaving (the
+    // head, or the first in the declared score's order), alone, or with its leaf where
+    // stateless leaves are garbage
+    bool state_victim(const Entry& head, int* v, Act* act) {
+        *v = states_by_recency() ? std::get<3>(head) : state_pick();
+        *act = lists_garbage_ && nodes_[*v].nchild == 0 ? Act::REMOVE : Act::DROP;
+        return true;
+    }
+
+    // `TwoListLRU.garbage`, carried out until none is left (`_collect_garbage`): the
     // stateless leaves queued, the last queued first, a protected one queued again
     void collect_garbage() {
         while (true) {
@@ -1933,8 +1945,10 @@ class Core {
     bool victim(int* v, Act* act) {
         if (evict_ == Evict::KEEP) throw std::logic_error("a cache that keeps everything was asked for a victim");
         if (evict_ == Evict::KEYED) return lru_victim(v, act);
-        if (radix()) return radix_victim(v, act);
-        if (two()) return two_victim(v, act);
+        if (two()) {
+            if (!lists_set_) throw std::logic_error("an engine's lists without theirs (set_lists)");
+            return lists_by_pool_ ? pool_victim(v, act) : head_victim(v, act);
+        }
         size_t n = cand_.size();
         if (multi()) {
             // `Switchable.victim`: a leveled score, when another expert chooses, follows:
