@@ -544,13 +544,13 @@ def _eviction_reads(source: str) -> list[str]:
 
 
 def test_the_compiled_core_reads_no_policys_attributes() -> None:
-    """`CompiledCache` is handed an eviction's declaration and books (`CoreBooks`) and
-    reads nothing else of it but its alpha; `_Eviction`, the driver's view of the
-    policy it runs, passes calls through."""
+    """`CompiledCache` asks an eviction for its declaration and books
+    (`Eviction.core_books`) and reads nothing else of it but its alpha; `_Eviction`, the
+    driver's view of the policy it runs, passes calls through."""
     tree = ast.parse((SRC / "marconi/core/compiled.py").read_text())
     cache = next(n for n in tree.body
                  if isinstance(n, ast.ClassDef) and n.name == "CompiledCache")
-    assert set(_eviction_reads(ast.unparse(cache))) <= {"eviction.alpha"}
+    assert set(_eviction_reads(ast.unparse(cache))) <= {"eviction.alpha", "eviction.core_books"}
     planted = ("def f(eviction):\n    if compiled_as(eviction) == 'gd':\n"
                "        x = eviction.level\n")
     assert sorted(_eviction_reads(planted)) == ["compiled_as(eviction) compared (line 2)",

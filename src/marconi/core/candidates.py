@@ -23,8 +23,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from marconi.core.books import CoreBooks
 from marconi.core.columns import Columns
-from marconi.core.compiled_forms import CoreBooks
 from marconi.core.policy import Action, Eviction, Victim, alive, check_alpha
 from marconi.core.priority import Candidates as Among
 from marconi.core.priority import Feature, Score, Touches

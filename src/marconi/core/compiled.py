@@ -53,14 +53,13 @@ from typing import Any, cast
 
 import numpy as np
 
+from marconi.core.books import CoreBooks as CoreBooks
 from marconi.core.cache import CommitResult, Plan, PrefixCache
 from marconi.core.compiled_forms import ADMISSIONS as ADMISSIONS  # (re-exported)
 from marconi.core.compiled_forms import BLOCK_QUEUES as BLOCK_QUEUES
 from marconi.core.compiled_forms import ENGINE_PAIRS as ENGINE_PAIRS
 from marconi.core.compiled_forms import EVICTIONS as EVICTIONS
 from marconi.core.compiled_forms import RADIX_LISTS as RADIX_LISTS
-from marconi.core.compiled_forms import CoreBooks as CoreBooks
-from marconi.core.compiled_forms import books_of as books_of
 from marconi.core.compiled_forms import compiled_as as compiled_as
 from marconi.core.compiled_forms import compiled_reason as compiled_reason
 from marconi.core.compiled_forms import score_form as score_form
@@ -250,7 +249,7 @@ class CompiledCache:
         # declared placement, or none), with the positions their Python side works out per
         # request (`extra_positions`) handed over first
         self._structured = kind in ("structured", "sparse")
-        books = books_of(eviction)
+        books = eviction.core_books()
         self._core = _native.NativeCore(
             _sizes(spec), self.capacity, "placed" if self._structured else kind,
             compiled_as(eviction), float(eviction.alpha or 0.0))

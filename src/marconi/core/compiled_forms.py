@@ -5,13 +5,10 @@ policy's class declares (`compiled_as`), how a declared score maps onto its eval
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from marconi.core.layout import Layout
 from marconi.core.policy import Admission, Eviction
-from marconi.core.priority import Feature, Lists, Priority, Score
-from marconi.core.scores import OVER_A_LIST, ListScore
+from marconi.core.priority import Feature, Score
+from marconi.core.scores import OVER_A_LIST
 from marconi.core.spec import ModelSpec
 
 # what the compiled core runs, by `compiled_as`
@@ -26,36 +23,6 @@ RADIX_LISTS = ("radixlru", "radixflop", "radixtlru")
 # an engine's admission -> the evictions it runs compiled with, in words
 ENGINE_PAIRS = {"align": (BLOCK_QUEUES, "vLLM's align mode", "its block queue"),
                 "radix": (RADIX_LISTS, "SGLang's admission", "its two lists")}
-
-
-@dataclass(frozen=True)
-class CoreBooks:
-    """What an eviction the compiled core runs hands it before any request, beside its
-    name (`compiled_as`): its declaration and books, each read by one setter of `Core`, so
-    the compiled core reads no policy's attributes. An eviction that has any defines
-    `core_books()` (`books_of` asks it); the rest hand nothing."""
-
-    keys: Priority | None = None  # a declared priority (`set_keys`)
-    score: Score | None = None  # a declared score over the candidates (`set_score_terms`)
-    level: float = 0.0  # a leveled score's level so far (`set_level`)
-    densities: tuple[tuple[Any, ...], ...] = ()  # learned densities' books (`set_density`)
-    # marconi+'s live cache: its learned experts' declared scores, over `densities` in turn
-    # (`set_learned_terms`)
-    learned: tuple[Score, ...] = ()
-    run: int | None = None  # marconi+'s live cache: the expert choosing (`set_run`)
-    tlru: tuple[int, int] | None = None  # T-LRU's threshold and next prompt (`set_tlru`)
-    # an engine's two lists, declared (`set_lists`)
-    lists: Lists | None = None
-    # a declared score over an engine's state list (`set_state_score`)
-    state_score: ListScore | None = None
-    state_share: float | None = None  # SGLang's pools: the states' share (`set_pool`)
-    cap_per_path: int | None = None  # SGLang's cap on states per path (not compiled)
-
-
-def books_of(eviction: Eviction) -> CoreBooks:
-    """`eviction.core_books()`, or none where it hands the compiled core nothing."""
-    method = getattr(eviction, "core_books", None)
-    return method() if method is not None else CoreBooks()
 
 
 def compiled_as(policy: Admission | Eviction) -> str | None:
@@ -99,7 +66,7 @@ def compiled_reason(spec: ModelSpec, admission: Admission, eviction: Eviction,
         return f"admission {type(admission).__name__} runs in Python only"
     if compiled_as(eviction) not in EVICTIONS:
         return f"eviction {type(eviction).__name__} runs in Python only (as configured)"
-    books = books_of(eviction)
+    books = eviction.core_books()
     if books.keys is not None and len(books.keys.keys) > 2:
         return "a declared priority of more than two keys runs in Python only"
     state_score = books.state_score.score if books.state_score is not None else None

@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from marconi.core.books import CoreBooks
 from marconi.core.priority import Placement
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Match, Node
@@ -196,6 +197,10 @@ class Eviction(ABC):
         """An empty policy like this one running `alpha` (the bootstrap tuner's replays);
         policies without an alpha refuse."""
         raise ValueError(f"{type(self).__name__} has no alpha to tune")
+
+    def core_books(self) -> CoreBooks:
+        """Its declarations and books, for the compiled core (`core.books`); default: none."""
+        return CoreBooks()
 
     def check(self, nodes: Sequence[Node]) -> None:
         """Assert this policy's books agree with the tree's `nodes` (a full walk, for

@@ -14,7 +14,7 @@ import heapq
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
-from marconi.core.compiled_forms import CoreBooks
+from marconi.core.books import CoreBooks
 from marconi.core.policy import Action, Eviction, Victim, alive
 from marconi.core.priority import Feature, Priority, key_function
 from marconi.core.tree import Node

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
-from marconi.core.compiled_forms import CoreBooks
+from marconi.core.books import CoreBooks
 from marconi.core.layout import Layout
 from marconi.core.policy import Admission, check_alpha
 from marconi.core.priority import Lists, ListVictim, Score

@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from marconi.core.compiled_forms import CoreBooks
+from marconi.core.books import CoreBooks
 from marconi.core.layout import Layout
 from marconi.core.policy import Action, Admission, Victim, alive, check_alpha
 from marconi.core.priority import Lists, ListVictim, Score

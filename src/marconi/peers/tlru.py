@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import replace
 
-from marconi.core.compiled_forms import CoreBooks
+from marconi.core.books import CoreBooks
 from marconi.core.policy import Action, Victim
 from marconi.core.tree import Node
 from marconi.peers.mamba_radix import MambaRadixLRU, SGLangConfig

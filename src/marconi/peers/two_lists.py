@@ -17,8 +17,8 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 
 import numpy as np
 
+from marconi.core.books import CoreBooks
 from marconi.core.candidates import replay_length
-from marconi.core.compiled_forms import CoreBooks
 from marconi.core.lazy_heap import HeapEntry, compact, lazy_min
 from marconi.core.policy import Action, Eviction, Pressure, Victim, alive
 from marconi.core.priority import Feature, Lists, ListVictim

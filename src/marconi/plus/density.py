@@ -49,9 +49,9 @@ from typing import Any
 
 import numpy as np
 
+from marconi.core.books import CoreBooks
 from marconi.core.candidates import Declared
 from marconi.core.compiled import first_ages
-from marconi.core.compiled_forms import CoreBooks
 from marconi.core.priority import Feature, Score, Term
 from marconi.core.spec import ModelSpec
 from marconi.core.tree import Node

@@ -17,8 +17,9 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from marconi.core.books import CoreBooks
 from marconi.core.candidates import Declared
-from marconi.core.compiled_forms import CoreBooks, compiled_as
+from marconi.core.compiled_forms import compiled_as
 from marconi.core.policy import Eviction, Victim, check_alpha, overrides
 from marconi.core.priority import Feature
 from marconi.core.ranked import COUNTED
