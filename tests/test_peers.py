@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from marconi.core.cache import PrefixCache
 from marconi.core.integrity import check_integrity
-from marconi.core.priority import ListVictim
+from marconi.core.priority import Lists, ListVictim, TailSafe
 from marconi.core.spec import PAPER_7B
 from marconi.peers.mamba_align import (
     Align,
@@ -314,11 +314,13 @@ LISTS_CHANGED = [
     ("sglang-2026", "synthetic:multi-turn", "1GB", MambaRadixLRU,
      {"victim": ListVictim.OLDER_HEAD}),
     ("sglang-2026:mamba_full_memory_ratio=0.05", "synthetic:agent", "1GB", MambaRadixLRU,
-     {"garbage": False})]
+     {"garbage": False}),
+    ("sglang-2026", "synthetic:agent", "5GB", MambaRadixLRU,
+     {"tail_safe": TailSafe(threshold=2000, next_prompt=200)})]
 
 
 @pytest.mark.parametrize(("system", "trace", "capacity", "lists", "change"), LISTS_CHANGED,
-                         ids=["vllm-ties", "sglang-victim", "sglang-garbage"])
+                         ids=["vllm-ties", "sglang-victim", "sglang-garbage", "sglang-tail"])
 def test_changing_an_engines_declared_lists_is_one_change_on_both_cores(
         system: str, trace: str, capacity: str, lists: type, change: dict[str, object],
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -366,3 +368,12 @@ def test_a_leafs_state_leaves_with_its_leaf_only_where_stateless_leaves_are_garb
     first = 40 * KV  # the first request's KV: a leaf of 40 tokens (one state fits)
     assert all(v == kv["python"] for v in kv.values())
     assert kv["python"] == (40 * KV if garbage else 40 * KV + first)
+
+
+def test_a_tel_safe_kv_order_needs_the_victim_by_pool() -> None:
+    with pytest.raises(ValueError, match=r"lists 'queue': a TEL-safe KV order \(tail_safe\) "
+                                         r"needs the victim by pool"):
+        Lists("queue", victim=ListVictim.OLDER_HEAD, shallow_first=False, garbage=False,
+              tail_safe=TailSafe(threshold=10, next_prompt=0))
+    with pytest.raises(ValueError, match="threshold >= 0"):
+        TailSafe(threshold=-1, next_prompt=0)

@@ -90,7 +90,7 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         void release(i64, i64) except +
         i64 reserved_kv()
         i64 reserved_states()
-        void set_lists(cbool, cbool, cbool) except +
+        void set_lists(cbool, cbool, cbool, cbool, i64, i64) except +
         void set_state_score(const Spec&, const vector[int]&, const vector[double]&,
                              const vector[cbool]&, cbool, cbool, cbool, cbool) except +
         void set_score_terms(const vector[int]&, const vector[double]&,
@@ -98,7 +98,6 @@ cdef extern from "native/tree_core.hpp" namespace "marconi":
         void set_learned_terms(int, const vector[int]&, const vector[double]&,
                                const vector[cbool]&, cbool, cbool) except +
         const vector[double]& learned_scores(int) except +
-        void set_tlru(i64, i64) except +
         void set_keys(const vector[int]&, const vector[int]&, const vector[double]&,
                       const vector[double]&) except +
         void load_done(const double*, i64) except +
@@ -288,9 +287,10 @@ cdef class NativeCore:
         """KV in pages of `page` tokens (`Core::set_pages`)."""
         self.core.set_pages(page)
 
-    def set_lists(self, cbool by_pool, cbool shallow_first, cbool garbage):
+    def set_lists(self, cbool by_pool, cbool shallow_first, cbool garbage,
+                  cbool tail_safe=False, i64 threshold=0, i64 next_prompt=0):
         """An engine's two lists, declared (`Core::set_lists`)."""
-        self.core.set_lists(by_pool, shallow_first, garbage)
+        self.core.set_lists(by_pool, shallow_first, garbage, tail_safe, threshold, next_prompt)
 
     def set_state_score(self, dict spec, feature, weight, tuned, cbool normalized,
                         cbool product, cbool from_parent, cbool branches_last):
@@ -298,10 +298,6 @@ cdef class NativeCore:
         efficiencies from `spec`."""
         self.core.set_state_score(_spec(spec), feature, weight, tuned, normalized, product,
                                   from_parent, branches_last)
-
-    def set_tlru(self, i64 threshold, i64 next_prompt):
-        """T-LRU's KV order in SGLang's lists (`Core::set_tlru`)."""
-        self.core.set_tlru(threshold, next_prompt)
 
     def set_keys(self, key, feature, weight, at_least):
         """A declared priority's leaf order (`Core::set_keys`): per term its key (0, 1),

@@ -27,7 +27,6 @@ class CoreBooks:
     # (`set_learned_terms`)
     learned: tuple[Score, ...] = ()
     run: int | None = None  # marconi+'s live cache: the expert choosing (`set_run`)
-    tlru: tuple[int, int] | None = None  # T-LRU's threshold and next prompt (`set_tlru`)
     # an engine's two lists, declared (`set_lists`)
     lists: Lists | None = None
     # a declared score over an engine's state list (`set_state_score`)

@@ -285,11 +285,10 @@ class CompiledCache:
             self._core.set_score_terms(*form)
             self._core.set_level(float(books.level))  # (a leveled score's; else unread)
         if books.lists is not None:  # an engine's two lists (`core.priority.Lists`)
-            lists = books.lists
+            lists, safe = books.lists, books.lists.tail_safe
             self._core.set_lists(lists.victim is ListVictim.SHORT_POOL, lists.shallow_first,
-                                 lists.garbage)
-        if books.tlru is not None:  # T-LRU's KV order
-            self._core.set_tlru(*books.tlru)
+                                 lists.garbage, safe is not None,
+                                 *((safe.threshold, safe.next_prompt) if safe else (0, 0)))
         if books.state_score is not None:  # a declared score over an engine's state list
             declared = books.state_score
             form = score_form(declared.score, ranked=True)

@@ -345,6 +345,28 @@ class ListVictim(Enum):
 
 
 @dataclass(frozen=True)
+class TailSafe:
+    """A KV list that gives its first TEL-safe leaf first, then its head (T-LRU, as SGLang
+    runs it): a leaf whose edge starts at or past `high + next_prompt - threshold` (and
+    0), `high` the deepest depth ever committed at or below it, may leave without
+    lengthening its conversation's next prefill past `threshold` tokens, the next prompt
+    adding about `next_prompt`."""
+
+    threshold: int
+    next_prompt: int
+
+    def __post_init__(self) -> None:
+        if self.threshold < 0 or self.next_prompt < 0:
+            raise ValueError("T-LRU needs threshold >= 0 and next_prompt_estimate >= 0, "
+                             f"got {self.threshold} and {self.next_prompt}")
+
+    def safe(self, start: int, high: int) -> bool:
+        """Whether a leaf whose edge starts at depth `start`, under a high-water depth
+        `high`, may leave (SGLang's `TLRUStrategy`)."""
+        return start >= max(high + self.next_prompt - self.threshold, 0)
+
+
+@dataclass(frozen=True)
 class Lists:
     """An engine's eviction as two LRU lists over one tree, declared: one of KV leaves
     (a leaf leaving whole, its state with it), one of states (any node's, a state leaving
@@ -352,7 +374,8 @@ class Lists:
     its whole path, a state gained stamped then. `victim`: which list gives the victim;
     `shallow_first`: at equal stamps the entry nearer the root leaves first (else the
     deeper: a request's blocks freed tail first); `garbage`: a leaf left without a state
-    is garbage, collected at once, and a state at a leaf leaves with its leaf.
+    is garbage, collected at once, and a state at a leaf leaves with its leaf;
+    `tail_safe`: the KV list's TEL-safe leaves first (`TailSafe`; by pool only).
     `peers.two_lists.TwoListLRU` evaluates it on the Python core, `Core::set_lists` on the
     compiled one."""
 
@@ -360,4 +383,10 @@ class Lists:
     victim: ListVictim
     shallow_first: bool
     garbage: bool
+    tail_safe: TailSafe | None = None
     description: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.tail_safe is not None and self.victim is not ListVictim.SHORT_POOL:
+            raise ValueError(f"lists {self.name!r}: a TEL-safe KV order (tail_safe) needs "
+                             "the victim by pool (ListVictim.SHORT_POOL)")

@@ -97,6 +97,7 @@ class TwoListLRU(Eviction):
         self.kv = LazyLRU(self.stamp, kv_candidate, shallow)
         self.states = LazyLRU(self.state_stamp, state_candidate, shallow)
         self.tombstones: dict[Node, None] = {}  # leaves seen without a state (garbage)
+        self.high: dict[Node, int] = {}  # `tail_safe`: the deepest depth committed below
         self._pressure: Pressure | None = None
         self.now = 0
 
@@ -112,11 +113,25 @@ class TwoListLRU(Eviction):
             self.states.touch(hit, now)  # only the state the match uses
 
     def on_commit(self, path: Iterable[Node], new: Iterable[Node], now: int) -> None:
+        path, new = list(path), list(new)
+        if self.LISTS.tail_safe is not None:
+            self._high_water(path, new)
         self.now = now
         self.touch(path, now, states=False)  # new states: stamped by `changed`
         if self.LISTS.garbage:
             for node in new:
                 self.changed(node)
+
+    def _high_water(self, path: list[Node], new: list[Node]) -> None:
+        """`tail_safe`'s marks: a new node (a split's upper half) takes the deepest mark
+        below it, then every node on the committed path is raised to the path's end."""
+        for node in new:
+            below = [self.high.get(c, c.depth) for c in node.children.values()]
+            self.high[node] = max([node.depth, *below])
+        end = path[-1].depth if path else 0
+        for node in path:
+            if self.high.get(node, 0) < end:
+                self.high[node] = end
 
     def pressure(self, pressure: Pressure) -> None:
         self._pressure = pressure
@@ -144,8 +159,19 @@ class TwoListLRU(Eviction):
         return None
 
     def _kv_victim(self, protected: Collection[Node]) -> Victim | None:
-        entry = self.kv.peek(protected)
-        return Victim(entry[3], Action.REMOVE) if entry else None
+        safe = self.LISTS.tail_safe
+        if safe is not None:  # the first TEL-safe leaf, least recently used first
+            lru, best = self.kv, None
+            for entry in lru.heap:
+                node = entry[3]
+                if node not in protected and lru.valid(entry) \
+                        and safe.safe(node.depth - node.edge_len, self.high.get(node, node.depth)) \
+                        and (best is None or entry[:3] < best[:3]):
+                    best = entry
+            if best is not None:
+                return Victim(best[3], Action.REMOVE)
+        head = self.kv.peek(protected)
+        return Victim(head[3], Action.REMOVE) if head else None
 
     def _state_victim(self, protected: Collection[Node]) -> Victim | None:
         entry = self.states.peek(protected)
@@ -192,6 +218,7 @@ class TwoListLRU(Eviction):
     def removed(self, node: Node) -> None:
         super().removed(node)
         self.state_stamp.pop(node, None)
+        self.high.pop(node, None)
 
     def restore(self, stamps: dict[Node, float]) -> None:
         for node, t in stamps.items():

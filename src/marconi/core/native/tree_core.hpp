@@ -273,13 +273,23 @@ class Core {
 
     // An engine's two lists (`LISTS`, before any request; `core.priority.Lists`): the
     // state list gives the victim while states are short of room (`by_pool`, else the
-    // older head), `shallow_first` at equal stamps, stateless leaves `garbage`
-    void set_lists(bool by_pool, bool shallow_first, bool garbage) {
+    // older head), `shallow_first` at equal stamps, stateless leaves `garbage`; with
+    // `tail_safe` (`TailSafe`, by pool only) the KV list gives its first TEL-safe leaf
+    // first, a conversation's next prefill kept within `threshold` tokens when its next
+    // prompt adds `next_prompt`
+    void set_lists(bool by_pool, bool shallow_first, bool garbage, bool tail_safe,
+                   i64 threshold, i64 next_prompt) {
         if (!two()) throw std::invalid_argument("set_lists: an engine's lists only");
+        if (tail_safe && (!by_pool || threshold < 0 || next_prompt < 0))
+            throw std::invalid_argument("set_lists: a TEL-safe KV order by pool only, its "
+                                        "threshold and estimate >= 0");
         lists_set_ = true;
         lists_by_pool_ = by_pool;
         lists_shallow_ = shallow_first;
         lists_garbage_ = garbage;
+        tail_safe_ = tail_safe;
+        threshold_ = threshold;
+        next_prompt_ = next_prompt;
     }
 
     // An engine's state list ordered by a declared score (`peers.two_lists.FlopStates`;
@@ -303,18 +313,6 @@ class Core {
         state_from_parent_ = from_parent;
         state_branches_last_ = branches_last;
         flop_spec_ = spec;
-    }
-
-    // T-LRU (`peers.tlru.TailLRU`, two lists giving victims by pool; before any request): the KV list
-    // gives its first TEL-safe leaf first, a conversation's next prefill kept within
-    // `threshold` tokens when its next prompt adds `next_prompt`
-    void set_tlru(i64 threshold, i64 next_prompt) {
-        if (!two() || !lists_set_ || !lists_by_pool_ || threshold < 0 || next_prompt < 0)
-            throw std::invalid_argument("set_tlru: two lists giving victims by pool (after "
-                                        "set_lists), a threshold and estimate >= 0");
-        tlru_ = true;
-        threshold_ = threshold;
-        next_prompt_ = next_prompt;
     }
 
     // A declared score's terms (`core.priority.Score`; `Evict::SCORED`, or `MULTI`'s FLOP
@@ -500,7 +498,7 @@ class Core {
         if (!make_room(room, nw + working)) {
             stats.refused_commits += 1;
             // `on_commit(path, (), now)`: LRU touches the path; hit density sees the clock
-            if (tlru_) tlru_commit(path_, {}, {});
+            if (tail_safe_) high_water(path_, {}, {});
             if (declared_) declared_commit(path_, {}, {});
             if (evict_ == Evict::KEYED || multi() || two()) touch_path(path_);
             see_clock();
@@ -754,7 +752,7 @@ class Core {
         int parent = -1, first = -1, last = -1, next = -1, prev = -1, nchild = 0;
         i64 depth = 0, uid = 0;
         i64 pins = 0;  // running requests using it (`Node.pins`)
-        i64 high = 0;  // T-LRU's high-water depth below it, if `has_high` (`TailLRU.high`)
+        i64 high = 0;  // the high-water depth below it, if `has_high` (`TwoListLRU.high`)
         bool has_high = false;
         std::vector<i32> key;
         bool alive = false, has_state = false, in_order = false;
@@ -799,7 +797,7 @@ class Core {
     bool declared_ = false;          // a declared priority's keys (`set_keys`)
     bool keys_count_ = false;        // one of them reads hits or the creation clock
     std::vector<Term> terms_[2];
-    bool tlru_ = false;              // `TailLRU` (`set_tlru`): its threshold and estimate
+    bool tail_safe_ = false;         // `Lists.tail_safe` (`set_lists`): its threshold and estimate
     i64 threshold_ = 0, next_prompt_ = 0;
     // a declared score's terms (`set_score_terms`): the feature, its weight, x alpha or not
     // (`LEVEL`: the stamp, where a touch stamps the level)
@@ -1425,7 +1423,7 @@ class Core {
             now_ = static_cast<double>(clock);
             std::vector<int> up;
             for (int v = end; v != 0; v = nodes_[v].parent) up.push_back(v);
-            if (tlru_) tlru_commit(std::vector<int>(up.rbegin(), up.rend()), created, fresh);
+            if (tail_safe_) high_water(std::vector<int>(up.rbegin(), up.rend()), created, fresh);
             for (auto it = up.rbegin(); it != up.rend(); ++it) {
                 set_stamp(*it, now_);
                 lru_update(*it);
@@ -1707,7 +1705,7 @@ class Core {
         for (int k = 0; k < 2; ++k) {
             if ((k == 0) == states_first) {
                 if (const Entry* e = first_free(states_order_)) return state_victim(*e, v, act);
-            } else if (const Entry* e = tlru_ ? first_tel_safe() : first_free(order_)) {
+            } else if (const Entry* e = tail_safe_ ? first_tel_safe() : first_free(order_)) {
                 *v = std::get<3>(*e);
                 *act = Act::REMOVE;
                 return true;
@@ -1890,9 +1888,9 @@ class Core {
         return exact_div(static_cast<i64>(saved >> 64), static_cast<unsigned long long>(saved), held);
     }
 
-    // `TailLRU.on_commit`: a new node (a split's head, a new leaf) takes the deepest mark
+    // `TwoListLRU._high_water`: a new node (a split's head, a new leaf) takes the deepest mark
     // below it, then every node on the committed path is raised to the path's end
-    void tlru_commit(const std::vector<int>& path, const std::vector<int>& created,
+    void high_water(const std::vector<int>& path, const std::vector<int>& created,
                      const std::vector<int>& fresh) {
         for (const std::vector<int>* group : {&created, &fresh}) {
             for (int v : *group) {
@@ -1913,7 +1911,7 @@ class Core {
         }
     }
 
-    // `TailLRU._kv_victim`: the KV list's first unprotected TEL-safe leaf (its edge starts
+    // `TwoListLRU._kv_victim`: the KV list's first unprotected TEL-safe leaf (its edge starts
     // at or past `high + next_prompt - threshold`), else its first unprotected one
     const Entry* first_tel_safe() const {
         for (const Entry& e : order_) {
