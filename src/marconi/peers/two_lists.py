@@ -2,9 +2,13 @@
 
 Today's engines keep the attention KV and the Mamba states in separate pools, each with
 its own recency: SGLang's `MambaRadixCache` has a full-KV LRU list and a mamba LRU list,
-vLLM's block pool stamps KV blocks and state blocks separately. `TwoListLRU` is the
-bookkeeping both share; subclasses say what a lookup or commit touches and which list
-gives the next victim.
+vLLM's block pool stamps KV blocks and state blocks separately. `TwoListLRU` evaluates
+an engine's declaration of them (`core.priority.Lists`: which list gives the next victim,
+the tie at equal stamps, whether stateless leaves are garbage, T-LRU's KV order); each
+engine's subclass names its declaration (`LISTS`) and nothing else of the lists, and
+`FlopStates` evaluates a declared score over the state list (`core.scores.ListScore`).
+The compiled core evaluates the same declarations (`Core::set_lists`,
+`Core::set_state_score`).
 
 Each list is a lazy heap of `(stamp, tie, id, node)`: an entry is stale once the node's
 stamp moved on or the node stopped qualifying, and is skipped when popped.
