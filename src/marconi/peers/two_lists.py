@@ -153,7 +153,7 @@ class TwoListLRU(Eviction):
         if self.LISTS.victim is ListVictim.OLDER_HEAD:
             kv, state = self.kv.peek(protected), self.states.peek(protected)
             if state is not None and (kv is None or state[:3] <= kv[:3]):
-                return self._state_victim(protected)
+                return self._state_leaving(state[3], protected)
             return Victim(kv[3], Action.REMOVE) if kv is not None else None
         order = (self._state_victim, self._kv_victim)
         for pick in order if self.states_first() else order[::-1]:
@@ -179,10 +179,13 @@ class TwoListLRU(Eviction):
 
     def _state_victim(self, protected: Collection[Node]) -> Victim | None:
         entry = self.states.peek(protected)
-        if entry is None:
-            return None
-        node = self._state_pick(entry[3], protected)
-        leaves = self.LISTS.garbage and node.is_leaf  # it would be garbage at once
+        return self._state_leaving(entry[3], protected) if entry is not None else None
+
+    def _state_leaving(self, lru: Node, protected: Collection[Node]) -> Victim:
+        """The state list's victim, its head `lru` given: alone, or with its leaf where
+        stateless leaves are garbage (it would be garbage at once)."""
+        node = self._state_pick(lru, protected)
+        leaves = self.LISTS.garbage and node.is_leaf
         return Victim(node, Action.REMOVE if leaves else Action.DROP_STATE)
 
     def _state_pick(self, lru: Node, protected: Collection[Node]) -> Node:
